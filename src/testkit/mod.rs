@@ -1,0 +1,1 @@
+//! Test kit (to be written).

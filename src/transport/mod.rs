@@ -1,0 +1,2 @@
+//! Streamable HTTP transport.
+pub mod sse;
