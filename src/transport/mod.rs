@@ -1,2 +1,729 @@
-//! Streamable HTTP transport.
+//! The Streamable HTTP wire (MCP revisions 2025-03-26, 2025-06-18 and
+//! 2025-11-25), client side.
+//!
+//! [`StreamableHttp`] sends one JSON-RPC message per POST and reads what comes
+//! back; it keeps the session id and the negotiated revision and puts them on
+//! every later request. It does not run the MCP lifecycle itself (that is the
+//! session layer's job); it does exactly what the transport spec asks of one
+//! exchange:
+//!
+//! - every POST carries `Content-Type: application/json` and
+//!   `Accept: application/json, text/event-stream`;
+//! - a notification or response answered with any 2xx is done (a body, if
+//!   any, is not read);
+//! - a request may be answered `application/json` or `text/event-stream`
+//!   (media-type parameters and case tolerated); anything else, or a 2xx with
+//!   no body, is a protocol error;
+//! - an HTTP error status becomes an [`Error`] with the status, the
+//!   `WWW-Authenticate` challenge and any JSON-RPC error object in the body
+//!   (typically id-less), surfaced rather than matched to a request;
+//! - `Mcp-Session-Id` is taken only from the answer to `initialize`, validated
+//!   (visible ASCII 0x21-0x7E, at most [`TransportConfig::max_session_id_len`]
+//!   bytes) and never echoed when invalid; it goes on every later request,
+//!   GET and DELETE included, marked sensitive;
+//! - `MCP-Protocol-Version` goes on every request after `initialize` once a
+//!   revision from 2025-06-18 on is negotiated;
+//! - the GET stream answers 405 when the server has none: `Ok(None)`;
+//! - DELETE answered 2xx, 404 or 405 means the session has ended.
+//!
+//! # Redirects
+//!
+//! Only a 307 or 308 to the **same origin** (scheme, host and port) is
+//! followed, at most [`TransportConfig::max_redirects`] times, with the same
+//! method, body and headers. A redirect to another origin is refused (our
+//! headers and the session id must not reach it), and so is a 301, 302 or 303,
+//! which clients commonly turn into a GET.
+
 pub mod sse;
+
+mod session;
+mod stream;
+
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use serde_json::Value;
+use tracing::Instrument;
+
+pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
+pub use stream::MessageStream;
+
+use crate::client::{HttpClient, ResponseBody};
+use crate::error::{Error, Result, status_error};
+use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, parse_messages};
+
+/// The `Mcp-Session-Id` header.
+pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+/// The `MCP-Protocol-Version` header.
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// The `Last-Event-ID` header, for resuming an SSE stream.
+pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+const ACCEPT_POST: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
+const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// Limits and policies of the wire. Every default is safe for an untrusted
+/// server.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TransportConfig {
+    /// Largest `application/json` body read. Default: 8 MiB.
+    pub max_json_body: usize,
+    /// Largest SSE event (and longest SSE line). Default: 8 MiB.
+    pub max_sse_event: usize,
+    /// Longest session id accepted. Default: 512 bytes.
+    pub max_session_id_len: usize,
+    /// Same-origin 307/308 redirects followed per request. Default: 5.
+    pub max_redirects: usize,
+    /// Bytes of an error body read to find a JSON-RPC error. Default: 64 KiB.
+    pub max_error_body: usize,
+    /// Messages (notifications, server requests) kept while waiting for the
+    /// response in [`StreamableHttp::request`]. Default: 1024.
+    pub max_preceding_messages: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            max_json_body: 8 * 1024 * 1024,
+            max_sse_event: 8 * 1024 * 1024,
+            max_session_id_len: DEFAULT_MAX_SESSION_ID_LEN,
+            max_redirects: 5,
+            max_error_body: 64 * 1024,
+            max_preceding_messages: 1024,
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Sets [`max_json_body`](Self::max_json_body).
+    pub fn max_json_body(mut self, bytes: usize) -> Self {
+        self.max_json_body = bytes;
+        self
+    }
+
+    /// Sets [`max_sse_event`](Self::max_sse_event).
+    pub fn max_sse_event(mut self, bytes: usize) -> Self {
+        self.max_sse_event = bytes;
+        self
+    }
+
+    /// Sets [`max_session_id_len`](Self::max_session_id_len).
+    pub fn max_session_id_len(mut self, bytes: usize) -> Self {
+        self.max_session_id_len = bytes;
+        self
+    }
+
+    /// Sets [`max_redirects`](Self::max_redirects).
+    pub fn max_redirects(mut self, hops: usize) -> Self {
+        self.max_redirects = hops;
+        self
+    }
+
+    /// Sets [`max_preceding_messages`](Self::max_preceding_messages).
+    pub fn max_preceding_messages(mut self, count: usize) -> Self {
+        self.max_preceding_messages = count;
+        self
+    }
+}
+
+/// What a POST got back.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Posted {
+    /// A notification or response was accepted (any 2xx).
+    Accepted,
+    /// A request was answered with JSON or an SSE stream.
+    Stream(MessageStream),
+}
+
+/// The result of a request, with what the server sent before it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Exchange {
+    /// The `result` of the response.
+    pub result: Value,
+    /// Notifications and server requests that came first, in order.
+    pub preceding: Vec<Message>,
+}
+
+/// How a DELETE ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionEnd {
+    /// There was no session id, so nothing was sent.
+    NoSession,
+    /// The server answered this (2xx, 404 or 405): the session is over.
+    Ended(StatusCode),
+}
+
+#[derive(Default)]
+struct SessionState {
+    id: Option<SessionId>,
+    version: Option<ProtocolVersion>,
+}
+
+/// One MCP endpoint over Streamable HTTP, through an [`HttpClient`].
+pub struct StreamableHttp {
+    client: HttpClient,
+    endpoint: Uri,
+    origin: Origin,
+    config: TransportConfig,
+    state: Mutex<SessionState>,
+}
+
+impl StreamableHttp {
+    /// A transport for `endpoint` (an `http` or `https` URL) with the default
+    /// [`TransportConfig`].
+    pub fn new(client: HttpClient, endpoint: &str) -> Result<Self> {
+        let endpoint: Uri = endpoint
+            .parse()
+            .map_err(|e| Error::builder("the endpoint is not a valid URL").with_source(e))?;
+        let origin = Origin::of(&endpoint)
+            .ok_or_else(|| Error::builder("the endpoint must be an absolute http or https URL"))?;
+        Ok(StreamableHttp {
+            client,
+            endpoint,
+            origin,
+            config: TransportConfig::default(),
+            state: Mutex::default(),
+        })
+    }
+
+    /// Replaces the configuration.
+    pub fn with_config(mut self, config: TransportConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The endpoint URL.
+    pub fn endpoint(&self) -> &Uri {
+        &self.endpoint
+    }
+
+    /// The HTTP client in use.
+    pub fn client(&self) -> &HttpClient {
+        &self.client
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+
+    /// The session id the server assigned (or the caller attached), if any.
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.state().id.clone()
+    }
+
+    /// The negotiated revision, once set.
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.state().version
+    }
+
+    /// Records the revision negotiated in `initialize`; from now on it goes
+    /// in `MCP-Protocol-Version` (from 2025-06-18 on).
+    pub fn set_protocol_version(&self, version: ProtocolVersion) {
+        self.state().version = Some(version);
+    }
+
+    /// Uses a session the caller already has (no `initialize` needed).
+    pub fn attach(&self, id: SessionId, version: ProtocolVersion) {
+        let mut state = self.state();
+        state.id = Some(id);
+        state.version = Some(version);
+    }
+
+    /// Forgets the session id and revision without telling the server.
+    pub fn forget_session(&self) {
+        *self.state() = SessionState::default();
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
+        // The state is two plain fields: a panic elsewhere cannot leave it
+        // half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// POSTs one message.
+    ///
+    /// For `initialize` no session or version header is sent, and the
+    /// `Mcp-Session-Id` of the answer (validated) becomes the session id, or
+    /// clears it when absent. A request answered 202 or with an empty 2xx is
+    /// a protocol error.
+    pub async fn post(&self, message: &Message) -> Result<Posted> {
+        let rpc_method = message.method().unwrap_or("response");
+        let span = tracing::debug_span!(
+            "mcp.post",
+            endpoint = %self.origin,
+            method = rpc_method,
+        );
+        self.post_inner(message).instrument(span).await
+    }
+
+    async fn post_inner(&self, message: &Message) -> Result<Posted> {
+        let is_initialize = matches!(message, Message::Request(r) if r.method == "initialize");
+        let body = Bytes::from(message.to_vec());
+        let headers = self.headers(!is_initialize);
+        let response = self.send(Method::POST, &headers, Some(body)).await?;
+        let status = response.status();
+        tracing::debug!(status = status.as_u16(), "answered");
+
+        if is_initialize {
+            // Taken only from the answer to initialize, and only on success.
+            if status.is_success() {
+                self.take_session_id(response.headers())?;
+            }
+        }
+        if !status.is_success() {
+            return Err(self.error_from(response).await);
+        }
+        if !matches!(message, Message::Request(_)) {
+            // Done; any body is not ours to read.
+            return Ok(Posted::Accepted);
+        }
+        self.read_answer(response).await.map(Posted::Stream)
+    }
+
+    /// POSTs a request and reads its answer up to the response for its id.
+    ///
+    /// Notifications and server requests that arrive first are returned in
+    /// [`Exchange::preceding`] (at most
+    /// [`TransportConfig::max_preceding_messages`]); responses to other ids
+    /// are dropped. A JSON-RPC error response becomes [`Error::is_rpc`].
+    pub async fn request(&self, request: Request) -> Result<Exchange> {
+        let id = request.id.clone();
+        let stream = match self.post(&Message::Request(request)).await? {
+            Posted::Stream(stream) => stream,
+            Posted::Accepted => unreachable!("a request is never merely accepted"),
+        };
+        self.await_response(stream, &id).await
+    }
+
+    async fn await_response(&self, mut stream: MessageStream, id: &RequestId) -> Result<Exchange> {
+        let mut preceding = Vec::new();
+        while let Some(message) = stream.next().await {
+            match message? {
+                Message::Response(response) if response.id.as_ref() == Some(id) => {
+                    return response
+                        .outcome
+                        .map(|result| Exchange { result, preceding })
+                        .map_err(Error::rpc);
+                }
+                Message::Response(response) if response.id.is_none() => {
+                    // An error about a message the server could not read.
+                    let error = response.outcome.err().unwrap_or_else(|| ErrorObject {
+                        code: crate::jsonrpc::codes::INTERNAL_ERROR,
+                        message: "response without id".into(),
+                        data: None,
+                    });
+                    return Err(Error::rpc(error));
+                }
+                Message::Response(other) => {
+                    tracing::debug!(id = ?other.id, "dropped a response to another request");
+                }
+                other => {
+                    if preceding.len() >= self.config.max_preceding_messages {
+                        return Err(Error::limit(format!(
+                            "more than {} messages before the response",
+                            self.config.max_preceding_messages
+                        )));
+                    }
+                    preceding.push(other);
+                }
+            }
+        }
+        Err(Error::protocol(format!(
+            "the answer ended without the response to request {id}"
+        )))
+    }
+
+    /// Opens the GET stream for server-initiated messages, resuming after
+    /// `last_event_id` when given. `Ok(None)` when the server has none (405).
+    pub async fn open_get_stream(
+        &self,
+        last_event_id: Option<&str>,
+    ) -> Result<Option<MessageStream>> {
+        let span = tracing::debug_span!("mcp.get", endpoint = %self.origin);
+        async {
+            let mut headers = self.headers(true);
+            headers.insert(ACCEPT, ACCEPT_SSE);
+            headers.remove(CONTENT_TYPE);
+            if let Some(id) = last_event_id {
+                let value = HeaderValue::from_str(id).map_err(|e| {
+                    Error::protocol("the last event id is not a valid header value").with_source(e)
+                })?;
+                headers.insert(LAST_EVENT_ID, value);
+            }
+            let response = self.send(Method::GET, &headers, None).await?;
+            let status = response.status();
+            tracing::debug!(status = status.as_u16(), "answered");
+            if status == StatusCode::METHOD_NOT_ALLOWED {
+                return Ok(None);
+            }
+            if !status.is_success() {
+                return Err(self.error_from(response).await);
+            }
+            match media_type(response.headers()) {
+                Some(Media::EventStream) => Ok(Some(MessageStream::from_sse(
+                    response.into_body(),
+                    self.config.max_sse_event,
+                ))),
+                _ => Err(Error::protocol(
+                    "the GET stream was answered without Content-Type: text/event-stream",
+                )),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Ends the session with a DELETE. 2xx, 404 and 405 all mean it is over,
+    /// and the id is forgotten. Without a session id nothing is sent.
+    pub async fn delete_session(&self) -> Result<SessionEnd> {
+        if self.state().id.is_none() {
+            return Ok(SessionEnd::NoSession);
+        }
+        let span = tracing::debug_span!("mcp.delete", endpoint = %self.origin);
+        async {
+            let mut headers = self.headers(true);
+            headers.remove(CONTENT_TYPE);
+            headers.remove(ACCEPT);
+            let response = self.send(Method::DELETE, &headers, None).await?;
+            let status = response.status();
+            tracing::debug!(status = status.as_u16(), "answered");
+            if status.is_success()
+                || status == StatusCode::NOT_FOUND
+                || status == StatusCode::METHOD_NOT_ALLOWED
+            {
+                self.forget_session();
+                Ok(SessionEnd::Ended(status))
+            } else {
+                Err(self.error_from(response).await)
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The headers of a POST; with `session`, the session id and revision.
+    fn headers(&self, session: bool) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(4);
+        headers.insert(CONTENT_TYPE, APPLICATION_JSON);
+        headers.insert(ACCEPT, ACCEPT_POST);
+        if session {
+            let state = self.state();
+            if let Some(id) = &state.id {
+                headers.insert(MCP_SESSION_ID, id.header_value());
+            }
+            if let Some(version) = state.version.filter(|v| v.sends_version_header()) {
+                headers.insert(
+                    MCP_PROTOCOL_VERSION,
+                    HeaderValue::from_static(version.as_str()),
+                );
+            }
+        }
+        headers
+    }
+
+    fn take_session_id(&self, headers: &HeaderMap) -> Result<()> {
+        let id = match headers.get(MCP_SESSION_ID) {
+            Some(value) => Some(
+                SessionId::with_max_len(value.as_bytes().to_vec(), self.config.max_session_id_len)
+                    .inspect_err(|_| self.forget_session())?,
+            ),
+            None => None,
+        };
+        let mut state = self.state();
+        state.id = id;
+        state.version = None;
+        Ok(())
+    }
+
+    /// Sends a request, following same-origin 307/308 redirects only.
+    async fn send(
+        &self,
+        method: Method,
+        headers: &HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<http::Response<ResponseBody>> {
+        let mut uri = self.endpoint.clone();
+        for _ in 0..=self.config.max_redirects {
+            let mut request = http::Request::new(Full::new(body.clone().unwrap_or_default()));
+            *request.method_mut() = method.clone();
+            *request.uri_mut() = uri.clone();
+            *request.headers_mut() = headers.clone();
+            let response = self.client.send(request).await?;
+            let status = response.status();
+            if !status.is_redirection() {
+                return Ok(response);
+            }
+            if status != StatusCode::TEMPORARY_REDIRECT && status != StatusCode::PERMANENT_REDIRECT
+            {
+                return Err(Error::redirect(format!(
+                    "HTTP {status} would turn the {method} into a GET; not followed"
+                ))
+                .with_status(status));
+            }
+            let target = redirect_target(&uri, response.headers())
+                .map_err(|message| Error::redirect(message).with_status(status))?;
+            let target_origin = Origin::of(&target).ok_or_else(|| {
+                Error::redirect("the redirect target is not an http or https URL")
+                    .with_status(status)
+            })?;
+            if target_origin != self.origin {
+                return Err(Error::redirect(format!(
+                    "refused a redirect to another origin ({target_origin}): \
+                     the session id and headers stay with {}",
+                    self.origin
+                ))
+                .with_status(status));
+            }
+            tracing::debug!(status = status.as_u16(), "following a same-origin redirect");
+            uri = target;
+        }
+        Err(Error::redirect(format!(
+            "more than {} redirects",
+            self.config.max_redirects
+        )))
+    }
+
+    /// Reads the answer to a request: JSON (bounded) or an SSE stream.
+    async fn read_answer(&self, response: http::Response<ResponseBody>) -> Result<MessageStream> {
+        match media_type(response.headers()) {
+            Some(Media::Json) => {
+                let bytes = read_limited(response, self.config.max_json_body, "JSON body").await?;
+                let messages = parse_messages(strip_bom(&bytes)).map_err(|e| {
+                    Error::protocol("the JSON answer is not a JSON-RPC message").with_source(e)
+                })?;
+                Ok(MessageStream::from_messages(messages))
+            }
+            Some(Media::EventStream) => Ok(MessageStream::from_sse(
+                response.into_body(),
+                self.config.max_sse_event,
+            )),
+            Some(Media::Other) => Err(Error::protocol(format!(
+                "a request was answered HTTP {} with an unexpected Content-Type \
+                 (neither application/json nor text/event-stream)",
+                response.status()
+            ))),
+            None => Err(Error::protocol(format!(
+                "a request was answered HTTP {} with no content",
+                response.status()
+            ))
+            .with_status(response.status())),
+        }
+    }
+
+    /// Turns an error status into an [`Error`], keeping the challenge and any
+    /// JSON-RPC error in a bounded read of the body.
+    async fn error_from(&self, response: http::Response<ResponseBody>) -> Error {
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let rpc = match media_type(response.headers()) {
+            Some(Media::Json) => read_limited(response, self.config.max_error_body, "error body")
+                .await
+                .ok()
+                .and_then(|bytes| parse_messages(strip_bom(&bytes)).ok())
+                .and_then(|messages| {
+                    messages.into_iter().find_map(|m| match m {
+                        Message::Response(r) => r.outcome.err(),
+                        _ => None,
+                    })
+                }),
+            _ => None,
+        };
+        status_error(status, rpc, challenge)
+    }
+}
+
+impl fmt::Debug for StreamableHttp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state();
+        f.debug_struct("StreamableHttp")
+            .field("origin", &self.origin)
+            .field("session", &state.id.is_some())
+            .field("protocol_version", &state.version)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+async fn read_limited(
+    response: http::Response<ResponseBody>,
+    limit: usize,
+    what: &str,
+) -> Result<Bytes> {
+    let too_large = || Error::limit(format!("the {what} exceeds the {limit}-byte limit"));
+    let declared = response
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large());
+    }
+    let body = response.into_body();
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(Error::transport(e).with_message(format!("reading the {what} failed"))),
+    }
+}
+
+fn strip_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Media {
+    Json,
+    EventStream,
+    Other,
+}
+
+/// The essence of `Content-Type`, parameters and case ignored. `None` when
+/// there is no `Content-Type` (an empty answer).
+fn media_type(headers: &HeaderMap) -> Option<Media> {
+    let value = headers.get(CONTENT_TYPE)?;
+    let essence = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim();
+    Some(if essence.eq_ignore_ascii_case("application/json") {
+        Media::Json
+    } else if essence.eq_ignore_ascii_case("text/event-stream") {
+        Media::EventStream
+    } else {
+        Media::Other
+    })
+}
+
+/// Resolves `Location` against the current URL: absolute URLs and absolute
+/// paths; other relative forms are refused.
+fn redirect_target(current: &Uri, headers: &HeaderMap) -> std::result::Result<Uri, String> {
+    let location = headers
+        .get(LOCATION)
+        .ok_or("a redirect without Location")?
+        .to_str()
+        .map_err(|_| "a redirect Location that is not ASCII")?;
+    let target: Uri = location
+        .parse()
+        .map_err(|_| "a redirect Location that is not a URL")?;
+    if target.scheme().is_some() {
+        return Ok(target);
+    }
+    if location.starts_with('/') && !location.starts_with("//") {
+        let mut parts = current.clone().into_parts();
+        parts.path_and_query = target.path_and_query().cloned();
+        return Uri::from_parts(parts).map_err(|_| "a redirect Location that is not a URL".into());
+    }
+    Err("a redirect to a relative path; only absolute URLs and paths are followed".into())
+}
+
+/// Scheme, host and port: what a redirect must keep to be followed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn of(uri: &Uri) -> Option<Origin> {
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        Some(Origin {
+            host: uri.host()?.to_ascii_lowercase(),
+            port: uri.port_u16().unwrap_or(default_port),
+            scheme,
+        })
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
+            .collect()
+    }
+
+    #[test]
+    fn media_types_ignore_case_and_parameters() {
+        let cases = [
+            ("application/json", Media::Json),
+            ("Application/JSON; charset=utf-8", Media::Json),
+            ("text/event-stream;charset=UTF-8", Media::EventStream),
+            (" TEXT/EVENT-STREAM ", Media::EventStream),
+            ("text/html", Media::Other),
+            ("application/jsonp", Media::Other),
+        ];
+        for (value, want) in cases {
+            assert_eq!(
+                media_type(&headers(&[("content-type", value)])),
+                Some(want),
+                "{value}"
+            );
+        }
+        assert_eq!(media_type(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port() {
+        let a = Origin::of(&"http://Example.com/mcp".parse().unwrap()).unwrap();
+        let b = Origin::of(&"http://example.com:80/other".parse().unwrap()).unwrap();
+        let c = Origin::of(&"https://example.com/mcp".parse().unwrap()).unwrap();
+        let d = Origin::of(&"http://example.com:8080/mcp".parse().unwrap()).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, d);
+        assert!(Origin::of(&"ftp://example.com/".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn redirect_targets_resolve_absolute_forms_only() {
+        let current: Uri = "http://h:1/mcp/".parse().unwrap();
+        let to = |loc: &'static str| redirect_target(&current, &headers(&[("location", loc)]));
+        assert_eq!(
+            to("/mcp").unwrap(),
+            "http://h:1/mcp".parse::<Uri>().unwrap()
+        );
+        assert_eq!(
+            to("http://o:2/x").unwrap(),
+            "http://o:2/x".parse::<Uri>().unwrap()
+        );
+        assert!(to("mcp").is_err());
+        assert!(to("//other/mcp").is_err());
+        assert!(redirect_target(&current, &HeaderMap::new()).is_err());
+    }
+}

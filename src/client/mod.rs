@@ -1,0 +1,145 @@
+//! The client port: the HTTP client a session sends through.
+//!
+//! An [`HttpClient`] is either **owned** (built here by [`HttpClient::builder`]:
+//! a hyper-util pooled client whose connection tasks are tracked) or
+//! **borrowed** (the caller's own `tower::Service`, through
+//! [`HttpClient::borrowed`]). Which one is a value fixed at construction
+//! ([`Ownership`]); it never changes and is never inferred later.
+//!
+//! A borrowed client is only ever *called*: this crate never shuts it down,
+//! reconfigures it, or adds anything to it. Cloning an `HttpClient` is cheap
+//! and shares the underlying client.
+
+mod owned;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http_body::Body;
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use tower::{Service, ServiceExt, util::BoxCloneService};
+
+pub use owned::HttpClientBuilder;
+use owned::OwnedParts;
+
+use crate::error::{BoxError, Error, Result};
+
+/// The request body type the client port is called with.
+pub type RequestBody = Full<Bytes>;
+
+/// The response body type the client port hands back, boxed.
+pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+
+type BoxService =
+    BoxCloneService<http::Request<RequestBody>, http::Response<ResponseBody>, BoxError>;
+
+/// Who owns an [`HttpClient`], fixed when it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Ownership {
+    /// Built by this crate; released by this crate.
+    Owned,
+    /// Lent by the caller; only ever called, never closed or changed.
+    Borrowed,
+}
+
+/// An HTTP client a session sends its requests through.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    // `BoxCloneService` is `Send` but not `Sync`; the lock only guards the
+    // clone taken for each request, never a call in flight.
+    service: Mutex<BoxService>,
+    ownership: Ownership,
+    owned: Option<OwnedParts>,
+}
+
+impl HttpClient {
+    /// A builder for an owned client (hyper-util, pooled, TCP_NODELAY, TLS
+    /// through rustls with the `rustls` feature).
+    pub fn builder() -> HttpClientBuilder {
+        HttpClientBuilder::new()
+    }
+
+    /// An owned client with the builder's defaults.
+    pub fn owned() -> Result<HttpClient> {
+        HttpClientBuilder::new().build()
+    }
+
+    /// Lends the caller's client: any `tower::Service` that takes
+    /// `http::Request<Full<Bytes>>` and returns `http::Response<B>`, for
+    /// example a bare `hyper_util::client::legacy::Client`, a tower-http
+    /// stack, or a boxed service.
+    ///
+    /// The service is cloned for every request and only ever called. Redirects
+    /// are the service's business: a bare hyper client follows none, and this
+    /// crate refuses the ones it sees (see [`crate::transport`]); a stack with
+    /// its own redirect layer is trusted to apply its own policy.
+    pub fn borrowed<S, B>(service: S) -> HttpClient
+    where
+        S: Service<http::Request<RequestBody>, Response = http::Response<B>>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let service = service
+            .map_response(|response: http::Response<B>| {
+                response.map(|body| body.map_err(Into::into).boxed_unsync())
+            })
+            .map_err(Into::into);
+        HttpClient::from_parts(BoxCloneService::new(service), Ownership::Borrowed, None)
+    }
+
+    fn from_parts(service: BoxService, ownership: Ownership, owned: Option<OwnedParts>) -> Self {
+        HttpClient {
+            inner: Arc::new(Inner {
+                service: Mutex::new(service),
+                ownership,
+                owned,
+            }),
+        }
+    }
+
+    /// Whether this client is owned by the crate or lent by the caller.
+    pub fn ownership(&self) -> Ownership {
+        self.inner.ownership
+    }
+
+    /// Connection tasks of an owned client still alive (`0` for a borrowed
+    /// one, whose tasks are not ours to count).
+    pub fn connection_tasks(&self) -> usize {
+        self.inner.owned.as_ref().map_or(0, OwnedParts::live_tasks)
+    }
+
+    /// Sends one request and returns the response head with its body unread.
+    pub async fn send(
+        &self,
+        request: http::Request<RequestBody>,
+    ) -> Result<http::Response<ResponseBody>> {
+        let service = self
+            .inner
+            .service
+            .lock()
+            // A panic while cloning cannot leave the service half-changed.
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        service.oneshot(request).await.map_err(Error::transport)
+    }
+}
+
+impl fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("ownership", &self.inner.ownership)
+            .field("connection_tasks", &self.connection_tasks())
+            .finish()
+    }
+}

@@ -1,0 +1,196 @@
+//! The client this crate builds and owns.
+
+use std::future::Future;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioTimer;
+use tokio_util::task::TaskTracker;
+use tower::util::BoxCloneService;
+use tower::{ServiceExt, service_fn};
+
+use super::{HttpClient, Ownership, RequestBody};
+use crate::error::{BoxError, Error, Result};
+
+/// Builds an owned [`HttpClient`].
+///
+/// Every default is listed with its setter. The client is a
+/// `hyper_util::client::legacy::Client` with connection pooling; its
+/// connection tasks run on a tracked executor, so
+/// [`HttpClient::connection_tasks`] tells when dropping it has released them.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct HttpClientBuilder {
+    connect_timeout: Option<Duration>,
+    pool_idle_timeout: Option<Duration>,
+    pool_max_idle_per_host: usize,
+    tcp_keepalive: Option<Duration>,
+    #[cfg(feature = "rustls")]
+    extra_roots: Vec<Vec<u8>>,
+    #[cfg(feature = "rustls")]
+    built_in_roots: bool,
+}
+
+impl Default for HttpClientBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpClientBuilder {
+    /// A builder with the documented defaults.
+    pub fn new() -> Self {
+        HttpClientBuilder {
+            connect_timeout: Some(Duration::from_secs(10)),
+            pool_idle_timeout: Some(Duration::from_secs(30)),
+            pool_max_idle_per_host: 32,
+            tcp_keepalive: Some(Duration::from_secs(60)),
+            #[cfg(feature = "rustls")]
+            extra_roots: Vec::new(),
+            #[cfg(feature = "rustls")]
+            built_in_roots: true,
+        }
+    }
+
+    /// Time allowed for the TCP connect. Default: 10 s. `None`: no limit.
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long an idle pooled connection is kept. Default: 30 s.
+    /// `None`: until the server closes it.
+    pub fn pool_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.pool_idle_timeout = timeout;
+        self
+    }
+
+    /// Most idle connections kept per host. Default: 32. `0` disables pooling.
+    pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
+        self.pool_max_idle_per_host = max;
+        self
+    }
+
+    /// TCP keepalive probe interval. Default: 60 s. `None`: off.
+    pub fn tcp_keepalive(mut self, interval: Option<Duration>) -> Self {
+        self.tcp_keepalive = interval;
+        self
+    }
+
+    /// Trusts one more root certificate (DER), for example a private CA.
+    #[cfg(feature = "rustls")]
+    pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.extra_roots.push(der.into());
+        self
+    }
+
+    /// Whether the Mozilla root set (webpki-roots) is trusted. Default: true.
+    #[cfg(feature = "rustls")]
+    pub fn built_in_roots(mut self, enabled: bool) -> Self {
+        self.built_in_roots = enabled;
+        self
+    }
+
+    /// Builds the client. Fails only on an invalid TLS root certificate.
+    pub fn build(self) -> Result<HttpClient> {
+        let mut http = HttpConnector::new();
+        // MCP exchanges are small request/response pairs: Nagle only adds
+        // latency to them.
+        http.set_nodelay(true);
+        http.set_connect_timeout(self.connect_timeout);
+        http.set_keepalive(self.tcp_keepalive);
+        http.enforce_http(false);
+
+        let tasks = TaskTracker::new();
+        let mut builder = Client::builder(TrackedExecutor {
+            tasks: tasks.clone(),
+        });
+        builder
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(self.pool_idle_timeout)
+            .pool_max_idle_per_host(self.pool_max_idle_per_host);
+
+        #[cfg(feature = "rustls")]
+        let service = {
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(self.tls_config()?)
+                .https_or_http()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(http);
+            boxed(builder.build::<_, RequestBody>(connector))
+        };
+        #[cfg(not(feature = "rustls"))]
+        let service = boxed(builder.build::<_, RequestBody>(http));
+
+        Ok(HttpClient::from_parts(
+            service,
+            Ownership::Owned,
+            Some(OwnedParts { tasks }),
+        ))
+    }
+
+    #[cfg(feature = "rustls")]
+    fn tls_config(&self) -> Result<rustls::ClientConfig> {
+        use std::sync::Arc;
+
+        let mut roots = rustls::RootCertStore::empty();
+        if self.built_in_roots {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        for der in &self.extra_roots {
+            roots
+                .add(rustls::pki_types::CertificateDer::from(der.clone()))
+                .map_err(|e| Error::builder("invalid root certificate").with_source(e))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::builder("TLS configuration").with_source(e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth())
+    }
+}
+
+fn boxed<C>(client: Client<C, RequestBody>) -> super::BoxService
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    BoxCloneService::new(service_fn(move |request: http::Request<RequestBody>| {
+        let client = client.clone();
+        async move {
+            let response = client.request(request).await.map_err(BoxError::from)?;
+            Ok::<_, BoxError>(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
+        }
+    }))
+    .boxed_clone()
+}
+
+/// What only an owned client has.
+pub(super) struct OwnedParts {
+    tasks: TaskTracker,
+}
+
+impl OwnedParts {
+    pub(super) fn live_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+/// Runs hyper's connection tasks on tokio, counted by a `TaskTracker`.
+#[derive(Clone)]
+struct TrackedExecutor {
+    tasks: TaskTracker,
+}
+
+impl<F> hyper::rt::Executor<F> for TrackedExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        self.tasks.spawn(future);
+    }
+}

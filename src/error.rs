@@ -1,0 +1,319 @@
+//! The crate's one error type.
+//!
+//! [`Error`] is opaque on purpose: what is stable is the set of predicates
+//! (`is_status()`, `is_timeout()`, ...) and accessors (`status()`,
+//! `rpc_error()`, ...), not the internal representation, so new kinds of
+//! failure can be added without breaking callers.
+//!
+//! # Secrets
+//!
+//! Neither `Display` nor `Debug` ever shows a header value we sent (tokens) or
+//! a session id, valid or not. Messages name what went wrong, the HTTP status
+//! and the JSON-RPC code, never the credentials involved.
+
+use http::StatusCode;
+use std::fmt;
+
+use crate::jsonrpc::ErrorObject;
+
+/// A boxed error, as carried in the cause chain.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result<T, mcp_scoped_http::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong between this crate and an MCP server.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: Kind,
+    status: Option<StatusCode>,
+    rpc: Option<ErrorObject>,
+    www_authenticate: Option<String>,
+    message: Option<String>,
+    source: Option<BoxError>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Building a client or a request failed (bad URL, bad header value).
+    Builder,
+    /// The HTTP exchange failed below the HTTP status: connect, TLS, reset.
+    Transport,
+    /// The server answered with a non-success HTTP status.
+    Status,
+    /// The server answered with a JSON-RPC error object.
+    Rpc,
+    /// The server broke the protocol: wrong content type, malformed JSON, a
+    /// stream that ended without the response, an invalid session id.
+    Protocol,
+    /// A configured size limit was exceeded.
+    Limit,
+    /// A redirect we refuse to follow.
+    Redirect,
+}
+
+impl Error {
+    pub(crate) fn new(kind: Kind) -> Self {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                status: None,
+                rpc: None,
+                www_authenticate: None,
+                message: None,
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.inner.message = Some(message.into());
+        self
+    }
+
+    pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
+        self.inner.status = Some(status);
+        self
+    }
+
+    pub(crate) fn with_rpc(mut self, rpc: ErrorObject) -> Self {
+        self.inner.rpc = Some(rpc);
+        self
+    }
+
+    pub(crate) fn with_www_authenticate(mut self, challenge: Option<String>) -> Self {
+        self.inner.www_authenticate = challenge;
+        self
+    }
+
+    pub(crate) fn builder(message: impl Into<String>) -> Self {
+        Error::new(Kind::Builder).with_message(message)
+    }
+
+    pub(crate) fn transport(source: impl Into<BoxError>) -> Self {
+        Error::new(Kind::Transport).with_source(source)
+    }
+
+    pub(crate) fn protocol(message: impl Into<String>) -> Self {
+        Error::new(Kind::Protocol).with_message(message)
+    }
+
+    pub(crate) fn limit(message: impl Into<String>) -> Self {
+        Error::new(Kind::Limit).with_message(message)
+    }
+
+    pub(crate) fn redirect(message: impl Into<String>) -> Self {
+        Error::new(Kind::Redirect).with_message(message)
+    }
+
+    pub(crate) fn rpc(rpc: ErrorObject) -> Self {
+        Error::new(Kind::Rpc).with_rpc(rpc)
+    }
+
+    /// True when the server answered with an HTTP status we treat as failure;
+    /// [`status`](Self::status) has it.
+    pub fn is_status(&self) -> bool {
+        self.inner.kind == Kind::Status
+    }
+
+    /// True when the server answered with a JSON-RPC error;
+    /// [`rpc_error`](Self::rpc_error) has it.
+    ///
+    /// An HTTP error status whose body was a JSON-RPC error is a status error
+    /// (`is_status()`) that also carries the JSON-RPC error.
+    pub fn is_rpc(&self) -> bool {
+        self.inner.kind == Kind::Rpc
+    }
+
+    /// True when a deadline passed.
+    pub fn is_timeout(&self) -> bool {
+        self.chain().any(|cause| {
+            cause.is::<tokio::time::error::Elapsed>()
+                || cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        })
+    }
+
+    /// True when the server broke the protocol: an unexpected content type,
+    /// malformed JSON, a stream that ended without the response, an invalid
+    /// session id.
+    pub fn is_protocol(&self) -> bool {
+        self.inner.kind == Kind::Protocol
+    }
+
+    /// True when a configured size limit (JSON body, SSE event) was exceeded.
+    pub fn is_limit(&self) -> bool {
+        self.inner.kind == Kind::Limit
+    }
+
+    /// True when the server redirected and we refused to follow.
+    pub fn is_redirect(&self) -> bool {
+        self.inner.kind == Kind::Redirect
+    }
+
+    /// True when the HTTP exchange failed below the HTTP layer (refused,
+    /// reset, TLS) or the client could not be used.
+    pub fn is_transport(&self) -> bool {
+        self.inner.kind == Kind::Transport
+    }
+
+    /// True when the failure is ours before anything was sent: an invalid URL
+    /// or header value, a client that could not be built.
+    pub fn is_builder(&self) -> bool {
+        self.inner.kind == Kind::Builder
+    }
+
+    /// True when a request that carried a session id was answered 404: the
+    /// server ended the session (see the transport spec, "Session Management").
+    pub fn is_session_expired(&self) -> bool {
+        self.is_status() && self.inner.status == Some(StatusCode::NOT_FOUND)
+    }
+
+    /// The HTTP status of the answer, when there was one.
+    pub fn status(&self) -> Option<StatusCode> {
+        self.inner.status
+    }
+
+    /// The JSON-RPC error the server sent, when there was one (in a response
+    /// to our request, or as the id-less body of an HTTP error).
+    pub fn rpc_error(&self) -> Option<&ErrorObject> {
+        self.inner.rpc.as_ref()
+    }
+
+    /// The JSON-RPC error code, when there was one.
+    pub fn rpc_code(&self) -> Option<i64> {
+        self.inner.rpc.as_ref().map(|rpc| rpc.code)
+    }
+
+    /// The `WWW-Authenticate` challenge of a 401 or 403, so an OAuth layer can
+    /// act on it. It is the server's text, not ours.
+    pub fn www_authenticate(&self) -> Option<&str> {
+        self.inner.www_authenticate.as_deref()
+    }
+
+    fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+        let mut next = std::error::Error::source(self);
+        std::iter::from_fn(move || {
+            let current = next?;
+            next = current.source();
+            Some(current)
+        })
+    }
+
+    fn kind_str(&self) -> &'static str {
+        match self.inner.kind {
+            Kind::Builder => "invalid configuration",
+            Kind::Transport => "HTTP transport failed",
+            Kind::Status => "server answered with an error status",
+            Kind::Rpc => "server answered with a JSON-RPC error",
+            Kind::Protocol => "protocol violation",
+            Kind::Limit => "size limit exceeded",
+            Kind::Redirect => "redirect refused",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind_str())?;
+        if let Some(status) = self.inner.status {
+            write!(f, ": HTTP {status}")?;
+        }
+        if let Some(rpc) = &self.inner.rpc {
+            write!(f, ": JSON-RPC error {}: {}", rpc.code, rpc.message)?;
+        }
+        if let Some(message) = &self.inner.message {
+            write!(f, ": {message}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("mcp_scoped_http::Error");
+        d.field("kind", &self.inner.kind);
+        if let Some(status) = self.inner.status {
+            d.field("status", &status);
+        }
+        if let Some(rpc) = &self.inner.rpc {
+            d.field("rpc_code", &rpc.code);
+            d.field("rpc_message", &rpc.message);
+        }
+        if let Some(message) = &self.inner.message {
+            d.field("message", message);
+        }
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|source| &**source as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// An HTTP error status, with what the body told us about it.
+pub(crate) fn status_error(
+    status: StatusCode,
+    rpc: Option<ErrorObject>,
+    www_authenticate: Option<String>,
+) -> Error {
+    let mut error = Error::new(Kind::Status)
+        .with_status(status)
+        .with_www_authenticate(www_authenticate);
+    if let Some(rpc) = rpc {
+        error = error.with_rpc(rpc);
+    }
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_error_reports_status_and_rpc_code() {
+        let rpc = ErrorObject {
+            code: -32600,
+            message: "bad".into(),
+            data: None,
+        };
+        let error = status_error(StatusCode::BAD_REQUEST, Some(rpc), None);
+        assert!(error.is_status());
+        assert_eq!(error.status(), Some(StatusCode::BAD_REQUEST));
+        assert_eq!(error.rpc_code(), Some(-32600));
+        let shown = error.to_string();
+        assert!(shown.contains("400"), "{shown}");
+        assert!(shown.contains("-32600"), "{shown}");
+    }
+
+    #[test]
+    fn session_expiry_is_a_404_status() {
+        assert!(status_error(StatusCode::NOT_FOUND, None, None).is_session_expired());
+        assert!(!status_error(StatusCode::BAD_REQUEST, None, None).is_session_expired());
+        assert!(!Error::protocol("x").is_session_expired());
+    }
+
+    #[test]
+    fn timeout_is_found_in_the_cause_chain() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "slow");
+        assert!(Error::transport(io).is_timeout());
+        assert!(!Error::protocol("x").is_timeout());
+    }
+}

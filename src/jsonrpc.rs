@@ -1,0 +1,465 @@
+//! JSON-RPC 2.0 messages as MCP uses them.
+//!
+//! Lenient on input, exact on output:
+//!
+//! - Parsing ignores unknown top-level fields and does not insist on
+//!   `"jsonrpc": "2.0"`. `params`, `result` and `error.data` are kept as
+//!   [`serde_json::Value`] verbatim, so `_meta`, `structuredContent`,
+//!   `outputSchema` or `$schema` pass through untouched.
+//! - A body may be one message or a batch (a JSON array), which servers that
+//!   negotiated 2025-03-26 may send; see [`parse_messages`]. The client never
+//!   sends a batch.
+//! - Serializing always writes `"jsonrpc":"2.0"` first and omits absent
+//!   `params`.
+
+use std::fmt;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A request id: JSON-RPC allows numbers and strings. MCP forbids `null`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RequestId {
+    /// A numeric id, as this crate assigns them.
+    Number(i64),
+    /// A string id, as some servers use for their own requests.
+    String(String),
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl From<i64> for RequestId {
+    fn from(n: i64) -> Self {
+        RequestId::Number(n)
+    }
+}
+
+impl From<String> for RequestId {
+    fn from(s: String) -> Self {
+        RequestId::String(s)
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(s: &str) -> Self {
+        RequestId::String(s.to_owned())
+    }
+}
+
+/// A request: expects a response with the same id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// Correlates the response.
+    pub id: RequestId,
+    /// The method, for example `tools/call`.
+    pub method: String,
+    /// Parameters, verbatim.
+    pub params: Option<Value>,
+}
+
+/// A notification: no id, no response.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    /// The method, for example `notifications/progress`.
+    pub method: String,
+    /// Parameters, verbatim.
+    pub params: Option<Value>,
+}
+
+/// A response: the result of a request, or its error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    /// The id of the request answered. `None` only for an error about a
+    /// message whose id could not be read.
+    pub id: Option<RequestId>,
+    /// The result, or the error object.
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+/// A JSON-RPC error object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// The error code, for example `-32601` (method not found).
+    pub code: i64,
+    /// A short description, the server's words.
+    #[serde(default)]
+    pub message: String,
+    /// Extra data, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// Standard JSON-RPC error codes.
+pub mod codes {
+    /// Invalid JSON was received.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON sent is not a valid request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// The method does not exist or is not available.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid method parameters.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal JSON-RPC error.
+    pub const INTERNAL_ERROR: i64 = -32603;
+}
+
+/// Any JSON-RPC message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// A request.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+    /// A response (result or error).
+    Response(Response),
+}
+
+impl Message {
+    /// The method of a request or notification.
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request(r) => Some(&r.method),
+            Message::Notification(n) => Some(&n.method),
+            Message::Response(_) => None,
+        }
+    }
+
+    /// Serializes the message exactly: `jsonrpc` first, absent `params`
+    /// omitted.
+    pub fn to_vec(&self) -> Vec<u8> {
+        // Serializing these types cannot fail: every map key is a string and
+        // `Value` serializes infallibly.
+        serde_json::to_vec(self).expect("JSON-RPC messages always serialize")
+    }
+
+    /// Parses one message from a JSON value.
+    pub fn from_value(value: Value) -> Result<Message, serde_json::Error> {
+        serde_json::from_value(value)
+    }
+}
+
+impl From<Request> for Message {
+    fn from(r: Request) -> Self {
+        Message::Request(r)
+    }
+}
+
+impl From<Notification> for Message {
+    fn from(n: Notification) -> Self {
+        Message::Notification(n)
+    }
+}
+
+impl From<Response> for Message {
+    fn from(r: Response) -> Self {
+        Message::Response(r)
+    }
+}
+
+/// Parses a body that holds one message or a batch of them.
+///
+/// An empty batch is an error (JSON-RPC says so), as is any element that is
+/// not a message.
+pub fn parse_messages(bytes: &[u8]) -> Result<Vec<Message>, serde_json::Error> {
+    let first = bytes
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+        .unwrap_or(b'{');
+    if first == b'[' {
+        let batch: Vec<Message> = serde_json::from_slice(bytes)?;
+        if batch.is_empty() {
+            return Err(serde_json::Error::custom("empty JSON-RPC batch"));
+        }
+        Ok(batch)
+    } else {
+        Ok(vec![serde_json::from_slice(bytes)?])
+    }
+}
+
+#[derive(Serialize)]
+struct Out<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RequestId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ErrorObject>,
+}
+
+const NULL: Value = Value::Null;
+
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = Out {
+            jsonrpc: "2.0",
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+        };
+        match self {
+            Message::Request(r) => {
+                out.id = Some(&r.id);
+                out.method = Some(&r.method);
+                out.params = r.params.as_ref();
+            }
+            Message::Notification(n) => {
+                out.method = Some(&n.method);
+                out.params = n.params.as_ref();
+            }
+            Message::Response(r) => {
+                match &r.outcome {
+                    Ok(result) => out.result = Some(result),
+                    Err(error) => out.error = Some(error),
+                }
+                if let Some(id) = &r.id {
+                    out.id = Some(id);
+                } else {
+                    // An error response whose id could not be read says `null`.
+                    #[derive(Serialize)]
+                    struct NullId<'a> {
+                        jsonrpc: &'static str,
+                        id: &'a Value,
+                        #[serde(skip_serializing_if = "Option::is_none")]
+                        result: Option<&'a Value>,
+                        #[serde(skip_serializing_if = "Option::is_none")]
+                        error: Option<&'a ErrorObject>,
+                    }
+                    return NullId {
+                        jsonrpc: "2.0",
+                        id: &NULL,
+                        result: out.result,
+                        error: out.error,
+                    }
+                    .serialize(serializer);
+                }
+            }
+        }
+        out.serialize(serializer)
+    }
+}
+
+/// Deserializes a field that is present, even when its value is `null`, as
+/// `Some`; an absent field stays `None` through `#[serde(default)]`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct In {
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+}
+
+fn request_id(value: Value) -> Result<Option<RequestId>, String> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(RequestId::String(s))),
+        Value::Number(n) => n
+            .as_i64()
+            .map(|n| Some(RequestId::Number(n)))
+            .ok_or_else(|| format!("JSON-RPC id {n} is not an integer")),
+        other => Err(format!(
+            "JSON-RPC id must be a number or a string, not {other}"
+        )),
+    }
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = In::deserialize(deserializer)?;
+        let id = match raw.id {
+            Some(value) => request_id(value).map_err(D::Error::custom)?,
+            None => None,
+        };
+        match (raw.method, raw.result, raw.error) {
+            (Some(method), None, None) => Ok(match id {
+                Some(id) => Message::Request(Request {
+                    id,
+                    method,
+                    params: raw.params,
+                }),
+                None => Message::Notification(Notification {
+                    method,
+                    params: raw.params,
+                }),
+            }),
+            (None, Some(result), None) => match id {
+                Some(id) => Ok(Message::Response(Response {
+                    id: Some(id),
+                    outcome: Ok(result),
+                })),
+                None => Err(D::Error::custom("JSON-RPC result without an id")),
+            },
+            (None, None, Some(error)) => Ok(Message::Response(Response {
+                id,
+                outcome: Err(error),
+            })),
+            (None, None, None) => Err(D::Error::custom(
+                "not a JSON-RPC message: no method, result or error",
+            )),
+            _ => Err(D::Error::custom(
+                "not a JSON-RPC message: it mixes method, result and error",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: Value) -> Message {
+        Message::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn output_is_exact() {
+        let request = Message::Request(Request {
+            id: 7.into(),
+            method: "tools/list".into(),
+            params: None,
+        });
+        assert_eq!(
+            String::from_utf8(request.to_vec()).unwrap(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#
+        );
+        let notification = Message::Notification(Notification {
+            method: "notifications/initialized".into(),
+            params: Some(json!({})),
+        });
+        assert_eq!(
+            String::from_utf8(notification.to_vec()).unwrap(),
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}"#
+        );
+        let response = Message::Response(Response {
+            id: Some("a".into()),
+            outcome: Ok(json!({})),
+        });
+        assert_eq!(
+            String::from_utf8(response.to_vec()).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"a","result":{}}"#
+        );
+        let error = Message::Response(Response {
+            id: None,
+            outcome: Err(ErrorObject {
+                code: -32700,
+                message: "parse".into(),
+                data: None,
+            }),
+        });
+        assert_eq!(
+            String::from_utf8(error.to_vec()).unwrap(),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}"#
+        );
+    }
+
+    #[test]
+    fn input_is_lenient_and_verbatim() {
+        let message = parse(json!({
+            "jsonrpc": "2.0", "id": "x-1", "result": {
+                "tools": [{"name": "t", "inputSchema": {"$schema": "s", "type": "object"}}],
+                "_meta": {"k": [1, 2]}
+            },
+            "extra": true
+        }));
+        let Message::Response(Response {
+            id: Some(RequestId::String(id)),
+            outcome: Ok(result),
+        }) = message
+        else {
+            panic!("not a response: {message:?}");
+        };
+        assert_eq!(id, "x-1");
+        assert_eq!(result["tools"][0]["inputSchema"]["$schema"], "s");
+        assert_eq!(result["_meta"]["k"], json!([1, 2]));
+    }
+
+    #[test]
+    fn null_result_is_a_result() {
+        let message = parse(json!({"jsonrpc":"2.0","id":1,"result":null}));
+        assert_eq!(
+            message,
+            Message::Response(Response {
+                id: Some(1.into()),
+                outcome: Ok(Value::Null)
+            })
+        );
+    }
+
+    #[test]
+    fn idless_error_is_a_response_without_id() {
+        let message = parse(json!({"jsonrpc":"2.0","error":{"code":-32600,"message":"no"}}));
+        let Message::Response(response) = message else {
+            panic!()
+        };
+        assert_eq!(response.id, None);
+        assert_eq!(response.outcome.unwrap_err().code, -32600);
+    }
+
+    #[test]
+    fn requests_and_notifications_are_told_apart() {
+        assert!(matches!(
+            parse(json!({"jsonrpc":"2.0","id":3,"method":"ping"})),
+            Message::Request(_)
+        ));
+        assert!(matches!(
+            parse(
+                json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}})
+            ),
+            Message::Notification(_)
+        ));
+    }
+
+    #[test]
+    fn garbage_is_rejected() {
+        for bad in [
+            json!({"jsonrpc":"2.0","id":1}),
+            json!({"jsonrpc":"2.0","id":1,"method":"x","result":{}}),
+            json!({"jsonrpc":"2.0","id":1.5,"result":{}}),
+            json!({"jsonrpc":"2.0","id":[1],"result":{}}),
+            json!({"jsonrpc":"2.0","result":{}}),
+            json!([1, 2]),
+        ] {
+            assert!(Message::from_value(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn batches_parse_and_empty_batches_do_not() {
+        let batch = br#" [{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":1,"result":{}}]"#;
+        assert_eq!(parse_messages(batch).unwrap().len(), 2);
+        assert!(parse_messages(b"[]").is_err());
+        assert_eq!(
+            parse_messages(br#"{"jsonrpc":"2.0","method":"a"}"#)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

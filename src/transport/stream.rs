@@ -1,0 +1,159 @@
+//! The messages a response (JSON or SSE) or the GET stream carries.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+
+use super::sse::{SseDecoder, SseError};
+use crate::client::ResponseBody;
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Message, parse_messages};
+
+/// The server's messages on one HTTP response, in the order sent.
+///
+/// For an `application/json` answer they are all there already. For an SSE
+/// stream they are decoded as the body arrives, with memory bounded by the
+/// configured event size. Events that carry no data (priming events: an id
+/// and an empty `data`) and events of a type other than `message` yield no
+/// message, but their `id` and `retry` are kept for resumption.
+pub struct MessageStream {
+    queue: VecDeque<Message>,
+    body: Option<ResponseBody>,
+    decoder: Option<SseDecoder>,
+    failed: bool,
+}
+
+impl MessageStream {
+    pub(crate) fn from_messages(messages: Vec<Message>) -> Self {
+        MessageStream {
+            queue: messages.into(),
+            body: None,
+            decoder: None,
+            failed: false,
+        }
+    }
+
+    pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize) -> Self {
+        MessageStream {
+            queue: VecDeque::new(),
+            body: Some(body),
+            decoder: Some(SseDecoder::with_max_event_size(max_event_size)),
+            failed: false,
+        }
+    }
+
+    /// Whether the server answered with an SSE stream.
+    pub fn is_sse(&self) -> bool {
+        self.decoder.is_some()
+    }
+
+    /// The id of the last SSE event seen, for `Last-Event-ID` on resumption.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.decoder.as_ref()?.last_event_id()
+    }
+
+    /// The server's last `retry:` value, the wait before resuming.
+    pub fn retry(&self) -> Option<Duration> {
+        self.decoder.as_ref()?.retry()
+    }
+
+    /// The next message; `None` once the response has ended.
+    ///
+    /// An error ends the stream: a broken connection, an event over the size
+    /// limit, an event that is not JSON-RPC. After an error `next` returns
+    /// `None`; [`last_event_id`](Self::last_event_id) still tells where the
+    /// stream broke.
+    pub async fn next(&mut self) -> Option<Result<Message>> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if let Some(message) = self.queue.pop_front() {
+                return Some(Ok(message));
+            }
+            let decoder = self.decoder.as_mut()?;
+            match decoder.next_event() {
+                Ok(Some(event)) => {
+                    let is_message = event.event.as_deref().is_none_or(|e| e == "message");
+                    if is_message && event.has_data() {
+                        match parse_messages(event.data.as_bytes()) {
+                            Ok(messages) => self.queue.extend(messages),
+                            Err(e) => {
+                                return self.fail(
+                                    Error::protocol("an SSE event is not a JSON-RPC message")
+                                        .with_source(e),
+                                );
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return self.fail(sse_error(e)),
+            }
+            let body = self.body.as_mut()?;
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        decoder.push(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return self.fail(Error::transport(e).with_message("the SSE stream broke off"));
+                }
+                None => {
+                    self.body = None;
+                    // An unterminated last event is discarded, as the SSE
+                    // spec says; a complete one still buffered comes out.
+                    match decoder.finish() {
+                        Ok(Some(event)) if event.has_data() => {
+                            match parse_messages(event.data.as_bytes()) {
+                                Ok(messages) => self.queue.extend(messages),
+                                Err(e) => {
+                                    return self.fail(
+                                        Error::protocol("an SSE event is not a JSON-RPC message")
+                                            .with_source(e),
+                                    );
+                                }
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => return self.fail(sse_error(e)),
+                    }
+                    if self.queue.is_empty() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, error: Error) -> Option<Result<Message>> {
+        // Drop the body now: the connection is not reusable after a broken
+        // or over-limit stream, and holding it would keep the server's
+        // writes (and memory) coming.
+        self.body = None;
+        self.queue.clear();
+        self.failed = true;
+        Some(Err(error))
+    }
+}
+
+fn sse_error(error: SseError) -> Error {
+    match error {
+        SseError::EventTooLarge { .. } => Error::limit(error.to_string()),
+        _ => Error::protocol("the SSE stream is not valid").with_source(error),
+    }
+}
+
+impl fmt::Debug for MessageStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MessageStream")
+            .field("sse", &self.is_sse())
+            .field("queued", &self.queue.len())
+            .field("open", &self.body.is_some())
+            .finish()
+    }
+}
