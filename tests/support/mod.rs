@@ -1,0 +1,119 @@
+//! Shared fixtures: clients of both ownerships and the MCP handshake.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use mcp_scoped_http::jsonrpc::{Message, Notification, Request};
+use mcp_scoped_http::transport::{Exchange, ProtocolVersion, StreamableHttp};
+use mcp_scoped_http::{HttpClient, Ownership};
+use serde_json::json;
+
+pub use mcp_scoped_http::testkit::{
+    Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode, ServerConfig,
+    TestServer,
+};
+
+/// The caller's own client, as a borrowed client is usually made: a bare
+/// hyper-util client.
+pub fn callers_hyper_client()
+-> Client<hyper_util::client::legacy::connect::HttpConnector, http_body_util::Full<bytes::Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// One owned and one borrowed client, so each test runs over both.
+pub fn clients() -> Vec<HttpClient> {
+    vec![
+        HttpClient::owned().expect("owned client"),
+        HttpClient::borrowed(callers_hyper_client()),
+    ]
+}
+
+pub fn label(client: &HttpClient) -> &'static str {
+    match client.ownership() {
+        Ownership::Owned => "owned",
+        _ => "borrowed",
+    }
+}
+
+pub fn wire(client: HttpClient, server: &TestServer) -> StreamableHttp {
+    StreamableHttp::new(client, &server.url()).expect("valid endpoint")
+}
+
+pub fn initialize_request(id: i64, version: &str) -> Request {
+    Request {
+        id: id.into(),
+        method: "initialize".into(),
+        params: Some(json!({
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "mcp-scoped-http-tests", "version": "0"},
+        })),
+    }
+}
+
+/// initialize (proposing `version`), record the answer's revision, then
+/// notifications/initialized.
+pub async fn handshake_with(wire: &StreamableHttp, version: &str) -> Exchange {
+    let init = wire
+        .request(initialize_request(1, version))
+        .await
+        .expect("initialize");
+    let negotiated: ProtocolVersion = init.result["protocolVersion"]
+        .as_str()
+        .expect("protocolVersion")
+        .parse()
+        .expect("supported revision");
+    wire.set_protocol_version(negotiated);
+    let initialized = Message::Notification(Notification {
+        method: "notifications/initialized".into(),
+        params: None,
+    });
+    wire.post(&initialized).await.expect("initialized");
+    init
+}
+
+pub async fn handshake(wire: &StreamableHttp) -> Exchange {
+    handshake_with(wire, ProtocolVersion::LATEST.as_str()).await
+}
+
+pub fn request(id: i64, method: &str, params: Option<serde_json::Value>) -> Request {
+    Request {
+        id: id.into(),
+        method: method.into(),
+        params,
+    }
+}
+
+/// Requests the server saw for one JSON-RPC method.
+pub fn seen(server: &TestServer, rpc_method: &str) -> Vec<RecordedRequest> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.rpc_method.as_deref() == Some(rpc_method))
+        .collect()
+}
+
+/// Requests the server saw with one HTTP method.
+pub fn seen_http(server: &TestServer, method: http::Method) -> Vec<RecordedRequest> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == method)
+        .collect()
+}
+
+/// Polls `condition` until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
