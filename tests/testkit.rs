@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request};
+use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
@@ -793,4 +793,44 @@ async fn tls_with_self_signed_certificate() {
     assert_eq!(r.status, 200);
     assert!(r.header("mcp-session-id").is_some());
     assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn delay_expiry_and_delete_faults() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server
+        .push_fault(Fault::on_rpc("ping", FaultAction::Delay(Duration::from_millis(50))).times(1));
+    let started = Instant::now();
+    let r = send(&c, post(&url, Some(&sid), &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(50));
+
+    server.expire_sessions();
+    let r = send(&c, post(&url, Some(&sid), &rpc(3, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "expired session");
+    assert_eq!(server.stats().live_sessions, 0);
+
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_http(Method::DELETE, FaultAction::status(500)).times(1));
+    let del = || {
+        Request::delete(&url)
+            .header("mcp-session-id", &sid)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(send(&c, del()).await.unwrap().status, 500);
+    assert_eq!(
+        server.stats().live_sessions,
+        1,
+        "a faulted DELETE keeps the session"
+    );
+    assert_eq!(send(&c, del()).await.unwrap().status, 200);
+    assert_eq!(server.stats().deletes, 2);
 }

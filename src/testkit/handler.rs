@@ -358,7 +358,7 @@ fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
     if answers.is_empty() {
         return Outcome::Http(empty(202));
     }
-    let session = if let Some(raw) = &ov.session_id {
+    let session = if let (true, Some(raw)) = (is_init, &ov.session_id) {
         let Ok(value) = HeaderValue::from_bytes(raw) else {
             return Outcome::Http(rpc_error_response(
                 500,

@@ -17,6 +17,7 @@
 //! let url = server.url(); // http://127.0.0.1:PORT/mcp
 //! # drop(url);
 //! ```
+#![deny(missing_docs)]
 
 mod config;
 mod fault;
@@ -328,7 +329,12 @@ async fn accept_loop(
             _ = shared.shutdown.cancelled() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
-                let Ok((tcp, _peer)) = accepted else { continue };
+                let Ok((tcp, _peer)) = accepted else {
+                    // Out of descriptors or similar: back off a little
+                    // instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
                 next_conn += 1;
                 let guard = CountGuard::new(shared.clone(), |c| &c.open);
