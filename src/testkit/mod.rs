@@ -1,1 +1,353 @@
-//! Test kit (to be written).
+//! An in-process, fault-injecting MCP server speaking Streamable HTTP, for
+//! tests of this crate and of code built on it.
+//!
+//! [`TestServer::start`] binds `127.0.0.1:0` and serves on a thread with its
+//! own tokio runtime, so its tasks never show up in the caller's runtime.
+//! Every request is recorded ([`TestServer::requests`]); scripted
+//! [`Fault`]s replace normal answers for the requests they match.
+//!
+//! ```no_run
+//! use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+//!
+//! let server = TestServer::start(
+//!     ServerConfig::default()
+//!         .with_page_size(1)
+//!         .with_fault(Fault::on_rpc("tools/list", FaultAction::status(500)).page(2).times(1)),
+//! );
+//! let url = server.url(); // http://127.0.0.1:PORT/mcp
+//! # drop(url);
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod fault;
+mod handler;
+mod mcp;
+mod sse;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{ListenMode, ResponseMode, ServerConfig, TlsIdentity};
+pub use fault::{Fault, FaultAction, FaultMatch};
+
+use fault::ActiveFault;
+
+/// One request as the server received it.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: http::Method,
+    /// Request path (without query).
+    pub path: String,
+    /// Request headers.
+    pub headers: http::HeaderMap,
+    /// The body parsed as JSON, if there was a body and it parsed.
+    pub body: Option<serde_json::Value>,
+    /// `method` of the (first) JSON-RPC message of the body, if any.
+    pub rpc_method: Option<String>,
+    /// Id of the TCP connection it arrived on (1, 2, ... in accept order).
+    pub connection: u64,
+}
+
+impl RecordedRequest {
+    /// The value of header `name` (any case), if present and valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Counters of a [`TestServer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// TCP connections accepted so far.
+    pub connections_accepted: usize,
+    /// TCP connections currently open.
+    pub connections_open: usize,
+    /// DELETE requests received (whatever their outcome).
+    pub deletes: usize,
+    /// Sessions minted by `initialize` so far.
+    pub sessions_created: usize,
+    /// Sessions currently alive (minted and not deleted or expired).
+    pub live_sessions: usize,
+    /// GET listening streams currently open.
+    pub listen_streams_open: usize,
+}
+
+/// A running test server; it stops when dropped (or on [`TestServer::shutdown`]).
+pub struct TestServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestServer")
+            .field("url", &self.url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A chunk sender feeding an SSE body.
+type ChunkSender = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// An open GET listening stream.
+struct Listener {
+    session: Option<String>,
+    tx: ChunkSender,
+}
+
+/// A response kept for replay on a GET with `Last-Event-ID`.
+struct Replay {
+    session: Option<String>,
+    messages: Vec<serde_json::Value>,
+}
+
+#[derive(Default)]
+struct State {
+    requests: Vec<RecordedRequest>,
+    faults: Vec<ActiveFault>,
+    /// Live sessions.
+    sessions: HashSet<String>,
+    listeners: Vec<Listener>,
+    replays: HashMap<String, Replay>,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicUsize,
+    open: AtomicUsize,
+    deletes: AtomicUsize,
+    sessions_created: AtomicUsize,
+    listen_open: AtomicUsize,
+}
+
+/// State shared by the handle and the server thread.
+struct Shared {
+    config: ServerConfig,
+    /// `http://127.0.0.1:PORT` (or `https://`).
+    origin: String,
+    state: Mutex<State>,
+    counters: Counters,
+    next_event: AtomicU64,
+    next_session: AtomicU64,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state inconsistent
+        // in a way that matters for a test server.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A fresh, server-wide unique SSE event id.
+    fn event_id(&self) -> String {
+        format!("ev-{}", self.next_event.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// Decrements a counter when dropped.
+struct CountGuard {
+    shared: Arc<Shared>,
+    which: fn(&Counters) -> &AtomicUsize,
+}
+
+impl CountGuard {
+    fn new(shared: Arc<Shared>, which: fn(&Counters) -> &AtomicUsize) -> Self {
+        which(&shared.counters).fetch_add(1, Ordering::SeqCst);
+        CountGuard { shared, which }
+    }
+}
+
+impl Drop for CountGuard {
+    fn drop(&mut self) {
+        (self.which)(&self.shared.counters).fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl TestServer {
+    /// Starts a server on `127.0.0.1:0` in a new thread with its own tokio
+    /// runtime, and returns once it is listening.
+    ///
+    /// # Panics
+    ///
+    /// If the socket cannot be bound, the runtime cannot be built, or the TLS
+    /// identity is invalid.
+    pub fn start(mut config: ServerConfig) -> TestServer {
+        let std_listener =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("testkit: bind 127.0.0.1:0");
+        std_listener
+            .set_nonblocking(true)
+            .expect("testkit: set_nonblocking");
+        let addr = std_listener.local_addr().expect("testkit: local_addr");
+        let tls = config.tls.as_ref().map(handler::tls_acceptor);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let faults = std::mem::take(&mut config.faults)
+            .into_iter()
+            .map(ActiveFault::new)
+            .collect();
+        let shared = Arc::new(Shared {
+            config,
+            origin: format!("{scheme}://{addr}"),
+            state: Mutex::new(State {
+                faults,
+                ..State::default()
+            }),
+            counters: Counters::default(),
+            next_event: AtomicU64::new(0),
+            next_session: AtomicU64::new(0),
+            shutdown: CancellationToken::new(),
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("mcp-testkit")
+            .enable_all()
+            .build()
+            .expect("testkit: build runtime");
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("mcp-testkit".into())
+            .spawn(move || {
+                runtime.block_on(accept_loop(std_listener, tls, thread_shared));
+                // Drops every remaining task (stream producers, h2 streams).
+                runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            })
+            .expect("testkit: spawn thread");
+        TestServer {
+            addr,
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// The MCP endpoint URL, e.g. `http://127.0.0.1:PORT/mcp`.
+    pub fn url(&self) -> String {
+        format!("{}{}", self.shared.origin, self.shared.config.path)
+    }
+
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.state().requests.clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        self.shared.state().requests.clear();
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.shared.counters;
+        let live_sessions = self.shared.state().sessions.len();
+        ServerStats {
+            connections_accepted: c.accepted.load(Ordering::SeqCst),
+            connections_open: c.open.load(Ordering::SeqCst),
+            deletes: c.deletes.load(Ordering::SeqCst),
+            sessions_created: c.sessions_created.load(Ordering::SeqCst),
+            live_sessions,
+            listen_streams_open: c.listen_open.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Adds a scripted fault after those already present.
+    pub fn push_fault(&self, fault: Fault) {
+        self.shared.state().faults.push(ActiveFault::new(fault));
+    }
+
+    /// Removes every scripted fault.
+    pub fn clear_faults(&self) {
+        self.shared.state().faults.clear();
+    }
+
+    /// Ends every live session, as if they had expired: later requests with
+    /// their ids get 404, and their listening streams end.
+    pub fn expire_sessions(&self) {
+        let mut st = self.shared.state();
+        st.sessions.clear();
+        st.listeners.clear();
+        st.replays.clear();
+    }
+
+    /// Sends a JSON-RPC message (notification or server-to-client request) as
+    /// one event on every open listening stream; returns how many got it.
+    pub fn notify_listeners(&self, message: &serde_json::Value) -> usize {
+        let mut st = self.shared.state();
+        st.listeners.retain(|l| !l.tx.is_closed());
+        let mut sent = 0;
+        for l in &st.listeners {
+            let ev = sse::event(Some(&self.shared.event_id()), None, &message.to_string());
+            if l.tx.try_send(Ok(ev)).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Stops the server: stops accepting, closes every connection (even with
+    /// requests hanging) and joins the server thread. Same as dropping it.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.shared.state().listeners.clear();
+    }
+}
+
+async fn accept_loop(
+    std_listener: std::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+) {
+    let listener =
+        tokio::net::TcpListener::from_std(std_listener).expect("testkit: register listener");
+    let mut conns = JoinSet::new();
+    let mut next_conn: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let Ok((tcp, _peer)) = accepted else {
+                    // Out of descriptors or similar: back off a little
+                    // instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                next_conn += 1;
+                let guard = CountGuard::new(shared.clone(), |c| &c.open);
+                shared.counters.accepted.fetch_add(1, Ordering::SeqCst);
+                conns.spawn(handler::serve_connection(tcp, tls.clone(), shared.clone(), next_conn, guard));
+            }
+        }
+    }
+    drop(listener);
+    {
+        let mut st = shared.state();
+        st.listeners.clear();
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}

@@ -1,0 +1,280 @@
+//! Scripted faults.
+//!
+//! Faults are matched in order against every request that reaches the
+//! endpoint path. The first fault that matches and still has uses left
+//! applies. A fault with `skip = N` lets its first N matches through; a
+//! request let through is matched against the following faults, and behaves
+//! normally if none applies.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+
+/// Which requests a [`Fault`] applies to. Every field that is set must match.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default)]
+pub struct FaultMatch {
+    /// The HTTP method (POST, GET, DELETE), if set.
+    pub http_method: Option<Method>,
+    /// The `method` of the (first) JSON-RPC message of the body, if set.
+    pub rpc_method: Option<String>,
+    /// The 1-based page of a list method (`tools/list`, ...), if set:
+    /// page 1 has no cursor, page N has the cursor the server issued for it.
+    pub page: Option<usize>,
+    /// Let the first `skip` matching requests through.
+    pub skip: usize,
+}
+
+impl FaultMatch {
+    /// Matches every request.
+    pub fn any() -> Self {
+        FaultMatch::default()
+    }
+    /// Matches requests with this HTTP method.
+    pub fn http(method: Method) -> Self {
+        FaultMatch {
+            http_method: Some(method),
+            ..FaultMatch::default()
+        }
+    }
+    /// Matches requests whose (first) JSON-RPC message has this method.
+    pub fn rpc(method: impl Into<String>) -> Self {
+        FaultMatch {
+            rpc_method: Some(method.into()),
+            ..FaultMatch::default()
+        }
+    }
+}
+
+/// A scripted fault: when a request matches `when`, answer with `action`.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// Which requests it applies to.
+    pub when: FaultMatch,
+    /// What the server does instead of answering normally.
+    pub action: FaultAction,
+    /// How many times it applies; `None` means every match.
+    pub times: Option<usize>,
+}
+
+impl Fault {
+    /// A fault with an explicit matcher, applying to every match.
+    pub fn new(when: FaultMatch, action: FaultAction) -> Self {
+        Fault {
+            when,
+            action,
+            times: None,
+        }
+    }
+    /// A fault on every request.
+    pub fn any(action: FaultAction) -> Self {
+        Fault::new(FaultMatch::any(), action)
+    }
+    /// A fault on requests whose (first) JSON-RPC method is `method`.
+    pub fn on_rpc(method: impl Into<String>, action: FaultAction) -> Self {
+        Fault::new(FaultMatch::rpc(method), action)
+    }
+    /// A fault on requests with this HTTP method.
+    pub fn on_http(method: Method, action: FaultAction) -> Self {
+        Fault::new(FaultMatch::http(method), action)
+    }
+    /// Restricts to page `page` (1-based) of a list method.
+    pub fn page(mut self, page: usize) -> Self {
+        self.when.page = Some(page);
+        self
+    }
+    /// Restricts to this HTTP method as well.
+    pub fn http_method(mut self, method: Method) -> Self {
+        self.when.http_method = Some(method);
+        self
+    }
+    /// Applies at most `n` times.
+    pub fn times(mut self, n: usize) -> Self {
+        self.times = Some(n);
+        self
+    }
+    /// Lets the first `n` matches through.
+    pub fn skip(mut self, n: usize) -> Self {
+        self.when.skip = n;
+        self
+    }
+}
+
+/// What the server does for a request a [`Fault`] matched.
+#[non_exhaustive]
+#[derive(Clone, Debug)]
+pub enum FaultAction {
+    /// Answer with this status, optional Content-Type and body, and extra
+    /// headers (e.g. `401` with `WWW-Authenticate`).
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// Content-Type header, if any.
+        content_type: Option<String>,
+        /// Body, if any (empty otherwise).
+        body: Option<String>,
+        /// Extra headers, in order.
+        headers: Vec<(String, String)>,
+    },
+    /// `202 Accepted` with an empty body, even in answer to a request.
+    Accepted,
+    /// `200 application/json` with the body `{not json`.
+    MalformedJson,
+    /// `200 application/json` whose Content-Length is larger than what is
+    /// sent; then the connection is closed.
+    CutBody,
+    /// SSE: a priming event with an id (and `retry:` if set), then the stream
+    /// ends without the response. A later GET with that `Last-Event-ID` (and
+    /// the same session) replays the response once.
+    SseCutAfterEvent {
+        /// `retry:` field of the priming event, in milliseconds.
+        retry_ms: Option<u64>,
+    },
+    /// `200 text/event-stream` that ends cleanly with no event at all.
+    SseEndWithoutResponse,
+    /// Never answer (until shutdown). Other requests are not blocked.
+    Hang,
+    /// Wait this long, then answer normally.
+    Delay(Duration),
+    /// `initialize` answers with this raw `Mcp-Session-Id` value (which may
+    /// hold obs-text, spaces, or be very long). Bytes that cannot be a header
+    /// value at all (controls) make the answer a 500.
+    SessionId(Vec<u8>),
+    /// Redirect with this status to `location`, in which `{self}` is replaced
+    /// by this server's origin (e.g. `http://127.0.0.1:PORT`).
+    Redirect {
+        /// HTTP status code (301, 302, 303, 307, 308).
+        status: u16,
+        /// The Location header value.
+        location: String,
+    },
+    /// SSE whose response event's data is padded to about `bytes` bytes.
+    OversizeSseEvent {
+        /// Approximate size of the response event data.
+        bytes: usize,
+    },
+    /// JSON response padded (a long string in the result) to about `bytes`.
+    OversizeJson {
+        /// Approximate size of the body.
+        bytes: usize,
+    },
+    /// SSE: `data: ` then an endless line with no newline, sent in chunks
+    /// until the client goes away (hard cap 256 MiB).
+    SseNeverEndingLine,
+    /// The normal body with this Content-Type; if it names
+    /// `text/event-stream` (any case) the body is SSE encoded, else JSON.
+    ContentType(String),
+    /// This status, Content-Type and body; `{id}` in the body is replaced by
+    /// the JSON of the request's id (`null` if none).
+    Raw {
+        /// HTTP status code.
+        status: u16,
+        /// Content-Type header.
+        content_type: String,
+        /// Body template.
+        body: Bytes,
+    },
+    /// `initialize` answers normally but with this `protocolVersion`
+    /// (a session is minted as usual).
+    ProtocolVersion(String),
+    /// JSON array: a `notifications/message`, then the response(s).
+    BatchResponse,
+    /// Close the connection without any response (an error from the service).
+    CloseConnection,
+}
+
+impl FaultAction {
+    /// `Status` with no body and no extra headers.
+    pub fn status(status: u16) -> Self {
+        FaultAction::Status {
+            status,
+            content_type: None,
+            body: None,
+            headers: Vec::new(),
+        }
+    }
+    /// `Status` with an id-less JSON-RPC error body.
+    pub fn status_with_rpc_error(status: u16, code: i64, message: &str) -> Self {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": code, "message": message},
+        });
+        FaultAction::Status {
+            status,
+            content_type: Some("application/json".to_owned()),
+            body: Some(body.to_string()),
+            headers: Vec::new(),
+        }
+    }
+    /// `401 Unauthorized` with this `WWW-Authenticate` challenge.
+    pub fn unauthorized(challenge: &str) -> Self {
+        FaultAction::Status {
+            status: 401,
+            content_type: None,
+            body: None,
+            headers: vec![("WWW-Authenticate".to_owned(), challenge.to_owned())],
+        }
+    }
+    /// `Raw` from a string body.
+    pub fn raw(status: u16, content_type: &str, body: &str) -> Self {
+        FaultAction::Raw {
+            status,
+            content_type: content_type.to_owned(),
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+}
+
+/// A fault with its use counters.
+#[derive(Debug)]
+pub(crate) struct ActiveFault {
+    fault: Fault,
+    skipped: usize,
+    used: usize,
+}
+
+impl ActiveFault {
+    pub(crate) fn new(fault: Fault) -> Self {
+        ActiveFault {
+            fault,
+            skipped: 0,
+            used: 0,
+        }
+    }
+}
+
+/// Picks the action for a request, updating counters.
+pub(crate) fn pick(
+    faults: &mut [ActiveFault],
+    http_method: &Method,
+    rpc_method: Option<&str>,
+    page: Option<usize>,
+) -> Option<FaultAction> {
+    for f in faults.iter_mut() {
+        let w = &f.fault.when;
+        if w.http_method.as_ref().is_some_and(|m| m != http_method) {
+            continue;
+        }
+        if w.rpc_method
+            .as_deref()
+            .is_some_and(|m| Some(m) != rpc_method)
+        {
+            continue;
+        }
+        if w.page.is_some() && w.page != page {
+            continue;
+        }
+        if f.fault.times.is_some_and(|t| f.used >= t) {
+            continue;
+        }
+        if f.skipped < w.skip {
+            f.skipped += 1;
+            continue;
+        }
+        f.used += 1;
+        return Some(f.fault.action.clone());
+    }
+    None
+}

@@ -1,0 +1,803 @@
+//! Connection serving and HTTP request handling.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+
+use super::config::{ListenMode, ResponseMode, TlsIdentity};
+use super::fault::{self, FaultAction};
+use super::mcp::{self, Answer, Kind};
+use super::sse::{self, ChanBody};
+use super::{CountGuard, Listener, RecordedRequest, Replay, Shared};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type RespBody = UnsyncBoxBody<Bytes, io::Error>;
+type Resp = Response<RespBody>;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+const EVENT_STREAM: &str = "text/event-stream";
+const JSON: &str = "application/json";
+/// Hard cap of [`FaultAction::SseNeverEndingLine`].
+const NEVER_ENDING_CAP: usize = 256 << 20;
+
+/// Builds the TLS acceptor for `id` (ring provider, h2 and http/1.1 ALPN).
+pub(super) fn tls_acceptor(id: &TlsIdentity) -> TlsAcceptor {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = id
+        .cert_chain_der
+        .iter()
+        .map(|c| CertificateDer::from(c.clone()))
+        .collect();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(id.key_der.clone()));
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("testkit: TLS protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("testkit: invalid TLS identity");
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    TlsAcceptor::from(Arc::new(cfg))
+}
+
+/// Serves one accepted TCP connection until it closes (or is aborted).
+pub(super) async fn serve_connection(
+    tcp: TcpStream,
+    tls: Option<TlsAcceptor>,
+    shared: Arc<Shared>,
+    conn: u64,
+    _open: CountGuard,
+) {
+    match tls {
+        None => serve_io(tcp, shared, conn).await,
+        Some(acceptor) => {
+            if let Ok(stream) = acceptor.accept(tcp).await {
+                serve_io(stream, shared, conn).await;
+            }
+        }
+    }
+}
+
+async fn serve_io<I>(io: I, shared: Arc<Shared>, conn: u64)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| handle(shared.clone(), conn, req));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let _ = builder.serve_connection(TokioIo::new(io), svc).await;
+}
+
+/// The parts of a request the handlers need.
+struct Req {
+    method: Method,
+    headers: HeaderMap,
+    /// `None`: empty body; `Some(Err)`: not JSON.
+    json: Option<Result<Value, ()>>,
+}
+
+impl Req {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn first_message(&self) -> Option<&Value> {
+        match self.json.as_ref()?.as_ref().ok()? {
+            Value::Array(a) => a.first(),
+            v => Some(v),
+        }
+    }
+}
+
+async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Result<Resp, BoxError> {
+    let (parts, body) = req.into_parts();
+    let bytes = body.collect().await?.to_bytes();
+    let req = Req {
+        method: parts.method,
+        headers: parts.headers,
+        json: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).map_err(|_| ())),
+    };
+    let cfg = &shared.config;
+    let first = req.first_message();
+    let rpc_method = first
+        .and_then(|m| m.get("method"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let page = rpc_method
+        .as_deref()
+        .and_then(|m| mcp::page_of(cfg, m, first.and_then(|f| f.get("params"))));
+    let path = parts.uri.path().to_owned();
+    let on_path = path == cfg.path;
+    if req.method == Method::DELETE {
+        shared.counters.deletes.fetch_add(1, Ordering::SeqCst);
+    }
+    let action = {
+        let mut st = shared.state();
+        st.requests.push(RecordedRequest {
+            method: req.method.clone(),
+            path,
+            headers: req.headers.clone(),
+            body: req.json.clone().and_then(Result::ok),
+            rpc_method: rpc_method.clone(),
+            connection: conn,
+        });
+        if on_path {
+            fault::pick(&mut st.faults, &req.method, rpc_method.as_deref(), page)
+        } else {
+            None
+        }
+    };
+    if !on_path {
+        return Ok(rpc_error_response(404, "not found"));
+    }
+    match action {
+        None => Ok(normal(&shared, &req)),
+        Some(action) => apply(&shared, &req, action).await,
+    }
+}
+
+// ---------------------------------------------------------------- responses
+
+fn boxed<B>(body: B) -> RespBody
+where
+    B: Body<Data = Bytes, Error = io::Error> + Send + 'static,
+{
+    UnsyncBoxBody::new(body)
+}
+
+fn full(status: u16, content_type: Option<&str>, body: impl Into<Bytes>) -> Resp {
+    let mut resp = Response::new(boxed(
+        Full::new(body.into()).map_err(|never| match never {}),
+    ));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Some(ct) = content_type {
+        if let Ok(v) = HeaderValue::from_str(ct) {
+            resp.headers_mut().insert(CONTENT_TYPE, v);
+        }
+    }
+    resp
+}
+
+fn empty(status: u16) -> Resp {
+    full(status, None, Bytes::new())
+}
+
+/// An HTTP error whose body is an id-less JSON-RPC error.
+fn rpc_error_response(status: u16, message: &str) -> Resp {
+    let code = if status == 404 {
+        -32001
+    } else {
+        mcp::INVALID_REQUEST
+    };
+    rpc_error_with_code(status, code, message)
+}
+
+fn rpc_error_with_code(status: u16, code: i64, message: &str) -> Resp {
+    full(
+        status,
+        Some(JSON),
+        mcp::error(&Value::Null, code, message).to_string(),
+    )
+}
+
+fn method_not_allowed(allow: &'static str) -> Resp {
+    let mut resp = rpc_error_response(405, "method not allowed");
+    resp.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+fn sse_response(events: Vec<Bytes>) -> Resp {
+    let mut resp = Response::new(boxed(ChanBody::chunks(events)));
+    sse_headers(resp.headers_mut());
+    resp
+}
+
+fn sse_headers(headers: &mut HeaderMap) {
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+}
+
+// ---------------------------------------------------------------- normal protocol
+
+fn normal(shared: &Arc<Shared>, req: &Req) -> Resp {
+    match req.method {
+        Method::POST => {
+            let enc = Encoding {
+                sse: shared.config.response_mode == ResponseMode::Sse,
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &Overrides::default()), &enc)
+        }
+        Method::GET => get(shared, req),
+        Method::DELETE => delete(shared, req),
+        _ => method_not_allowed("GET, POST, DELETE"),
+    }
+}
+
+/// Changes to the normal answer to `initialize` made by faults.
+#[derive(Default)]
+struct Overrides {
+    protocol_version: Option<String>,
+    session_id: Option<Vec<u8>>,
+}
+
+/// The outcome of a POST before it is encoded.
+enum Outcome {
+    /// A finished HTTP answer (errors, 202).
+    Http(Resp),
+    /// JSON-RPC answers to encode as JSON or SSE.
+    Messages {
+        answers: Vec<Answer>,
+        batch: bool,
+        session: Option<HeaderValue>,
+    },
+}
+
+fn media_types(value: &str) -> impl Iterator<Item = String> + '_ {
+    value.split(',').map(|part| {
+        part.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    })
+}
+
+/// The error answer for a non-initialize request whose session header is
+/// missing or unknown, if it is.
+fn session_error(shared: &Shared, req: &Req) -> Option<Resp> {
+    if !shared.config.stateful {
+        return None;
+    }
+    let Some(id) = req.header(SESSION_HEADER) else {
+        return Some(rpc_error_response(400, "missing Mcp-Session-Id"));
+    };
+    if shared.state().sessions.contains(id) {
+        None
+    } else {
+        Some(rpc_error_response(404, "session not found"))
+    }
+}
+
+fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
+    let cfg = &shared.config;
+    let ct_ok = req
+        .header(CONTENT_TYPE.as_str())
+        .is_some_and(|v| media_types(v).next().is_some_and(|t| t == JSON));
+    if !ct_ok {
+        return Outcome::Http(rpc_error_response(
+            415,
+            "Content-Type must be application/json",
+        ));
+    }
+    let accept: Vec<String> = req
+        .headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(media_types)
+        .collect();
+    if !(accept.iter().any(|t| t == JSON) && accept.iter().any(|t| t == EVENT_STREAM)) {
+        return Outcome::Http(rpc_error_response(
+            406,
+            "Accept must list application/json and text/event-stream",
+        ));
+    }
+    let json = match &req.json {
+        None => return Outcome::Http(rpc_error_response(400, "empty body")),
+        Some(Err(())) => {
+            return Outcome::Http(rpc_error_with_code(400, mcp::PARSE_ERROR, "parse error"));
+        }
+        Some(Ok(v)) => v,
+    };
+    let (messages, batch): (Vec<&Value>, bool) = match json {
+        Value::Array(a) if a.is_empty() => {
+            return Outcome::Http(rpc_error_response(400, "empty batch"));
+        }
+        Value::Array(a) => (a.iter().collect(), true),
+        v => (vec![v], false),
+    };
+    if !batch && matches!(mcp::classify(messages[0]), Kind::Invalid) {
+        return Outcome::Http(rpc_error_response(400, "not a JSON-RPC message"));
+    }
+    let is_init = messages
+        .iter()
+        .any(|m| m.get("method").and_then(Value::as_str) == Some("initialize"));
+    if !is_init {
+        if let Some(v) = req.header(VERSION_HEADER) {
+            if !mcp::SUPPORTED_VERSIONS.contains(&v) {
+                return Outcome::Http(rpc_error_response(400, "unsupported MCP-Protocol-Version"));
+            }
+        }
+        if let Some(resp) = session_error(shared, req) {
+            return Outcome::Http(resp);
+        }
+    }
+    let sse = cfg.response_mode == ResponseMode::Sse;
+    let mut answers = Vec::new();
+    for m in messages {
+        match mcp::classify(m) {
+            Kind::Request { id, method, params } => answers.push(mcp::answer(
+                cfg,
+                id,
+                method,
+                params,
+                sse,
+                ov.protocol_version.as_deref(),
+            )),
+            Kind::NotificationOrResponse => {}
+            Kind::Invalid => answers.push(Answer {
+                before: Vec::new(),
+                response: mcp::error(&Value::Null, mcp::INVALID_REQUEST, "invalid request"),
+            }),
+        }
+    }
+    if answers.is_empty() {
+        return Outcome::Http(empty(202));
+    }
+    let session = if let (true, Some(raw)) = (is_init, &ov.session_id) {
+        let Ok(value) = HeaderValue::from_bytes(raw) else {
+            return Outcome::Http(rpc_error_response(
+                500,
+                "testkit: session id is no header value",
+            ));
+        };
+        register_session(shared, String::from_utf8_lossy(raw).into_owned());
+        Some(value)
+    } else if is_init && cfg.stateful {
+        let n = shared.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("s-{n}-{:016x}", random_u64());
+        let value = HeaderValue::from_str(&id).expect("visible ASCII");
+        register_session(shared, id);
+        Some(value)
+    } else {
+        None
+    };
+    Outcome::Messages {
+        answers,
+        batch,
+        session,
+    }
+}
+
+fn register_session(shared: &Shared, id: String) {
+    shared.state().sessions.insert(id);
+    shared
+        .counters
+        .sessions_created
+        .fetch_add(1, Ordering::SeqCst);
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// How to encode [`Outcome::Messages`].
+#[derive(Default)]
+struct Encoding {
+    sse: bool,
+    /// Replaces the Content-Type header.
+    content_type: Option<String>,
+    /// Pads the first response to about this many bytes.
+    pad: Option<usize>,
+    /// JSON array with a `notifications/message` before the response(s).
+    batch_notification: bool,
+}
+
+fn pad(response: &mut Value, bytes: usize) {
+    let filler = Value::String("x".repeat(bytes));
+    if let Some(result) = response.get_mut("result").and_then(Value::as_object_mut) {
+        result.insert("padding".into(), filler);
+    } else if let Some(error) = response.get_mut("error").and_then(Value::as_object_mut) {
+        error.insert("data".into(), filler);
+    }
+}
+
+fn encode(shared: &Shared, outcome: Outcome, enc: &Encoding) -> Resp {
+    let (mut answers, batch, session) = match outcome {
+        Outcome::Http(resp) => return resp,
+        Outcome::Messages {
+            answers,
+            batch,
+            session,
+        } => (answers, batch, session),
+    };
+    if let (Some(bytes), Some(first)) = (enc.pad, answers.first_mut()) {
+        pad(&mut first.response, bytes);
+    }
+    let mut resp = if enc.sse {
+        let mut events = Vec::new();
+        if shared.config.priming_event {
+            events.push(sse::event(Some(&shared.event_id()), None, ""));
+        }
+        let notes = (1..=shared.config.notifications_before_response).map(mcp::log_notification);
+        let messages = notes.chain(
+            answers
+                .into_iter()
+                .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response))),
+        );
+        for m in messages {
+            events.push(sse::event(Some(&shared.event_id()), None, &m.to_string()));
+        }
+        sse_response(events)
+    } else {
+        let mut responses: Vec<Value> = answers.into_iter().map(|a| a.response).collect();
+        let body = if enc.batch_notification {
+            responses.insert(0, mcp::log_notification(1));
+            Value::Array(responses)
+        } else if batch {
+            Value::Array(responses)
+        } else {
+            responses.swap_remove(0)
+        };
+        full(200, Some(JSON), body.to_string())
+    };
+    if let Some(ct) = &enc.content_type {
+        match HeaderValue::from_str(ct) {
+            Ok(v) => {
+                resp.headers_mut().insert(CONTENT_TYPE, v);
+            }
+            Err(_) => return rpc_error_response(500, "testkit: bad Content-Type"),
+        }
+    }
+    if let Some(session) = session {
+        resp.headers_mut().insert(SESSION_HEADER, session);
+    }
+    resp
+}
+
+fn get(shared: &Arc<Shared>, req: &Req) -> Resp {
+    let session = req.header(SESSION_HEADER).map(str::to_owned);
+    if let Some(last) = req.header(LAST_EVENT_ID) {
+        let replay = {
+            let mut st = shared.state();
+            let same_session = st.replays.get(last).is_some_and(|r| r.session == session);
+            if same_session {
+                st.replays.remove(last)
+            } else {
+                None
+            }
+        };
+        if let Some(replay) = replay {
+            if let Some(resp) = session_error(shared, req) {
+                return resp;
+            }
+            let events = replay
+                .messages
+                .iter()
+                .map(|m| sse::event(Some(&shared.event_id()), None, &m.to_string()))
+                .collect();
+            return sse_response(events);
+        }
+    }
+    if shared.config.listen == ListenMode::Unsupported {
+        return method_not_allowed("POST, DELETE");
+    }
+    let accepts_sse = req
+        .headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(media_types)
+        .any(|t| t == EVENT_STREAM);
+    if !accepts_sse {
+        return rpc_error_response(406, "Accept must list text/event-stream");
+    }
+    if let Some(resp) = session_error(shared, req) {
+        return resp;
+    }
+    let guard = CountGuard::new(shared.clone(), |c| &c.listen_open);
+    let (tx, body) = ChanBody::channel(64, Some(Box::new(guard)));
+    if shared.config.priming_event {
+        let _ = tx.try_send(Ok(sse::event(Some(&shared.event_id()), None, "")));
+    }
+    shared.state().listeners.push(Listener { session, tx });
+    let mut resp = Response::new(boxed(body));
+    sse_headers(resp.headers_mut());
+    resp
+}
+
+fn delete(shared: &Arc<Shared>, req: &Req) -> Resp {
+    if !shared.config.stateful {
+        return method_not_allowed("GET, POST");
+    }
+    let Some(id) = req.header(SESSION_HEADER) else {
+        return rpc_error_response(400, "missing Mcp-Session-Id");
+    };
+    let mut st = shared.state();
+    if !st.sessions.remove(id) {
+        return rpc_error_response(404, "session not found");
+    }
+    // Dropping the senders ends that session's listening streams.
+    st.listeners.retain(|l| l.session.as_deref() != Some(id));
+    st.replays.retain(|_, r| r.session.as_deref() != Some(id));
+    empty(shared.config.delete_status)
+}
+
+// ---------------------------------------------------------------- faults
+
+async fn apply(shared: &Arc<Shared>, req: &Req, action: FaultAction) -> Result<Resp, BoxError> {
+    let is_post = req.method == Method::POST;
+    let sse_mode = shared.config.response_mode == ResponseMode::Sse;
+    let resp = match action {
+        FaultAction::Status {
+            status,
+            content_type,
+            body,
+            headers,
+        } => {
+            let mut resp = full(status, content_type.as_deref(), body.unwrap_or_default());
+            for (name, value) in headers {
+                let name = HeaderName::from_bytes(name.as_bytes())?;
+                resp.headers_mut()
+                    .append(name, HeaderValue::from_str(&value)?);
+            }
+            resp
+        }
+        FaultAction::Accepted => empty(202),
+        FaultAction::MalformedJson => full(200, Some(JSON), "{not json"),
+        FaultAction::CutBody => {
+            let mut resp = Response::new(boxed(CutBody::default()));
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+            resp.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from_static("4096"));
+            resp
+        }
+        FaultAction::SseEndWithoutResponse => {
+            let mut resp = empty(200);
+            sse_headers(resp.headers_mut());
+            resp
+        }
+        FaultAction::Hang => {
+            shared.shutdown.cancelled().await;
+            return Err("testkit: shutting down".into());
+        }
+        FaultAction::Delay(d) => {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => normal(shared, req),
+                _ = shared.shutdown.cancelled() => return Err("testkit: shutting down".into()),
+            }
+        }
+        FaultAction::Redirect { status, location } => {
+            let location = location.replace("{self}", &shared.origin);
+            let mut resp = empty(status);
+            resp.headers_mut()
+                .insert(http::header::LOCATION, HeaderValue::from_str(&location)?);
+            resp
+        }
+        FaultAction::SseNeverEndingLine => never_ending_line(shared),
+        FaultAction::Raw {
+            status,
+            content_type,
+            body,
+        } => {
+            let id = req
+                .first_message()
+                .and_then(|m| m.get("id"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let body = replace_bytes(&body, b"{id}", id.to_string().as_bytes());
+            full(status, Some(&content_type), body)
+        }
+        FaultAction::CloseConnection => return Err("testkit: scripted connection close".into()),
+        // The rest change a POST's normal answer; other methods answer normally.
+        _ if !is_post => normal(shared, req),
+        FaultAction::SessionId(raw) => {
+            let ov = Overrides {
+                session_id: Some(raw),
+                ..Overrides::default()
+            };
+            let enc = Encoding {
+                sse: sse_mode,
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &ov), &enc)
+        }
+        FaultAction::ProtocolVersion(v) => {
+            let ov = Overrides {
+                protocol_version: Some(v),
+                ..Overrides::default()
+            };
+            let enc = Encoding {
+                sse: sse_mode,
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &ov), &enc)
+        }
+        FaultAction::OversizeSseEvent { bytes } => {
+            let enc = Encoding {
+                sse: true,
+                pad: Some(bytes),
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &Overrides::default()), &enc)
+        }
+        FaultAction::OversizeJson { bytes } => {
+            let enc = Encoding {
+                pad: Some(bytes),
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &Overrides::default()), &enc)
+        }
+        FaultAction::ContentType(ct) => {
+            let enc = Encoding {
+                sse: ct.to_ascii_lowercase().contains(EVENT_STREAM),
+                content_type: Some(ct),
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &Overrides::default()), &enc)
+        }
+        FaultAction::BatchResponse => {
+            let enc = Encoding {
+                batch_notification: true,
+                ..Encoding::default()
+            };
+            encode(shared, post(shared, req, &Overrides::default()), &enc)
+        }
+        FaultAction::SseCutAfterEvent { retry_ms } => sse_cut_after_event(
+            shared,
+            req,
+            post(shared, req, &Overrides::default()),
+            retry_ms,
+        ),
+    };
+    Ok(resp)
+}
+
+fn sse_cut_after_event(
+    shared: &Shared,
+    req: &Req,
+    outcome: Outcome,
+    retry_ms: Option<u64>,
+) -> Resp {
+    let (answers, session) = match outcome {
+        Outcome::Http(resp) => return resp,
+        Outcome::Messages {
+            answers, session, ..
+        } => (answers, session),
+    };
+    let event_id = shared.event_id();
+    // The session a resuming GET must carry: the one minted now, or the
+    // request's own.
+    let replay_session = match &session {
+        Some(v) => Some(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        None => req.header(SESSION_HEADER).map(str::to_owned),
+    };
+    let messages = answers
+        .into_iter()
+        .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response)))
+        .collect();
+    shared.state().replays.insert(
+        event_id.clone(),
+        Replay {
+            session: replay_session,
+            messages,
+        },
+    );
+    let mut resp = sse_response(vec![sse::event(Some(&event_id), retry_ms, "")]);
+    if let Some(session) = session {
+        resp.headers_mut().insert(SESSION_HEADER, session);
+    }
+    resp
+}
+
+fn never_ending_line(shared: &Arc<Shared>) -> Resp {
+    let (tx, body) = ChanBody::channel(4, None);
+    let shutdown = shared.shutdown.clone();
+    tokio::spawn(async move {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let mut sent = 0;
+        if tx.send(Ok(Bytes::from_static(b"data: "))).await.is_err() {
+            return;
+        }
+        while sent < NEVER_ENDING_CAP {
+            tokio::select! {
+                r = tx.send(Ok(chunk.clone())) => if r.is_err() { return },
+                _ = shutdown.cancelled() => return,
+            }
+            sent += chunk.len();
+        }
+    });
+    let mut resp = Response::new(boxed(body));
+    sse_headers(resp.headers_mut());
+    resp
+}
+
+fn replace_bytes(haystack: &[u8], needle: &[u8], with: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut i = 0;
+    while i < haystack.len() {
+        if haystack[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    Bytes::from(out)
+}
+
+/// A body that sends a partial JSON document, lets hyper flush it, then
+/// fails so that hyper drops the connection short of its Content-Length.
+#[derive(Default)]
+struct CutBody {
+    stage: u8,
+}
+
+impl Body for CutBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        this.stage += 1;
+        match this.stage {
+            1 => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"partial\":\"",
+            ))))),
+            // Yield once so the connection flushes what it has.
+            2 => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            _ => Poll::Ready(Some(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "testkit: body cut",
+            )))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_id_placeholder() {
+        assert_eq!(&replace_bytes(b"a{id}b{id}", b"{id}", b"7")[..], b"a7b7");
+        assert_eq!(&replace_bytes(b"{i", b"{id}", b"7")[..], b"{i");
+    }
+
+    #[test]
+    fn media_types_are_normalized() {
+        let v: Vec<String> =
+            media_types("Application/JSON; charset=utf-8, text/event-stream").collect();
+        assert_eq!(v, vec![JSON.to_owned(), EVENT_STREAM.to_owned()]);
+    }
+}

@@ -1,0 +1,330 @@
+//! MCP protocol answers, on plain `serde_json::Value`s (deliberately not the
+//! crate's own JSON-RPC types, so bugs on the two sides cannot cancel out).
+
+use serde_json::{Value, json};
+
+use super::config::ServerConfig;
+
+/// Protocol revisions the server speaks, newest first.
+pub(crate) const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// JSON-RPC error codes.
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+
+/// What one JSON-RPC message is.
+pub(crate) enum Kind<'a> {
+    /// A request: has a method and an id.
+    Request {
+        id: &'a Value,
+        method: &'a str,
+        params: Option<&'a Value>,
+    },
+    /// A notification (method, no id) or a response (no method).
+    NotificationOrResponse,
+    /// Not a JSON-RPC message.
+    Invalid,
+}
+
+/// Classifies a message.
+pub(crate) fn classify(msg: &Value) -> Kind<'_> {
+    let Some(obj) = msg.as_object() else {
+        return Kind::Invalid;
+    };
+    match (obj.get("method"), obj.get("id")) {
+        (Some(Value::String(method)), Some(id)) => Kind::Request {
+            id,
+            method,
+            params: obj.get("params"),
+        },
+        (Some(Value::String(_)), None) => Kind::NotificationOrResponse,
+        (Some(_), _) => Kind::Invalid,
+        (None, Some(_)) if obj.contains_key("result") || obj.contains_key("error") => {
+            Kind::NotificationOrResponse
+        }
+        (None, _) => Kind::Invalid,
+    }
+}
+
+/// A JSON-RPC error response.
+pub(crate) fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// A `notifications/message` notification.
+pub(crate) fn log_notification(n: usize) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"level": "info", "logger": "testkit", "data": format!("note {n}")},
+    })
+}
+
+/// The answer to one request: notifications to send first (SSE only), then
+/// the response.
+pub(crate) struct Answer {
+    pub(crate) before: Vec<Value>,
+    pub(crate) response: Value,
+}
+
+/// Answers one request.
+pub(crate) fn answer(
+    cfg: &ServerConfig,
+    id: &Value,
+    method: &str,
+    params: Option<&Value>,
+    sse: bool,
+    protocol_override: Option<&str>,
+) -> Answer {
+    let mut before = Vec::new();
+    let result = match method {
+        "initialize" => Ok(initialize(cfg, params, protocol_override)),
+        "ping" => Ok(json!({})),
+        "tools/call" => Ok(call_tool(cfg, params, sse, &mut before)),
+        m => match ListKind::of(m) {
+            Some(kind) => list(cfg, kind, params),
+            None => Err((METHOD_NOT_FOUND, format!("method not found: {m}"))),
+        },
+    };
+    let response = match result {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => error(id, code, &message),
+    };
+    Answer { before, response }
+}
+
+fn initialize(
+    cfg: &ServerConfig,
+    params: Option<&Value>,
+    protocol_override: Option<&str>,
+) -> Value {
+    let proposed = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str);
+    let version = match (protocol_override, proposed) {
+        (Some(v), _) => v,
+        (None, Some(p)) if SUPPORTED_VERSIONS.contains(&p) => p,
+        _ => SUPPORTED_VERSIONS[0],
+    };
+    let mut caps = serde_json::Map::new();
+    if cfg.tools > 0 {
+        caps.insert("tools".into(), json!({"listChanged": true}));
+    }
+    if cfg.prompts > 0 {
+        caps.insert("prompts".into(), json!({"listChanged": true}));
+    }
+    if cfg.resources > 0 || cfg.resource_templates > 0 {
+        caps.insert("resources".into(), json!({"listChanged": true}));
+    }
+    json!({
+        "protocolVersion": version,
+        "capabilities": caps,
+        "serverInfo": {"name": cfg.server_name, "version": cfg.server_version},
+    })
+}
+
+fn call_tool(
+    cfg: &ServerConfig,
+    params: Option<&Value>,
+    sse: bool,
+    before: &mut Vec<Value>,
+) -> Value {
+    let name = params
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let args = params
+        .and_then(|p| p.get("arguments"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let known = (0..cfg.tools).any(|i| tool_name(i) == name);
+    if !known {
+        return json!({
+            "content": [{"type": "text", "text": format!("unknown tool: {name}")}],
+            "isError": true,
+        });
+    }
+    let token = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("progressToken"));
+    if let (true, Some(token)) = (sse, token) {
+        for i in 1..=3 {
+            before.push(json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": i, "total": 3},
+            }));
+        }
+    }
+    json!({
+        "content": [{"type": "text", "text": format!("{name}:{args}")}],
+        "structuredContent": {"tool": name, "arguments": args},
+    })
+}
+
+fn tool_name(i: usize) -> String {
+    format!("tool-{i:03}")
+}
+
+/// The four paginated list methods.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+    Templates,
+}
+
+impl ListKind {
+    pub(crate) fn of(method: &str) -> Option<ListKind> {
+        match method {
+            "tools/list" => Some(ListKind::Tools),
+            "prompts/list" => Some(ListKind::Prompts),
+            "resources/list" => Some(ListKind::Resources),
+            "resources/templates/list" => Some(ListKind::Templates),
+            _ => None,
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::Templates => "resourceTemplates",
+        }
+    }
+
+    fn count(self, cfg: &ServerConfig) -> usize {
+        match self {
+            ListKind::Tools => cfg.tools,
+            ListKind::Prompts => cfg.prompts,
+            ListKind::Resources => cfg.resources,
+            ListKind::Templates => cfg.resource_templates,
+        }
+    }
+
+    fn item(self, i: usize) -> Value {
+        match self {
+            ListKind::Tools => json!({
+                "name": tool_name(i),
+                "description": format!("Test tool {i}: echoes its arguments."),
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                },
+            }),
+            ListKind::Prompts => json!({
+                "name": format!("prompt-{i:03}"),
+                "description": format!("Test prompt {i}"),
+            }),
+            ListKind::Resources => json!({
+                "uri": format!("file:///r/{i:03}"),
+                "name": format!("resource-{i:03}"),
+                "mimeType": "text/plain",
+            }),
+            ListKind::Templates => {
+                let uri = if i == 0 {
+                    "file:///t/{name}".to_owned()
+                } else {
+                    format!("file:///t/{{name}}/{i:03}")
+                };
+                json!({"uriTemplate": uri, "name": format!("template-{i:03}"), "mimeType": "text/plain"})
+            }
+        }
+    }
+}
+
+fn encode_cursor(kind: ListKind, offset: usize) -> String {
+    format!("{}:{offset}", kind.tag())
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The offset a cursor stands for, if it is one this server issued.
+fn decode_cursor(cfg: &ServerConfig, kind: ListKind, cursor: &str) -> Option<usize> {
+    if cursor.len() % 2 != 0 || !cursor.is_ascii() {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&cursor[i..i + 2], 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (tag, offset) = text.split_once(':')?;
+    let offset: usize = offset.parse().ok()?;
+    let ok = tag == kind.tag()
+        && cfg.page_size > 0
+        && offset > 0
+        && offset < kind.count(cfg)
+        && offset % cfg.page_size == 0;
+    ok.then_some(offset)
+}
+
+/// The cursor in a list request's params: `Ok(None)` without one, `Err` if
+/// it is not a string.
+fn cursor_param(params: Option<&Value>) -> Result<Option<&str>, ()> {
+    match params.and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(()),
+    }
+}
+
+/// The 1-based page a list request asks for, `None` if not a list request or
+/// the cursor is bad.
+pub(crate) fn page_of(cfg: &ServerConfig, method: &str, params: Option<&Value>) -> Option<usize> {
+    let kind = ListKind::of(method)?;
+    match cursor_param(params).ok()? {
+        None => Some(1),
+        Some(c) => Some(decode_cursor(cfg, kind, c)? / cfg.page_size + 1),
+    }
+}
+
+fn list(
+    cfg: &ServerConfig,
+    kind: ListKind,
+    params: Option<&Value>,
+) -> Result<Value, (i64, String)> {
+    let bad = || (INVALID_PARAMS, "invalid cursor".to_owned());
+    let start = match cursor_param(params).map_err(|()| bad())? {
+        None => 0,
+        Some(c) => decode_cursor(cfg, kind, c).ok_or_else(bad)?,
+    };
+    let total = kind.count(cfg);
+    let end = if cfg.page_size == 0 {
+        total
+    } else {
+        (start + cfg.page_size).min(total)
+    };
+    let items: Vec<Value> = (start..end).map(|i| kind.item(i)).collect();
+    let mut result = serde_json::Map::new();
+    result.insert(kind.tag().into(), Value::Array(items));
+    if end < total {
+        result.insert("nextCursor".into(), Value::String(encode_cursor(kind, end)));
+    }
+    Ok(Value::Object(result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paginates_and_rejects_bad_cursors() {
+        let cfg = ServerConfig::default().with_tools(5).with_page_size(2);
+        let p1 = list(&cfg, ListKind::Tools, None).unwrap();
+        assert_eq!(p1["tools"].as_array().unwrap().len(), 2);
+        let c = p1["nextCursor"].as_str().unwrap().to_owned();
+        let params = json!({"cursor": c});
+        assert_eq!(page_of(&cfg, "tools/list", Some(&params)), Some(2));
+        let p2 = list(&cfg, ListKind::Tools, Some(&params)).unwrap();
+        assert_eq!(p2["tools"][0]["name"], "tool-002");
+        // A tools cursor is not a prompts cursor.
+        assert!(list(&cfg, ListKind::Prompts, Some(&params)).is_err());
+        assert!(list(&cfg, ListKind::Tools, Some(&json!({"cursor": "zz"}))).is_err());
+    }
+}

@@ -1,0 +1,836 @@
+//! Self-tests of the test kit, driven by a plain hyper-util client (no client
+//! code of this crate). Every wait is bounded.
+#![cfg(feature = "testkit")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use mcp_scoped_http::testkit::{
+    Fault, FaultAction, ListenMode, ResponseMode, ServerConfig, TestServer, TlsIdentity,
+};
+use serde_json::{Value, json};
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> Http {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+    /// `(id, data)` of every SSE event.
+    fn events(&self) -> Vec<(Option<String>, String)> {
+        let text = std::str::from_utf8(&self.body).expect("UTF-8");
+        text.split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let mut id = None;
+                let mut data = Vec::new();
+                for line in e.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+                    }
+                }
+                (id, data.join("\n"))
+            })
+            .collect()
+    }
+}
+
+async fn send<C>(
+    client: &Client<C, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Result<Reply, String>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e:?}"))?
+            .to_bytes();
+        Ok(Reply {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
+    };
+    timeout(LIMIT, fut).await.expect("request timed out")
+}
+
+fn post(url: &str, session: Option<&str>, body: &Value) -> Request<Full<Bytes>> {
+    let mut b = Request::post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        b = b.header("mcp-session-id", s);
+    }
+    b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+}
+
+fn rpc(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+fn init_msg(version: &str) -> Value {
+    rpc(
+        1,
+        "initialize",
+        json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    )
+}
+
+/// Initializes and returns the session id.
+async fn initialize(c: &Http, url: &str) -> String {
+    let r = send(c, post(url, None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    r.header("mcp-session-id").expect("session id").to_owned()
+}
+
+/// Polls `cond` until it holds, for at most [`LIMIT`].
+async fn wait_until(mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < LIMIT, "condition not reached in time");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn initialize_mints_session_and_negotiates() {
+    let server = TestServer::start(ServerConfig::default().with_prompts(0));
+    assert!(server.url().starts_with("http://127.0.0.1:"));
+    assert!(server.url().ends_with("/mcp"));
+    let c = client();
+    let r = send(&c, post(&server.url(), None, &init_msg("2025-06-18")))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let sid = r.header("mcp-session-id").unwrap();
+    assert!(sid.starts_with("s-1-"));
+    assert!(sid.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    let v = r.json();
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(v["result"]["serverInfo"]["name"], "mcp-scoped-http-testkit");
+    let caps = &v["result"]["capabilities"];
+    assert_eq!(caps["tools"]["listChanged"], true);
+    assert!(caps.get("prompts").is_none());
+    assert!(caps.get("resources").is_some());
+
+    let r = send(&c, post(&server.url(), None, &init_msg("1999-01-01")))
+        .await
+        .unwrap();
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
+
+    let stats = server.stats();
+    assert_eq!(stats.sessions_created, 2);
+    assert_eq!(stats.live_sessions, 2);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].rpc_method.as_deref(), Some("initialize"));
+    assert_eq!(reqs[0].header("Content-Type"), Some("application/json"));
+    assert!(reqs[0].connection >= 1);
+    server.clear_requests();
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn http_level_validation() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let ping = rpc(2, "ping", json!({}));
+
+    let r = send(&c, post(&url, None, &ping)).await.unwrap();
+    assert_eq!(r.status, 400, "missing session");
+    let r = send(&c, post(&url, Some("nope"), &ping)).await.unwrap();
+    assert_eq!(r.status, 404, "unknown session");
+    let r = send(&c, post(&url, Some(&sid), &ping)).await.unwrap();
+    assert_eq!((r.status, r.json()["result"].clone()), (200, json!({})));
+
+    let mut req = post(&url, Some(&sid), &ping);
+    req.headers_mut()
+        .insert("mcp-protocol-version", "2000-01-01".parse().unwrap());
+    assert_eq!(send(&c, req).await.unwrap().status, 400);
+
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let r = send(&c, post(&url, Some(&sid), &note)).await.unwrap();
+    assert_eq!((r.status, r.body.len()), (202, 0));
+
+    let mut req = post(&url, Some(&sid), &ping);
+    req.headers_mut()
+        .insert("content-type", "text/plain".parse().unwrap());
+    assert_eq!(send(&c, req).await.unwrap().status, 415);
+    let mut req = post(&url, Some(&sid), &ping);
+    req.headers_mut()
+        .insert("accept", "application/json".parse().unwrap());
+    assert_eq!(send(&c, req).await.unwrap().status, 406);
+
+    let mut req = post(&url, Some(&sid), &ping);
+    *req.body_mut() = Full::new(Bytes::from_static(b"{oops"));
+    let r = send(&c, req).await.unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32700);
+    assert_eq!(r.json()["id"], Value::Null);
+
+    let r = send(&c, post(&url, Some(&sid), &rpc(3, "nope/nope", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.json()["error"]["code"], -32601);
+
+    let other = url.replace("/mcp", "/other");
+    assert_eq!(
+        send(&c, post(&other, None, &ping)).await.unwrap().status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn json_batch_and_tool_calls() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let batch = json!([
+        rpc(5, "tools/call", json!({"name": "tool-001", "arguments": {"text": "hi"}})),
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}},
+        rpc(6, "tools/call", json!({"name": "missing"})),
+    ]);
+    let r = send(&c, post(&url, Some(&sid), &batch)).await.unwrap();
+    let v = r.json();
+    let arr = v.as_array().expect("array");
+    assert_eq!(arr.len(), 2);
+    assert_eq!(arr[0]["id"], 5);
+    assert_eq!(
+        arr[0]["result"]["content"][0]["text"],
+        r#"tool-001:{"text":"hi"}"#
+    );
+    assert_eq!(
+        arr[0]["result"]["structuredContent"]["arguments"]["text"],
+        "hi"
+    );
+    assert_eq!(arr[1]["result"]["isError"], true);
+}
+
+#[tokio::test]
+async fn sse_mode_events() {
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_response_mode(ResponseMode::Sse)
+            .with_notifications_before_response(2),
+    );
+    let url = server.url();
+    let c = client();
+    let r = send(&c, post(&url, None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let sid = r.header("mcp-session-id").unwrap().to_owned();
+    let ev = r.events();
+    assert_eq!(ev.len(), 4);
+    assert!(ev.iter().all(|(id, _)| id.is_some()));
+    assert_eq!(ev[0].1, "", "priming event");
+    let note: Value = serde_json::from_str(&ev[1].1).unwrap();
+    assert_eq!(note["method"], "notifications/message");
+    let resp: Value = serde_json::from_str(&ev[3].1).unwrap();
+    assert_eq!(resp["result"]["protocolVersion"], "2025-11-25");
+
+    let call = rpc(
+        9,
+        "tools/call",
+        json!({"name": "tool-000", "arguments": {}, "_meta": {"progressToken": "p1"}}),
+    );
+    let ev = send(&c, post(&url, Some(&sid), &call))
+        .await
+        .unwrap()
+        .events();
+    let methods: Vec<Value> = ev[1..]
+        .iter()
+        .map(|(_, d)| serde_json::from_str::<Value>(d).unwrap()["method"].clone())
+        .collect();
+    assert_eq!(ev.len(), 1 + 2 + 3 + 1);
+    assert_eq!(methods[2], "notifications/progress");
+    assert_eq!(methods[4], "notifications/progress");
+    let last: Value = serde_json::from_str(&ev[6].1).unwrap();
+    assert_eq!(last["id"], 9);
+}
+
+#[tokio::test]
+async fn pagination_with_cursors() {
+    let server = TestServer::start(ServerConfig::default().with_tools(5).with_page_size(2));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 1.. {
+        assert!(page <= 3);
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let r = send(&c, post(&url, Some(&sid), &rpc(page, "tools/list", params)))
+            .await
+            .unwrap();
+        let v = r.json();
+        for t in v["result"]["tools"].as_array().unwrap() {
+            assert_eq!(t["inputSchema"]["properties"]["text"]["type"], "string");
+            names.push(t["name"].as_str().unwrap().to_owned());
+        }
+        match v["result"]["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(
+        names,
+        ["tool-000", "tool-001", "tool-002", "tool-003", "tool-004"]
+    );
+    let bad = rpc(9, "tools/list", json!({"cursor": "not-a-cursor"}));
+    let r = send(&c, post(&url, Some(&sid), &bad)).await.unwrap();
+    assert_eq!(r.json()["error"]["code"], -32602);
+
+    let r = send(
+        &c,
+        post(
+            &url,
+            Some(&sid),
+            &rpc(10, "resources/templates/list", json!({})),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.json()["result"]["resourceTemplates"][0]["uriTemplate"],
+        "file:///t/{name}"
+    );
+    let r = send(
+        &c,
+        post(&url, Some(&sid), &rpc(11, "resources/list", json!({}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.json()["result"]["resources"][1]["uri"], "file:///r/001");
+}
+
+#[tokio::test]
+async fn delete_is_counted() {
+    let server = TestServer::start(ServerConfig::default().with_delete_status(204));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let del = |s: &str| {
+        Request::delete(&url)
+            .header("mcp-session-id", s)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(send(&c, del(&sid)).await.unwrap().status, 204);
+    assert_eq!(send(&c, del(&sid)).await.unwrap().status, 404);
+    let r = send(&c, post(&url, Some(&sid), &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "deleted session");
+    let stats = server.stats();
+    assert_eq!((stats.deletes, stats.live_sessions), (2, 0));
+
+    let stateless = TestServer::start(ServerConfig::default().with_stateful(false));
+    let r = send(&c, post(&stateless.url(), None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert!(r.header("mcp-session-id").is_none());
+    let r = send(&c, post(&stateless.url(), None, &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let req = Request::delete(stateless.url())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(send(&c, req).await.unwrap().status, 405);
+    assert_eq!(stateless.stats().deletes, 1);
+}
+
+fn get(url: &str, session: &str) -> Request<Full<Bytes>> {
+    Request::get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn get_405_or_open_stream() {
+    let server = TestServer::start(ServerConfig::default());
+    let c = client();
+    let sid = initialize(&c, &server.url()).await;
+    assert_eq!(
+        send(&c, get(&server.url(), &sid)).await.unwrap().status,
+        405
+    );
+
+    let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+    let url = server.url();
+    let sid = initialize(&c, &url).await;
+    let resp = timeout(LIMIT, c.request(get(&url, &sid)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let first = timeout(LIMIT, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.data_ref().unwrap().starts_with(b"id: "));
+    assert_eq!(server.stats().listen_streams_open, 1);
+
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    assert_eq!(server.notify_listeners(&note), 1);
+    let frame = timeout(LIMIT, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    assert!(text.contains("list_changed"), "{text}");
+
+    let del = Request::delete(&url)
+        .header("mcp-session-id", &sid)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(send(&c, del).await.unwrap().status, 200);
+    // The stream ends after the DELETE.
+    let end = timeout(LIMIT, body.frame()).await.unwrap();
+    assert!(end.is_none(), "stream should end");
+    wait_until(|| server.stats().listen_streams_open == 0).await;
+}
+
+#[tokio::test]
+async fn status_accepted_redirect_raw_faults() {
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::unauthorized("Bearer realm=\"t\""),
+                )
+                .times(1),
+            )
+            .with_fault(Fault::on_rpc("initialize", FaultAction::Accepted).times(1)),
+    );
+    let url = server.url();
+    let c = client();
+    let r = send(&c, post(&url, None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"t\""));
+    let r = send(&c, post(&url, None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.body.len()), (202, 0));
+    assert_eq!(server.stats().sessions_created, 0);
+    let sid = initialize(&c, &url).await;
+    assert_eq!(server.requests().len(), 3, "faulted requests are recorded");
+
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::Redirect {
+            status: 307,
+            location: "{self}/elsewhere".into(),
+        },
+    ));
+    let r = send(&c, post(&url, Some(&sid), &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 307);
+    assert_eq!(
+        r.header("location").unwrap(),
+        format!("http://{}/elsewhere", server.addr())
+    );
+    server.clear_faults();
+
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::raw(
+            200,
+            "application/json",
+            r#"{"jsonrpc":"2.0","id":{id},"result":{"raw":true}}"#,
+        ),
+    ));
+    let mut msg = rpc(0, "ping", json!({}));
+    msg["id"] = json!("abc");
+    let r = send(&c, post(&url, Some(&sid), &msg)).await.unwrap();
+    assert_eq!(r.json()["id"], "abc");
+    assert_eq!(r.json()["result"]["raw"], true);
+}
+
+#[tokio::test]
+async fn page_skip_and_times() {
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_tools(6)
+            .with_page_size(2)
+            .with_fault(
+                Fault::on_rpc("tools/list", FaultAction::status(500))
+                    .page(2)
+                    .skip(1)
+                    .times(1),
+            ),
+    );
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let p1 = send(&c, post(&url, Some(&sid), &rpc(1, "tools/list", json!({}))))
+        .await
+        .unwrap()
+        .json();
+    let cursor = p1["result"]["nextCursor"].clone();
+    let page2 = || {
+        post(
+            &url,
+            Some(&sid),
+            &rpc(2, "tools/list", json!({"cursor": cursor})),
+        )
+    };
+    assert_eq!(send(&c, page2()).await.unwrap().status, 200, "skipped");
+    assert_eq!(send(&c, page2()).await.unwrap().status, 500, "applied");
+    assert_eq!(send(&c, page2()).await.unwrap().status, 200, "used up");
+    let p1 = send(&c, post(&url, Some(&sid), &rpc(1, "tools/list", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(p1.status, 200, "page 1 never matched");
+}
+
+#[tokio::test]
+async fn body_faults() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let ping = || post(&url, Some(&sid), &rpc(2, "ping", json!({})));
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::MalformedJson).times(1));
+    let r = send(&c, ping()).await.unwrap();
+    assert_eq!(&r.body[..], b"{not json");
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::CutBody).times(1));
+    let err = send(&c, ping()).await.err().expect("cut body fails");
+    assert!(err.starts_with("body"), "{err}");
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::CloseConnection).times(1));
+    assert!(send(&c, ping()).await.is_err());
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::OversizeJson { bytes: 1 << 20 }).times(1));
+    let r = send(&c, ping()).await.unwrap();
+    assert!(r.body.len() > 1 << 20);
+    assert_eq!(r.json()["id"], 2);
+
+    server.push_fault(
+        Fault::on_rpc("ping", FaultAction::OversizeSseEvent { bytes: 100_000 }).times(1),
+    );
+    let ev = send(&c, ping()).await.unwrap().events();
+    assert!(ev.last().unwrap().1.len() > 100_000);
+
+    server.push_fault(
+        Fault::on_rpc(
+            "ping",
+            FaultAction::ContentType("text/event-stream;charset=UTF-8".into()),
+        )
+        .times(1),
+    );
+    let r = send(&c, ping()).await.unwrap();
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/event-stream;charset=UTF-8")
+    );
+    assert_eq!(r.events().len(), 2);
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::BatchResponse).times(1));
+    let v = send(&c, ping()).await.unwrap().json();
+    assert_eq!(v[0]["method"], "notifications/message");
+    assert_eq!(v[1]["id"], 2);
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::SseEndWithoutResponse).times(1));
+    let r = send(&c, ping()).await.unwrap();
+    assert_eq!((r.status, r.body.len()), (200, 0));
+
+    server.push_fault(Fault::on_rpc("ping", FaultAction::SseNeverEndingLine).times(1));
+    let resp = timeout(LIMIT, c.request(ping())).await.unwrap().unwrap();
+    let mut body = resp.into_body();
+    let mut got = 0;
+    while got < 4 << 20 {
+        let f = timeout(LIMIT, body.frame())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let d = f.into_data().unwrap();
+        assert!(!d.contains(&b'\n'));
+        got += d.len();
+    }
+    drop(body);
+}
+
+#[tokio::test]
+async fn initialize_faults_session_and_version() {
+    let raw_id = b"s\xff id".to_vec();
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_fault(
+                Fault::on_rpc("initialize", FaultAction::SessionId(raw_id.clone())).times(1),
+            )
+            .with_fault(
+                Fault::on_rpc("initialize", FaultAction::ProtocolVersion("1.0".into())).times(1),
+            ),
+    );
+    let c = client();
+    let r = send(&c, post(&server.url(), None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.headers["mcp-session-id"].as_bytes(), &raw_id[..]);
+    let r = send(&c, post(&server.url(), None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.json()["result"]["protocolVersion"], "1.0");
+    assert!(r.header("mcp-session-id").is_some());
+    assert_eq!(server.stats().sessions_created, 2);
+}
+
+#[tokio::test]
+async fn sse_cut_then_resume_with_last_event_id() {
+    let server = TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::SseCutAfterEvent { retry_ms: Some(10) },
+    ));
+    let r = send(&c, post(&url, Some(&sid), &rpc(7, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert!(
+        std::str::from_utf8(&r.body)
+            .unwrap()
+            .contains("retry: 10\n")
+    );
+    let ev = r.events();
+    assert_eq!(ev.len(), 1);
+    let last = ev[0].0.clone().unwrap();
+    let mut resume = get(&url, &sid);
+    resume
+        .headers_mut()
+        .insert("last-event-id", last.parse().unwrap());
+    let r = send(&c, resume).await.unwrap();
+    let ev = r.events();
+    assert_eq!(ev.len(), 1);
+    let v: Value = serde_json::from_str(&ev[0].1).unwrap();
+    assert_eq!(v["id"], 7);
+    // Replayed once only; listening is unsupported here.
+    let mut again = get(&url, &sid);
+    again
+        .headers_mut()
+        .insert("last-event-id", last.parse().unwrap());
+    assert_eq!(send(&c, again).await.unwrap().status, 405);
+}
+
+#[tokio::test]
+async fn hang_does_not_block_others_and_client_timeout_wins() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang));
+    let hung = timeout(
+        Duration::from_millis(200),
+        c.request(post(&url, Some(&sid), &rpc(2, "tools/list", json!({})))),
+    )
+    .await;
+    assert!(hung.is_err(), "client deadline wins");
+    let r = send(&c, post(&url, Some(&sid), &rpc(3, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_hang_with_open_requests() {
+    let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang));
+    let pending = tokio::spawn({
+        let c = c.clone();
+        let req = post(&url, Some(&sid), &rpc(2, "tools/list", json!({})));
+        async move { c.request(req).await.map(|_| ()) }
+    });
+    let listen = timeout(LIMIT, c.request(get(&url, &sid)))
+        .await
+        .unwrap()
+        .unwrap();
+    wait_until(|| {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.rpc_method.as_deref() == Some("tools/list"))
+    })
+    .await;
+    assert_eq!(server.stats().listen_streams_open, 1);
+    let started = Instant::now();
+    timeout(
+        LIMIT,
+        tokio::task::spawn_blocking(move || server.shutdown()),
+    )
+    .await
+    .expect("shutdown hung")
+    .unwrap();
+    assert!(started.elapsed() < LIMIT);
+    let outcome = timeout(LIMIT, pending)
+        .await
+        .expect("request left waiting")
+        .unwrap();
+    assert!(
+        outcome.is_err(),
+        "the hung request fails once the server is gone"
+    );
+    let mut body = listen.into_body();
+    let end = timeout(LIMIT, async {
+        loop {
+            match body.frame().await {
+                Some(Ok(_)) => continue,
+                other => return other.map(|r| r.is_ok()),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_ne!(end, Some(true));
+}
+
+#[tokio::test]
+async fn connections_are_counted() {
+    let server = TestServer::start(ServerConfig::default());
+    {
+        let c = client();
+        initialize(&c, &server.url()).await;
+        assert_eq!(server.stats().connections_accepted, 1);
+        assert_eq!(server.stats().connections_open, 1);
+    }
+    wait_until(|| server.stats().connections_open == 0).await;
+    let h2: Http = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let sid = initialize(&h2, &server.url()).await;
+    assert!(sid.starts_with("s-"));
+    assert_eq!(server.stats().connections_accepted, 2);
+}
+
+#[tokio::test]
+async fn tls_with_self_signed_certificate() {
+    use tokio_rustls::rustls;
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert_der = ck.cert.der().to_vec();
+    let server = TestServer::start(ServerConfig::default().with_tls(TlsIdentity {
+        cert_chain_der: vec![cert_der.clone()],
+        key_der: ck.signing_key.serialize_der(),
+    }));
+    assert!(server.url().starts_with("https://127.0.0.1:"));
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(cert_der))
+        .unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let c: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let r = send(&c, post(&server.url(), None, &init_msg("2025-11-25")))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.header("mcp-session-id").is_some());
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn delay_expiry_and_delete_faults() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server
+        .push_fault(Fault::on_rpc("ping", FaultAction::Delay(Duration::from_millis(50))).times(1));
+    let started = Instant::now();
+    let r = send(&c, post(&url, Some(&sid), &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(50));
+
+    server.expire_sessions();
+    let r = send(&c, post(&url, Some(&sid), &rpc(3, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "expired session");
+    assert_eq!(server.stats().live_sessions, 0);
+
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_http(Method::DELETE, FaultAction::status(500)).times(1));
+    let del = || {
+        Request::delete(&url)
+            .header("mcp-session-id", &sid)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(send(&c, del()).await.unwrap().status, 500);
+    assert_eq!(
+        server.stats().live_sessions,
+        1,
+        "a faulted DELETE keeps the session"
+    );
+    assert_eq!(send(&c, del()).await.unwrap().status, 200);
+    assert_eq!(server.stats().deletes, 2);
+}
