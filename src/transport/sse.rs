@@ -314,6 +314,8 @@ impl SseDecoder {
                     return self.fail(SseError::InvalidUtf8);
                 };
                 self.seen_field = true;
+                // One allocation for a one-line event, not two.
+                self.data.reserve(value.len() + 1);
                 self.data.push_str(value);
                 self.data.push('\n');
             }
