@@ -55,18 +55,17 @@ async fn main() -> Result<()> {
 
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
-    let mut id = 2;
-    // Bounded, as every loop driven by a server must be.
-    for page in 1..=100 {
+    // Bounded, as every loop driven by a server must be. Ids 1 and up: 1 was
+    // initialize.
+    for page in 1..=100_i64 {
         let params = cursor.as_ref().map(|c| json!({"cursor": c}));
         let listed = wire
             .request(Request {
-                id: id.into(),
+                id: (page + 1).into(),
                 method: "tools/list".into(),
                 params,
             })
             .await?;
-        id += 1;
         let names: Vec<String> = listed.result["tools"]
             .as_array()
             .into_iter()

@@ -11,10 +11,15 @@ use support::*;
 #[tokio::test]
 async fn a_server_without_a_stream_answers_405_which_is_not_an_error() {
     for client in clients() {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Unsupported));
+        let server =
+            TestServer::start(ServerConfig::default().with_listen(ListenMode::Unsupported));
         let wire = wire(client, &server);
         handshake(&wire).await;
-        assert!(wire.open_get_stream(None).await.unwrap().is_none(), "{}", label(wire.client()));
+        assert!(
+            wire.open_get_stream(None).await.unwrap().is_none(),
+            "{}",
+            label(wire.client())
+        );
         // The session carries on over POST.
         wire.request(request(2, "tools/list", None)).await.unwrap();
     }
@@ -32,10 +37,20 @@ async fn the_stream_opens_with_the_right_headers_and_closes_when_dropped() {
         assert_eq!(get.header("accept"), Some("text/event-stream"));
         assert!(get.header("mcp-session-id").is_some());
         assert_eq!(get.header("last-event-id"), None);
-        assert!(eventually(Duration::from_secs(5), || server.stats().listen_streams_open == 1).await);
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .stats()
+                .listen_streams_open
+                == 1)
+            .await
+        );
         drop(stream);
         assert!(
-            eventually(Duration::from_secs(5), || server.stats().listen_streams_open == 0).await,
+            eventually(Duration::from_secs(5), || server
+                .stats()
+                .listen_streams_open
+                == 0)
+            .await,
             "{}: dropping the stream closes it",
             label(wire.client())
         );
@@ -67,5 +82,8 @@ async fn other_statuses_are_errors() {
         },
     ));
     let error = wire.open_get_stream(None).await.unwrap_err();
-    assert_eq!(error.status(), Some(http::StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(
+        error.status(),
+        Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+    );
 }

@@ -19,15 +19,25 @@ async fn every_message_is_a_json_post_accepting_both_media_types() {
             id: Some("server-1".into()),
             outcome: Ok(json!({})),
         });
-        assert!(matches!(wire.post(&response).await.unwrap(), Posted::Accepted));
+        assert!(matches!(
+            wire.post(&response).await.unwrap(),
+            Posted::Accepted
+        ));
 
         let posts = seen_http(&server, http::Method::POST);
         assert_eq!(posts.len(), 4, "{}", label(wire.client()));
         for post in posts {
             assert_eq!(post.header("content-type"), Some("application/json"));
-            assert_eq!(post.header("accept"), Some("application/json, text/event-stream"));
+            assert_eq!(
+                post.header("accept"),
+                Some("application/json, text/event-stream")
+            );
             // One message per POST, never a batch.
-            assert!(post.body.as_ref().is_some_and(Value::is_object), "{:?}", post.body);
+            assert!(
+                post.body.as_ref().is_some_and(Value::is_object),
+                "{:?}",
+                post.body
+            );
             assert_eq!(post.body.as_ref().unwrap()["jsonrpc"], "2.0");
         }
     }
@@ -70,7 +80,10 @@ async fn a_202_to_a_request_is_a_protocol_error() {
     let wire = wire(HttpClient::owned().unwrap(), &server);
     handshake(&wire).await;
     server.push_fault(Fault::on_rpc("tools/list", FaultAction::Accepted));
-    let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
+    let error = wire
+        .request(request(2, "tools/list", None))
+        .await
+        .unwrap_err();
     assert!(error.is_protocol(), "{error}");
     assert!(error.to_string().contains("202"), "{error}");
 }
@@ -85,7 +98,9 @@ async fn an_idless_jsonrpc_error_in_a_4xx_is_surfaced_with_status_and_code() {
         FaultAction::Status {
             status: 400,
             content_type: Some("application/json".into()),
-            body: Some(r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"bad notification"}}"#.into()),
+            body: Some(
+                r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"bad notification"}}"#.into(),
+            ),
             headers: vec![],
         },
     ));
@@ -123,9 +138,17 @@ async fn a_401_carries_its_challenge() {
         },
     ));
     let wire = wire(HttpClient::owned().unwrap(), &server);
-    let error = wire.request(initialize_request(1, "2025-11-25")).await.unwrap_err();
+    let error = wire
+        .request(initialize_request(1, "2025-11-25"))
+        .await
+        .unwrap_err();
     assert_eq!(error.status(), Some(http::StatusCode::UNAUTHORIZED));
-    assert!(error.www_authenticate().unwrap().starts_with("Bearer resource_metadata="));
+    assert!(
+        error
+            .www_authenticate()
+            .unwrap()
+            .starts_with("Bearer resource_metadata=")
+    );
     assert!(wire.session_id().is_none());
 }
 
@@ -155,16 +178,30 @@ async fn a_wrong_malformed_or_cut_answer_fails_at_once_with_its_cause() {
     let wire = wire(HttpClient::owned().unwrap(), &server);
     handshake(&wire).await;
 
-    server.push_fault(Fault::on_rpc("tools/list", FaultAction::ContentType("text/html".into())).times(1));
-    let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
-    assert!(error.is_protocol() && error.to_string().contains("Content-Type"), "{error}");
+    server.push_fault(
+        Fault::on_rpc("tools/list", FaultAction::ContentType("text/html".into())).times(1),
+    );
+    let error = wire
+        .request(request(2, "tools/list", None))
+        .await
+        .unwrap_err();
+    assert!(
+        error.is_protocol() && error.to_string().contains("Content-Type"),
+        "{error}"
+    );
 
     server.push_fault(Fault::on_rpc("tools/list", FaultAction::MalformedJson).times(1));
-    let error = wire.request(request(3, "tools/list", None)).await.unwrap_err();
+    let error = wire
+        .request(request(3, "tools/list", None))
+        .await
+        .unwrap_err();
     assert!(error.is_protocol(), "{error}");
 
     server.push_fault(Fault::on_rpc("tools/list", FaultAction::CutBody).times(1));
-    let error = wire.request(request(4, "tools/list", None)).await.unwrap_err();
+    let error = wire
+        .request(request(4, "tools/list", None))
+        .await
+        .unwrap_err();
     assert!(error.is_transport(), "{error:?}");
 
     // The transport carries on after each failure.
@@ -176,7 +213,10 @@ async fn a_jsonrpc_error_response_is_an_rpc_error() {
     let server = TestServer::start(ServerConfig::default());
     let wire = wire(HttpClient::owned().unwrap(), &server);
     handshake(&wire).await;
-    let error = wire.request(request(2, "no/such/method", None)).await.unwrap_err();
+    let error = wire
+        .request(request(2, "no/such/method", None))
+        .await
+        .unwrap_err();
     assert!(error.is_rpc(), "{error}");
     assert_eq!(error.rpc_code(), Some(-32601));
 }

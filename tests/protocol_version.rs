@@ -25,7 +25,13 @@ async fn the_negotiated_revision_goes_on_every_later_request() {
         assert_eq!(initialize.header("mcp-protocol-version"), None);
         assert_eq!(later.len(), 4);
         for r in later {
-            assert_eq!(r.header("mcp-protocol-version"), Some(version), "{} {:?}", r.method, r.rpc_method);
+            assert_eq!(
+                r.header("mcp-protocol-version"),
+                Some(version),
+                "{} {:?}",
+                r.method,
+                r.rpc_method
+            );
         }
         assert!(later.iter().any(|r| r.method == Method::GET));
         assert!(later.iter().any(|r| r.method == Method::DELETE));
@@ -35,15 +41,25 @@ async fn the_negotiated_revision_goes_on_every_later_request() {
 #[tokio::test]
 async fn a_2025_03_26_session_sends_no_version_header() {
     let requests = exercise("2025-03-26").await;
-    assert!(requests.iter().all(|r| r.header("mcp-protocol-version").is_none()));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("mcp-protocol-version").is_none())
+    );
 }
 
 #[tokio::test]
 async fn an_unknown_revision_in_the_answer_is_refused() {
     let server = TestServer::start(ServerConfig::default());
-    server.push_fault(Fault::on_rpc("initialize", FaultAction::ProtocolVersion("2099-01-01".into())));
+    server.push_fault(Fault::on_rpc(
+        "initialize",
+        FaultAction::ProtocolVersion("2099-01-01".into()),
+    ));
     let wire = wire(HttpClient::owned().unwrap(), &server);
-    let init = wire.request(initialize_request(1, "2025-11-25")).await.unwrap();
+    let init = wire
+        .request(initialize_request(1, "2025-11-25"))
+        .await
+        .unwrap();
     let error = init.result["protocolVersion"]
         .as_str()
         .unwrap()

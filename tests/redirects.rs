@@ -49,7 +49,10 @@ async fn a_redirect_to_another_origin_is_refused_and_nothing_reaches_it() {
                 location: other.url(),
             },
         ));
-        let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
+        let error = wire
+            .request(request(2, "tools/list", None))
+            .await
+            .unwrap_err();
         assert!(error.is_redirect(), "{error}");
         assert!(other.requests().is_empty(), "{}", label(wire.client()));
         assert_eq!(other.stats().connections_accepted, 0);
@@ -71,7 +74,10 @@ async fn a_301_302_or_303_never_turns_the_post_into_a_get() {
                 location: "/mcp".into(),
             },
         ));
-        let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
+        let error = wire
+            .request(request(2, "tools/list", None))
+            .await
+            .unwrap_err();
         assert!(error.is_redirect(), "{status}: {error}");
         assert_eq!(error.status().map(|s| s.as_u16()), Some(status));
         assert!(seen_http(&server, Method::GET).is_empty(), "{status}");
@@ -91,7 +97,13 @@ async fn a_redirect_loop_is_cut_off() {
             location: "/mcp".into(),
         },
     ));
-    let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
-    assert!(error.is_redirect() && error.to_string().contains("more than 5"), "{error}");
+    let error = wire
+        .request(request(2, "tools/list", None))
+        .await
+        .unwrap_err();
+    assert!(
+        error.is_redirect() && error.to_string().contains("more than 5"),
+        "{error}"
+    );
     assert_eq!(seen(&server, "tools/list").len(), 6);
 }

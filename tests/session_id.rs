@@ -15,7 +15,11 @@ async fn the_session_id_goes_on_every_request_after_initialize() {
         handshake(&wire).await;
         let id = wire.session_id().expect("a stateful server issues an id");
         wire.request(request(2, "tools/list", None)).await.unwrap();
-        let stream = wire.open_get_stream(None).await.unwrap().expect("listening stream");
+        let stream = wire
+            .open_get_stream(None)
+            .await
+            .unwrap()
+            .expect("listening stream");
         drop(stream);
         wire.delete_session().await.unwrap();
 
@@ -25,14 +29,18 @@ async fn the_session_id_goes_on_every_request_after_initialize() {
         assert_eq!(first.rpc_method.as_deref(), Some("initialize"));
         assert_eq!(first.header("mcp-session-id"), None);
         for later in later {
-            assert_eq!(later.header("mcp-session-id"), Some(id.expose()), "{} {:?}", later.method, later.rpc_method);
+            assert_eq!(
+                later.header("mcp-session-id"),
+                Some(id.expose()),
+                "{} {:?}",
+                later.method,
+                later.rpc_method
+            );
         }
-        assert_eq!(later.iter().map(|r| r.method.clone()).collect::<Vec<_>>(), [
-            Method::POST,
-            Method::POST,
-            Method::GET,
-            Method::DELETE
-        ]);
+        assert_eq!(
+            later.iter().map(|r| r.method.clone()).collect::<Vec<_>>(),
+            [Method::POST, Method::POST, Method::GET, Method::DELETE]
+        );
     }
 }
 
@@ -43,7 +51,12 @@ async fn a_stateless_server_gets_no_session_header() {
     handshake(&wire).await;
     assert!(wire.session_id().is_none());
     wire.request(request(2, "tools/list", None)).await.unwrap();
-    assert!(server.requests().iter().all(|r| r.header("mcp-session-id").is_none()));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.header("mcp-session-id").is_none())
+    );
 }
 
 #[tokio::test]
@@ -79,11 +92,20 @@ async fn invalid_session_ids_are_refused_and_never_echoed() {
     ];
     for (what, raw) in cases {
         let server = TestServer::start(ServerConfig::default());
-        server.push_fault(Fault::on_rpc("initialize", FaultAction::SessionId(raw.clone())));
+        server.push_fault(Fault::on_rpc(
+            "initialize",
+            FaultAction::SessionId(raw.clone()),
+        ));
         let wire = wire(HttpClient::owned().unwrap(), &server);
-        let error = wire.request(initialize_request(1, "2025-11-25")).await.unwrap_err();
+        let error = wire
+            .request(initialize_request(1, "2025-11-25"))
+            .await
+            .unwrap_err();
         assert!(error.is_protocol(), "{what}: {error}");
-        assert!(error.to_string().contains("Mcp-Session-Id"), "{what}: {error}");
+        assert!(
+            error.to_string().contains("Mcp-Session-Id"),
+            "{what}: {error}"
+        );
         let shown = format!("{error} {error:?}");
         assert!(!shown.contains("abc"), "{what}: the id was echoed: {shown}");
         assert!(wire.session_id().is_none(), "{what}");
@@ -94,6 +116,12 @@ async fn invalid_session_ids_are_refused_and_never_echoed() {
             params: None,
         });
         let _ = wire.post(&note).await;
-        assert!(server.requests().iter().all(|r| r.header("mcp-session-id").is_none()), "{what}");
+        assert!(
+            server
+                .requests()
+                .iter()
+                .all(|r| r.header("mcp-session-id").is_none()),
+            "{what}"
+        );
     }
 }

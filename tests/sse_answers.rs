@@ -21,8 +21,17 @@ async fn server_messages_before_the_response_arrive_in_order() {
         handshake(&wire).await;
         let exchange = wire.request(request(2, "tools/list", None)).await.unwrap();
         assert!(exchange.result["tools"].is_array());
-        let methods: Vec<_> = exchange.preceding.iter().map(|m| m.method().unwrap()).collect();
-        assert_eq!(methods, ["notifications/message"; 3], "{}", label(wire.client()));
+        let methods: Vec<_> = exchange
+            .preceding
+            .iter()
+            .map(|m| m.method().unwrap())
+            .collect();
+        assert_eq!(
+            methods,
+            ["notifications/message"; 3],
+            "{}",
+            label(wire.client())
+        );
         let order: Vec<_> = exchange
             .preceding
             .iter()
@@ -52,7 +61,12 @@ async fn progress_notifications_come_before_the_result() {
         .unwrap();
     assert_eq!(exchange.result["structuredContent"]["tool"], "tool-000");
     assert!(!exchange.preceding.is_empty());
-    assert!(exchange.preceding.iter().all(|m| m.method() == Some("notifications/progress")));
+    assert!(
+        exchange
+            .preceding
+            .iter()
+            .all(|m| m.method() == Some("notifications/progress"))
+    );
 }
 
 #[tokio::test]
@@ -70,7 +84,10 @@ async fn priming_events_are_not_parsed_and_their_id_is_kept() {
     assert!(stream.is_sse());
     let first = stream.next().await.unwrap().unwrap();
     assert!(matches!(first, Message::Response(_)), "{first:?}");
-    assert!(stream.last_event_id().is_some(), "the response event id is kept");
+    assert!(
+        stream.last_event_id().is_some(),
+        "the response event id is kept"
+    );
     assert!(stream.next().await.is_none());
 }
 
@@ -88,7 +105,10 @@ async fn line_ends_bom_and_comments_are_handled() {
         let server = sse(ServerConfig::default());
         let wire = wire(HttpClient::owned().unwrap(), &server);
         handshake(&wire).await;
-        let body = framing.replace("{json}", r#"{"jsonrpc":"2.0","id":{id},"result":{"ok":true}}"#);
+        let body = framing.replace(
+            "{json}",
+            r#"{"jsonrpc":"2.0","id":{id},"result":{"ok":true}}"#,
+        );
         server.push_fault(Fault::on_rpc(
             "ping",
             FaultAction::Raw {
@@ -106,15 +126,23 @@ async fn line_ends_bom_and_comments_are_handled() {
 async fn a_stream_that_ends_without_the_response_is_an_error_for_that_request() {
     for action in [
         FaultAction::SseEndWithoutResponse,
-        FaultAction::SseCutAfterEvent { retry_ms: Some(500) },
+        FaultAction::SseCutAfterEvent {
+            retry_ms: Some(500),
+        },
     ] {
         let server = sse(ServerConfig::default());
         let wire = wire(HttpClient::owned().unwrap(), &server);
         handshake(&wire).await;
         server.push_fault(Fault::on_rpc("tools/list", action.clone()).times(1));
-        let error = wire.request(request(2, "tools/list", None)).await.unwrap_err();
+        let error = wire
+            .request(request(2, "tools/list", None))
+            .await
+            .unwrap_err();
         assert!(error.is_protocol(), "{action:?}: {error}");
-        assert!(error.to_string().contains("without the response"), "{error}");
+        assert!(
+            error.to_string().contains("without the response"),
+            "{error}"
+        );
         // The transport is still usable.
         wire.request(request(3, "tools/list", None)).await.unwrap();
     }
@@ -125,7 +153,12 @@ async fn a_cut_stream_keeps_its_last_event_id_and_retry() {
     let server = sse(ServerConfig::default());
     let wire = wire(HttpClient::owned().unwrap(), &server);
     handshake(&wire).await;
-    server.push_fault(Fault::on_rpc("tools/list", FaultAction::SseCutAfterEvent { retry_ms: Some(750) }));
+    server.push_fault(Fault::on_rpc(
+        "tools/list",
+        FaultAction::SseCutAfterEvent {
+            retry_ms: Some(750),
+        },
+    ));
     let Posted::Stream(mut stream) = wire
         .post(&Message::Request(request(2, "tools/list", None)))
         .await

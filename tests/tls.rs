@@ -16,7 +16,10 @@ fn tls_server() -> (TestServer, Vec<u8>) {
         cert_chain_der: vec![cert_der.clone()],
         key_der: generated.signing_key.serialize_der(),
     };
-    (TestServer::start(ServerConfig::default().with_tls(identity)), cert_der)
+    (
+        TestServer::start(ServerConfig::default().with_tls(identity)),
+        cert_der,
+    )
 }
 
 #[tokio::test]
@@ -40,7 +43,10 @@ async fn the_whole_exchange_runs_over_https() {
 async fn an_untrusted_certificate_is_refused_before_anything_is_sent() {
     let (server, _) = tls_server();
     let wire = wire(HttpClient::owned().unwrap(), &server);
-    let error = wire.request(initialize_request(1, "2025-11-25")).await.unwrap_err();
+    let error = wire
+        .request(initialize_request(1, "2025-11-25"))
+        .await
+        .unwrap_err();
     assert!(error.is_transport(), "{error:?}");
     assert!(server.requests().is_empty());
 }

@@ -21,7 +21,8 @@ use crate::jsonrpc::{Message, parse_messages};
 pub struct MessageStream {
     queue: VecDeque<Message>,
     body: Option<ResponseBody>,
-    decoder: Option<SseDecoder>,
+    // Boxed: the decoder is large and a JSON answer never needs one.
+    decoder: Option<Box<SseDecoder>>,
     failed: bool,
 }
 
@@ -39,7 +40,7 @@ impl MessageStream {
         MessageStream {
             queue: VecDeque::new(),
             body: Some(body),
-            decoder: Some(SseDecoder::with_max_event_size(max_event_size)),
+            decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
             failed: false,
         }
     }

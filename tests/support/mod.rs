@@ -5,11 +5,13 @@ use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use mcp_scoped_http::Ownership;
 use mcp_scoped_http::jsonrpc::{Message, Notification, Request};
 use mcp_scoped_http::transport::{Exchange, ProtocolVersion, StreamableHttp};
-use mcp_scoped_http::{HttpClient, Ownership};
 use serde_json::json;
 
+pub use mcp_scoped_http::HttpClient;
+#[allow(unused_imports)]
 pub use mcp_scoped_http::testkit::{
     Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode, ServerConfig,
     TestServer,
