@@ -143,3 +143,65 @@ async fn defaults_are_documented_values() {
     assert_eq!(config.max_sse_event, 8 * 1024 * 1024);
     assert_eq!(config.max_session_id_len, 512);
 }
+
+#[tokio::test]
+async fn a_declared_oversize_json_body_is_refused() {
+    let server = TestServer::start(ServerConfig::default());
+    let wire = limited(&server);
+    handshake(&wire).await;
+    let padding = "x".repeat(2 * LIMIT);
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"padding":"{padding}"}}}}"#);
+    server.push_fault(
+        Fault::on_rpc(
+            "tools/list",
+            FaultAction::raw(200, "application/json", &body),
+        )
+        .times(1),
+    );
+    let error = wire
+        .request(request(2, "tools/list", None))
+        .await
+        .unwrap_err();
+    assert!(error.is_limit(), "{error}");
+    wire.request(request(3, "tools/list", None)).await.unwrap();
+}
+
+#[tokio::test]
+async fn too_many_messages_before_the_response_is_a_limit_error() {
+    let server = TestServer::start(ServerConfig::default());
+    let wire = wire(HttpClient::owned().unwrap(), &server)
+        .with_config(TransportConfig::default().max_preceding_messages(4));
+    handshake(&wire).await;
+    let note = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n";
+    let body = format!(
+        "{}data: {{\"jsonrpc\":\"2.0\",\"id\":{{id}},\"result\":{{}}}}\n\n",
+        note.repeat(5)
+    );
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::raw(200, "text/event-stream", &body),
+    ));
+    let error = wire.request(request(2, "ping", None)).await.unwrap_err();
+    assert!(
+        error.is_limit() && error.to_string().contains("more than 4"),
+        "{error}"
+    );
+    // Four are fine.
+    let body = format!(
+        "{}data: {{\"jsonrpc\":\"2.0\",\"id\":{{id}},\"result\":{{}}}}\n\n",
+        note.repeat(4)
+    );
+    server.clear_faults();
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::raw(200, "text/event-stream", &body),
+    ));
+    assert_eq!(
+        wire.request(request(3, "ping", None))
+            .await
+            .unwrap()
+            .preceding
+            .len(),
+        4
+    );
+}

@@ -220,3 +220,20 @@ async fn a_jsonrpc_error_response_is_an_rpc_error() {
     assert!(error.is_rpc(), "{error}");
     assert_eq!(error.rpc_code(), Some(-32601));
 }
+
+#[tokio::test]
+async fn a_json_answer_with_a_byte_order_mark_is_read() {
+    let server = TestServer::start(ServerConfig::default());
+    let wire = wire(HttpClient::owned().unwrap(), &server);
+    handshake(&wire).await;
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::raw(
+            200,
+            "application/json",
+            "\u{FEFF}{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{}}",
+        ),
+    ));
+    let exchange = wire.request(request(2, "ping", None)).await.unwrap();
+    assert_eq!(exchange.result, json!({}));
+}

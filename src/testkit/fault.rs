@@ -154,7 +154,8 @@ pub enum FaultAction {
         /// Approximate size of the response event data.
         bytes: usize,
     },
-    /// JSON response padded (a long string in the result) to about `bytes`.
+    /// JSON response padded (a long string in the result) to about `bytes`,
+    /// sent chunked with no `Content-Length`.
     OversizeJson {
         /// Approximate size of the body.
         bytes: usize,

@@ -461,7 +461,21 @@ fn encode(shared: &Shared, outcome: Outcome, enc: &Encoding) -> Resp {
         } else {
             responses.swap_remove(0)
         };
-        full(200, Some(JSON), body.to_string())
+        if enc.pad.is_some() {
+            // Chunked, with no Content-Length: the client cannot see the size
+            // up front and must stop reading at its limit.
+            let bytes = Bytes::from(body.to_string());
+            let chunks = (0..bytes.len())
+                .step_by(64 * 1024)
+                .map(|at| bytes.slice(at..bytes.len().min(at + 64 * 1024)))
+                .collect();
+            let mut resp = Response::new(boxed(ChanBody::chunks(chunks)));
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+            resp
+        } else {
+            full(200, Some(JSON), body.to_string())
+        }
     };
     if let Some(ct) = &enc.content_type {
         match HeaderValue::from_str(ct) {

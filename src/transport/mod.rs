@@ -43,7 +43,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
+use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -565,15 +565,9 @@ async fn read_limited(
     what: &str,
 ) -> Result<Bytes> {
     let too_large = || Error::limit(format!("the {what} exceeds the {limit}-byte limit"));
-    let declared = response
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large());
-    }
     let body = response.into_body();
+    // A shortcut only (a declared Content-Length shows in the size hint):
+    // `Limited` below is what bounds the read.
     if body.size_hint().lower() > limit as u64 {
         return Err(too_large());
     }
