@@ -80,60 +80,40 @@ fn limited(server: &TestServer) -> mcp_scoped_http::transport::StreamableHttp {
     )
 }
 
-#[tokio::test]
-async fn a_json_body_over_the_limit_is_refused() {
-    let server = TestServer::start(ServerConfig::default());
+/// Scripts `action` on one `tools/list` and checks that it fails with a
+/// limit error, bounded memory, and a transport that carries on.
+async fn refused_with_bounded_memory(mode: ResponseMode, action: FaultAction) {
+    let server = TestServer::start(ServerConfig::default().with_response_mode(mode));
     let wire = limited(&server);
     handshake(&wire).await;
-    server.push_fault(
-        Fault::on_rpc(
-            "tools/list",
-            FaultAction::OversizeJson {
-                bytes: 16 * 1024 * 1024,
-            },
-        )
-        .times(1),
-    );
+    server.push_fault(Fault::on_rpc("tools/list", action.clone()).times(1));
     let (result, growth) = peak_growth(wire.request(request(2, "tools/list", None))).await;
     let error = result.unwrap_err();
-    assert!(error.is_limit(), "{error}");
+    assert!(error.is_limit(), "{action:?}: {error}");
     assert!(error.to_string().contains(&LIMIT.to_string()), "{error}");
-    assert!(growth < BOUND, "heap grew {growth} bytes");
+    assert!(growth < BOUND, "{action:?}: heap grew {growth} bytes");
     wire.request(request(3, "tools/list", None)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_json_body_over_the_limit_is_refused() {
+    let action = FaultAction::OversizeJson {
+        bytes: 16 * 1024 * 1024,
+    };
+    refused_with_bounded_memory(ResponseMode::Json, action).await;
 }
 
 #[tokio::test]
 async fn an_sse_event_over_the_limit_is_refused() {
-    let server = TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
-    let wire = limited(&server);
-    handshake(&wire).await;
-    server.push_fault(
-        Fault::on_rpc(
-            "tools/list",
-            FaultAction::OversizeSseEvent {
-                bytes: 16 * 1024 * 1024,
-            },
-        )
-        .times(1),
-    );
-    let (result, growth) = peak_growth(wire.request(request(2, "tools/list", None))).await;
-    let error = result.unwrap_err();
-    assert!(error.is_limit(), "{error}");
-    assert!(growth < BOUND, "heap grew {growth} bytes");
-    wire.request(request(3, "tools/list", None)).await.unwrap();
+    let action = FaultAction::OversizeSseEvent {
+        bytes: 16 * 1024 * 1024,
+    };
+    refused_with_bounded_memory(ResponseMode::Sse, action).await;
 }
 
 #[tokio::test]
 async fn an_sse_line_that_never_ends_is_refused_with_bounded_memory() {
-    let server = TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
-    let wire = limited(&server);
-    handshake(&wire).await;
-    server.push_fault(Fault::on_rpc("tools/list", FaultAction::SseNeverEndingLine).times(1));
-    let (result, growth) = peak_growth(wire.request(request(2, "tools/list", None))).await;
-    let error = result.unwrap_err();
-    assert!(error.is_limit(), "{error}");
-    assert!(growth < BOUND, "heap grew {growth} bytes");
-    wire.request(request(3, "tools/list", None)).await.unwrap();
+    refused_with_bounded_memory(ResponseMode::Sse, FaultAction::SseNeverEndingLine).await;
 }
 
 #[tokio::test]

@@ -94,6 +94,8 @@ impl MessageStream {
                 Ok(None) => {}
                 Err(e) => return self.fail(sse_error(e)),
             }
+            // Every complete event is out; an unterminated last one is
+            // discarded at the end, as the SSE spec says.
             let body = self.body.as_mut()?;
             match body.frame().await {
                 Some(Ok(frame)) => {
@@ -104,29 +106,7 @@ impl MessageStream {
                 Some(Err(e)) => {
                     return self.fail(Error::transport(e).with_message("the SSE stream broke off"));
                 }
-                None => {
-                    self.body = None;
-                    // An unterminated last event is discarded, as the SSE
-                    // spec says; a complete one still buffered comes out.
-                    match decoder.finish() {
-                        Ok(Some(event)) if event.has_data() => {
-                            match parse_messages(event.data.as_bytes()) {
-                                Ok(messages) => self.queue.extend(messages),
-                                Err(e) => {
-                                    return self.fail(
-                                        Error::protocol("an SSE event is not a JSON-RPC message")
-                                            .with_source(e),
-                                    );
-                                }
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(e) => return self.fail(sse_error(e)),
-                    }
-                    if self.queue.is_empty() {
-                        return None;
-                    }
-                }
+                None => self.body = None,
             }
         }
     }
