@@ -34,6 +34,7 @@ struct Inner {
     www_authenticate: Option<String>,
     message: Option<String>,
     source: Option<BoxError>,
+    cleanup: Vec<Error>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,12 @@ pub(crate) enum Kind {
     Limit,
     /// A redirect we refuse to follow.
     Redirect,
+    /// A header hook's provider failed.
+    Hook,
+    /// The session is closed or closing.
+    Closed,
+    /// A deadline of ours passed.
+    Timeout,
 }
 
 impl Error {
@@ -65,6 +72,7 @@ impl Error {
                 www_authenticate: None,
                 message: None,
                 source: None,
+                cleanup: Vec::new(),
             }),
         }
     }
@@ -74,8 +82,12 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        self.inner.source = Some(source.into());
+    pub(crate) fn with_source(self, source: impl Into<BoxError>) -> Self {
+        self.with_boxed_source(source.into())
+    }
+
+    fn with_boxed_source(mut self, source: BoxError) -> Self {
+        self.inner.source = Some(source);
         self
     }
 
@@ -94,12 +106,22 @@ impl Error {
         self
     }
 
+    /// Attaches errors of cleanup steps that failed after this one; they
+    /// never replace it.
+    pub(crate) fn with_cleanup(mut self, errors: Vec<Error>) -> Self {
+        self.inner.cleanup.extend(errors);
+        self
+    }
+
     pub(crate) fn builder(message: impl Into<String>) -> Self {
         Error::new(Kind::Builder).with_message(message)
     }
 
-    pub(crate) fn transport(source: impl Into<BoxError>) -> Self {
-        Error::new(Kind::Transport).with_source(source)
+    // `BoxError`, not `impl Into<BoxError>`: the generic form trips a rustc
+    // limitation ("implementation of `From` is not general enough") when the
+    // calling future is checked for `Send`.
+    pub(crate) fn transport(source: BoxError) -> Self {
+        Error::new(Kind::Transport).with_boxed_source(source)
     }
 
     pub(crate) fn protocol(message: impl Into<String>) -> Self {
@@ -112,6 +134,18 @@ impl Error {
 
     pub(crate) fn redirect(message: impl Into<String>) -> Self {
         Error::new(Kind::Redirect).with_message(message)
+    }
+
+    pub(crate) fn hook(source: BoxError) -> Self {
+        Error::new(Kind::Hook).with_boxed_source(source)
+    }
+
+    pub(crate) fn delete_timeout(after: std::time::Duration) -> Self {
+        Error::new(Kind::Timeout).with_message(format!("the DELETE took longer than {after:?}"))
+    }
+
+    pub(crate) fn closed() -> Self {
+        Error::new(Kind::Closed)
     }
 
     pub(crate) fn rpc(rpc: ErrorObject) -> Self {
@@ -135,12 +169,13 @@ impl Error {
 
     /// True when a deadline passed.
     pub fn is_timeout(&self) -> bool {
-        self.chain().any(|cause| {
-            cause.is::<tokio::time::error::Elapsed>()
-                || cause
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        })
+        self.inner.kind == Kind::Timeout
+            || self.chain().any(|cause| {
+                cause.is::<tokio::time::error::Elapsed>()
+                    || cause
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            })
     }
 
     /// True when the server broke the protocol: an unexpected content type,
@@ -158,6 +193,18 @@ impl Error {
     /// True when the server redirected and we refused to follow.
     pub fn is_redirect(&self) -> bool {
         self.inner.kind == Kind::Redirect
+    }
+
+    /// True when a header hook's provider failed (for example, a token
+    /// refresh).
+    pub fn is_hook(&self) -> bool {
+        self.inner.kind == Kind::Hook
+    }
+
+    /// True when the session was closed (or was closing) before the call
+    /// could finish.
+    pub fn is_closed(&self) -> bool {
+        self.inner.kind == Kind::Closed
     }
 
     /// True when the HTTP exchange failed below the HTTP layer (refused,
@@ -200,6 +247,12 @@ impl Error {
         self.inner.www_authenticate.as_deref()
     }
 
+    /// Cleanup steps that failed after this error (for example the DELETE of
+    /// a session whose connect failed). The error itself is the first cause.
+    pub fn cleanup_errors(&self) -> &[Error] {
+        &self.inner.cleanup
+    }
+
     fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
         let mut next = std::error::Error::source(self);
         std::iter::from_fn(move || {
@@ -218,6 +271,9 @@ impl Error {
             Kind::Protocol => "protocol violation",
             Kind::Limit => "size limit exceeded",
             Kind::Redirect => "redirect refused",
+            Kind::Hook => "a header provider failed",
+            Kind::Closed => "the session is closed",
+            Kind::Timeout => "timed out",
         }
     }
 }
@@ -233,6 +289,13 @@ impl fmt::Display for Error {
         }
         if let Some(message) = &self.inner.message {
             write!(f, ": {message}")?;
+        }
+        if let Some(first) = self.inner.cleanup.first() {
+            write!(f, " (cleanup also failed: {first}")?;
+            if self.inner.cleanup.len() > 1 {
+                write!(f, ", and {} more", self.inner.cleanup.len() - 1)?;
+            }
+            f.write_str(")")?;
         }
         Ok(())
     }
@@ -254,6 +317,9 @@ impl fmt::Debug for Error {
         }
         if let Some(source) = &self.inner.source {
             d.field("source", source);
+        }
+        if !self.inner.cleanup.is_empty() {
+            d.field("cleanup", &self.inner.cleanup);
         }
         d.finish()
     }
@@ -313,7 +379,7 @@ mod tests {
     #[test]
     fn timeout_is_found_in_the_cause_chain() {
         let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "slow");
-        assert!(Error::transport(io).is_timeout());
+        assert!(Error::transport(Box::new(io)).is_timeout());
         assert!(!Error::protocol("x").is_timeout());
     }
 }

@@ -73,9 +73,17 @@
 pub mod client;
 pub mod error;
 pub mod jsonrpc;
+pub mod ledger;
+mod origin;
+mod scope;
+pub mod session;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod transport;
 
+pub use client::{HeaderHook, HookHandle};
 pub use client::{HttpClient, HttpClientBuilder, Ownership};
 pub use error::{Error, Result};
+pub use ledger::{Ledger, abandoned_deletes, ledger};
+pub use scope::{Released, SessionRelease, shutdown};
+pub use session::{Catalog, Connector, Discovery, Session, SessionInfo, SessionOwnership};

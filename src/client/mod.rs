@@ -10,6 +10,7 @@
 //! reconfigures it, or adds anything to it. Cloning an `HttpClient` is cheap
 //! and shares the underlying client.
 
+mod hooks;
 mod owned;
 
 use std::fmt;
@@ -20,10 +21,12 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use tower::{Service, ServiceExt, util::BoxCloneService};
 
+pub use hooks::{HeaderHook, HookHandle, HookId, HookInfo, HookOwner, ScopeId};
 pub use owned::HttpClientBuilder;
 use owned::OwnedParts;
 
 use crate::error::{BoxError, Error, Result};
+use crate::ledger::{Count, Counters, Field, Ledger};
 
 /// The request body type the client port is called with.
 pub type RequestBody = Full<Bytes>;
@@ -56,6 +59,11 @@ struct Inner {
     service: Mutex<BoxService>,
     ownership: Ownership,
     owned: Option<OwnedParts>,
+    hooks: Arc<hooks::Registry>,
+    counters: Arc<Counters>,
+    // Declared last: counted as an owned client until everything above has
+    // been dropped.
+    _owned_count: Option<Count>,
 }
 
 impl HttpClient {
@@ -99,13 +107,66 @@ impl HttpClient {
     }
 
     fn from_parts(service: BoxService, ownership: Ownership, owned: Option<OwnedParts>) -> Self {
+        let counters = Arc::new(Counters::default());
+        let owned_count = (ownership == Ownership::Owned)
+            .then(|| Count::new(Field::OwnedClients, Some(counters.clone())));
         HttpClient {
             inner: Arc::new(Inner {
                 service: Mutex::new(service),
                 ownership,
                 owned,
+                hooks: Arc::default(),
+                counters,
+                _owned_count: owned_count,
             }),
         }
+    }
+
+    /// Registers a hook for every request through this client to `origin`
+    /// (an `http` or `https` URL; only its scheme, host and port count). It
+    /// stays until the handle is dropped.
+    ///
+    /// Sessions register their own hooks scoped to themselves; this one is
+    /// the caller's, and applies to every session on this client too.
+    pub fn add_hook(&self, origin: &str, hook: HeaderHook) -> Result<HookHandle> {
+        self.inner
+            .hooks
+            .register(origin, HookOwner::Client, hook, &self.inner.counters)
+    }
+
+    pub(crate) fn add_session_hook(
+        &self,
+        origin: &str,
+        scope: ScopeId,
+        hook: HeaderHook,
+    ) -> Result<HookHandle> {
+        self.inner.hooks.register(
+            origin,
+            HookOwner::Session(scope),
+            hook,
+            &self.inner.counters,
+        )
+    }
+
+    /// The hooks registered on this client, in the order they apply.
+    pub fn hooks(&self) -> Vec<HookInfo> {
+        self.inner.hooks.list()
+    }
+
+    /// What this client holds right now: its hooks, and the sessions, tasks
+    /// and reaps that run over it. `owned_clients` is 1 for a live owned
+    /// client.
+    pub fn ledger(&self) -> Ledger {
+        self.inner.counters.snapshot()
+    }
+
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.inner.counters
+    }
+
+    /// Whether two handles share one client.
+    pub fn same_client(&self, other: &HttpClient) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Whether this client is owned by the crate or lent by the caller.
@@ -119,11 +180,22 @@ impl HttpClient {
         self.inner.owned.as_ref().map_or(0, OwnedParts::live_tasks)
     }
 
-    /// Sends one request and returns the response head with its body unread.
+    /// Sends one request, with this client's client-wide hooks for its
+    /// origin, and returns the response head with its body unread.
     pub async fn send(
         &self,
         request: http::Request<RequestBody>,
     ) -> Result<http::Response<ResponseBody>> {
+        self.send_scoped(request, None).await
+    }
+
+    /// Sends one request of `scope` (a session), with its hooks.
+    pub(crate) async fn send_scoped(
+        &self,
+        mut request: http::Request<RequestBody>,
+        scope: Option<ScopeId>,
+    ) -> Result<http::Response<ResponseBody>> {
+        self.inner.hooks.apply(&mut request, scope).await?;
         let service = self
             .inner
             .service
@@ -140,6 +212,7 @@ impl fmt::Debug for HttpClient {
         f.debug_struct("HttpClient")
             .field("ownership", &self.inner.ownership)
             .field("connection_tasks", &self.connection_tasks())
+            .field("hooks", &self.inner.hooks.list().len())
             .finish()
     }
 }

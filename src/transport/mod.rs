@@ -42,20 +42,21 @@ mod stream;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tracing::Instrument;
 
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
 pub use stream::MessageStream;
 
-use crate::client::{HttpClient, ResponseBody};
+use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
 use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, parse_messages};
+use crate::origin::Origin;
 
 /// The `Mcp-Session-Id` header.
 pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
@@ -176,6 +177,7 @@ pub struct StreamableHttp {
     origin: Origin,
     config: TransportConfig,
     state: Mutex<SessionState>,
+    scope: Option<ScopeId>,
 }
 
 impl StreamableHttp {
@@ -193,6 +195,7 @@ impl StreamableHttp {
             origin,
             config: TransportConfig::default(),
             state: Mutex::default(),
+            scope: None,
         })
     }
 
@@ -200,6 +203,16 @@ impl StreamableHttp {
     pub fn with_config(mut self, config: TransportConfig) -> Self {
         self.config = config;
         self
+    }
+
+    /// Sends as `scope`: its session hooks apply.
+    pub(crate) fn with_scope(mut self, scope: ScopeId) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The endpoint URL.
@@ -459,7 +472,7 @@ impl StreamableHttp {
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
             *request.headers_mut() = headers.clone();
-            let response = self.client.send(request).await?;
+            let response = self.client.send_scoped(request, self.scope).await?;
             let status = response.status();
             if !status.is_redirection() {
                 return Ok(response);
@@ -565,17 +578,26 @@ async fn read_limited(
     what: &str,
 ) -> Result<Bytes> {
     let too_large = || Error::limit(format!("the {what} exceeds the {limit}-byte limit"));
-    let body = response.into_body();
+    let mut body = response.into_body();
     // A shortcut only (a declared Content-Length shows in the size hint):
-    // `Limited` below is what bounds the read.
+    // the loop below is what bounds the read.
     if body.size_hint().lower() > limit as u64 {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(Error::transport(e).with_message(format!("reading the {what} failed"))),
+    // Not `http_body_util::Limited`: its `Into<BoxError>` bound on a boxed
+    // body trips a rustc limitation when the caller's future must be `Send`.
+    let mut collected = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| Error::transport(e).with_message(format!("reading the {what} failed")))?;
+        if let Ok(data) = frame.into_data() {
+            if collected.len() + data.len() > limit {
+                return Err(too_large());
+            }
+            collected.extend_from_slice(&data);
+        }
     }
+    Ok(collected.freeze())
 }
 
 fn strip_bom(bytes: &[u8]) -> &[u8] {
@@ -631,36 +653,6 @@ fn redirect_target(current: &Uri, headers: &HeaderMap) -> std::result::Result<Ur
     Err("a redirect to a relative path; only absolute URLs and paths are followed".into())
 }
 
-/// Scheme, host and port: what a redirect must keep to be followed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Origin {
-    scheme: String,
-    host: String,
-    port: u16,
-}
-
-impl Origin {
-    fn of(uri: &Uri) -> Option<Origin> {
-        let scheme = uri.scheme_str()?.to_ascii_lowercase();
-        let default_port = match scheme.as_str() {
-            "http" => 80,
-            "https" => 443,
-            _ => return None,
-        };
-        Some(Origin {
-            host: uri.host()?.to_ascii_lowercase(),
-            port: uri.port_u16().unwrap_or(default_port),
-            scheme,
-        })
-    }
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -690,18 +682,6 @@ mod tests {
             );
         }
         assert_eq!(media_type(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn origins_compare_scheme_host_and_port() {
-        let a = Origin::of(&"http://Example.com/mcp".parse().unwrap()).unwrap();
-        let b = Origin::of(&"http://example.com:80/other".parse().unwrap()).unwrap();
-        let c = Origin::of(&"https://example.com/mcp".parse().unwrap()).unwrap();
-        let d = Origin::of(&"http://example.com:8080/mcp".parse().unwrap()).unwrap();
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert_ne!(a, d);
-        assert!(Origin::of(&"ftp://example.com/".parse().unwrap()).is_none());
     }
 
     #[test]

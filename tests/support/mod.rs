@@ -1,6 +1,8 @@
 //! Shared fixtures: clients of both ownerships and the MCP handshake.
 #![allow(dead_code)]
 
+pub mod baseline;
+
 use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::Client;
@@ -118,4 +120,11 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Serializes the tests of one binary that check process-wide numbers
+/// (descriptors, the ledger): each holds this for its whole run.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }

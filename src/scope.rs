@@ -1,0 +1,387 @@
+//! The guard stack: what a session acquired, released in exact reverse.
+//!
+//! Resources are pushed the moment they exist, in this order, so that the
+//! reverse is the right cleanup order:
+//!
+//! 1. the owned client (only when the session built it);
+//! 2. the session's header hooks;
+//! 3. the transport (which holds a handle to the client);
+//! 4. the server session we may create (pushed *before* `initialize` is
+//!    sent, so an id that arrives just before a cancellation is still
+//!    DELETEd; with no id, releasing it sends nothing);
+//! 5. background tasks (the GET listener).
+//!
+//! Released in reverse: tasks stop and are joined; the server session is
+//! DELETEd while our hooks and the client are still alive, so the DELETE is
+//! authenticated; the transport's handle goes; the hooks are removed by
+//! identity; the owned client is dropped last.
+//!
+//! [`GuardStack::unwind`] is the orderly path. Dropping a stack does what
+//! can be done without waiting (tasks are aborted), and if a DELETE is still
+//! owed, hands the rest of the stack, in order, to a reaper task: tracked,
+//! bounded by the DELETE timeout, and awaited by [`shutdown`]. When no
+//! runtime can run it (the runtime is shutting down, or gone), the rest is
+//! released synchronously and the DELETE is counted as abandoned
+//! ([`crate::ledger::abandoned_deletes`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use scopeguard::ScopeGuard;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{HookHandle, HttpClient};
+use crate::error::Error;
+use crate::ledger::{self, Count, Counters, Field};
+use crate::transport::{SessionEnd, StreamableHttp};
+
+/// A release that cannot fail and needs no waiting.
+type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;
+
+fn sync_guard(release: impl FnOnce() + Send + 'static) -> SyncGuard {
+    scopeguard::guard((), Box::new(move |()| release()))
+}
+
+/// What became of the server session when a stack was released.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub enum SessionRelease {
+    /// We did not create one: an attached session, or a connect that failed
+    /// before `initialize` was sent.
+    #[default]
+    NotOwned,
+    /// The server issued no session id (a stateless server): nothing to end.
+    NoSessionId,
+    /// DELETE was answered with this status (2xx, 404 or 405).
+    Deleted(http::StatusCode),
+    /// DELETE failed or timed out; local cleanup ran anyway.
+    DeleteFailed(Error),
+}
+
+/// What a close (or a failed connect) released.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Released {
+    /// Background tasks stopped and joined.
+    pub tasks_stopped: usize,
+    /// The server session.
+    pub session: SessionRelease,
+    /// Header hooks removed from the client.
+    pub hooks_removed: usize,
+    /// Whether the session's own (owned) HTTP client was released.
+    pub owned_client_released: bool,
+    /// True when an earlier close had already released everything.
+    pub already_closed: bool,
+}
+
+/// A background task of a session: cancelled, then joined.
+pub(crate) struct TaskGuard {
+    token: CancellationToken,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// How long a cancelled task gets to finish before it is aborted.
+const TASK_JOIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl TaskGuard {
+    /// Spawns `task` (which must return soon after `token` is cancelled),
+    /// counted in the ledger while it lives.
+    pub(crate) fn spawn<F>(
+        counters: &Arc<Counters>,
+        task: impl FnOnce(CancellationToken) -> F,
+    ) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        let count = Count::new(Field::Tasks, Some(counters.clone()));
+        let future = task(token.clone());
+        let handle = tokio::spawn(async move {
+            // Dropped with the future, also when the task is aborted.
+            let _count = count;
+            future.await;
+        });
+        TaskGuard {
+            token,
+            handle: Some(handle),
+        }
+    }
+
+    async fn release(mut self) {
+        self.token.cancel();
+        if let Some(mut handle) = self.handle.take() {
+            if tokio::time::timeout(TASK_JOIN_TIMEOUT, &mut handle)
+                .await
+                .is_err()
+            {
+                handle.abort();
+            }
+        }
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.token.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// The server session we may have created: ended by DELETE.
+pub(crate) struct ServerSessionGuard {
+    wire: Arc<StreamableHttp>,
+    timeout: Duration,
+    settled: bool,
+    _count: Count,
+}
+
+impl ServerSessionGuard {
+    fn owes_delete(&self) -> bool {
+        !self.settled && self.wire.session_id().is_some()
+    }
+
+    async fn release(mut self) -> SessionRelease {
+        if !self.owes_delete() {
+            self.settled = true;
+            return SessionRelease::NoSessionId;
+        }
+        let span = tracing::debug_span!("mcp.close.delete");
+        let outcome = tracing::Instrument::instrument(
+            tokio::time::timeout(self.timeout, self.wire.delete_session()),
+            span,
+        )
+        .await;
+        // Settled either way: we tried once, within the bound.
+        self.settled = true;
+        match outcome {
+            Ok(Ok(SessionEnd::Ended(status))) => SessionRelease::Deleted(status),
+            Ok(Ok(SessionEnd::NoSession)) => SessionRelease::NoSessionId,
+            Ok(Err(error)) => SessionRelease::DeleteFailed(error),
+            Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(self.timeout)),
+        }
+    }
+}
+
+impl Drop for ServerSessionGuard {
+    fn drop(&mut self) {
+        if self.owes_delete() {
+            ledger::count_abandoned_delete();
+            tracing::warn!("no runtime could send the DELETE of a session; it is left to expire");
+        }
+    }
+}
+
+enum Entry {
+    OwnedClient(SyncGuard),
+    Hook(SyncGuard),
+    Transport(SyncGuard),
+    ServerSession(ServerSessionGuard),
+    Task(TaskGuard),
+}
+
+/// The guard stack of one session (or one connect in progress).
+pub(crate) struct GuardStack {
+    entries: Vec<Entry>,
+    counters: Arc<Counters>,
+    /// Set on a stack that is already the reaper's: its drop must not hand
+    /// it to another reaper.
+    reaping: bool,
+}
+
+impl GuardStack {
+    pub(crate) fn new(counters: Arc<Counters>) -> Self {
+        GuardStack {
+            entries: Vec::with_capacity(6),
+            counters,
+            reaping: false,
+        }
+    }
+
+    /// The counters of the client the session runs over; set once an owned
+    /// client exists.
+    pub(crate) fn set_counters(&mut self, counters: Arc<Counters>) {
+        self.counters = counters;
+    }
+
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    pub(crate) fn push_owned_client(&mut self, client: HttpClient) {
+        self.entries
+            .push(Entry::OwnedClient(sync_guard(move || drop(client))));
+    }
+
+    pub(crate) fn push_hook(&mut self, hook: HookHandle) {
+        self.entries
+            .push(Entry::Hook(sync_guard(move || drop(hook))));
+    }
+
+    pub(crate) fn push_transport(&mut self, wire: Arc<StreamableHttp>) {
+        self.entries
+            .push(Entry::Transport(sync_guard(move || drop(wire))));
+    }
+
+    pub(crate) fn push_server_session(&mut self, wire: Arc<StreamableHttp>, timeout: Duration) {
+        let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
+        self.entries.push(Entry::ServerSession(ServerSessionGuard {
+            wire,
+            timeout,
+            settled: false,
+            _count: count,
+        }));
+    }
+
+    pub(crate) fn push_task(&mut self, task: TaskGuard) {
+        self.entries.push(Entry::Task(task));
+    }
+
+    /// The orderly path: pops every entry, awaiting the task joins and the
+    /// DELETE. Always completes (each wait is bounded); failures are in the
+    /// report, never stop the unwind.
+    pub(crate) async fn unwind(&mut self) -> Released {
+        let mut released = Released::default();
+        while let Some(entry) = self.entries.pop() {
+            match entry {
+                Entry::Task(task) => {
+                    task.release().await;
+                    released.tasks_stopped += 1;
+                }
+                Entry::ServerSession(session) => released.session = session.release().await,
+                Entry::Transport(guard) => drop(guard),
+                Entry::Hook(guard) => {
+                    drop(guard);
+                    released.hooks_removed += 1;
+                }
+                Entry::OwnedClient(guard) => {
+                    drop(guard);
+                    released.owned_client_released = true;
+                }
+            }
+        }
+        released
+    }
+
+    fn owes_delete(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e, Entry::ServerSession(s) if s.owes_delete()))
+    }
+}
+
+impl Drop for GuardStack {
+    fn drop(&mut self) {
+        if self.reaping || !self.owes_delete() {
+            // Everything can go now, from the top.
+            while let Some(entry) = self.entries.pop() {
+                drop(entry);
+            }
+            return;
+        }
+        // The synchronous part at once: tasks above the session are aborted.
+        while let Some(Entry::Task(_)) = self.entries.last() {
+            self.entries.pop();
+        }
+        let rest = GuardStack {
+            entries: std::mem::take(&mut self.entries),
+            counters: self.counters.clone(),
+            reaping: true,
+        };
+        reap(rest);
+    }
+}
+
+impl fmt::Debug for GuardStack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self
+            .entries
+            .iter()
+            .map(|e| match e {
+                Entry::OwnedClient(_) => "owned client",
+                Entry::Hook(_) => "hook",
+                Entry::Transport(_) => "transport",
+                Entry::ServerSession(_) => "server session",
+                Entry::Task(_) => "task",
+            })
+            .collect();
+        f.debug_struct("GuardStack")
+            .field("entries", &names)
+            .finish()
+    }
+}
+
+static REAPS_DONE: Notify = Notify::const_new();
+
+/// Counts one pending reap; wakes [`shutdown`] when it goes.
+struct PendingReap {
+    count: Option<Count>,
+}
+
+impl Drop for PendingReap {
+    fn drop(&mut self) {
+        // Decrement first, then wake, so a woken waiter sees the new count.
+        drop(self.count.take());
+        REAPS_DONE.notify_waiters();
+    }
+}
+
+/// Hands the rest of a stack (with its DELETE) to a reaper task.
+fn reap(stack: GuardStack) {
+    let pending = PendingReap {
+        count: Some(Count::new(
+            Field::PendingReaps,
+            Some(stack.counters.clone()),
+        )),
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            tracing::debug!("handing a DELETE to the reaper");
+            // If the runtime is shutting down the task never runs: dropping
+            // it drops `stack`, which (reaping) releases synchronously and
+            // counts the DELETE as abandoned, then `pending`.
+            runtime.spawn(async move {
+                let mut stack = stack;
+                let _pending = pending;
+                stack.unwind().await;
+            });
+        }
+        Err(_) => {
+            // No runtime here: release what can be released without one.
+            drop(stack);
+            drop(pending);
+        }
+    }
+}
+
+/// Waits until every DELETE handed to the reaper has finished (each within
+/// its DELETE timeout), so a process can drain before its runtime ends.
+///
+/// Sessions dropped without [`close`](crate::Session::close) are ended in
+/// the background; call this before leaving `main` (or before shutting the
+/// runtime down) to let their DELETEs reach the servers.
+pub async fn shutdown() {
+    loop {
+        let notified = REAPS_DONE.notified();
+        tokio::pin!(notified);
+        // Registered before the check, so a reap finishing in between is
+        // not missed.
+        notified.as_mut().enable();
+        if ledger::ledger().pending_reaps == 0 {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Errors of a [`Released`] report, for a failed connect's cleanup.
+pub(crate) fn cleanup_errors(released: Released) -> Vec<Error> {
+    match released.session {
+        SessionRelease::DeleteFailed(error) => vec![error],
+        _ => Vec::new(),
+    }
+}

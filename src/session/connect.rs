@@ -1,0 +1,295 @@
+//! The connector: open, initialize, initialized, listen, discover, with the
+//! guard stack under every step.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::discovery::{Discovery, discover};
+use super::listener;
+use super::{Ids, Session, SessionInfo, SessionOwnership, Timings};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Message, Notification, Request};
+use crate::origin::Origin;
+use crate::scope::{GuardStack, TaskGuard, cleanup_errors};
+use crate::transport::{ProtocolVersion, SessionId, StreamableHttp, TransportConfig};
+
+/// Room for server messages waiting to be taken from
+/// [`Session::notifications`]; more are dropped.
+const NOTIFICATION_BUFFER: usize = 256;
+
+/// Connects to one MCP server and hands back a [`Session`] holding its
+/// catalog, or an error with nothing left behind.
+///
+/// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
+/// no header hooks; the GET listening stream on for a session we initialize
+/// and off for an attached one; [`Discovery::default`] (everything the
+/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; the
+/// transport's [`TransportConfig::default`].
+///
+/// # Cancellation
+///
+/// The `connect` future may be dropped at any `.await`: what was acquired is
+/// released at once (tasks aborted, hooks removed, an owned client dropped),
+/// and a server session already created is DELETEd by the reaper (see
+/// [`crate::shutdown`]).
+#[derive(Debug)]
+#[must_use]
+pub struct Connector {
+    endpoint: String,
+    client: Option<HttpClient>,
+    builder: HttpClientBuilder,
+    hooks: Vec<Result<HeaderHook>>,
+    attach: Option<(SessionId, ProtocolVersion)>,
+    listen: Option<bool>,
+    discovery: Discovery,
+    delete_timeout: Duration,
+    transport: TransportConfig,
+    client_info: Value,
+}
+
+impl Connector {
+    /// A connector for `endpoint`, an `http` or `https` URL.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Connector {
+            endpoint: endpoint.into(),
+            client: None,
+            builder: HttpClientBuilder::new(),
+            hooks: Vec::new(),
+            attach: None,
+            listen: None,
+            discovery: Discovery::default(),
+            delete_timeout: Duration::from_secs(5),
+            transport: TransportConfig::default(),
+            client_info: json!({
+                "name": env!("CARGO_PKG_NAME"),
+                "version": env!("CARGO_PKG_VERSION"),
+            }),
+        }
+    }
+
+    /// Sends through the caller's client, which the session only borrows:
+    /// it is never shut down or changed, and the session's hooks are
+    /// removed from it on every way out.
+    pub fn client(mut self, client: HttpClient) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Settings of the owned client built when no client is lent.
+    pub fn client_builder(mut self, builder: HttpClientBuilder) -> Self {
+        self.builder = builder;
+        self
+    }
+
+    /// Adds a header hook for this session's requests (and no one else's).
+    pub fn hook(mut self, hook: HeaderHook) -> Self {
+        self.hooks.push(Ok(hook));
+        self
+    }
+
+    /// Adds `Authorization: Bearer <token>` to this session's requests.
+    pub fn bearer(mut self, token: &str) -> Self {
+        self.hooks.push(HeaderHook::bearer(token));
+        self
+    }
+
+    /// Adds one fixed header to this session's requests.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.hooks.push(HeaderHook::header(name, value));
+        self
+    }
+
+    /// Attaches to a session the caller owns instead of initializing one:
+    /// no `initialize`, no `notifications/initialized`, and never a DELETE;
+    /// on failure the session is left exactly as it was.
+    pub fn attach(mut self, session_id: SessionId, version: ProtocolVersion) -> Self {
+        self.attach = Some((session_id, version));
+        self
+    }
+
+    /// Whether to open the GET listening stream.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = Some(listen);
+        self
+    }
+
+    /// What to discover.
+    pub fn discovery(mut self, discovery: Discovery) -> Self {
+        self.discovery = discovery;
+        self
+    }
+
+    /// Bound on the DELETE at close (or in the reaper). Default: 5 s.
+    pub fn delete_timeout(mut self, timeout: Duration) -> Self {
+        self.delete_timeout = timeout;
+        self
+    }
+
+    /// Limits and policies of the wire.
+    pub fn transport_config(mut self, config: TransportConfig) -> Self {
+        self.transport = config;
+        self
+    }
+
+    /// The `clientInfo` sent in `initialize`. Default: this crate's name and
+    /// version.
+    pub fn client_info(mut self, name: &str, version: &str) -> Self {
+        self.client_info = json!({ "name": name, "version": version });
+        self
+    }
+
+    /// Runs the whole lifecycle: see the type's docs.
+    pub async fn connect(self) -> Result<Session> {
+        let origin = Origin::parse(&self.endpoint)
+            .ok_or_else(|| Error::builder("the endpoint must be an absolute http or https URL"))?;
+        let span = tracing::info_span!("mcp.connect", endpoint = %origin);
+        async move {
+            let counters = match &self.client {
+                Some(client) => client.counters().clone(),
+                None => Default::default(),
+            };
+            // Declared first so that it is dropped last, after every handle
+            // the steps below hold.
+            let mut stack = GuardStack::new(counters);
+            match self.establish(&mut stack).await {
+                Ok(established) => Ok(Session::new(established, stack)),
+                Err(error) => {
+                    let released = stack.unwind().await;
+                    tracing::debug!(?released, "connect failed; released");
+                    Err(error.with_cleanup(cleanup_errors(released)))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn establish(self, stack: &mut GuardStack) -> Result<Established> {
+        let mut timings = Timings::default();
+        let (client, client_ownership) = match self.client {
+            Some(client) => (client, Ownership::Borrowed),
+            None => {
+                let client = self.builder.build()?;
+                stack.set_counters(client.counters().clone());
+                stack.push_owned_client(client.clone());
+                (client, Ownership::Owned)
+            }
+        };
+
+        let scope = ScopeId::next();
+        for hook in self.hooks {
+            stack.push_hook(client.add_session_hook(&self.endpoint, scope, hook?)?);
+        }
+
+        let wire = Arc::new(
+            StreamableHttp::new(client, &self.endpoint)?
+                .with_config(self.transport)
+                .with_scope(scope),
+        );
+        stack.push_transport(wire.clone());
+
+        let ids = Ids::default();
+        let attached = self.attach.is_some();
+        let (version, init) = match self.attach {
+            Some((id, version)) => {
+                wire.attach(id, version);
+                (version, None)
+            }
+            None => {
+                // Before the first await that can create it: a session id
+                // that arrives just before a cancellation is still DELETEd.
+                stack.push_server_session(wire.clone(), self.delete_timeout);
+                let started = Instant::now();
+                let init = wire
+                    .request(Request {
+                        id: ids.next(),
+                        method: "initialize".into(),
+                        params: Some(json!({
+                            "protocolVersion": ProtocolVersion::LATEST.as_str(),
+                            "capabilities": {},
+                            "clientInfo": self.client_info,
+                        })),
+                    })
+                    .instrument(tracing::debug_span!("mcp.initialize"))
+                    .await?
+                    .result;
+                let version = negotiated(&init)?;
+                wire.set_protocol_version(version);
+                timings.initialize = started.elapsed();
+
+                let started = Instant::now();
+                wire.post(&Message::Notification(Notification {
+                    method: "notifications/initialized".into(),
+                    params: None,
+                }))
+                .instrument(tracing::debug_span!("mcp.initialized"))
+                .await?;
+                timings.initialized = started.elapsed();
+                (version, Some(init))
+            }
+        };
+
+        let (sink, notifications) = mpsc::channel(NOTIFICATION_BUFFER);
+        if self.listen.unwrap_or(!attached) {
+            let (wire, sink) = (wire.clone(), sink.clone());
+            stack.push_task(TaskGuard::spawn(stack.counters(), move |cancel| {
+                listener::listen(wire, sink, cancel)
+            }));
+        }
+
+        let started = Instant::now();
+        let capabilities = init.as_ref().map(|init| &init["capabilities"]);
+        let catalog = discover(&wire, capabilities, &self.discovery, &ids).await?;
+        timings.discovery = started.elapsed();
+
+        let info = SessionInfo {
+            server_info: init
+                .as_ref()
+                .map_or(Value::Null, |init| init["serverInfo"].clone()),
+            capabilities: capabilities.cloned().unwrap_or(Value::Null),
+            instructions: init
+                .as_ref()
+                .and_then(|init| init["instructions"].as_str().map(str::to_owned)),
+            protocol_version: version,
+            session_id_issued: wire.session_id().is_some(),
+            ownership: if attached {
+                SessionOwnership::Attached
+            } else {
+                SessionOwnership::Owned
+            },
+            client_ownership,
+            timings,
+        };
+        Ok(Established {
+            wire,
+            info,
+            catalog,
+            ids,
+            sink,
+            notifications,
+        })
+    }
+}
+
+/// The revision the server answered, if we speak it.
+fn negotiated(init: &Value) -> Result<ProtocolVersion> {
+    let answered = init["protocolVersion"]
+        .as_str()
+        .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
+    answered.parse()
+}
+
+/// What a successful connect hands to [`Session::new`].
+pub(super) struct Established {
+    pub(super) wire: Arc<StreamableHttp>,
+    pub(super) info: SessionInfo,
+    pub(super) catalog: super::Catalog,
+    pub(super) ids: Ids,
+    pub(super) sink: mpsc::Sender<Message>,
+    pub(super) notifications: mpsc::Receiver<Message>,
+}

@@ -1,0 +1,264 @@
+//! Discovery: every page of tools, prompts, resources and resource templates.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use super::Ids;
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Request, codes};
+use crate::transport::StreamableHttp;
+
+/// What discovery lists, and how far it follows a server's cursors.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Discovery {
+    /// List tools (when the server declares `tools`). Default: true.
+    pub tools: bool,
+    /// List prompts (when the server declares `prompts`). Default: true.
+    pub prompts: bool,
+    /// List resources (when the server declares `resources`). Default: true.
+    pub resources: bool,
+    /// List resource templates (when the server declares `resources`).
+    /// Default: true.
+    pub resource_templates: bool,
+    /// Most pages followed per list; one more is an error. Default: 100.
+    pub max_pages: usize,
+}
+
+impl Default for Discovery {
+    fn default() -> Self {
+        Discovery {
+            tools: true,
+            prompts: true,
+            resources: true,
+            resource_templates: true,
+            max_pages: 100,
+        }
+    }
+}
+
+impl Discovery {
+    /// Lists nothing: connect ends after the handshake.
+    pub fn none() -> Self {
+        Discovery {
+            tools: false,
+            prompts: false,
+            resources: false,
+            resource_templates: false,
+            ..Discovery::default()
+        }
+    }
+
+    /// Sets [`max_pages`](Self::max_pages).
+    pub fn max_pages(mut self, pages: usize) -> Self {
+        self.max_pages = pages;
+        self
+    }
+}
+
+/// What the server offers, as discovered at connect. Entries are the
+/// server's JSON, verbatim (schemas, `_meta` and all).
+///
+/// Duplicate names across pages: the first entry with a name is kept and
+/// later ones are dropped (counted in
+/// [`duplicates_dropped`](Self::duplicates_dropped)), so a tool name always
+/// means one tool.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Catalog {
+    /// `tools/list`, every page.
+    pub tools: Vec<Value>,
+    /// `prompts/list`, every page.
+    pub prompts: Vec<Value>,
+    /// `resources/list`, every page.
+    pub resources: Vec<Value>,
+    /// `resources/templates/list`, every page.
+    pub resource_templates: Vec<Value>,
+    /// Entries dropped because an earlier one had the same name (or URI).
+    pub duplicates_dropped: usize,
+}
+
+impl Catalog {
+    /// The tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<&Value> {
+        self.tools.iter().find(|t| t["name"] == name)
+    }
+
+    /// The names of the tools, in the server's order.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().filter_map(|t| t["name"].as_str())
+    }
+}
+
+/// One list method.
+#[derive(Clone, Copy)]
+struct Kind {
+    method: &'static str,
+    field: &'static str,
+    key: &'static str,
+}
+
+const TOOLS: Kind = Kind {
+    method: "tools/list",
+    field: "tools",
+    key: "name",
+};
+const PROMPTS: Kind = Kind {
+    method: "prompts/list",
+    field: "prompts",
+    key: "name",
+};
+const RESOURCES: Kind = Kind {
+    method: "resources/list",
+    field: "resources",
+    key: "uri",
+};
+const TEMPLATES: Kind = Kind {
+    method: "resources/templates/list",
+    field: "resourceTemplates",
+    key: "uriTemplate",
+};
+
+/// Lists what `capabilities` declares and `discovery` asks for; with
+/// `capabilities` unknown (an attached session), lists everything asked for
+/// and treats "method not found" as "not offered". All or nothing.
+pub(super) async fn discover(
+    wire: &StreamableHttp,
+    capabilities: Option<&Value>,
+    discovery: &Discovery,
+    ids: &Ids,
+) -> Result<Catalog> {
+    let offers = |capability: &str| capabilities.is_none_or(|c| c.get(capability).is_some());
+    let mut catalog = Catalog::default();
+    if discovery.tools && offers("tools") {
+        catalog.tools = list(
+            wire,
+            TOOLS,
+            discovery,
+            ids,
+            capabilities.is_none(),
+            &mut catalog.duplicates_dropped,
+        )
+        .await?;
+    }
+    if discovery.prompts && offers("prompts") {
+        catalog.prompts = list(
+            wire,
+            PROMPTS,
+            discovery,
+            ids,
+            capabilities.is_none(),
+            &mut catalog.duplicates_dropped,
+        )
+        .await?;
+    }
+    if discovery.resources && offers("resources") {
+        catalog.resources = list(
+            wire,
+            RESOURCES,
+            discovery,
+            ids,
+            capabilities.is_none(),
+            &mut catalog.duplicates_dropped,
+        )
+        .await?;
+    }
+    if discovery.resource_templates && offers("resources") {
+        catalog.resource_templates = list(
+            wire,
+            TEMPLATES,
+            discovery,
+            ids,
+            capabilities.is_none(),
+            &mut catalog.duplicates_dropped,
+        )
+        .await?;
+    }
+    Ok(catalog)
+}
+
+async fn list(
+    wire: &StreamableHttp,
+    kind: Kind,
+    discovery: &Discovery,
+    ids: &Ids,
+    probing: bool,
+    duplicates: &mut usize,
+) -> Result<Vec<Value>> {
+    let span = tracing::debug_span!("mcp.discover", method = kind.method);
+    pages(wire, kind, discovery, ids, probing, duplicates)
+        .instrument(span)
+        .await
+}
+
+async fn pages(
+    wire: &StreamableHttp,
+    kind: Kind,
+    discovery: &Discovery,
+    ids: &Ids,
+    probing: bool,
+    duplicates: &mut usize,
+) -> Result<Vec<Value>> {
+    let mut items = Vec::new();
+    let mut names = HashSet::new();
+    let mut cursors = HashSet::new();
+    let mut cursor: Option<String> = None;
+    for page in 1..=discovery.max_pages {
+        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let request = Request {
+            id: ids.next(),
+            method: kind.method.into(),
+            params,
+        };
+        let mut result = match wire.request(request).await {
+            Ok(exchange) => exchange.result,
+            Err(e) if probing && page == 1 && e.rpc_code() == Some(codes::METHOD_NOT_FOUND) => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(Value::Array(entries)) = result.get_mut(kind.field).map(Value::take) else {
+            return Err(Error::protocol(format!(
+                "the {} result (page {page}) has no `{}` array",
+                kind.method, kind.field
+            )));
+        };
+        for entry in entries {
+            let key = entry
+                .get(kind.key)
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if key.is_some_and(|key| !names.insert(key)) {
+                *duplicates += 1;
+            } else {
+                items.push(entry);
+            }
+        }
+        match result.get("nextCursor") {
+            None | Some(Value::Null) => return Ok(items),
+            Some(Value::String(next)) => {
+                if !cursors.insert(next.clone()) {
+                    return Err(Error::protocol(format!(
+                        "{} repeated a cursor on page {page}; stopped",
+                        kind.method
+                    )));
+                }
+                cursor = Some(next.clone());
+            }
+            Some(_) => {
+                return Err(Error::protocol(format!(
+                    "the {} nextCursor (page {page}) is not a string",
+                    kind.method
+                )));
+            }
+        }
+    }
+    Err(Error::limit(format!(
+        "{} still had more pages after {}; stopped",
+        kind.method, discovery.max_pages
+    )))
+}

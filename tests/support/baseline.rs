@@ -1,0 +1,182 @@
+//! The baseline check of FAULTS.md, run at the end of every scenario.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use mcp_scoped_http::HttpClient;
+use mcp_scoped_http::client::HookInfo;
+use mcp_scoped_http::testkit::TestServer;
+
+/// Live tasks spawned by the caller's own client: its pooled connections are
+/// the caller's and may outlive our sessions, so they are discounted.
+#[derive(Clone, Default)]
+pub struct CountingExecutor {
+    live: Arc<AtomicUsize>,
+}
+
+impl<F> hyper::rt::Executor<F> for CountingExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        let live = self.live.clone();
+        live.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let _done = scopeguard::guard((), move |()| {
+                live.fetch_sub(1, Ordering::SeqCst);
+            });
+            future.await;
+        });
+    }
+}
+
+/// The caller: its own hyper client (pooled, shared), and the borrowed
+/// `HttpClient` that lends it to sessions.
+#[derive(Clone)]
+pub struct Caller {
+    pub raw: Client<HttpConnector, Full<Bytes>>,
+    pub executor: CountingExecutor,
+    pub client: HttpClient,
+}
+
+impl Caller {
+    pub fn new() -> Caller {
+        let executor = CountingExecutor::default();
+        let raw = Client::builder(executor.clone()).build_http();
+        let client = HttpClient::borrowed(raw.clone());
+        Caller {
+            raw,
+            executor,
+            client,
+        }
+    }
+
+    fn live_tasks(&self) -> usize {
+        self.executor.live.load(Ordering::SeqCst)
+    }
+
+    /// A request of the caller's own, straight through its raw client.
+    pub async fn own_request(&self, server: &TestServer) -> http::StatusCode {
+        let request = http::Request::post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-caller", "own")
+            .body(Full::new(Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":"caller","method":"ping"}"#,
+            )))
+            .unwrap();
+        self.raw
+            .request(request)
+            .await
+            .expect("the caller's client still works")
+            .status()
+    }
+}
+
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
+}
+
+pub fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// What the world looked like before a scenario.
+pub struct Baseline {
+    tasks: usize,
+    fds: usize,
+    caller_tasks: usize,
+    hooks: Vec<HookInfo>,
+    ledger: mcp_scoped_http::Ledger,
+    caller: Option<Caller>,
+}
+
+impl Baseline {
+    /// Takes the baseline. Call it with the caller's client warm (after one
+    /// request of its own), so its first pooled connection is already there.
+    pub fn take(caller: Option<&Caller>) -> Baseline {
+        Baseline {
+            tasks: alive_tasks(),
+            fds: open_fds(),
+            caller_tasks: caller.map_or(0, Caller::live_tasks),
+            hooks: caller.map(|c| c.client.hooks()).unwrap_or_default(),
+            ledger: mcp_scoped_http::ledger(),
+            caller: caller.cloned(),
+        }
+    }
+
+    /// The baseline check; `deletes` is the number of DELETEs the server
+    /// should have seen in all.
+    pub async fn check(&self, server: &TestServer, deletes: usize) {
+        let settle = Duration::from_secs(5);
+        // 1. Our hooks are gone; other parties' are untouched, same order.
+        if let Some(caller) = &self.caller {
+            assert_eq!(
+                caller.client.hooks(),
+                self.hooks,
+                "hooks on the borrowed client"
+            );
+        }
+        // 2 and the ledger: owned clients, sessions, tasks, reaps all back.
+        let ledger_back =
+            super::eventually(settle, || mcp_scoped_http::ledger() == self.ledger).await;
+        assert!(
+            ledger_back,
+            "ledger {:?}, before {:?}",
+            mcp_scoped_http::ledger(),
+            self.ledger
+        );
+        // 3. Tasks and descriptors, discounting the caller's own connections.
+        let caller_tasks = || self.caller.as_ref().map_or(0, Caller::live_tasks);
+        let tasks_back = super::eventually(settle, || {
+            alive_tasks().saturating_sub(caller_tasks())
+                <= self.tasks.saturating_sub(self.caller_tasks)
+        })
+        .await;
+        assert!(
+            tasks_back,
+            "live tasks {} (caller's {}), before {} (caller's {})",
+            alive_tasks(),
+            caller_tasks(),
+            self.tasks,
+            self.caller_tasks
+        );
+        let fds_back = super::eventually(settle, || {
+            open_fds().saturating_sub(caller_tasks()) <= self.fds.saturating_sub(self.caller_tasks)
+        })
+        .await;
+        assert!(fds_back, "open fds {}, before {}", open_fds(), self.fds);
+        // 2. The borrowed client still serves the caller, without our headers.
+        if let Some(caller) = &self.caller {
+            caller.own_request(server).await;
+            let own = server
+                .requests()
+                .into_iter()
+                .rev()
+                .find(|r| r.header("x-caller") == Some("own"))
+                .expect("the caller's request reached the server");
+            assert_eq!(
+                own.header("authorization"),
+                None,
+                "our hook leaked onto the caller's request"
+            );
+            assert_eq!(own.header("mcp-session-id"), None);
+            assert_eq!(own.header("x-session-hook"), None);
+        }
+        // 6. Exactly the DELETEs there should be.
+        assert_eq!(
+            server.stats().deletes,
+            deletes,
+            "DELETEs seen by the server"
+        );
+    }
+}
