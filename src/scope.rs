@@ -32,11 +32,13 @@ use scopeguard::ScopeGuard;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::client::{HookHandle, HttpClient};
 use crate::error::Error;
+use crate::jsonrpc::{Message, Request};
 use crate::ledger::{self, Count, Counters, Field};
-use crate::transport::{SessionEnd, StreamableHttp};
+use crate::transport::{Exchange, Posted, SessionEnd, StreamableHttp};
 
 /// A release that cannot fail and needs no waiting.
 type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;
@@ -110,16 +112,17 @@ impl TaskGuard {
         }
     }
 
-    async fn release(mut self) {
+    async fn release(&mut self) {
         self.token.cancel();
-        if let Some(mut handle) = self.handle.take() {
-            if tokio::time::timeout(TASK_JOIN_TIMEOUT, &mut handle)
+        if let Some(handle) = self.handle.as_mut() {
+            if tokio::time::timeout(TASK_JOIN_TIMEOUT, &mut *handle)
                 .await
                 .is_err()
             {
                 handle.abort();
             }
         }
+        self.handle = None;
     }
 }
 
@@ -132,36 +135,79 @@ impl Drop for TaskGuard {
     }
 }
 
+/// The answer to `initialize` up to its response head: the session id.
+type InitializeTask = JoinHandle<crate::Result<Posted>>;
+/// A DELETE in flight.
+type DeleteTask = JoinHandle<crate::Result<SessionEnd>>;
+
 /// The server session we may have created: ended by DELETE.
+///
+/// Both exchanges that matter run as tasks held here, so that a caller who
+/// drops a future half-way never cuts one off: the `initialize` POST (up to
+/// its response head, which carries the session id) and the DELETE. The
+/// guard stays on the stack until its release has finished; if the stack is
+/// dropped first, the reaper takes the guard, tasks and all, and finishes
+/// within the same deadline.
 pub(crate) struct ServerSessionGuard {
     wire: Arc<StreamableHttp>,
     timeout: Duration,
+    counters: Arc<Counters>,
+    initializing: Option<InitializeTask>,
+    deleting: Option<(DeleteTask, tokio::time::Instant)>,
     settled: bool,
     _count: Count,
 }
 
 impl ServerSessionGuard {
     fn owes_delete(&self) -> bool {
-        !self.settled && self.wire.session_id().is_some()
+        !self.settled
+            && (self.initializing.is_some()
+                || self.deleting.is_some()
+                || self.wire.session_id().is_some())
     }
 
-    async fn release(mut self) -> SessionRelease {
-        if !self.owes_delete() {
-            self.settled = true;
-            return SessionRelease::NoSessionId;
+    async fn release(&mut self) -> SessionRelease {
+        if let Some(initializing) = self.initializing.as_mut() {
+            // Cut off half-way: let the exchange finish (bounded) to learn
+            // whether the server created a session, and its id.
+            if tokio::time::timeout(self.timeout, &mut *initializing)
+                .await
+                .is_err()
+            {
+                initializing.abort();
+            }
+            self.initializing = None;
         }
-        let span = tracing::debug_span!("mcp.close.delete");
-        let outcome = tracing::Instrument::instrument(
-            tokio::time::timeout(self.timeout, self.wire.delete_session()),
-            span,
-        )
-        .await;
+        if self.deleting.is_none() {
+            if self.settled || self.wire.session_id().is_none() {
+                self.settled = true;
+                return SessionRelease::NoSessionId;
+            }
+            let wire = self.wire.clone();
+            let count = Count::new(Field::Tasks, Some(self.counters.clone()));
+            let task = tokio::spawn(
+                async move {
+                    let _count = count;
+                    wire.delete_session().await
+                }
+                .instrument(tracing::debug_span!("mcp.close.delete")),
+            );
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            self.deleting = Some((task, deadline));
+        }
+        let (task, deadline) = self.deleting.as_mut().expect("set above");
+        let outcome = tokio::time::timeout_at(*deadline, &mut *task).await;
+        if outcome.is_err() {
+            task.abort();
+        }
+        self.deleting = None;
         // Settled either way: we tried once, within the bound.
         self.settled = true;
         match outcome {
-            Ok(Ok(SessionEnd::Ended(status))) => SessionRelease::Deleted(status),
-            Ok(Ok(SessionEnd::NoSession)) => SessionRelease::NoSessionId,
-            Ok(Err(error)) => SessionRelease::DeleteFailed(error),
+            Ok(Ok(Ok(SessionEnd::Ended(status)))) => SessionRelease::Deleted(status),
+            Ok(Ok(Ok(SessionEnd::NoSession))) => SessionRelease::NoSessionId,
+            Ok(Ok(Err(error))) => SessionRelease::DeleteFailed(error),
+            Ok(Err(join)) => SessionRelease::DeleteFailed(Error::transport(Box::new(join))),
             Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(self.timeout)),
         }
     }
@@ -169,6 +215,12 @@ impl ServerSessionGuard {
 
 impl Drop for ServerSessionGuard {
     fn drop(&mut self) {
+        if let Some(initializing) = &self.initializing {
+            initializing.abort();
+        }
+        if let Some((deleting, _)) = &self.deleting {
+            deleting.abort();
+        }
         if self.owes_delete() {
             ledger::count_abandoned_delete();
             tracing::warn!("no runtime could send the DELETE of a session; it is left to expire");
@@ -176,10 +228,19 @@ impl Drop for ServerSessionGuard {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SyncKind {
+    OwnedClient,
+    Hook,
+    Transport,
+}
+
 enum Entry {
-    OwnedClient(SyncGuard),
-    Hook(SyncGuard),
-    Transport(SyncGuard),
+    /// Released by dropping `_release`.
+    Sync {
+        kind: SyncKind,
+        _release: SyncGuard,
+    },
     ServerSession(ServerSessionGuard),
     Task(TaskGuard),
 }
@@ -212,19 +273,23 @@ impl GuardStack {
         &self.counters
     }
 
+    fn push_sync(&mut self, kind: SyncKind, release: impl FnOnce() + Send + 'static) {
+        self.entries.push(Entry::Sync {
+            kind,
+            _release: sync_guard(release),
+        });
+    }
+
     pub(crate) fn push_owned_client(&mut self, client: HttpClient) {
-        self.entries
-            .push(Entry::OwnedClient(sync_guard(move || drop(client))));
+        self.push_sync(SyncKind::OwnedClient, move || drop(client));
     }
 
     pub(crate) fn push_hook(&mut self, hook: HookHandle) {
-        self.entries
-            .push(Entry::Hook(sync_guard(move || drop(hook))));
+        self.push_sync(SyncKind::Hook, move || drop(hook));
     }
 
     pub(crate) fn push_transport(&mut self, wire: Arc<StreamableHttp>) {
-        self.entries
-            .push(Entry::Transport(sync_guard(move || drop(wire))));
+        self.push_sync(SyncKind::Transport, move || drop(wire));
     }
 
     pub(crate) fn push_server_session(&mut self, wire: Arc<StreamableHttp>, timeout: Duration) {
@@ -232,9 +297,49 @@ impl GuardStack {
         self.entries.push(Entry::ServerSession(ServerSessionGuard {
             wire,
             timeout,
+            counters: self.counters.clone(),
+            initializing: None,
+            deleting: None,
             settled: false,
             _count: count,
         }));
+    }
+
+    /// Sends `initialize` on the transport of the server-session entry and
+    /// reads its answer.
+    ///
+    /// The POST runs, up to the response head, as a task held by that
+    /// entry: if this future is dropped before the head arrives, the reaper
+    /// lets it finish (within the DELETE timeout) and DELETEs the session it
+    /// created, whose id we could not have known otherwise.
+    pub(crate) async fn initialize(&mut self, request: Request) -> crate::Result<Exchange> {
+        let Some(Entry::ServerSession(session)) = self
+            .entries
+            .iter_mut()
+            .rev()
+            .find(|e| matches!(e, Entry::ServerSession(_)))
+        else {
+            unreachable!("initialize is only sent on a stack with a server session");
+        };
+        let wire = session.wire.clone();
+        let id = request.id.clone();
+        let message = Message::Request(request);
+        let task = {
+            let wire = wire.clone();
+            let count = Count::new(Field::Tasks, Some(self.counters.clone()));
+            tokio::spawn(async move {
+                let _count = count;
+                wire.post(&message).await
+            })
+        };
+        let initializing = session.initializing.insert(task);
+        let posted = initializing.await;
+        session.initializing = None;
+        let posted = posted.map_err(|e| Error::transport(Box::new(e)))??;
+        let Posted::Stream(stream) = posted else {
+            unreachable!("a request is never merely accepted");
+        };
+        wire.await_response(stream, &id).await
     }
 
     pub(crate) fn push_task(&mut self, task: TaskGuard) {
@@ -246,23 +351,23 @@ impl GuardStack {
     /// report, never stop the unwind.
     pub(crate) async fn unwind(&mut self) -> Released {
         let mut released = Released::default();
-        while let Some(entry) = self.entries.pop() {
+        // Each entry leaves the stack only once released: if this future is
+        // dropped half-way, the entry being released is still on the stack,
+        // and the stack's drop finishes the job.
+        while let Some(entry) = self.entries.last_mut() {
             match entry {
                 Entry::Task(task) => {
                     task.release().await;
                     released.tasks_stopped += 1;
                 }
                 Entry::ServerSession(session) => released.session = session.release().await,
-                Entry::Transport(guard) => drop(guard),
-                Entry::Hook(guard) => {
-                    drop(guard);
-                    released.hooks_removed += 1;
-                }
-                Entry::OwnedClient(guard) => {
-                    drop(guard);
-                    released.owned_client_released = true;
-                }
+                Entry::Sync { kind, .. } => match kind {
+                    SyncKind::Hook => released.hooks_removed += 1,
+                    SyncKind::OwnedClient => released.owned_client_released = true,
+                    SyncKind::Transport => {}
+                },
             }
+            drop(self.entries.pop());
         }
         released
     }
@@ -302,9 +407,11 @@ impl fmt::Debug for GuardStack {
             .entries
             .iter()
             .map(|e| match e {
-                Entry::OwnedClient(_) => "owned client",
-                Entry::Hook(_) => "hook",
-                Entry::Transport(_) => "transport",
+                Entry::Sync { kind, .. } => match kind {
+                    SyncKind::OwnedClient => "owned client",
+                    SyncKind::Hook => "hook",
+                    SyncKind::Transport => "transport",
+                },
                 Entry::ServerSession(_) => "server session",
                 Entry::Task(_) => "task",
             })

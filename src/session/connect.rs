@@ -205,8 +205,8 @@ impl Connector {
                 // that arrives just before a cancellation is still DELETEd.
                 stack.push_server_session(wire.clone(), self.delete_timeout);
                 let started = Instant::now();
-                let init = wire
-                    .request(Request {
+                let init = stack
+                    .initialize(Request {
                         id: ids.next(),
                         method: "initialize".into(),
                         params: Some(json!({

@@ -319,7 +319,12 @@ impl StreamableHttp {
         self.await_response(stream, &id).await
     }
 
-    async fn await_response(&self, mut stream: MessageStream, id: &RequestId) -> Result<Exchange> {
+    /// Reads an answer up to the response for `id`; see [`request`](Self::request).
+    pub(crate) async fn await_response(
+        &self,
+        mut stream: MessageStream,
+        id: &RequestId,
+    ) -> Result<Exchange> {
         let mut preceding = Vec::new();
         while let Some(message) = stream.next().await {
             match message? {

@@ -84,6 +84,17 @@ pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
 }
 
+fn fd_targets() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn alive_tasks() -> usize {
     tokio::runtime::Handle::current()
         .metrics()
@@ -150,11 +161,22 @@ impl Baseline {
             self.tasks,
             self.caller_tasks
         );
+        // The test server runs in this process: each of the caller's pooled
+        // connections is two descriptors, its end and the server's.
         let fds_back = super::eventually(settle, || {
-            open_fds().saturating_sub(caller_tasks()) <= self.fds.saturating_sub(self.caller_tasks)
+            open_fds().saturating_sub(2 * caller_tasks())
+                <= self.fds.saturating_sub(2 * self.caller_tasks)
         })
         .await;
-        assert!(fds_back, "open fds {}, before {}", open_fds(), self.fds);
+        assert!(
+            fds_back,
+            "open fds {}, before {} (caller's connections {} now, {} before): {:?}",
+            open_fds(),
+            self.fds,
+            caller_tasks(),
+            self.caller_tasks,
+            fd_targets()
+        );
         // 2. The borrowed client still serves the caller, without our headers.
         if let Some(caller) = &self.caller {
             caller.own_request(server).await;
