@@ -100,304 +100,310 @@ fn untouched(server: &TestServer, context: &str) {
     );
 }
 
-#[tokio::test]
-async fn attach_discovers_with_the_callers_session_and_close_sends_no_delete() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_tools(5)
-                .with_page_size(2)
-                .with_listen(ListenMode::Open),
-        );
-        let (caller, owned, baseline) = start(&server).await;
-
-        let session = attach(&server, &caller, &owned, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        let info = session.info();
-        assert_eq!(info.ownership, SessionOwnership::Attached);
-        assert_eq!(
-            info.client_ownership,
-            if borrowed {
-                Ownership::Borrowed
-            } else {
-                Ownership::Owned
-            }
-        );
-        assert_eq!(info.protocol_version, owned.version);
-        assert_eq!(session.session_id(), Some(&owned.id));
-        assert_eq!(session.catalog().tools.len(), 5);
-        assert_eq!(session.catalog().prompts.len(), 2);
-
-        // No handshake of ours; every request carried the caller's id and
-        // revision; capabilities unknown, so every list was asked for.
-        let requests = ours(&server);
-        assert!(!requests.is_empty());
-        for r in &requests {
-            assert_eq!(r.method, http::Method::POST, "no GET: listen is off");
-            assert_eq!(r.header("mcp-session-id"), Some(owned.id.expose()));
-            assert_eq!(
-                r.header("mcp-protocol-version"),
-                Some(owned.version.as_str())
-            );
-        }
-        let methods: Vec<_> = requests
-            .iter()
-            .filter_map(|r| r.rpc_method.clone())
-            .collect();
-        assert_eq!(
-            methods,
-            [
-                "tools/list",
-                "tools/list",
-                "tools/list",
-                "prompts/list",
-                "resources/list",
-                "resources/templates/list",
-            ]
-        );
-
-        let result = session
-            .call_tool("tool-001", json!({"text": "x"}))
-            .await
-            .unwrap();
-        assert_eq!(result["structuredContent"]["tool"], "tool-001");
-
-        let released = session.close().await;
-        assert!(
-            matches!(released.session, SessionRelease::NotOwned),
-            "{released:?}"
-        );
-        assert_eq!(released.hooks_removed, 1);
-        assert_eq!(released.owned_client_released, !borrowed);
-        untouched(&server, &format!("borrowed={borrowed}"));
-        owned.still_works(100).await;
-        drop(session);
-        baseline.check(&server, 0).await;
-    }
-}
-
-/// With `listen(true)` an attached session opens the GET stream on the
-/// caller's session; close stops it and still sends no DELETE.
-#[tokio::test]
-async fn an_attached_listener_stops_at_close_and_the_session_lives_on() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-        let (caller, owned, baseline) = start(&server).await;
-
-        let session = attach(&server, &caller, &owned, borrowed)
-            .listen(true)
-            .connect()
-            .await
-            .unwrap();
-        assert!(
-            eventually(Duration::from_secs(5), || server
-                .stats()
-                .listen_streams_open
-                == 1)
-            .await
-        );
-        let get = seen_http(&server, http::Method::GET).pop().unwrap();
-        assert_eq!(get.header("mcp-session-id"), Some(owned.id.expose()));
-
-        let released = session.close().await;
-        assert_eq!(released.tasks_stopped, 1);
-        assert!(matches!(released.session, SessionRelease::NotOwned));
-        assert!(
-            eventually(Duration::from_secs(5), || server
-                .stats()
-                .listen_streams_open
-                == 0)
-            .await
-        );
-        untouched(&server, &format!("borrowed={borrowed}"));
-        owned.still_works(100).await;
-        drop(session);
-        baseline.check(&server, 0).await;
-    }
-}
-
-/// Dropping an attached session without close: hooks and tasks go, and no
-/// DELETE is ever handed to the reaper.
-#[tokio::test]
-async fn dropping_an_attached_session_sends_no_delete() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-        let (caller, owned, baseline) = start(&server).await;
-
-        let session = attach(&server, &caller, &owned, borrowed)
-            .listen(true)
-            .connect()
-            .await
-            .unwrap();
-        drop(session);
-        assert_eq!(
-            mcp_scoped_http::ledger().pending_reaps,
-            0,
-            "nothing to reap"
-        );
-        mcp_scoped_http::shutdown().await;
-        assert_eq!(server.stats().deletes, 0);
-        untouched(&server, &format!("borrowed={borrowed}"));
-        owned.still_works(100).await;
-        baseline.check(&server, 0).await;
-    }
-}
-
-/// F17: discovery fails on an attached session: the caller gets the cause,
-/// its session is neither DELETEd nor re-initialized, and its id still works.
-#[tokio::test]
-async fn f17_failed_discovery_leaves_the_attached_session_untouched() {
-    let _serial = serial().await;
-    let cases: Vec<(&str, Fault)> = vec![
-        (
-            "500 on tools/list",
-            Fault::on_rpc("tools/list", FaultAction::status(500)).times(1),
-        ),
-        (
-            "JSON-RPC error on tools/list page 2",
-            Fault::on_rpc("tools/list", rpc_error(-32603, "boom"))
-                .page(2)
-                .times(1),
-        ),
-        (
-            "method not found on tools/list page 2",
-            Fault::on_rpc("tools/list", rpc_error(-32601, "gone"))
-                .page(2)
-                .times(1),
-        ),
-        (
-            "connection closed on prompts/list",
-            Fault::on_rpc("prompts/list", FaultAction::CloseConnection).times(1),
-        ),
-        (
-            "401 on resources/list",
-            Fault::on_rpc(
-                "resources/list",
-                FaultAction::unauthorized("Bearer realm=\"x\""),
-            )
-            .times(1),
-        ),
-    ];
-    for (what, fault) in cases {
+#[test]
+fn attach_discovers_with_the_callers_session_and_close_sends_no_delete() {
+    scenario(async {
         for borrowed in [false, true] {
-            let context = format!("{what}, borrowed={borrowed}");
             let server = TestServer::start(
                 ServerConfig::default()
-                    .with_tools(4)
+                    .with_tools(5)
                     .with_page_size(2)
                     .with_listen(ListenMode::Open),
             );
             let (caller, owned, baseline) = start(&server).await;
-            server.push_fault(fault.clone());
 
-            let error = attach(&server, &caller, &owned, borrowed)
+            let session = attach(&server, &caller, &owned, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            let info = session.info();
+            assert_eq!(info.ownership, SessionOwnership::Attached);
+            assert_eq!(
+                info.client_ownership,
+                if borrowed {
+                    Ownership::Borrowed
+                } else {
+                    Ownership::Owned
+                }
+            );
+            assert_eq!(info.protocol_version, owned.version);
+            assert_eq!(session.session_id(), Some(&owned.id));
+            assert_eq!(session.catalog().tools.len(), 5);
+            assert_eq!(session.catalog().prompts.len(), 2);
+
+            // No handshake of ours; every request carried the caller's id and
+            // revision; capabilities unknown, so every list was asked for.
+            let requests = ours(&server);
+            assert!(!requests.is_empty());
+            for r in &requests {
+                assert_eq!(r.method, http::Method::POST, "no GET: listen is off");
+                assert_eq!(r.header("mcp-session-id"), Some(owned.id.expose()));
+                assert_eq!(
+                    r.header("mcp-protocol-version"),
+                    Some(owned.version.as_str())
+                );
+            }
+            let methods: Vec<_> = requests
+                .iter()
+                .filter_map(|r| r.rpc_method.clone())
+                .collect();
+            assert_eq!(
+                methods,
+                [
+                    "tools/list",
+                    "tools/list",
+                    "tools/list",
+                    "prompts/list",
+                    "resources/list",
+                    "resources/templates/list",
+                ]
+            );
+
+            let result = session
+                .call_tool("tool-001", json!({"text": "x"}))
+                .await
+                .unwrap();
+            assert_eq!(result["structuredContent"]["tool"], "tool-001");
+
+            let released = session.close().await;
+            assert!(
+                matches!(released.session, SessionRelease::NotOwned),
+                "{released:?}"
+            );
+            assert_eq!(released.hooks_removed, 1);
+            assert_eq!(released.owned_client_released, !borrowed);
+            untouched(&server, &format!("borrowed={borrowed}"));
+            owned.still_works(100).await;
+            drop(session);
+            baseline.check(&server, 0).await;
+        }
+    });
+}
+
+/// With `listen(true)` an attached session opens the GET stream on the
+/// caller's session; close stops it and still sends no DELETE.
+#[test]
+fn an_attached_listener_stops_at_close_and_the_session_lives_on() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let (caller, owned, baseline) = start(&server).await;
+
+            let session = attach(&server, &caller, &owned, borrowed)
                 .listen(true)
                 .connect()
                 .await
-                .unwrap_err();
-            match what {
-                w if w.starts_with("500") => {
-                    assert_eq!(
-                        error.status(),
-                        Some(http::StatusCode::INTERNAL_SERVER_ERROR)
-                    )
-                }
-                w if w.starts_with("JSON-RPC") => assert_eq!(error.rpc_code(), Some(-32603)),
-                w if w.starts_with("method not found") => {
-                    // Past page 1, "not found" is no longer "not offered".
-                    assert_eq!(error.rpc_code(), Some(-32601))
-                }
-                w if w.starts_with("connection") => assert!(error.is_transport(), "{error:?}"),
-                _ => {
-                    assert_eq!(error.status(), Some(http::StatusCode::UNAUTHORIZED));
-                    assert_eq!(error.www_authenticate(), Some("Bearer realm=\"x\""));
-                }
-            }
-            assert!(error.cleanup_errors().is_empty(), "{context}: {error:?}");
-            // Our listener on the caller's session is gone too.
+                .unwrap();
+            assert!(
+                eventually(Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
+            );
+            let get = seen_http(&server, http::Method::GET).pop().unwrap();
+            assert_eq!(get.header("mcp-session-id"), Some(owned.id.expose()));
+
+            let released = session.close().await;
+            assert_eq!(released.tasks_stopped, 1);
+            assert!(matches!(released.session, SessionRelease::NotOwned));
             assert!(
                 eventually(Duration::from_secs(5), || server
                     .stats()
                     .listen_streams_open
                     == 0)
-                .await,
-                "{context}"
+                .await
             );
-            untouched(&server, &context);
+            untouched(&server, &format!("borrowed={borrowed}"));
+            owned.still_works(100).await;
+            drop(session);
+            baseline.check(&server, 0).await;
+        }
+    });
+}
+
+/// Dropping an attached session without close: hooks and tasks go, and no
+/// DELETE is ever handed to the reaper.
+#[test]
+fn dropping_an_attached_session_sends_no_delete() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let (caller, owned, baseline) = start(&server).await;
+
+            let session = attach(&server, &caller, &owned, borrowed)
+                .listen(true)
+                .connect()
+                .await
+                .unwrap();
+            drop(session);
+            assert_eq!(
+                mcp_scoped_http::ledger().pending_reaps,
+                0,
+                "nothing to reap"
+            );
+            mcp_scoped_http::shutdown().await;
+            assert_eq!(server.stats().deletes, 0);
+            untouched(&server, &format!("borrowed={borrowed}"));
             owned.still_works(100).await;
             baseline.check(&server, 0).await;
         }
-    }
+    });
+}
+
+/// F17: discovery fails on an attached session: the caller gets the cause,
+/// its session is neither DELETEd nor re-initialized, and its id still works.
+#[test]
+fn f17_failed_discovery_leaves_the_attached_session_untouched() {
+    scenario(async {
+        let cases: Vec<(&str, Fault)> = vec![
+            (
+                "500 on tools/list",
+                Fault::on_rpc("tools/list", FaultAction::status(500)).times(1),
+            ),
+            (
+                "JSON-RPC error on tools/list page 2",
+                Fault::on_rpc("tools/list", rpc_error(-32603, "boom"))
+                    .page(2)
+                    .times(1),
+            ),
+            (
+                "method not found on tools/list page 2",
+                Fault::on_rpc("tools/list", rpc_error(-32601, "gone"))
+                    .page(2)
+                    .times(1),
+            ),
+            (
+                "connection closed on prompts/list",
+                Fault::on_rpc("prompts/list", FaultAction::CloseConnection).times(1),
+            ),
+            (
+                "401 on resources/list",
+                Fault::on_rpc(
+                    "resources/list",
+                    FaultAction::unauthorized("Bearer realm=\"x\""),
+                )
+                .times(1),
+            ),
+        ];
+        for (what, fault) in cases {
+            for borrowed in [false, true] {
+                let context = format!("{what}, borrowed={borrowed}");
+                let server = TestServer::start(
+                    ServerConfig::default()
+                        .with_tools(4)
+                        .with_page_size(2)
+                        .with_listen(ListenMode::Open),
+                );
+                let (caller, owned, baseline) = start(&server).await;
+                server.push_fault(fault.clone());
+
+                let error = attach(&server, &caller, &owned, borrowed)
+                    .listen(true)
+                    .connect()
+                    .await
+                    .unwrap_err();
+                match what {
+                    w if w.starts_with("500") => {
+                        assert_eq!(
+                            error.status(),
+                            Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+                        )
+                    }
+                    w if w.starts_with("JSON-RPC") => assert_eq!(error.rpc_code(), Some(-32603)),
+                    w if w.starts_with("method not found") => {
+                        // Past page 1, "not found" is no longer "not offered".
+                        assert_eq!(error.rpc_code(), Some(-32601))
+                    }
+                    w if w.starts_with("connection") => assert!(error.is_transport(), "{error:?}"),
+                    _ => {
+                        assert_eq!(error.status(), Some(http::StatusCode::UNAUTHORIZED));
+                        assert_eq!(error.www_authenticate(), Some("Bearer realm=\"x\""));
+                    }
+                }
+                assert!(error.cleanup_errors().is_empty(), "{context}: {error:?}");
+                // Our listener on the caller's session is gone too.
+                assert!(
+                    eventually(Duration::from_secs(5), || server
+                        .stats()
+                        .listen_streams_open
+                        == 0)
+                    .await,
+                    "{context}"
+                );
+                untouched(&server, &context);
+                owned.still_works(100).await;
+                baseline.check(&server, 0).await;
+            }
+        }
+    });
 }
 
 /// Capabilities of an attached session are unknown, so every list is asked
 /// for, and "method not found" on page 1 means "not offered".
-#[tokio::test]
-async fn an_attached_session_treats_method_not_found_on_page_one_as_not_offered() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default().with_tools(3));
-        let (caller, owned, baseline) = start(&server).await;
-        server.push_fault(Fault::on_rpc(
-            "prompts/list",
-            rpc_error(-32601, "Method not found"),
-        ));
-        server.push_fault(Fault::on_rpc(
-            "resources/templates/list",
-            rpc_error(-32601, "Method not found"),
-        ));
+#[test]
+fn an_attached_session_treats_method_not_found_on_page_one_as_not_offered() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_tools(3));
+            let (caller, owned, baseline) = start(&server).await;
+            server.push_fault(Fault::on_rpc(
+                "prompts/list",
+                rpc_error(-32601, "Method not found"),
+            ));
+            server.push_fault(Fault::on_rpc(
+                "resources/templates/list",
+                rpc_error(-32601, "Method not found"),
+            ));
 
-        let session = attach(&server, &caller, &owned, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        assert_eq!(session.catalog().tools.len(), 3);
-        assert!(session.catalog().prompts.is_empty());
-        assert_eq!(session.catalog().resources.len(), 2);
-        assert!(session.catalog().resource_templates.is_empty());
-        assert_eq!(seen(&server, "prompts/list").len(), 1);
-        let released = session.close().await;
-        assert!(matches!(released.session, SessionRelease::NotOwned));
-        untouched(&server, &format!("borrowed={borrowed}"));
-        owned.still_works(100).await;
-        drop(session);
-        baseline.check(&server, 0).await;
-    }
+            let session = attach(&server, &caller, &owned, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            assert_eq!(session.catalog().tools.len(), 3);
+            assert!(session.catalog().prompts.is_empty());
+            assert_eq!(session.catalog().resources.len(), 2);
+            assert!(session.catalog().resource_templates.is_empty());
+            assert_eq!(seen(&server, "prompts/list").len(), 1);
+            let released = session.close().await;
+            assert!(matches!(released.session, SessionRelease::NotOwned));
+            untouched(&server, &format!("borrowed={borrowed}"));
+            owned.still_works(100).await;
+            drop(session);
+            baseline.check(&server, 0).await;
+        }
+    });
 }
 
 /// An attached session the server has already ended: connect reports the
 /// expiry and does not "repair" it with an initialize of its own.
-#[tokio::test]
-async fn an_expired_attached_session_is_reported_not_replaced() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default());
-        let (caller, owned, baseline) = start(&server).await;
-        server.expire_sessions();
+#[test]
+fn an_expired_attached_session_is_reported_not_replaced() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            let (caller, owned, baseline) = start(&server).await;
+            server.expire_sessions();
 
-        let error = attach(&server, &caller, &owned, borrowed)
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(error.is_session_expired(), "{error:?}");
-        assert_eq!(error.status(), Some(http::StatusCode::NOT_FOUND));
-        assert_eq!(seen(&server, "initialize").len(), 1, "only the caller's");
-        assert_eq!(server.stats().sessions_created, 1);
-        // It stopped at the first 404: nothing more was tried.
-        let methods: Vec<_> = ours(&server)
-            .into_iter()
-            .map(|r| (r.method, r.rpc_method))
-            .collect();
-        assert_eq!(
-            methods,
-            [(http::Method::POST, Some("tools/list".to_owned()))],
-            "borrowed={borrowed}"
-        );
-        baseline.check(&server, 0).await;
-    }
+            let error = attach(&server, &caller, &owned, borrowed)
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_session_expired(), "{error:?}");
+            assert_eq!(error.status(), Some(http::StatusCode::NOT_FOUND));
+            assert_eq!(seen(&server, "initialize").len(), 1, "only the caller's");
+            assert_eq!(server.stats().sessions_created, 1);
+            // It stopped at the first 404: nothing more was tried.
+            let methods: Vec<_> = ours(&server)
+                .into_iter()
+                .map(|r| (r.method, r.rpc_method))
+                .collect();
+            assert_eq!(
+                methods,
+                [(http::Method::POST, Some("tools/list".to_owned()))],
+                "borrowed={borrowed}"
+            );
+            baseline.check(&server, 0).await;
+        }
+    });
 }

@@ -67,75 +67,77 @@ fn connector(
 /// The bound on K: far above the polls a connect takes here (about 10).
 const MAX_POLLS: usize = 2_000;
 
-#[tokio::test]
-async fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = slow_server();
+#[test]
+fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = slow_server();
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let caller = borrowed.then_some(&caller);
+
+            let mut completed_at = None;
+            for polls in 0..MAX_POLLS {
+                match poll_at_most(connector(&server, caller), polls).await {
+                    None => {
+                        // Dropped half-way: what it created is DELETEd by the
+                        // reaper; everything else is already gone.
+                        mcp_scoped_http::shutdown().await;
+                        let stats = server.stats();
+                        assert_eq!(
+                            stats.live_sessions, 0,
+                            "K={polls}: a session was left on the server"
+                        );
+                        baseline.check(&server, stats.sessions_created).await;
+                    }
+                    Some(session) => {
+                        let session = session.expect("an undisturbed connect succeeds");
+                        assert_eq!(session.catalog().tools.len(), 7);
+                        session.close().await;
+                        completed_at = Some(polls);
+                        break;
+                    }
+                }
+            }
+            let completed_at = completed_at.expect("connect completes within the bound");
+            // initialize, initialized, 3 pages of tools, prompts, resources,
+            // templates: each exchange pends at least once.
+            assert!(
+                completed_at >= 8,
+                "every step pended at least once: {completed_at} polls"
+            );
+            let stats = server.stats();
+            assert_eq!(stats.live_sessions, 0);
+            // Every session created, by any of the dropped attempts or the last
+            // one, was DELETEd exactly once, and every DELETE was authenticated.
+            baseline.check(&server, stats.sessions_created).await;
+            for delete in seen_http(&server, http::Method::DELETE) {
+                assert_eq!(delete.header("authorization"), Some("Bearer k-token"));
+            }
+            assert!(
+                stats.sessions_created > 1,
+                "some drops came after initialize"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_caller_deadline_mid_discovery_wins_and_the_session_is_deleted() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_tools(9).with_page_size(3));
+        server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang).page(2));
         let caller = Caller::new();
         caller.own_request(&server).await;
         let baseline = Baseline::take(Some(&caller));
-        let caller = borrowed.then_some(&caller);
-
-        let mut completed_at = None;
-        for polls in 0..MAX_POLLS {
-            match poll_at_most(connector(&server, caller), polls).await {
-                None => {
-                    // Dropped half-way: what it created is DELETEd by the
-                    // reaper; everything else is already gone.
-                    mcp_scoped_http::shutdown().await;
-                    let stats = server.stats();
-                    assert_eq!(
-                        stats.live_sessions, 0,
-                        "K={polls}: a session was left on the server"
-                    );
-                    baseline.check(&server, stats.sessions_created).await;
-                }
-                Some(session) => {
-                    let session = session.expect("an undisturbed connect succeeds");
-                    assert_eq!(session.catalog().tools.len(), 7);
-                    session.close().await;
-                    completed_at = Some(polls);
-                    break;
-                }
-            }
-        }
-        let completed_at = completed_at.expect("connect completes within the bound");
-        // initialize, initialized, 3 pages of tools, prompts, resources,
-        // templates: each exchange pends at least once.
-        assert!(
-            completed_at >= 8,
-            "every step pended at least once: {completed_at} polls"
-        );
-        let stats = server.stats();
-        assert_eq!(stats.live_sessions, 0);
-        // Every session created, by any of the dropped attempts or the last
-        // one, was DELETEd exactly once, and every DELETE was authenticated.
-        baseline.check(&server, stats.sessions_created).await;
-        for delete in seen_http(&server, http::Method::DELETE) {
-            assert_eq!(delete.header("authorization"), Some("Bearer k-token"));
-        }
-        assert!(
-            stats.sessions_created > 1,
-            "some drops came after initialize"
-        );
-    }
-}
-
-#[tokio::test]
-async fn a_caller_deadline_mid_discovery_wins_and_the_session_is_deleted() {
-    let _serial = serial().await;
-    let server = TestServer::start(ServerConfig::default().with_tools(9).with_page_size(3));
-    server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang).page(2));
-    let caller = Caller::new();
-    caller.own_request(&server).await;
-    let baseline = Baseline::take(Some(&caller));
-    let connect = Connector::new(server.url())
-        .client(caller.client.clone())
-        .connect();
-    let outcome = tokio::time::timeout(Duration::from_millis(100), connect).await;
-    assert!(outcome.is_err(), "the caller's deadline wins");
-    mcp_scoped_http::shutdown().await;
-    assert_eq!(server.stats().live_sessions, 0);
-    baseline.check(&server, 1).await;
+        let connect = Connector::new(server.url())
+            .client(caller.client.clone())
+            .connect();
+        let outcome = tokio::time::timeout(Duration::from_millis(100), connect).await;
+        assert!(outcome.is_err(), "the caller's deadline wins");
+        mcp_scoped_http::shutdown().await;
+        assert_eq!(server.stats().live_sessions, 0);
+        baseline.check(&server, 1).await;
+    });
 }

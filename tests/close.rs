@@ -24,175 +24,181 @@ fn start() -> (TestServer, Caller) {
     (server, Caller::new())
 }
 
-#[tokio::test]
-async fn close_twice_and_concurrently_sends_one_delete() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let (server, caller) = start();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
-        let session = connect(&server, borrowed.then_some(&caller)).await;
-        let (a, b) = tokio::join!(session.close(), session.close());
-        assert!(
-            a.already_closed != b.already_closed,
-            "exactly one close did the work"
-        );
-        assert!(session.close().await.already_closed);
-        drop(session);
-        mcp_scoped_http::shutdown().await;
-        baseline.check(&server, 1).await;
-    }
-}
-
-#[tokio::test]
-async fn in_flight_calls_fail_fast_with_closed() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let (server, caller) = start();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
-        let session = Arc::new(connect(&server, borrowed.then_some(&caller)).await);
-        server.push_fault(Fault::on_rpc("tools/call", FaultAction::Hang));
-        let call = tokio::spawn({
-            let session = session.clone();
-            async move { session.call_tool("tool-000", serde_json::json!({})).await }
-        });
-        assert!(
-            eventually(Duration::from_secs(5), || !seen(&server, "tools/call")
-                .is_empty())
-            .await
-        );
-        let started = Instant::now();
-        let released = session.close().await;
-        assert!(
-            matches!(released.session, SessionRelease::Deleted(_)),
-            "{released:?}"
-        );
-        let error = call.await.unwrap().unwrap_err();
-        assert!(error.is_closed(), "{error}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "close and the call's failure were prompt"
-        );
-        assert!(
-            session
-                .call_tool("tool-000", serde_json::json!({}))
-                .await
-                .unwrap_err()
-                .is_closed()
-        );
-        drop(session);
-        baseline.check(&server, 1).await;
-    }
-}
-
-#[tokio::test]
-async fn close_completes_whatever_the_delete_answers() {
-    let _serial = serial().await;
-    for (status, ended) in [
-        (200u16, true),
-        (202, true),
-        (204, true),
-        (404, true),
-        (405, true),
-        (500, false),
-    ] {
+#[test]
+fn close_twice_and_concurrently_sends_one_delete() {
+    scenario(async {
         for borrowed in [false, true] {
             let (server, caller) = start();
             caller.own_request(&server).await;
             let baseline = Baseline::take(Some(&caller));
             let session = connect(&server, borrowed.then_some(&caller)).await;
-            server.push_fault(Fault::on_http(
-                http::Method::DELETE,
-                FaultAction::status(status),
-            ));
+            let (a, b) = tokio::join!(session.close(), session.close());
+            assert!(
+                a.already_closed != b.already_closed,
+                "exactly one close did the work"
+            );
+            assert!(session.close().await.already_closed);
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn in_flight_calls_fail_fast_with_closed() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller) = start();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = Arc::new(connect(&server, borrowed.then_some(&caller)).await);
+            server.push_fault(Fault::on_rpc("tools/call", FaultAction::Hang));
+            let call = tokio::spawn({
+                let session = session.clone();
+                async move { session.call_tool("tool-000", serde_json::json!({})).await }
+            });
+            assert!(
+                eventually(Duration::from_secs(5), || !seen(&server, "tools/call")
+                    .is_empty())
+                .await
+            );
+            let started = Instant::now();
             let released = session.close().await;
-            match released.session {
-                SessionRelease::Deleted(s) => assert!(ended && s.as_u16() == status),
-                SessionRelease::DeleteFailed(e) => {
-                    assert!(!ended && e.status().map(|s| s.as_u16()) == Some(status))
+            assert!(
+                matches!(released.session, SessionRelease::Deleted(_)),
+                "{released:?}"
+            );
+            let error = call.await.unwrap().unwrap_err();
+            assert!(error.is_closed(), "{error}");
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "close and the call's failure were prompt"
+            );
+            assert!(
+                session
+                    .call_tool("tool-000", serde_json::json!({}))
+                    .await
+                    .unwrap_err()
+                    .is_closed()
+            );
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn close_completes_whatever_the_delete_answers() {
+    scenario(async {
+        for (status, ended) in [
+            (200u16, true),
+            (202, true),
+            (204, true),
+            (404, true),
+            (405, true),
+            (500, false),
+        ] {
+            for borrowed in [false, true] {
+                let (server, caller) = start();
+                caller.own_request(&server).await;
+                let baseline = Baseline::take(Some(&caller));
+                let session = connect(&server, borrowed.then_some(&caller)).await;
+                server.push_fault(Fault::on_http(
+                    http::Method::DELETE,
+                    FaultAction::status(status),
+                ));
+                let released = session.close().await;
+                match released.session {
+                    SessionRelease::Deleted(s) => assert!(ended && s.as_u16() == status),
+                    SessionRelease::DeleteFailed(e) => {
+                        assert!(!ended && e.status().map(|s| s.as_u16()) == Some(status))
+                    }
+                    other => panic!("{status}: {other:?}"),
                 }
-                other => panic!("{status}: {other:?}"),
+                // Local cleanup ran regardless.
+                assert_eq!(released.tasks_stopped, 1);
+                assert_eq!(released.hooks_removed, 1);
+                drop(session);
+                baseline.check(&server, 1).await;
             }
-            // Local cleanup ran regardless.
-            assert_eq!(released.tasks_stopped, 1);
+        }
+    });
+}
+
+#[test]
+fn a_hanging_delete_is_cut_off_at_the_timeout() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller) = start();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = connect(&server, borrowed.then_some(&caller)).await;
+            server.push_fault(Fault::on_http(http::Method::DELETE, FaultAction::Hang));
+            let started = Instant::now();
+            let released = session.close().await;
+            let SessionRelease::DeleteFailed(error) = released.session else {
+                panic!("{released:?}")
+            };
+            assert!(error.is_timeout(), "{error}");
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "bounded by the 300 ms DELETE timeout"
+            );
             assert_eq!(released.hooks_removed, 1);
             drop(session);
             baseline.check(&server, 1).await;
         }
-    }
+    });
 }
 
-#[tokio::test]
-async fn a_hanging_delete_is_cut_off_at_the_timeout() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
+#[test]
+fn a_session_dropped_after_a_failed_call_is_still_deleted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller) = start();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = connect(&server, borrowed.then_some(&caller)).await;
+            server.push_fault(Fault::on_rpc("tools/call", FaultAction::status(500)).times(1));
+            let error = session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                error.status(),
+                Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+            );
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let delete = seen_http(&server, http::Method::DELETE)
+                .pop()
+                .expect("reaped");
+            assert_eq!(delete.header("authorization"), Some("Bearer close-token"));
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn dropping_close_half_way_hands_the_rest_to_the_reaper() {
+    scenario(async {
         let (server, caller) = start();
         caller.own_request(&server).await;
         let baseline = Baseline::take(Some(&caller));
-        let session = connect(&server, borrowed.then_some(&caller)).await;
-        server.push_fault(Fault::on_http(http::Method::DELETE, FaultAction::Hang));
-        let started = Instant::now();
-        let released = session.close().await;
-        let SessionRelease::DeleteFailed(error) = released.session else {
-            panic!("{released:?}")
-        };
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "bounded by the 300 ms DELETE timeout"
-        );
-        assert_eq!(released.hooks_removed, 1);
-        drop(session);
-        baseline.check(&server, 1).await;
-    }
-}
-
-#[tokio::test]
-async fn a_session_dropped_after_a_failed_call_is_still_deleted() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let (server, caller) = start();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
-        let session = connect(&server, borrowed.then_some(&caller)).await;
-        server.push_fault(Fault::on_rpc("tools/call", FaultAction::status(500)).times(1));
-        let error = session
-            .call_tool("tool-000", serde_json::json!({}))
-            .await
-            .unwrap_err();
-        assert_eq!(
-            error.status(),
-            Some(http::StatusCode::INTERNAL_SERVER_ERROR)
-        );
-        drop(session);
+        let session = connect(&server, Some(&caller)).await;
+        server.push_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(Duration::from_millis(50)),
+        ));
+        let abandoned = mcp_scoped_http::abandoned_deletes();
+        // The close future is dropped while its DELETE is in flight: the reaper
+        // takes over the same DELETE; none is abandoned, none sent twice.
+        let cut = tokio::time::timeout(Duration::from_millis(10), session.close()).await;
+        assert!(cut.is_err());
         mcp_scoped_http::shutdown().await;
-        let delete = seen_http(&server, http::Method::DELETE)
-            .pop()
-            .expect("reaped");
-        assert_eq!(delete.header("authorization"), Some("Bearer close-token"));
+        assert_eq!(mcp_scoped_http::abandoned_deletes(), abandoned);
+        drop(session);
         baseline.check(&server, 1).await;
-    }
-}
-
-#[tokio::test]
-async fn dropping_close_half_way_hands_the_rest_to_the_reaper() {
-    let _serial = serial().await;
-    let (server, caller) = start();
-    caller.own_request(&server).await;
-    let baseline = Baseline::take(Some(&caller));
-    let session = connect(&server, Some(&caller)).await;
-    server.push_fault(Fault::on_http(
-        http::Method::DELETE,
-        FaultAction::Delay(Duration::from_millis(50)),
-    ));
-    let abandoned = mcp_scoped_http::abandoned_deletes();
-    // The close future is dropped while its DELETE is in flight: the reaper
-    // takes over the same DELETE; none is abandoned, none sent twice.
-    let cut = tokio::time::timeout(Duration::from_millis(10), session.close()).await;
-    assert!(cut.is_err());
-    mcp_scoped_http::shutdown().await;
-    assert_eq!(mcp_scoped_http::abandoned_deletes(), abandoned);
-    drop(session);
-    baseline.check(&server, 1).await;
+    });
 }

@@ -80,198 +80,203 @@ async fn close_deleted(session: Session) {
 
 // ------------------------------------------------------------ happy path
 
-#[tokio::test]
-async fn every_page_is_followed_in_order_with_the_cursors_sent_verbatim() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = paged_server();
-        let (caller, baseline) = start(&server).await;
+#[test]
+fn every_page_is_followed_in_order_with_the_cursors_sent_verbatim() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = paged_server();
+            let (caller, baseline) = start(&server).await;
 
-        let session = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        let expected: Vec<String> = (0..20).map(|i| format!("tool-{i:03}")).collect();
-        assert_eq!(
-            session.catalog().tool_names().collect::<Vec<_>>(),
-            expected,
-            "borrowed={borrowed}"
-        );
-        assert_eq!(session.catalog().duplicates_dropped, 0);
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            let expected: Vec<String> = (0..20).map(|i| format!("tool-{i:03}")).collect();
+            assert_eq!(
+                session.catalog().tool_names().collect::<Vec<_>>(),
+                expected,
+                "borrowed={borrowed}"
+            );
+            assert_eq!(session.catalog().duplicates_dropped, 0);
 
-        let pages = seen(&server, "tools/list");
-        assert_eq!(pages.len(), 5, "borrowed={borrowed}");
-        assert_eq!(cursor_of(&pages[0]), None, "page 1 carries no cursor");
-        let cursors: Vec<&str> = pages[1..]
-            .iter()
-            .map(|r| cursor_of(r).expect("pages 2.. carry a cursor"))
-            .collect();
-        assert_eq!(cursors.iter().collect::<HashSet<_>>().len(), 4);
-        // The testkit answers an unknown or altered cursor with -32602, so
-        // five pages and all twenty tools mean each cursor went back as is.
-        close_deleted(session).await;
-        baseline.check(&server, 1).await;
-    }
-}
-
-#[tokio::test]
-async fn opaque_cursors_go_back_byte_for_byte() {
-    let _serial = serial().await;
-    // Cursors are opaque: spaces, slashes, padding, non-ASCII, JSON-looking.
-    let cursors = ["a b/c==", "ü-✓-\u{1F600}", "{\"k\":[1,2]}"];
-    for borrowed in [false, true] {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_prompts(0)
-                .with_resources(0)
-                .with_resource_templates(0),
-        );
-        let names = ["p1", "p2", "p3", "p4"];
-        for (i, name) in names.iter().enumerate() {
-            let mut result = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
-            if let Some(next) = cursors.get(i) {
-                result["nextCursor"] = json!(next);
-            }
-            server.push_fault(Fault::on_rpc("tools/list", result_page(result)).times(1));
+            let pages = seen(&server, "tools/list");
+            assert_eq!(pages.len(), 5, "borrowed={borrowed}");
+            assert_eq!(cursor_of(&pages[0]), None, "page 1 carries no cursor");
+            let cursors: Vec<&str> = pages[1..]
+                .iter()
+                .map(|r| cursor_of(r).expect("pages 2.. carry a cursor"))
+                .collect();
+            assert_eq!(cursors.iter().collect::<HashSet<_>>().len(), 4);
+            // The testkit answers an unknown or altered cursor with -32602, so
+            // five pages and all twenty tools mean each cursor went back as is.
+            close_deleted(session).await;
+            baseline.check(&server, 1).await;
         }
-        let (caller, baseline) = start(&server).await;
-
-        let session = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        assert_eq!(
-            session.catalog().tool_names().collect::<Vec<_>>(),
-            names,
-            "borrowed={borrowed}"
-        );
-        // Entries are the server's JSON, verbatim.
-        assert_eq!(
-            session.catalog().tool("p1"),
-            Some(&json!({"name": "p1", "inputSchema": {"type": "object"}}))
-        );
-        let pages = seen(&server, "tools/list");
-        assert_eq!(pages.len(), 4);
-        let sent: Vec<Option<&str>> = pages.iter().map(cursor_of).collect();
-        assert_eq!(
-            sent,
-            [None, Some(cursors[0]), Some(cursors[1]), Some(cursors[2])]
-        );
-        close_deleted(session).await;
-        baseline.check(&server, 1).await;
-    }
+    });
 }
 
-#[tokio::test]
-async fn exactly_max_pages_pages_is_fine_and_one_more_is_a_limit_error() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = paged_server();
-        let (caller, baseline) = start(&server).await;
+#[test]
+fn opaque_cursors_go_back_byte_for_byte() {
+    scenario(async {
+        // Cursors are opaque: spaces, slashes, padding, non-ASCII, JSON-looking.
+        let cursors = ["a b/c==", "ü-✓-\u{1F600}", "{\"k\":[1,2]}"];
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_prompts(0)
+                    .with_resources(0)
+                    .with_resource_templates(0),
+            );
+            let names = ["p1", "p2", "p3", "p4"];
+            for (i, name) in names.iter().enumerate() {
+                let mut result =
+                    json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
+                if let Some(next) = cursors.get(i) {
+                    result["nextCursor"] = json!(next);
+                }
+                server.push_fault(Fault::on_rpc("tools/list", result_page(result)).times(1));
+            }
+            let (caller, baseline) = start(&server).await;
 
-        // Five pages with a cap of five: complete.
-        let session = connector(&server, &caller, borrowed)
-            .discovery(Discovery::default().max_pages(5))
-            .connect()
-            .await
-            .unwrap();
-        assert_eq!(session.catalog().tools.len(), 20);
-        close_deleted(session).await;
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            assert_eq!(
+                session.catalog().tool_names().collect::<Vec<_>>(),
+                names,
+                "borrowed={borrowed}"
+            );
+            // Entries are the server's JSON, verbatim.
+            assert_eq!(
+                session.catalog().tool("p1"),
+                Some(&json!({"name": "p1", "inputSchema": {"type": "object"}}))
+            );
+            let pages = seen(&server, "tools/list");
+            assert_eq!(pages.len(), 4);
+            let sent: Vec<Option<&str>> = pages.iter().map(cursor_of).collect();
+            assert_eq!(
+                sent,
+                [None, Some(cursors[0]), Some(cursors[1]), Some(cursors[2])]
+            );
+            close_deleted(session).await;
+            baseline.check(&server, 1).await;
+        }
+    });
+}
 
-        // Five pages with a cap of four: the fifth is never asked for.
-        server.clear_requests();
-        let error = connector(&server, &caller, borrowed)
-            .discovery(Discovery::default().max_pages(4))
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(error.is_limit(), "{error:?}");
-        assert_eq!(seen(&server, "tools/list").len(), 4);
-        assert_eq!(seen(&server, "prompts/list").len(), 0, "stopped at tools");
-        baseline.check(&server, 2).await;
-    }
+#[test]
+fn exactly_max_pages_pages_is_fine_and_one_more_is_a_limit_error() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = paged_server();
+            let (caller, baseline) = start(&server).await;
+
+            // Five pages with a cap of five: complete.
+            let session = connector(&server, &caller, borrowed)
+                .discovery(Discovery::default().max_pages(5))
+                .connect()
+                .await
+                .unwrap();
+            assert_eq!(session.catalog().tools.len(), 20);
+            close_deleted(session).await;
+
+            // Five pages with a cap of four: the fifth is never asked for.
+            server.clear_requests();
+            let error = connector(&server, &caller, borrowed)
+                .discovery(Discovery::default().max_pages(4))
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_limit(), "{error:?}");
+            assert_eq!(seen(&server, "tools/list").len(), 4);
+            assert_eq!(seen(&server, "prompts/list").len(), 0, "stopped at tools");
+            baseline.check(&server, 2).await;
+        }
+    });
 }
 
 // ------------------------------------------------------------ F12
 
 /// F12: an error on page N >= 2 of `tools/list` fails the connect, exposes
 /// nothing, DELETEs the session once, and a retry is a fresh session.
-#[tokio::test]
-async fn f12_an_error_on_a_later_tools_page_unwinds_and_a_retry_starts_fresh() {
-    let _serial = serial().await;
-    // (page, fault, what the caller must be told)
-    type Check = fn(&mcp_scoped_http::Error) -> bool;
-    let cases: Vec<(usize, FaultAction, Check)> = vec![
-        (2, FaultAction::status(500), |e| {
-            e.is_status() && e.status() == Some(http::StatusCode::INTERNAL_SERVER_ERROR)
-        }),
-        (5, FaultAction::status(500), |e| {
-            e.is_status() && e.status() == Some(http::StatusCode::INTERNAL_SERVER_ERROR)
-        }),
-        (3, rpc_error(-32603, "page store offline"), |e| {
-            e.is_rpc() && e.rpc_code() == Some(-32603)
-        }),
-        (
-            2,
-            FaultAction::status_with_rpc_error(503, -32000, "overloaded"),
-            |e| {
-                e.is_status()
-                    && e.status() == Some(http::StatusCode::SERVICE_UNAVAILABLE)
-                    && e.rpc_code() == Some(-32000)
-            },
-        ),
-    ];
-    for (page, action, names_the_cause) in cases {
-        for borrowed in [false, true] {
-            let context = format!("page {page}, {action:?}, borrowed={borrowed}");
-            let server = paged_server();
-            server.push_fault(
-                Fault::on_rpc("tools/list", action.clone())
-                    .page(page)
-                    .times(1),
-            );
-            let (caller, baseline) = start(&server).await;
+#[test]
+fn f12_an_error_on_a_later_tools_page_unwinds_and_a_retry_starts_fresh() {
+    scenario(async {
+        // (page, fault, what the caller must be told)
+        type Check = fn(&mcp_scoped_http::Error) -> bool;
+        let cases: Vec<(usize, FaultAction, Check)> = vec![
+            (2, FaultAction::status(500), |e| {
+                e.is_status() && e.status() == Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+            }),
+            (5, FaultAction::status(500), |e| {
+                e.is_status() && e.status() == Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+            }),
+            (3, rpc_error(-32603, "page store offline"), |e| {
+                e.is_rpc() && e.rpc_code() == Some(-32603)
+            }),
+            (
+                2,
+                FaultAction::status_with_rpc_error(503, -32000, "overloaded"),
+                |e| {
+                    e.is_status()
+                        && e.status() == Some(http::StatusCode::SERVICE_UNAVAILABLE)
+                        && e.rpc_code() == Some(-32000)
+                },
+            ),
+        ];
+        for (page, action, names_the_cause) in cases {
+            for borrowed in [false, true] {
+                let context = format!("page {page}, {action:?}, borrowed={borrowed}");
+                let server = paged_server();
+                server.push_fault(
+                    Fault::on_rpc("tools/list", action.clone())
+                        .page(page)
+                        .times(1),
+                );
+                let (caller, baseline) = start(&server).await;
 
-            let error = connector(&server, &caller, borrowed)
-                .connect()
-                .await
-                .unwrap_err();
-            assert!(names_the_cause(&error), "{context}: {error:?}");
-            assert!(error.cleanup_errors().is_empty(), "{context}: {error:?}");
-            // It stopped at the failing page: nothing after it was asked.
-            assert_eq!(seen(&server, "tools/list").len(), page, "{context}");
-            assert_eq!(seen(&server, "prompts/list").len(), 0, "{context}");
+                let error = connector(&server, &caller, borrowed)
+                    .connect()
+                    .await
+                    .unwrap_err();
+                assert!(names_the_cause(&error), "{context}: {error:?}");
+                assert!(error.cleanup_errors().is_empty(), "{context}: {error:?}");
+                // It stopped at the failing page: nothing after it was asked.
+                assert_eq!(seen(&server, "tools/list").len(), page, "{context}");
+                assert_eq!(seen(&server, "prompts/list").len(), 0, "{context}");
 
-            // Exactly one DELETE, for the session that was created.
-            let first_ids = session_ids_seen(&server);
-            assert_eq!(first_ids.len(), 1, "{context}");
-            let deletes = seen_http(&server, http::Method::DELETE);
-            assert_eq!(deletes.len(), 1, "{context}");
-            assert_eq!(
-                deletes[0].header("mcp-session-id"),
-                Some(first_ids[0].as_str())
-            );
-            assert_eq!(
-                deletes[0].header("authorization"),
-                Some("Bearer discovery-token")
-            );
-            assert_eq!(server.stats().live_sessions, 0, "{context}");
+                // Exactly one DELETE, for the session that was created.
+                let first_ids = session_ids_seen(&server);
+                assert_eq!(first_ids.len(), 1, "{context}");
+                let deletes = seen_http(&server, http::Method::DELETE);
+                assert_eq!(deletes.len(), 1, "{context}");
+                assert_eq!(
+                    deletes[0].header("mcp-session-id"),
+                    Some(first_ids[0].as_str())
+                );
+                assert_eq!(
+                    deletes[0].header("authorization"),
+                    Some("Bearer discovery-token")
+                );
+                assert_eq!(server.stats().live_sessions, 0, "{context}");
 
-            // The retry: a new initialize, a new id, the whole catalog.
-            let session = connector(&server, &caller, borrowed)
-                .connect()
-                .await
-                .unwrap();
-            assert_eq!(seen(&server, "initialize").len(), 2, "{context}");
-            assert_eq!(server.stats().sessions_created, 2);
-            let retry_id = session.session_id().unwrap().expose().to_owned();
-            assert_ne!(retry_id, first_ids[0], "{context}: the id was reused");
-            assert_eq!(session_ids_seen(&server), [first_ids[0].clone(), retry_id]);
-            assert_eq!(session.catalog().tools.len(), 20, "{context}");
-            close_deleted(session).await;
-            baseline.check(&server, 2).await;
+                // The retry: a new initialize, a new id, the whole catalog.
+                let session = connector(&server, &caller, borrowed)
+                    .connect()
+                    .await
+                    .unwrap();
+                assert_eq!(seen(&server, "initialize").len(), 2, "{context}");
+                assert_eq!(server.stats().sessions_created, 2);
+                let retry_id = session.session_id().unwrap().expose().to_owned();
+                assert_ne!(retry_id, first_ids[0], "{context}: the id was reused");
+                assert_eq!(session_ids_seen(&server), [first_ids[0].clone(), retry_id]);
+                assert_eq!(session.catalog().tools.len(), 20, "{context}");
+                close_deleted(session).await;
+                baseline.check(&server, 2).await;
+            }
         }
-    }
+    });
 }
 
 // ------------------------------------------------------------ F13
@@ -279,154 +284,160 @@ async fn f12_an_error_on_a_later_tools_page_unwinds_and_a_retry_starts_fresh() {
 /// F13: a later list fails after earlier ones succeeded: the connect fails
 /// as a whole (there is no session, so no partial catalog can be seen), the
 /// session is DELETEd once.
-#[tokio::test]
-async fn f13_a_later_list_failing_drops_everything_found_so_far() {
-    let _serial = serial().await;
-    let failing = [
-        ("prompts/list", 1),
-        ("prompts/list", 2),
-        ("resources/list", 1),
-        ("resources/templates/list", 1),
-    ];
-    for (method, page) in failing {
-        for borrowed in [false, true] {
-            let context = format!("{method} page {page}, borrowed={borrowed}");
-            let server = TestServer::start(
-                ServerConfig::default()
-                    .with_tools(6)
-                    .with_prompts(4)
-                    .with_resources(3)
-                    .with_resource_templates(2)
-                    .with_page_size(2),
-            );
-            server.push_fault(
-                Fault::on_rpc(method, FaultAction::status(500))
-                    .page(page)
-                    .times(1),
-            );
-            let (caller, baseline) = start(&server).await;
+#[test]
+fn f13_a_later_list_failing_drops_everything_found_so_far() {
+    scenario(async {
+        let failing = [
+            ("prompts/list", 1),
+            ("prompts/list", 2),
+            ("resources/list", 1),
+            ("resources/templates/list", 1),
+        ];
+        for (method, page) in failing {
+            for borrowed in [false, true] {
+                let context = format!("{method} page {page}, borrowed={borrowed}");
+                let server = TestServer::start(
+                    ServerConfig::default()
+                        .with_tools(6)
+                        .with_prompts(4)
+                        .with_resources(3)
+                        .with_resource_templates(2)
+                        .with_page_size(2),
+                );
+                server.push_fault(
+                    Fault::on_rpc(method, FaultAction::status(500))
+                        .page(page)
+                        .times(1),
+                );
+                let (caller, baseline) = start(&server).await;
 
-            let error = connector(&server, &caller, borrowed)
-                .connect()
-                .await
-                .unwrap_err();
-            assert_eq!(
-                error.status(),
-                Some(http::StatusCode::INTERNAL_SERVER_ERROR),
-                "{context}: {error:?}"
-            );
-            // tools/list did succeed, every page of it, before the failure.
-            assert_eq!(seen(&server, "tools/list").len(), 3, "{context}");
-            assert_eq!(seen(&server, method).len(), page, "{context}");
-            assert_eq!(seen_http(&server, http::Method::DELETE).len(), 1);
-            assert_eq!(server.stats().live_sessions, 0, "{context}");
-            baseline.check(&server, 1).await;
+                let error = connector(&server, &caller, borrowed)
+                    .connect()
+                    .await
+                    .unwrap_err();
+                assert_eq!(
+                    error.status(),
+                    Some(http::StatusCode::INTERNAL_SERVER_ERROR),
+                    "{context}: {error:?}"
+                );
+                // tools/list did succeed, every page of it, before the failure.
+                assert_eq!(seen(&server, "tools/list").len(), 3, "{context}");
+                assert_eq!(seen(&server, method).len(), page, "{context}");
+                assert_eq!(seen_http(&server, http::Method::DELETE).len(), 1);
+                assert_eq!(server.stats().live_sessions, 0, "{context}");
+                baseline.check(&server, 1).await;
+            }
         }
-    }
+    });
 }
 
 /// An owned session knows the server's capabilities, so a declared list
 /// answered "method not found" is a failure, not "not offered" (that
 /// leniency is for attached sessions only, see tests/attach.rs).
-#[tokio::test]
-async fn a_declared_list_answering_method_not_found_fails_an_owned_session() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default());
-        server.push_fault(Fault::on_rpc(
-            "prompts/list",
-            rpc_error(-32601, "Method not found"),
-        ));
-        let (caller, baseline) = start(&server).await;
-        let error = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap_err();
-        assert_eq!(error.rpc_code(), Some(-32601), "{error:?}");
-        baseline.check(&server, 1).await;
-    }
+#[test]
+fn a_declared_list_answering_method_not_found_fails_an_owned_session() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            server.push_fault(Fault::on_rpc(
+                "prompts/list",
+                rpc_error(-32601, "Method not found"),
+            ));
+            let (caller, baseline) = start(&server).await;
+            let error = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap_err();
+            assert_eq!(error.rpc_code(), Some(-32601), "{error:?}");
+            baseline.check(&server, 1).await;
+        }
+    });
 }
 
 // ------------------------------------------------------------ F15
 
 /// F15: a server whose `nextCursor` never ends is stopped at the page cap
 /// with a limit error; memory is bounded by that cap.
-#[tokio::test]
-async fn f15_an_endless_cursor_stops_at_max_pages() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default());
-        // Every page: one new tool and a cursor never seen before (both
-        // derived from the request id, which changes on every page).
-        server.push_fault(Fault::on_rpc(
-            "tools/list",
-            FaultAction::raw(
-                200,
-                "application/json",
-                r#"{"jsonrpc":"2.0","id":{id},"result":{"tools":[{"name":"t-{id}"}],"nextCursor":"c-{id}"}}"#,
-            ),
-        ));
-        let (caller, baseline) = start(&server).await;
+#[test]
+fn f15_an_endless_cursor_stops_at_max_pages() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            // Every page: one new tool and a cursor never seen before (both
+            // derived from the request id, which changes on every page).
+            server.push_fault(Fault::on_rpc(
+                "tools/list",
+                FaultAction::raw(
+                    200,
+                    "application/json",
+                    r#"{"jsonrpc":"2.0","id":{id},"result":{"tools":[{"name":"t-{id}"}],"nextCursor":"c-{id}"}}"#,
+                ),
+            ));
+            let (caller, baseline) = start(&server).await;
 
-        let error = connector(&server, &caller, borrowed)
-            .discovery(Discovery::default().max_pages(5))
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(error.is_limit(), "{error:?}");
-        assert!(error.to_string().contains("tools/list"), "{error}");
-        let pages = seen(&server, "tools/list");
-        assert_eq!(pages.len(), 5, "borrowed={borrowed}");
-        // Each cursor was fresh, so only the cap could stop it.
-        let cursors: HashSet<_> = pages.iter().filter_map(cursor_of).collect();
-        assert_eq!(cursors.len(), 4);
-        assert_eq!(seen(&server, "prompts/list").len(), 0);
-        baseline.check(&server, 1).await;
-    }
+            let error = connector(&server, &caller, borrowed)
+                .discovery(Discovery::default().max_pages(5))
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_limit(), "{error:?}");
+            assert!(error.to_string().contains("tools/list"), "{error}");
+            let pages = seen(&server, "tools/list");
+            assert_eq!(pages.len(), 5, "borrowed={borrowed}");
+            // Each cursor was fresh, so only the cap could stop it.
+            let cursors: HashSet<_> = pages.iter().filter_map(cursor_of).collect();
+            assert_eq!(cursors.len(), 4);
+            assert_eq!(seen(&server, "prompts/list").len(), 0);
+            baseline.check(&server, 1).await;
+        }
+    });
 }
 
 /// F15: a cursor the server already gave is a loop: stopped with a protocol
 /// error at the page that repeats it, not at the cap.
-#[tokio::test]
-async fn f15_a_repeated_cursor_is_a_protocol_error() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        // The same cursor on every page: stops after the second page.
-        let server = TestServer::start(ServerConfig::default());
-        server.push_fault(Fault::on_rpc(
-            "tools/list",
-            result_page(json!({"tools": [], "nextCursor": "again"})),
-        ));
-        let (caller, baseline) = start(&server).await;
-        let error = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(error.is_protocol(), "{error:?}");
-        assert!(error.to_string().contains("repeated a cursor"), "{error}");
-        assert_eq!(seen(&server, "tools/list").len(), 2, "borrowed={borrowed}");
-        baseline.check(&server, 1).await;
+#[test]
+fn f15_a_repeated_cursor_is_a_protocol_error() {
+    scenario(async {
+        for borrowed in [false, true] {
+            // The same cursor on every page: stops after the second page.
+            let server = TestServer::start(ServerConfig::default());
+            server.push_fault(Fault::on_rpc(
+                "tools/list",
+                result_page(json!({"tools": [], "nextCursor": "again"})),
+            ));
+            let (caller, baseline) = start(&server).await;
+            let error = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_protocol(), "{error:?}");
+            assert!(error.to_string().contains("repeated a cursor"), "{error}");
+            assert_eq!(seen(&server, "tools/list").len(), 2, "borrowed={borrowed}");
+            baseline.check(&server, 1).await;
 
-        // A → B → A: an earlier cursor, not just the last one.
-        let server = TestServer::start(ServerConfig::default());
-        for (i, next) in ["A", "B", "A"].into_iter().enumerate() {
-            server.push_fault(
-                Fault::on_rpc(
-                    "tools/list",
-                    result_page(json!({"tools": [{"name": format!("t{i}")}], "nextCursor": next})),
-                )
-                .times(1),
-            );
+            // A → B → A: an earlier cursor, not just the last one.
+            let server = TestServer::start(ServerConfig::default());
+            for (i, next) in ["A", "B", "A"].into_iter().enumerate() {
+                server.push_fault(
+                    Fault::on_rpc(
+                        "tools/list",
+                        result_page(
+                            json!({"tools": [{"name": format!("t{i}")}], "nextCursor": next}),
+                        ),
+                    )
+                    .times(1),
+                );
+            }
+            let (caller, baseline) = start(&server).await;
+            let error = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_protocol(), "{error:?}");
+            assert_eq!(seen(&server, "tools/list").len(), 3, "borrowed={borrowed}");
+            baseline.check(&server, 1).await;
         }
-        let (caller, baseline) = start(&server).await;
-        let error = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap_err();
-        assert!(error.is_protocol(), "{error:?}");
-        assert_eq!(seen(&server, "tools/list").len(), 3, "borrowed={borrowed}");
-        baseline.check(&server, 1).await;
-    }
+    });
 }
 
 // ------------------------------------------------------------ F16
@@ -442,197 +453,203 @@ async fn f15_a_repeated_cursor_is_a_protocol_error() {
 /// that the server misbehaved. The same rule holds for prompts (by name),
 /// resources (by uri) and templates (by uriTemplate); the kinds do not
 /// share a namespace.
-#[tokio::test]
-async fn f16_duplicate_names_across_pages_keep_the_first_and_are_counted() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_resources(0)
-                .with_resource_templates(0),
-        );
-        let pages = [
-            json!({"tools": [
-                {"name": "alpha", "description": "first alpha"},
-                {"name": "beta", "description": "first beta"},
-            ], "nextCursor": "p2"}),
-            json!({"tools": [
-                {"name": "beta", "description": "second beta"},
-                {"name": "gamma"},
-                {"name": "alpha", "description": "second alpha"},
-            ], "nextCursor": "p3"}),
-            json!({"tools": [
-                {"name": "gamma", "description": "second gamma"},
-                {"name": "delta"},
-            ]}),
-        ];
-        let script = |server: &TestServer| {
-            for page in &pages {
-                server.push_fault(Fault::on_rpc("tools/list", result_page(page.clone())).times(1));
-            }
-            // A prompt named like a tool is no duplicate: separate kinds.
-            server.push_fault(
-                Fault::on_rpc(
-                    "prompts/list",
-                    result_page(
-                        json!({"prompts": [{"name": "alpha"}, {"name": "p"}, {"name": "p"}]}),
-                    ),
-                )
-                .times(1),
+#[test]
+fn f16_duplicate_names_across_pages_keep_the_first_and_are_counted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_resources(0)
+                    .with_resource_templates(0),
             );
-        };
-        script(&server);
-        let (caller, baseline) = start(&server).await;
-
-        // Twice against the same script: the same outcome both times.
-        let mut outcomes = Vec::new();
-        for _ in 0..2 {
-            let session = connector(&server, &caller, borrowed)
-                .connect()
-                .await
-                .unwrap();
-            let catalog = session.catalog().clone();
-            close_deleted(session).await;
-            outcomes.push(catalog);
+            let pages = [
+                json!({"tools": [
+                    {"name": "alpha", "description": "first alpha"},
+                    {"name": "beta", "description": "first beta"},
+                ], "nextCursor": "p2"}),
+                json!({"tools": [
+                    {"name": "beta", "description": "second beta"},
+                    {"name": "gamma"},
+                    {"name": "alpha", "description": "second alpha"},
+                ], "nextCursor": "p3"}),
+                json!({"tools": [
+                    {"name": "gamma", "description": "second gamma"},
+                    {"name": "delta"},
+                ]}),
+            ];
+            let script = |server: &TestServer| {
+                for page in &pages {
+                    server.push_fault(
+                        Fault::on_rpc("tools/list", result_page(page.clone())).times(1),
+                    );
+                }
+                // A prompt named like a tool is no duplicate: separate kinds.
+                server.push_fault(
+                    Fault::on_rpc(
+                        "prompts/list",
+                        result_page(
+                            json!({"prompts": [{"name": "alpha"}, {"name": "p"}, {"name": "p"}]}),
+                        ),
+                    )
+                    .times(1),
+                );
+            };
             script(&server);
-        }
-        for catalog in &outcomes {
+            let (caller, baseline) = start(&server).await;
+
+            // Twice against the same script: the same outcome both times.
+            let mut outcomes = Vec::new();
+            for _ in 0..2 {
+                let session = connector(&server, &caller, borrowed)
+                    .connect()
+                    .await
+                    .unwrap();
+                let catalog = session.catalog().clone();
+                close_deleted(session).await;
+                outcomes.push(catalog);
+                script(&server);
+            }
+            for catalog in &outcomes {
+                assert_eq!(
+                    catalog.tool_names().collect::<Vec<_>>(),
+                    ["alpha", "beta", "gamma", "delta"],
+                    "borrowed={borrowed}"
+                );
+                assert_eq!(catalog.tool("alpha").unwrap()["description"], "first alpha");
+                assert_eq!(catalog.tool("beta").unwrap()["description"], "first beta");
+                assert_eq!(catalog.tool("gamma").unwrap().get("description"), None);
+                let prompts: Vec<_> = catalog.prompts.iter().map(|p| &p["name"]).collect();
+                assert_eq!(prompts, [&json!("alpha"), &json!("p")]);
+                // beta, alpha, gamma among tools; p among prompts.
+                assert_eq!(catalog.duplicates_dropped, 4);
+            }
             assert_eq!(
-                catalog.tool_names().collect::<Vec<_>>(),
-                ["alpha", "beta", "gamma", "delta"],
-                "borrowed={borrowed}"
+                serde_json::to_value(&outcomes[0]).unwrap(),
+                serde_json::to_value(&outcomes[1]).unwrap()
             );
-            assert_eq!(catalog.tool("alpha").unwrap()["description"], "first alpha");
-            assert_eq!(catalog.tool("beta").unwrap()["description"], "first beta");
-            assert_eq!(catalog.tool("gamma").unwrap().get("description"), None);
-            let prompts: Vec<_> = catalog.prompts.iter().map(|p| &p["name"]).collect();
-            assert_eq!(prompts, [&json!("alpha"), &json!("p")]);
-            // beta, alpha, gamma among tools; p among prompts.
-            assert_eq!(catalog.duplicates_dropped, 4);
+            baseline.check(&server, 2).await;
         }
-        assert_eq!(
-            serde_json::to_value(&outcomes[0]).unwrap(),
-            serde_json::to_value(&outcomes[1]).unwrap()
-        );
-        baseline.check(&server, 2).await;
-    }
+    });
 }
 
 // ------------------------------------------------------------ F18
 
 /// F18: lists whose capability the server does not declare are not asked
 /// for at all.
-#[tokio::test]
-async fn f18_lists_the_server_does_not_declare_are_never_requested() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_tools(2)
-                .with_prompts(0)
-                .with_resources(0)
-                .with_resource_templates(0),
-        );
-        let (caller, baseline) = start(&server).await;
-        let session = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        let capabilities = &session.info().capabilities;
-        assert!(capabilities.get("tools").is_some(), "{capabilities}");
-        for absent in ["prompts", "resources"] {
-            assert!(capabilities.get(absent).is_none(), "{capabilities}");
-        }
-        assert_eq!(session.catalog().tools.len(), 2);
-        assert!(session.catalog().prompts.is_empty());
-        assert!(session.catalog().resources.is_empty());
-        assert!(session.catalog().resource_templates.is_empty());
-        close_deleted(session).await;
+#[test]
+fn f18_lists_the_server_does_not_declare_are_never_requested() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_tools(2)
+                    .with_prompts(0)
+                    .with_resources(0)
+                    .with_resource_templates(0),
+            );
+            let (caller, baseline) = start(&server).await;
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            let capabilities = &session.info().capabilities;
+            assert!(capabilities.get("tools").is_some(), "{capabilities}");
+            for absent in ["prompts", "resources"] {
+                assert!(capabilities.get(absent).is_none(), "{capabilities}");
+            }
+            assert_eq!(session.catalog().tools.len(), 2);
+            assert!(session.catalog().prompts.is_empty());
+            assert!(session.catalog().resources.is_empty());
+            assert!(session.catalog().resource_templates.is_empty());
+            close_deleted(session).await;
 
-        let lists: Vec<String> = server
-            .requests()
-            .into_iter()
-            .filter_map(|r| r.rpc_method)
-            .filter(|m| m.ends_with("/list"))
-            .collect();
-        assert_eq!(lists, ["tools/list"], "borrowed={borrowed}");
-        baseline.check(&server, 1).await;
-    }
+            let lists: Vec<String> = server
+                .requests()
+                .into_iter()
+                .filter_map(|r| r.rpc_method)
+                .filter(|m| m.ends_with("/list"))
+                .collect();
+            assert_eq!(lists, ["tools/list"], "borrowed={borrowed}");
+            baseline.check(&server, 1).await;
+        }
+    });
 }
 
 /// F18, the other way round: no tools capability, no `tools/list`; and a
 /// `resources` capability alone brings both resource lists.
-#[tokio::test]
-async fn f18_a_server_without_tools_gets_no_tools_list() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_tools(0)
-                .with_prompts(0)
-                .with_resources(0)
-                .with_resource_templates(1),
-        );
-        let (caller, baseline) = start(&server).await;
-        let session = connector(&server, &caller, borrowed)
-            .connect()
-            .await
-            .unwrap();
-        assert!(session.catalog().tools.is_empty());
-        assert_eq!(session.catalog().resource_templates.len(), 1);
-        close_deleted(session).await;
-        let lists: Vec<String> = server
-            .requests()
-            .into_iter()
-            .filter_map(|r| r.rpc_method)
-            .filter(|m| m.ends_with("/list"))
-            .collect();
-        assert_eq!(
-            lists,
-            ["resources/list", "resources/templates/list"],
-            "borrowed={borrowed}"
-        );
-        baseline.check(&server, 1).await;
-    }
+#[test]
+fn f18_a_server_without_tools_gets_no_tools_list() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_tools(0)
+                    .with_prompts(0)
+                    .with_resources(0)
+                    .with_resource_templates(1),
+            );
+            let (caller, baseline) = start(&server).await;
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            assert!(session.catalog().tools.is_empty());
+            assert_eq!(session.catalog().resource_templates.len(), 1);
+            close_deleted(session).await;
+            let lists: Vec<String> = server
+                .requests()
+                .into_iter()
+                .filter_map(|r| r.rpc_method)
+                .filter(|m| m.ends_with("/list"))
+                .collect();
+            assert_eq!(
+                lists,
+                ["resources/list", "resources/templates/list"],
+                "borrowed={borrowed}"
+            );
+            baseline.check(&server, 1).await;
+        }
+    });
 }
 
 /// What the caller turns off is not listed either, whatever the server
 /// declares; `Discovery::none()` lists nothing.
-#[tokio::test]
-async fn lists_turned_off_by_the_caller_are_never_requested() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = TestServer::start(ServerConfig::default());
-        let (caller, baseline) = start(&server).await;
+#[test]
+fn lists_turned_off_by_the_caller_are_never_requested() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            let (caller, baseline) = start(&server).await;
 
-        let mut only_prompts = Discovery::default();
-        only_prompts.tools = false;
-        only_prompts.resources = false;
-        only_prompts.resource_templates = false;
-        let session = connector(&server, &caller, borrowed)
-            .discovery(only_prompts)
-            .connect()
-            .await
-            .unwrap();
-        assert_eq!(session.catalog().prompts.len(), 2);
-        assert!(session.catalog().tools.is_empty());
-        close_deleted(session).await;
+            let mut only_prompts = Discovery::default();
+            only_prompts.tools = false;
+            only_prompts.resources = false;
+            only_prompts.resource_templates = false;
+            let session = connector(&server, &caller, borrowed)
+                .discovery(only_prompts)
+                .connect()
+                .await
+                .unwrap();
+            assert_eq!(session.catalog().prompts.len(), 2);
+            assert!(session.catalog().tools.is_empty());
+            close_deleted(session).await;
 
-        let session = connector(&server, &caller, borrowed)
-            .discovery(Discovery::none())
-            .connect()
-            .await
-            .unwrap();
-        assert!(session.catalog().prompts.is_empty());
-        close_deleted(session).await;
+            let session = connector(&server, &caller, borrowed)
+                .discovery(Discovery::none())
+                .connect()
+                .await
+                .unwrap();
+            assert!(session.catalog().prompts.is_empty());
+            close_deleted(session).await;
 
-        let lists: Vec<String> = server
-            .requests()
-            .into_iter()
-            .filter_map(|r| r.rpc_method)
-            .filter(|m| m.ends_with("/list"))
-            .collect();
-        assert_eq!(lists, ["prompts/list"], "borrowed={borrowed}");
-        baseline.check(&server, 2).await;
-    }
+            let lists: Vec<String> = server
+                .requests()
+                .into_iter()
+                .filter_map(|r| r.rpc_method)
+                .filter(|m| m.ends_with("/list"))
+                .collect();
+            assert_eq!(lists, ["prompts/list"], "borrowed={borrowed}");
+            baseline.check(&server, 2).await;
+        }
+    });
 }

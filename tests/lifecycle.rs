@@ -18,98 +18,100 @@ fn catalog_server() -> TestServer {
     )
 }
 
-#[tokio::test]
-async fn connect_discovers_everything_and_close_releases_everything() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = catalog_server();
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+#[test]
+fn connect_discovers_everything_and_close_releases_everything() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = catalog_server();
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
 
-        let mut connector = Connector::new(server.url()).bearer("secret-token");
-        if borrowed {
-            connector = connector.client(caller.client.clone());
-        }
-        let session = connector.connect().await.unwrap();
-        assert_eq!(session.info().ownership, SessionOwnership::Owned);
-        assert!(session.info().session_id_issued);
-        assert_eq!(session.catalog().tools.len(), 7);
-        assert_eq!(session.catalog().prompts.len(), 2);
-        assert_eq!(session.catalog().resources.len(), 2);
-        assert_eq!(session.catalog().resource_templates.len(), 1);
-        assert_eq!(seen(&server, "tools/list").len(), 3);
-        assert!(
-            eventually(std::time::Duration::from_secs(5), || server
-                .stats()
-                .listen_streams_open
-                == 1)
-            .await
-        );
-        if borrowed {
-            assert_eq!(
-                caller.client.hooks().len(),
-                1,
-                "our hook is on the shared client"
+            let mut connector = Connector::new(server.url()).bearer("secret-token");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            assert_eq!(session.info().ownership, SessionOwnership::Owned);
+            assert!(session.info().session_id_issued);
+            assert_eq!(session.catalog().tools.len(), 7);
+            assert_eq!(session.catalog().prompts.len(), 2);
+            assert_eq!(session.catalog().resources.len(), 2);
+            assert_eq!(session.catalog().resource_templates.len(), 1);
+            assert_eq!(seen(&server, "tools/list").len(), 3);
+            assert!(
+                eventually(std::time::Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
             );
-        }
+            if borrowed {
+                assert_eq!(
+                    caller.client.hooks().len(),
+                    1,
+                    "our hook is on the shared client"
+                );
+            }
 
-        let result = session
-            .call_tool("tool-001", serde_json::json!({"text": "x"}))
-            .await
-            .unwrap();
-        assert_eq!(result["structuredContent"]["tool"], "tool-001");
+            let result = session
+                .call_tool("tool-001", serde_json::json!({"text": "x"}))
+                .await
+                .unwrap();
+            assert_eq!(result["structuredContent"]["tool"], "tool-001");
 
-        let released = session.close().await;
-        assert_eq!(released.tasks_stopped, 1);
-        assert!(
-            matches!(released.session, SessionRelease::Deleted(s) if s == 200),
-            "{released:?}"
-        );
-        assert_eq!(released.hooks_removed, 1);
-        assert_eq!(released.owned_client_released, !borrowed);
-        assert!(session.close().await.already_closed);
-        assert!(session.request("ping", None).await.unwrap_err().is_closed());
-
-        // Every request of ours, the DELETE included, was authenticated.
-        for r in server
-            .requests()
-            .iter()
-            .filter(|r| r.header("x-caller").is_none())
-        {
-            assert_eq!(
-                r.header("authorization"),
-                Some("Bearer secret-token"),
-                "{} {:?}",
-                r.method,
-                r.rpc_method
+            let released = session.close().await;
+            assert_eq!(released.tasks_stopped, 1);
+            assert!(
+                matches!(released.session, SessionRelease::Deleted(s) if s == 200),
+                "{released:?}"
             );
+            assert_eq!(released.hooks_removed, 1);
+            assert_eq!(released.owned_client_released, !borrowed);
+            assert!(session.close().await.already_closed);
+            assert!(session.request("ping", None).await.unwrap_err().is_closed());
+
+            // Every request of ours, the DELETE included, was authenticated.
+            for r in server
+                .requests()
+                .iter()
+                .filter(|r| r.header("x-caller").is_none())
+            {
+                assert_eq!(
+                    r.header("authorization"),
+                    Some("Bearer secret-token"),
+                    "{} {:?}",
+                    r.method,
+                    r.rpc_method
+                );
+            }
+            drop(session);
+            baseline.check(&server, 1).await;
         }
-        drop(session);
-        baseline.check(&server, 1).await;
-    }
+    });
 }
 
-#[tokio::test]
-async fn a_dropped_session_is_deleted_by_the_reaper() {
-    let _serial = serial().await;
-    for borrowed in [false, true] {
-        let server = catalog_server();
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
-        let mut connector = Connector::new(server.url()).bearer("secret-token");
-        if borrowed {
-            connector = connector.client(caller.client.clone());
+#[test]
+fn a_dropped_session_is_deleted_by_the_reaper() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = catalog_server();
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let mut connector = Connector::new(server.url()).bearer("secret-token");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let delete = seen_http(&server, http::Method::DELETE)
+                .pop()
+                .expect("the reaper sent the DELETE");
+            assert_eq!(delete.header("authorization"), Some("Bearer secret-token"));
+            assert!(delete.header("mcp-session-id").is_some());
+            baseline.check(&server, 1).await;
         }
-        let session = connector.connect().await.unwrap();
-        drop(session);
-        mcp_scoped_http::shutdown().await;
-        let delete = seen_http(&server, http::Method::DELETE)
-            .pop()
-            .expect("the reaper sent the DELETE");
-        assert_eq!(delete.header("authorization"), Some("Bearer secret-token"));
-        assert!(delete.header("mcp-session-id").is_some());
-        baseline.check(&server, 1).await;
-    }
+    });
 }

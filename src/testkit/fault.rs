@@ -246,8 +246,21 @@ impl ActiveFault {
     }
 }
 
-/// Picks the action for a request, updating counters.
+/// Picks the action for a request, updating counters. Faults whose `times`
+/// are used up are removed, so a long run that scripts a fault per cycle
+/// does not grow the list.
 pub(crate) fn pick(
+    faults: &mut Vec<ActiveFault>,
+    http_method: &Method,
+    rpc_method: Option<&str>,
+    page: Option<usize>,
+) -> Option<FaultAction> {
+    let action = pick_from(faults, http_method, rpc_method, page);
+    faults.retain(|f| f.fault.times.is_none_or(|t| f.used < t));
+    action
+}
+
+fn pick_from(
     faults: &mut [ActiveFault],
     http_method: &Method,
     rpc_method: Option<&str>,

@@ -122,9 +122,19 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
     }
 }
 
-/// Serializes the tests of one binary that check process-wide numbers
-/// (descriptors, the ledger): each holds this for its whole run.
-pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    LOCK.lock().await
+/// Runs one scenario of this binary at a time, on a current-thread runtime
+/// built only once it holds the lock: the baseline counts process-wide
+/// descriptors, and a test building its runtime in the middle of another's
+/// scenario would add to them. Every test that checks the baseline runs
+/// through this.
+pub fn scenario(test: impl std::future::Future<Output = ()>) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test);
 }
