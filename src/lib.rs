@@ -1,64 +1,168 @@
 //! # mcp-scoped-http
 //!
-//! A Model Context Protocol (MCP) client transport over Streamable HTTP whose
-//! promise is **resource scoping**: what it acquires for a session is released
-//! exactly once, in reverse order, on every way out, and what the caller lent
-//! it (its own HTTP client, a session it owns) is never closed or replaced.
+//! A Model Context Protocol (MCP) client over Streamable HTTP whose promise
+//! is **resource scoping**: whatever it acquires for a session is released
+//! exactly once, in reverse order, on every way out (close after success,
+//! failure at any step of connect, or the caller dropping a future
+//! half-way), and whatever the caller lent it (its own HTTP client, a
+//! session it owns) is never closed, replaced or deleted.
 //!
-//! This release is the foundation: the wire ([`transport`]), the JSON-RPC
-//! model ([`jsonrpc`]), the client port ([`client`]) and the error type
-//! ([`Error`]). The session layer with its guard stack builds on it.
-//!
-//! ```no_run
-//! use mcp_scoped_http::jsonrpc::Request;
-//! use mcp_scoped_http::transport::{ProtocolVersion, StreamableHttp};
-//! use mcp_scoped_http::HttpClient;
+//! ```
+//! # #[cfg(feature = "testkit")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mcp_scoped_http::Result<()> {
+//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let url = server.url();
+//! use mcp_scoped_http::Connector;
 //! use serde_json::json;
 //!
-//! # async fn run() -> mcp_scoped_http::Result<()> {
-//! let wire = StreamableHttp::new(HttpClient::owned()?, "https://example.com/mcp")?;
-//! let init = wire
-//!     .request(Request {
-//!         id: 1.into(),
-//!         method: "initialize".into(),
-//!         params: Some(json!({
-//!             "protocolVersion": ProtocolVersion::LATEST.as_str(),
-//!             "capabilities": {},
-//!             "clientInfo": {"name": "example", "version": "0.1.0"},
-//!         })),
-//!     })
-//!     .await?;
-//! let version: ProtocolVersion = init.result["protocolVersion"]
-//!     .as_str()
-//!     .unwrap_or_default()
-//!     .parse()?;
-//! wire.set_protocol_version(version);
-//! // ... notifications/initialized, tools/list, ...
-//! wire.delete_session().await?;
+//! // An owned client: built for this session, dropped with it.
+//! let session = Connector::new(url).bearer("token").connect().await?;
+//! println!("{} tools", session.catalog().tools.len());
+//! let result = session.call_tool("tool-000", json!({"text": "hi"})).await?;
+//! # assert_eq!(result["structuredContent"]["tool"], "tool-000");
+//! let released = session.close().await; // DELETE, then hooks, then the client
+//! # assert!(released.owned_client_released);
 //! # Ok(())
 //! # }
+//! # #[cfg(not(feature = "testkit"))]
+//! # fn main() {}
+//! ```
+//!
+//! # Ownership rules
+//!
+//! - **Ownership is a value fixed at construction.** A session's client is
+//!   owned (the [`Connector`] built it) or borrowed (passed with
+//!   [`Connector::client`]); a session is owned (we sent `initialize`) or
+//!   attached ([`Connector::attach`]). See [`SessionInfo`].
+//! - **Borrowed is read-only for lifecycle.** A lent client is only ever
+//!   called: never shut down, reconfigured or given a hook it can see. An
+//!   attached session is never initialized, replaced or DELETEd.
+//! - **Hooks are scoped.** A session's header hooks live in a registry on the
+//!   [`HttpClient`] and apply only to that session's requests, to the
+//!   endpoint's origin; other sessions on the same client and the caller's
+//!   own requests never see them. Removal is by identity.
+//! - **Every failure is a full unwind.** A failed connect leaves no task, no
+//!   hook, no owned client, no partial catalog and no live server session.
+//!
+//! # The guard stack and the cleanup order
+//!
+//! A session pushes each resource the moment it exists: the owned client,
+//! its hooks, the transport, the server session (before `initialize` is
+//! sent), background tasks (the GET listener). Release is the exact
+//! reverse:
+//!
+//! 1. background tasks are cancelled and joined;
+//! 2. the server session is DELETEd (bounded by
+//!    [`Connector::delete_timeout`]) while our hooks and the client are
+//!    still alive, so the DELETE is authenticated;
+//! 3. the hooks are removed from the client;
+//! 4. an owned client is dropped, last.
+//!
+//! # Cancel safety
+//!
+//! Every future in this crate may be dropped at any `.await`. Dropping
+//! [`Connector::connect`] half-way, or [`Session::close`], or the
+//! [`Session`] itself, releases at once what can be released without
+//! waiting (tasks are aborted; with no DELETE owed, everything), and hands
+//! the rest of the stack, hooks and client included, to a reaper task that
+//! sends the DELETE. The two exchanges that decide a server session, the
+//! `initialize` POST (up to the response head that carries the session id)
+//! and the DELETE, run as tasks held by the stack, so a caller walking away
+//! never cuts one off: the reaper finishes them, within the DELETE timeout.
+//!
+//! # What `Drop` can and cannot do
+//!
+//! `Drop` cannot wait. It never blocks a thread and never panics: it aborts
+//! tasks and, when a DELETE is owed, spawns the reaper on the current tokio
+//! runtime. [`shutdown`] waits for every pending reap; call it before the
+//! runtime ends so the DELETEs reach their servers. When no runtime can run
+//! the reaper (the session is dropped outside one, or during runtime
+//! shutdown, when a spawned task never runs), the rest is released
+//! synchronously (hooks removed, the owned client dropped) and the DELETE is
+//! counted in [`abandoned_deletes`]: the server session is left to expire.
+//!
+//! # A borrowed client shared by sessions
+//!
+//! ```
+//! # #[cfg(feature = "testkit")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mcp_scoped_http::Result<()> {
+//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let url = server.url();
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use mcp_scoped_http::{Connector, HttpClient};
+//!
+//! // The caller's own client, pooled and shared.
+//! let hyper_client = Client::builder(TokioExecutor::new()).build_http();
+//! let shared = HttpClient::borrowed(hyper_client.clone());
+//!
+//! let alice = Connector::new(&url).client(shared.clone()).bearer("alice").connect().await?;
+//! let bob = Connector::new(&url).client(shared.clone()).bearer("bob").connect().await?;
+//! assert_eq!(shared.hooks().len(), 2); // one per session, each its own
+//! alice.close().await;
+//! bob.close().await;
+//! assert!(shared.hooks().is_empty()); // ours are gone; the client is not
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "testkit"))]
+//! # fn main() {}
+//! ```
+//!
+//! # Attaching to a session the caller owns
+//!
+//! ```
+//! # #[cfg(feature = "testkit")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mcp_scoped_http::Result<()> {
+//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let url = server.url();
+//! # let owner = Connector::new(&url).connect().await?;
+//! # let id = owner.session_id().unwrap().clone();
+//! use mcp_scoped_http::transport::ProtocolVersion;
+//! use mcp_scoped_http::{Connector, SessionOwnership};
+//!
+//! // `id` is a session id the caller got elsewhere and owns.
+//! let session = Connector::new(&url)
+//!     .attach(id, ProtocolVersion::V2025_11_25)
+//!     .connect()
+//!     .await?; // no initialize: discovery runs on the caller's session
+//! assert_eq!(session.info().ownership, SessionOwnership::Attached);
+//! session.close().await; // no DELETE: the session is still the caller's
+//! # assert_eq!(server.stats().deletes, 0);
+//! # owner.close().await;
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "testkit"))]
+//! # fn main() {}
 //! ```
 //!
 //! # Layout
 //!
-//! - [`error`]: the opaque [`Error`] with `is_*()` predicates; secrets never
-//!   appear in its `Display` or `Debug`.
-//! - [`jsonrpc`]: messages, lenient on input and exact on output.
-//! - [`client`]: the client port, owned (built here, hyper-util) or borrowed
-//!   (any `tower::Service` of the caller's).
+//! - [`session`]: [`Connector`] (the connect lifecycle), [`Session`],
+//!   discovery into a [`Catalog`], the GET listener.
+//! - `scope` (private): the guard stack, the reaper and [`shutdown`].
+//! - [`client`]: the client port, owned (built here, hyper-util, rustls) or
+//!   borrowed (any `tower::Service` of the caller's), and header hooks.
 //! - [`transport`]: the Streamable HTTP wire: POST, the GET stream, DELETE,
 //!   session id and protocol version headers, SSE decoding, size limits,
 //!   redirect policy.
+//! - [`jsonrpc`]: messages, lenient on input and exact on output.
+//! - [`error`]: the opaque [`Error`] with `is_*()` predicates; secrets never
+//!   appear in its `Display` or `Debug`.
+//! - [`mod@ledger`]: live hooks, owned clients, tasks, owned sessions and pending
+//!   reaps, process-wide and per client.
 //! - `testkit` (feature `testkit`): an in-process MCP server with scripted
 //!   faults, for our tests and for yours.
 //!
-//! # Cancel safety
+//! # Tracing
 //!
-//! Every future here may be dropped at any `.await`: no task is spawned on
-//! the caller's behalf, and a dropped exchange drops its connection or stream.
-//! The one piece of state, the session id and revision of a
-//! [`StreamableHttp`](transport::StreamableHttp), is only written once an
-//! answer has arrived.
+//! Spans `mcp.connect` (with the endpoint's origin), `mcp.initialize`,
+//! `mcp.initialized`, `mcp.discover` (with the list method), `mcp.request`,
+//! `mcp.close` and `mcp.close.delete`, and per exchange `mcp.post`,
+//! `mcp.get`, `mcp.delete`. They carry origins and method names, never a
+//! path, a query, a header value or a session id.
 //!
 //! # Optional features
 //!
@@ -81,8 +185,7 @@ pub mod session;
 pub mod testkit;
 pub mod transport;
 
-pub use client::{HeaderHook, HookHandle};
-pub use client::{HttpClient, HttpClientBuilder, Ownership};
+pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
 pub use error::{Error, Result};
 pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};

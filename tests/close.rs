@@ -69,7 +69,11 @@ fn in_flight_calls_fail_fast_with_closed() {
                 matches!(released.session, SessionRelease::Deleted(_)),
                 "{released:?}"
             );
-            let error = call.await.unwrap().unwrap_err();
+            let error = tokio::time::timeout(Duration::from_secs(5), call)
+                .await
+                .expect("the in-flight call ended when the session closed")
+                .unwrap()
+                .unwrap_err();
             assert!(error.is_closed(), "{error}");
             assert!(
                 started.elapsed() < Duration::from_secs(2),

@@ -52,6 +52,30 @@ impl Discovery {
         }
     }
 
+    /// Sets [`tools`](Self::tools).
+    pub fn tools(mut self, list: bool) -> Self {
+        self.tools = list;
+        self
+    }
+
+    /// Sets [`prompts`](Self::prompts).
+    pub fn prompts(mut self, list: bool) -> Self {
+        self.prompts = list;
+        self
+    }
+
+    /// Sets [`resources`](Self::resources).
+    pub fn resources(mut self, list: bool) -> Self {
+        self.resources = list;
+        self
+    }
+
+    /// Sets [`resource_templates`](Self::resource_templates).
+    pub fn resource_templates(mut self, list: bool) -> Self {
+        self.resource_templates = list;
+        self
+    }
+
     /// Sets [`max_pages`](Self::max_pages).
     pub fn max_pages(mut self, pages: usize) -> Self {
         self.max_pages = pages;

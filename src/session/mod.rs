@@ -156,7 +156,7 @@ impl Session {
     }
 
     /// What the session's client holds right now (hooks, tasks, sessions,
-    /// reaps), per [`crate::ledger`].
+    /// reaps), per [`mod@crate::ledger`].
     pub fn ledger(&self) -> Ledger {
         self.counters.snapshot()
     }
