@@ -157,132 +157,108 @@ pub(super) async fn discover(
     ids: &Ids,
 ) -> Result<Catalog> {
     let offers = |capability: &str| capabilities.is_none_or(|c| c.get(capability).is_some());
+    let mut lister = Lister {
+        wire,
+        discovery,
+        ids,
+        probing: capabilities.is_none(),
+        duplicates: 0,
+    };
     let mut catalog = Catalog::default();
     if discovery.tools && offers("tools") {
-        catalog.tools = list(
-            wire,
-            TOOLS,
-            discovery,
-            ids,
-            capabilities.is_none(),
-            &mut catalog.duplicates_dropped,
-        )
-        .await?;
+        catalog.tools = lister.list(TOOLS).await?;
     }
     if discovery.prompts && offers("prompts") {
-        catalog.prompts = list(
-            wire,
-            PROMPTS,
-            discovery,
-            ids,
-            capabilities.is_none(),
-            &mut catalog.duplicates_dropped,
-        )
-        .await?;
+        catalog.prompts = lister.list(PROMPTS).await?;
     }
     if discovery.resources && offers("resources") {
-        catalog.resources = list(
-            wire,
-            RESOURCES,
-            discovery,
-            ids,
-            capabilities.is_none(),
-            &mut catalog.duplicates_dropped,
-        )
-        .await?;
+        catalog.resources = lister.list(RESOURCES).await?;
     }
     if discovery.resource_templates && offers("resources") {
-        catalog.resource_templates = list(
-            wire,
-            TEMPLATES,
-            discovery,
-            ids,
-            capabilities.is_none(),
-            &mut catalog.duplicates_dropped,
-        )
-        .await?;
+        catalog.resource_templates = lister.list(TEMPLATES).await?;
     }
+    catalog.duplicates_dropped = lister.duplicates;
     Ok(catalog)
 }
 
-async fn list(
-    wire: &StreamableHttp,
-    kind: Kind,
-    discovery: &Discovery,
-    ids: &Ids,
+/// What every list of one discovery shares.
+struct Lister<'a> {
+    wire: &'a StreamableHttp,
+    discovery: &'a Discovery,
+    ids: &'a Ids,
+    /// Capabilities unknown: "method not found" on page 1 means "not offered".
     probing: bool,
-    duplicates: &mut usize,
-) -> Result<Vec<Value>> {
-    let span = tracing::debug_span!("mcp.discover", method = kind.method);
-    pages(wire, kind, discovery, ids, probing, duplicates)
-        .instrument(span)
-        .await
+    duplicates: usize,
 }
 
-async fn pages(
-    wire: &StreamableHttp,
-    kind: Kind,
-    discovery: &Discovery,
-    ids: &Ids,
-    probing: bool,
-    duplicates: &mut usize,
-) -> Result<Vec<Value>> {
-    let mut items = Vec::new();
-    let mut names = HashSet::new();
-    let mut cursors = HashSet::new();
-    let mut cursor: Option<String> = None;
-    for page in 1..=discovery.max_pages {
-        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
-        let request = Request {
-            id: ids.next(),
-            method: kind.method.into(),
-            params,
-        };
-        let mut result = match wire.request(request).await {
-            Ok(exchange) => exchange.result,
-            Err(e) if probing && page == 1 && e.rpc_code() == Some(codes::METHOD_NOT_FOUND) => {
-                return Ok(Vec::new());
+impl Lister<'_> {
+    async fn list(&mut self, kind: Kind) -> Result<Vec<Value>> {
+        let span = tracing::debug_span!("mcp.discover", method = kind.method);
+        self.pages(kind).instrument(span).await
+    }
+
+    async fn pages(&mut self, kind: Kind) -> Result<Vec<Value>> {
+        let mut items = Vec::new();
+        let mut names = HashSet::new();
+        let mut cursors = HashSet::new();
+        let mut cursor: Option<String> = None;
+        for page in 1..=self.discovery.max_pages {
+            let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+            let request = Request {
+                id: self.ids.next(),
+                method: kind.method.into(),
+                params,
+            };
+            let mut result = match self.wire.request(request).await {
+                Ok(exchange) => exchange.result,
+                Err(e)
+                    if self.probing
+                        && page == 1
+                        && e.rpc_code() == Some(codes::METHOD_NOT_FOUND) =>
+                {
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(Value::Array(entries)) = result.get_mut(kind.field).map(Value::take) else {
+                return Err(Error::protocol(format!(
+                    "the {} result (page {page}) has no `{}` array",
+                    kind.method, kind.field
+                )));
+            };
+            for entry in entries {
+                let key = entry
+                    .get(kind.key)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if key.is_some_and(|key| !names.insert(key)) {
+                    self.duplicates += 1;
+                } else {
+                    items.push(entry);
+                }
             }
-            Err(e) => return Err(e),
-        };
-        let Some(Value::Array(entries)) = result.get_mut(kind.field).map(Value::take) else {
-            return Err(Error::protocol(format!(
-                "the {} result (page {page}) has no `{}` array",
-                kind.method, kind.field
-            )));
-        };
-        for entry in entries {
-            let key = entry
-                .get(kind.key)
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if key.is_some_and(|key| !names.insert(key)) {
-                *duplicates += 1;
-            } else {
-                items.push(entry);
-            }
-        }
-        match result.get("nextCursor") {
-            None | Some(Value::Null) => return Ok(items),
-            Some(Value::String(next)) => {
-                if !cursors.insert(next.clone()) {
+            match result.get("nextCursor") {
+                None | Some(Value::Null) => return Ok(items),
+                Some(Value::String(next)) => {
+                    if !cursors.insert(next.clone()) {
+                        return Err(Error::protocol(format!(
+                            "{} repeated a cursor on page {page}; stopped",
+                            kind.method
+                        )));
+                    }
+                    cursor = Some(next.clone());
+                }
+                Some(_) => {
                     return Err(Error::protocol(format!(
-                        "{} repeated a cursor on page {page}; stopped",
+                        "the {} nextCursor (page {page}) is not a string",
                         kind.method
                     )));
                 }
-                cursor = Some(next.clone());
-            }
-            Some(_) => {
-                return Err(Error::protocol(format!(
-                    "the {} nextCursor (page {page}) is not a string",
-                    kind.method
-                )));
             }
         }
+        Err(Error::limit(format!(
+            "{} still had more pages after {}; stopped",
+            kind.method, self.discovery.max_pages
+        )))
     }
-    Err(Error::limit(format!(
-        "{} still had more pages after {}; stopped",
-        kind.method, discovery.max_pages
-    )))
 }
