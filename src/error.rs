@@ -35,6 +35,7 @@ struct Inner {
     message: Option<String>,
     source: Option<BoxError>,
     cleanup: Vec<Error>,
+    session_expired: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +74,7 @@ impl Error {
                 message: None,
                 source: None,
                 cleanup: Vec::new(),
+                session_expired: false,
             }),
         }
     }
@@ -142,6 +144,10 @@ impl Error {
 
     pub(crate) fn delete_timeout(after: std::time::Duration) -> Self {
         Error::new(Kind::Timeout).with_message(format!("the DELETE took longer than {after:?}"))
+    }
+
+    pub(crate) fn request_timeout(after: std::time::Duration) -> Self {
+        Error::new(Kind::Timeout).with_message(format!("no response within {after:?}"))
     }
 
     pub(crate) fn closed() -> Self {
@@ -220,9 +226,17 @@ impl Error {
     }
 
     /// True when a request that carried a session id was answered 404: the
-    /// server ended the session (see the transport spec, "Session Management").
+    /// server ended the session (see the transport spec, "Session
+    /// Management"). A 404 to a request without a session id is only a
+    /// status error.
     pub fn is_session_expired(&self) -> bool {
-        self.is_status() && self.inner.status == Some(StatusCode::NOT_FOUND)
+        self.inner.session_expired
+    }
+
+    /// Marks a 404 to a request that carried a session id.
+    pub(crate) fn with_session_expired(mut self) -> Self {
+        self.inner.session_expired = self.inner.status == Some(StatusCode::NOT_FOUND);
+        self
     }
 
     /// The HTTP status of the answer, when there was one.
@@ -286,6 +300,9 @@ impl fmt::Display for Error {
         }
         if let Some(rpc) = &self.inner.rpc {
             write!(f, ": JSON-RPC error {}: {}", rpc.code, rpc.message)?;
+        }
+        if self.inner.session_expired {
+            f.write_str(": the server ended the session")?;
         }
         if let Some(message) = &self.inner.message {
             write!(f, ": {message}")?;
@@ -370,9 +387,18 @@ mod tests {
     }
 
     #[test]
-    fn session_expiry_is_a_404_status() {
-        assert!(status_error(StatusCode::NOT_FOUND, None, None).is_session_expired());
-        assert!(!status_error(StatusCode::BAD_REQUEST, None, None).is_session_expired());
+    fn session_expiry_is_a_404_to_a_request_with_a_session() {
+        assert!(
+            status_error(StatusCode::NOT_FOUND, None, None)
+                .with_session_expired()
+                .is_session_expired()
+        );
+        assert!(!status_error(StatusCode::NOT_FOUND, None, None).is_session_expired());
+        assert!(
+            !status_error(StatusCode::BAD_REQUEST, None, None)
+                .with_session_expired()
+                .is_session_expired()
+        );
         assert!(!Error::protocol("x").is_session_expired());
     }
 

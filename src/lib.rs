@@ -119,7 +119,7 @@
 //! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
 //! # let url = server.url();
 //! # let owner = Connector::new(&url).connect().await?;
-//! # let id = owner.session_id().unwrap().clone();
+//! # let id = owner.session_id().unwrap();
 //! use mcp_scoped_http::transport::ProtocolVersion;
 //! use mcp_scoped_http::{Connector, SessionOwnership};
 //!

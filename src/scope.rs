@@ -9,7 +9,8 @@
 //! 4. the server session we may create (pushed *before* `initialize` is
 //!    sent, so an id that arrives just before a cancellation is still
 //!    DELETEd; with no id, releasing it sends nothing);
-//! 5. background tasks (the GET listener).
+//! 5. background tasks (the GET listener, re-discovery, re-initialize,
+//!    cancellation notices), as one set.
 //!
 //! Released in reverse: tasks stop and are joined; the server session is
 //! DELETEd while our hooks and the client are still alive, so the DELETE is
@@ -25,12 +26,12 @@
 //! ([`crate::ledger::abandoned_deletes`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use scopeguard::ScopeGuard;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -79,59 +80,112 @@ pub struct Released {
     pub already_closed: bool,
 }
 
-/// A background task of a session: cancelled, then joined.
-pub(crate) struct TaskGuard {
+/// The background tasks of a session (the GET listener, re-discovery,
+/// re-initialize, cancellation notices): cancelled, then joined.
+///
+/// The set is owned here, on the stack; the session reaches it only through
+/// a [`Spawner`], which holds it weakly, so tasks that hold the session's
+/// state never keep their own set alive.
+pub(crate) struct Background {
+    set: Arc<Mutex<Option<JoinSet<()>>>>,
     token: CancellationToken,
-    handle: Option<JoinHandle<()>>,
 }
 
-/// How long a cancelled task gets to finish before it is aborted.
+/// Spawns into a session's [`Background`], while it exists.
+#[derive(Clone)]
+pub(crate) struct Spawner {
+    set: Weak<Mutex<Option<JoinSet<()>>>>,
+    token: CancellationToken,
+    counters: Arc<Counters>,
+}
+
+/// How long cancelled tasks get to finish before they are aborted.
 const TASK_JOIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-impl TaskGuard {
-    /// Spawns `task` (which must return soon after `token` is cancelled),
-    /// counted in the ledger while it lives.
-    pub(crate) fn spawn<F>(
-        counters: &Arc<Counters>,
-        task: impl FnOnce(CancellationToken) -> F,
-    ) -> Self
+impl Background {
+    pub(crate) fn new(counters: Arc<Counters>) -> (Background, Spawner) {
+        let set = Arc::new(Mutex::new(Some(JoinSet::new())));
+        let token = CancellationToken::new();
+        let spawner = Spawner {
+            set: Arc::downgrade(&set),
+            token: token.clone(),
+            counters,
+        };
+        (Background { set, token }, spawner)
+    }
+
+    fn take(&self) -> Option<JoinSet<()>> {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Cancels every task and joins them (aborting stragglers); returns how
+    /// many there were.
+    async fn release(&mut self) -> usize {
+        self.token.cancel();
+        let Some(mut set) = self.take() else {
+            return 0;
+        };
+        let mut stopped = 0;
+        let deadline = tokio::time::Instant::now() + TASK_JOIN_TIMEOUT;
+        loop {
+            match tokio::time::timeout_at(deadline, set.join_next()).await {
+                Ok(Some(_)) => stopped += 1,
+                Ok(None) => break,
+                Err(_) => {
+                    stopped += set.len();
+                    set.abort_all();
+                    while set.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        stopped
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.token.cancel();
+        // Dropping a JoinSet aborts every task in it.
+        drop(self.take());
+    }
+}
+
+impl Spawner {
+    /// Spawns `task`, which must return soon after its token is cancelled.
+    /// Returns false (and drops the task) once the session is closing.
+    pub(crate) fn spawn<F>(&self, task: impl FnOnce(CancellationToken) -> F) -> bool
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let token = CancellationToken::new();
-        let count = Count::new(Field::Tasks, Some(counters.clone()));
-        let future = task(token.clone());
-        let handle = tokio::spawn(async move {
-            // Dropped with the future, also when the task is aborted.
+        let Some(set) = self.set.upgrade() else {
+            return false;
+        };
+        let mut guard = set.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(set) = guard.as_mut() else {
+            return false;
+        };
+        if self.token.is_cancelled() {
+            return false;
+        }
+        // Finished tasks stay in a JoinSet until joined: drain them, so a
+        // long session does not accumulate them.
+        while set.try_join_next().is_some() {}
+        let count = Count::new(Field::Tasks, Some(self.counters.clone()));
+        let future = task(self.token.clone());
+        set.spawn(async move {
             let _count = count;
             future.await;
         });
-        TaskGuard {
-            token,
-            handle: Some(handle),
-        }
+        true
     }
 
-    async fn release(&mut self) {
-        self.token.cancel();
-        if let Some(handle) = self.handle.as_mut() {
-            if tokio::time::timeout(TASK_JOIN_TIMEOUT, &mut *handle)
-                .await
-                .is_err()
-            {
-                handle.abort();
-            }
-        }
-        self.handle = None;
-    }
-}
-
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        self.token.cancel();
-        if let Some(handle) = self.handle.take() {
-            handle.abort();
-        }
+    /// The token cancelled when the session closes.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
     }
 }
 
@@ -242,7 +296,7 @@ enum Entry {
         _release: SyncGuard,
     },
     ServerSession(ServerSessionGuard),
-    Task(TaskGuard),
+    Background(Background),
 }
 
 /// The guard stack of one session (or one connect in progress).
@@ -342,8 +396,11 @@ impl GuardStack {
         wire.await_response(stream, &id).await
     }
 
-    pub(crate) fn push_task(&mut self, task: TaskGuard) {
-        self.entries.push(Entry::Task(task));
+    /// Pushes a session's background set; returns its spawner.
+    pub(crate) fn push_background(&mut self) -> Spawner {
+        let (background, spawner) = Background::new(self.counters.clone());
+        self.entries.push(Entry::Background(background));
+        spawner
     }
 
     /// The orderly path: pops every entry, awaiting the task joins and the
@@ -356,9 +413,8 @@ impl GuardStack {
         // and the stack's drop finishes the job.
         while let Some(entry) = self.entries.last_mut() {
             match entry {
-                Entry::Task(task) => {
-                    task.release().await;
-                    released.tasks_stopped += 1;
+                Entry::Background(background) => {
+                    released.tasks_stopped += background.release().await;
                 }
                 Entry::ServerSession(session) => released.session = session.release().await,
                 Entry::Sync { kind, .. } => match kind {
@@ -389,7 +445,7 @@ impl Drop for GuardStack {
             return;
         }
         // The synchronous part at once: tasks above the session are aborted.
-        while let Some(Entry::Task(_)) = self.entries.last() {
+        while let Some(Entry::Background(_)) = self.entries.last() {
             self.entries.pop();
         }
         let rest = GuardStack {
@@ -413,7 +469,7 @@ impl fmt::Debug for GuardStack {
                     SyncKind::Transport => "transport",
                 },
                 Entry::ServerSession(_) => "server session",
-                Entry::Task(_) => "task",
+                Entry::Background(_) => "background tasks",
             })
             .collect();
         f.debug_struct("GuardStack")

@@ -127,7 +127,7 @@ fn attach_discovers_with_the_callers_session_and_close_sends_no_delete() {
                 }
             );
             assert_eq!(info.protocol_version, owned.version);
-            assert_eq!(session.session_id(), Some(&owned.id));
+            assert_eq!(session.session_id(), Some(owned.id.clone()));
             assert_eq!(session.catalog().tools.len(), 5);
             assert_eq!(session.catalog().prompts.len(), 2);
 

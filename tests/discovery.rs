@@ -524,8 +524,8 @@ fn f16_duplicate_names_across_pages_keep_the_first_and_are_counted() {
                 assert_eq!(catalog.duplicates_dropped, 4);
             }
             assert_eq!(
-                serde_json::to_value(&outcomes[0]).unwrap(),
-                serde_json::to_value(&outcomes[1]).unwrap()
+                serde_json::to_value(&*outcomes[0]).unwrap(),
+                serde_json::to_value(&*outcomes[1]).unwrap()
             );
             baseline.check(&server, 2).await;
         }

@@ -120,10 +120,14 @@ impl Stream {
             let mut seen = false;
             let mut event = None;
             let mut retry = None;
+            let mut own_id = false;
             for line in block {
                 match line {
                     Line::Data(_) => {}
-                    Line::Id(id) => last_id = Some(id.clone()),
+                    Line::Id(id) => {
+                        last_id = Some(id.clone());
+                        own_id = true;
+                    }
                     Line::Event(name) => event = Some(name.clone()),
                     Line::Retry(ms) => retry = Some(Duration::from_millis(u64::from(*ms))),
                     Line::Comment(_) => continue,
@@ -131,7 +135,13 @@ impl Stream {
                 seen = true;
             }
             if seen {
-                events.push(event_of(event, joined(block), last_id.clone(), retry));
+                events.push(event_of(
+                    event,
+                    joined(block),
+                    last_id.clone(),
+                    own_id,
+                    retry,
+                ));
             }
         }
         events
@@ -155,12 +165,22 @@ fn event_of(
     event: Option<String>,
     data: String,
     id: Option<String>,
+    own_id: bool,
     retry: Option<Duration>,
 ) -> SseEvent {
-    // SseEvent is #[non_exhaustive]: build it the way a caller can, by decoding.
+    // SseEvent is #[non_exhaustive]: build it the way a caller can, by
+    // decoding. An id carried over from an earlier event comes from an
+    // id-only block first, whose event is skipped.
     let mut text = String::new();
+    let mut skip = 0;
     if let Some(id) = &id {
-        text.push_str(&format!("id: {id}\n"));
+        if !own_id {
+            text.push_str(&format!("id: {id}\n\n"));
+            skip = 1;
+        }
+        if own_id {
+            text.push_str(&format!("id: {id}\n"));
+        }
     }
     if let Some(event) = &event {
         text.push_str(&format!("event: {event}\n"));
@@ -174,10 +194,19 @@ fn event_of(
     text.push('\n');
     let mut decoder = SseDecoder::new();
     decoder.push(text.as_bytes());
+    for _ in 0..skip {
+        decoder.next_event().unwrap().unwrap();
+    }
     let decoded = decoder.next_event().unwrap().unwrap();
     assert_eq!(
-        (&decoded.event, &decoded.data, &decoded.id, decoded.retry),
-        (&event, &data, &id, retry)
+        (
+            &decoded.event,
+            &decoded.data,
+            &decoded.id,
+            decoded.own_id,
+            decoded.retry
+        ),
+        (&event, &data, &id, own_id, retry)
     );
     decoded
 }

@@ -9,13 +9,15 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::discovery::{Discovery, discover};
+use super::handlers::Handlers;
 use super::listener;
-use super::{Ids, Session, SessionInfo, SessionOwnership, Timings};
+use super::shared::{Resumption, Shared, negotiated};
+use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, Notification, Request};
+use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId};
 use crate::origin::Origin;
-use crate::scope::{GuardStack, TaskGuard, cleanup_errors};
+use crate::scope::{GuardStack, cleanup_errors};
 use crate::transport::{ProtocolVersion, SessionId, StreamableHttp, TransportConfig};
 
 /// Room for server messages waiting to be taken from
@@ -28,8 +30,11 @@ const NOTIFICATION_BUFFER: usize = 256;
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
 /// no header hooks; the GET listening stream on for a session we initialize
 /// and off for an attached one; [`Discovery::default`] (everything the
-/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; the
-/// transport's [`TransportConfig::default`].
+/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; a
+/// request timeout of 60 s; [`Resumption::default`]; no handlers for server
+/// requests (only `ping` is answered; the others get "method not found", and
+/// no client capabilities are declared); the transport's
+/// [`TransportConfig::default`].
 ///
 /// # Cancellation
 ///
@@ -48,6 +53,9 @@ pub struct Connector {
     listen: Option<bool>,
     discovery: Discovery,
     delete_timeout: Duration,
+    request_timeout: Option<Duration>,
+    resumption: Resumption,
+    handlers: Handlers,
     transport: TransportConfig,
     client_info: Value,
 }
@@ -64,6 +72,9 @@ impl Connector {
             listen: None,
             discovery: Discovery::default(),
             delete_timeout: Duration::from_secs(5),
+            request_timeout: Some(Duration::from_secs(60)),
+            resumption: Resumption::default(),
+            handlers: Handlers::default(),
             transport: TransportConfig::default(),
             client_info: json!({
                 "name": env!("CARGO_PKG_NAME"),
@@ -130,6 +141,53 @@ impl Connector {
         self
     }
 
+    /// The default timeout of a session's requests (not of connect: bound
+    /// that with `tokio::time::timeout`). Default: 60 s; `None`: none.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How a broken SSE answer is resumed.
+    pub fn resumption(mut self, resumption: Resumption) -> Self {
+        self.resumption = resumption;
+        self
+    }
+
+    /// Answers `roots/list` with these roots (each `{"uri": ..., "name":
+    /// ...}`), and declares the `roots` capability.
+    pub fn roots(mut self, roots: Vec<Value>) -> Self {
+        let roots = Value::Array(roots);
+        self.handlers.set_roots(move |_| {
+            let roots = roots.clone();
+            async move { Ok(json!({ "roots": roots })) }
+        });
+        self
+    }
+
+    /// Answers `elicitation/create` with `handler` (given the request's
+    /// params, returning the result or a JSON-RPC error), and declares the
+    /// `elicitation` capability.
+    pub fn on_elicitation<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Value, ErrorObject>> + Send + 'static,
+    {
+        self.handlers.set_elicitation(handler);
+        self
+    }
+
+    /// Answers `sampling/createMessage` with `handler`, and declares the
+    /// `sampling` capability.
+    pub fn on_sampling<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Value, ErrorObject>> + Send + 'static,
+    {
+        self.handlers.set_sampling(handler);
+        self
+    }
+
     /// Limits and policies of the wire.
     pub fn transport_config(mut self, config: TransportConfig) -> Self {
         self.transport = config;
@@ -193,8 +251,9 @@ impl Connector {
         );
         stack.push_transport(wire.clone());
 
-        let ids = Ids::default();
         let attached = self.attach.is_some();
+        let capabilities = self.handlers.capabilities();
+        let mut first_ids = 0;
         let (version, init) = match self.attach {
             Some((id, version)) => {
                 wire.attach(id, version);
@@ -205,13 +264,14 @@ impl Connector {
                 // that arrives just before a cancellation is still DELETEd.
                 stack.push_server_session(wire.clone(), self.delete_timeout);
                 let started = Instant::now();
+                first_ids += 1;
                 let init = stack
                     .initialize(Request {
-                        id: ids.next(),
+                        id: RequestId::Number(first_ids),
                         method: "initialize".into(),
                         params: Some(json!({
                             "protocolVersion": ProtocolVersion::LATEST.as_str(),
-                            "capabilities": {},
+                            "capabilities": capabilities,
                             "clientInfo": self.client_info,
                         })),
                     })
@@ -234,62 +294,65 @@ impl Connector {
             }
         };
 
+        let spawner = stack.push_background();
         let (sink, notifications) = mpsc::channel(NOTIFICATION_BUFFER);
-        if self.listen.unwrap_or(!attached) {
-            let (wire, sink) = (wire.clone(), sink.clone());
-            stack.push_task(TaskGuard::spawn(stack.counters(), move |cancel| {
-                listener::listen(wire, sink, cancel)
-            }));
+        let listen = self.listen.unwrap_or(!attached);
+        let ownership = if attached {
+            SessionOwnership::Attached
+        } else {
+            SessionOwnership::Owned
+        };
+        let shared = Arc::new(Shared::new(
+            wire.clone(),
+            self.handlers,
+            sink,
+            spawner,
+            self.resumption,
+            self.discovery,
+            ownership,
+            listen,
+            self.client_info,
+        ));
+        shared.ids.skip(first_ids);
+        if listen {
+            listener::spawn(&shared);
         }
 
         let started = Instant::now();
-        let capabilities = init.as_ref().map(|init| &init["capabilities"]);
-        let catalog = discover(&wire, capabilities, &self.discovery, &ids).await?;
+        let server_capabilities = init.as_ref().map(|init| &init["capabilities"]);
+        let catalog = discover(&shared, &wire, server_capabilities).await?;
+        shared.set_catalog(catalog);
         timings.discovery = started.elapsed();
 
         let info = SessionInfo {
             server_info: init
                 .as_ref()
                 .map_or(Value::Null, |init| init["serverInfo"].clone()),
-            capabilities: capabilities.cloned().unwrap_or(Value::Null),
+            capabilities: server_capabilities.cloned().unwrap_or(Value::Null),
             instructions: init
                 .as_ref()
                 .and_then(|init| init["instructions"].as_str().map(str::to_owned)),
             protocol_version: version,
             session_id_issued: wire.session_id().is_some(),
-            ownership: if attached {
-                SessionOwnership::Attached
-            } else {
-                SessionOwnership::Owned
-            },
+            ownership,
             client_ownership,
             timings,
         };
         Ok(Established {
-            wire,
+            origin: wire.origin().to_string(),
+            shared,
             info,
-            catalog,
-            ids,
-            sink,
             notifications,
+            request_timeout: self.request_timeout,
         })
     }
 }
 
-/// The revision the server answered, if we speak it.
-fn negotiated(init: &Value) -> Result<ProtocolVersion> {
-    let answered = init["protocolVersion"]
-        .as_str()
-        .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
-    answered.parse()
-}
-
 /// What a successful connect hands to [`Session::new`].
 pub(super) struct Established {
-    pub(super) wire: Arc<StreamableHttp>,
+    pub(super) shared: Arc<Shared>,
     pub(super) info: SessionInfo,
-    pub(super) catalog: super::Catalog,
-    pub(super) ids: Ids,
-    pub(super) sink: mpsc::Sender<Message>,
     pub(super) notifications: mpsc::Receiver<Message>,
+    pub(super) request_timeout: Option<Duration>,
+    pub(super) origin: String,
 }

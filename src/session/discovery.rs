@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::Ids;
+use std::sync::Arc;
+
+use super::shared::Shared;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::StreamableHttp;
@@ -118,99 +120,142 @@ impl Catalog {
     }
 }
 
-/// One list method.
-#[derive(Clone, Copy)]
-struct Kind {
-    method: &'static str,
-    field: &'static str,
-    key: &'static str,
+/// One of the four lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListKind {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
 }
 
-const TOOLS: Kind = Kind {
-    method: "tools/list",
-    field: "tools",
-    key: "name",
-};
-const PROMPTS: Kind = Kind {
-    method: "prompts/list",
-    field: "prompts",
-    key: "name",
-};
-const RESOURCES: Kind = Kind {
-    method: "resources/list",
-    field: "resources",
-    key: "uri",
-};
-const TEMPLATES: Kind = Kind {
-    method: "resources/templates/list",
-    field: "resourceTemplates",
-    key: "uriTemplate",
-};
+impl ListKind {
+    fn method(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools/list",
+            ListKind::Prompts => "prompts/list",
+            ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
+        }
+    }
+
+    /// The result field that holds the entries.
+    fn result_field(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+        }
+    }
+
+    /// The field that names an entry, for spotting duplicates.
+    fn key(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The catalog's list of this kind.
+    pub(crate) fn field(self, catalog: &mut Catalog) -> &mut Vec<Value> {
+        match self {
+            ListKind::Tools => &mut catalog.tools,
+            ListKind::Prompts => &mut catalog.prompts,
+            ListKind::Resources => &mut catalog.resources,
+            ListKind::ResourceTemplates => &mut catalog.resource_templates,
+        }
+    }
+
+    /// The lists a `notifications/*/list_changed` invalidates, if it is one.
+    pub(crate) fn changed_by(method: &str) -> Option<&'static [ListKind]> {
+        match method {
+            "notifications/tools/list_changed" => Some(&[ListKind::Tools]),
+            "notifications/prompts/list_changed" => Some(&[ListKind::Prompts]),
+            "notifications/resources/list_changed" => {
+                Some(&[ListKind::Resources, ListKind::ResourceTemplates])
+            }
+            _ => None,
+        }
+    }
+}
 
 /// Lists what `capabilities` declares and `discovery` asks for; with
 /// `capabilities` unknown (an attached session), lists everything asked for
 /// and treats "method not found" as "not offered". All or nothing.
-pub(super) async fn discover(
+pub(crate) async fn discover(
+    shared: &Arc<Shared>,
     wire: &StreamableHttp,
     capabilities: Option<&Value>,
-    discovery: &Discovery,
-    ids: &Ids,
 ) -> Result<Catalog> {
+    let discovery = &shared.discovery;
     let offers = |capability: &str| capabilities.is_none_or(|c| c.get(capability).is_some());
-    let mut lister = Lister {
-        wire,
-        discovery,
-        ids,
-        probing: capabilities.is_none(),
-        duplicates: 0,
-    };
+    let mut lister = Lister::new(shared, wire, capabilities);
     let mut catalog = Catalog::default();
     if discovery.tools && offers("tools") {
-        catalog.tools = lister.list(TOOLS).await?;
+        catalog.tools = lister.list(ListKind::Tools).await?;
     }
     if discovery.prompts && offers("prompts") {
-        catalog.prompts = lister.list(PROMPTS).await?;
+        catalog.prompts = lister.list(ListKind::Prompts).await?;
     }
     if discovery.resources && offers("resources") {
-        catalog.resources = lister.list(RESOURCES).await?;
+        catalog.resources = lister.list(ListKind::Resources).await?;
     }
     if discovery.resource_templates && offers("resources") {
-        catalog.resource_templates = lister.list(TEMPLATES).await?;
+        catalog.resource_templates = lister.list(ListKind::ResourceTemplates).await?;
     }
     catalog.duplicates_dropped = lister.duplicates;
     Ok(catalog)
 }
 
-/// What every list of one discovery shares.
-struct Lister<'a> {
+/// Lists, every page, through a session's exchange engine.
+pub(crate) struct Lister<'a> {
+    shared: &'a Arc<Shared>,
     wire: &'a StreamableHttp,
-    discovery: &'a Discovery,
-    ids: &'a Ids,
     /// Capabilities unknown: "method not found" on page 1 means "not offered".
     probing: bool,
     duplicates: usize,
 }
 
-impl Lister<'_> {
-    async fn list(&mut self, kind: Kind) -> Result<Vec<Value>> {
-        let span = tracing::debug_span!("mcp.discover", method = kind.method);
+impl<'a> Lister<'a> {
+    pub(crate) fn new(
+        shared: &'a Arc<Shared>,
+        wire: &'a StreamableHttp,
+        capabilities: Option<&Value>,
+    ) -> Self {
+        Lister {
+            shared,
+            wire,
+            probing: capabilities.is_none()
+                && shared.ownership == super::SessionOwnership::Attached,
+            duplicates: 0,
+        }
+    }
+
+    pub(crate) async fn list(&mut self, kind: ListKind) -> Result<Vec<Value>> {
+        let span = tracing::debug_span!("mcp.discover", method = kind.method());
         self.pages(kind).instrument(span).await
     }
 
-    async fn pages(&mut self, kind: Kind) -> Result<Vec<Value>> {
+    async fn pages(&mut self, kind: ListKind) -> Result<Vec<Value>> {
         let mut items = Vec::new();
         let mut names = HashSet::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
-        for page in 1..=self.discovery.max_pages {
+        for page in 1..=self.shared.discovery.max_pages {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
             let request = Request {
-                id: self.ids.next(),
-                method: kind.method.into(),
+                id: self.shared.ids.next(),
+                method: kind.method().into(),
                 params,
             };
-            let mut result = match self.wire.request(request).await {
-                Ok(exchange) => exchange.result,
+            let mut result = match self.shared.exchange(self.wire, request).await {
+                Ok(result) => result,
                 Err(e)
                     if self.probing
                         && page == 1
@@ -220,15 +265,17 @@ impl Lister<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            let Some(Value::Array(entries)) = result.get_mut(kind.field).map(Value::take) else {
+            let Some(Value::Array(entries)) = result.get_mut(kind.result_field()).map(Value::take)
+            else {
                 return Err(Error::protocol(format!(
                     "the {} result (page {page}) has no `{}` array",
-                    kind.method, kind.field
+                    kind.method(),
+                    kind.result_field()
                 )));
             };
             for entry in entries {
                 let key = entry
-                    .get(kind.key)
+                    .get(kind.key())
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 if key.is_some_and(|key| !names.insert(key)) {
@@ -243,7 +290,7 @@ impl Lister<'_> {
                     if !cursors.insert(next.clone()) {
                         return Err(Error::protocol(format!(
                             "{} repeated a cursor on page {page}; stopped",
-                            kind.method
+                            kind.method()
                         )));
                     }
                     cursor = Some(next.clone());
@@ -251,14 +298,15 @@ impl Lister<'_> {
                 Some(_) => {
                     return Err(Error::protocol(format!(
                         "the {} nextCursor (page {page}) is not a string",
-                        kind.method
+                        kind.method()
                     )));
                 }
             }
         }
         Err(Error::limit(format!(
             "{} still had more pages after {}; stopped",
-            kind.method, self.discovery.max_pages
+            kind.method(),
+            self.shared.discovery.max_pages
         )))
     }
 }

@@ -7,7 +7,9 @@
 
 mod connect;
 mod discovery;
+mod handlers;
 mod listener;
+mod shared;
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -17,18 +19,19 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
+pub use shared::Resumption;
 
 use crate::client::Ownership;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Message, Notification, Request, RequestId};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
-use crate::transport::{ProtocolVersion, SessionId, StreamableHttp};
+use crate::transport::{ProtocolVersion, SessionId};
+use shared::Shared;
 
 /// Whether we created the server session or the caller lent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -83,27 +86,63 @@ impl Ids {
     pub(crate) fn next(&self) -> RequestId {
         RequestId::Number(self.0.fetch_add(1, Ordering::Relaxed) + 1)
     }
+
+    /// Continues after ids used before this counter existed.
+    pub(crate) fn skip(&self, used: i64) {
+        self.0.fetch_add(used, Ordering::Relaxed);
+    }
+}
+
+/// Per-request settings.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RequestOptions {
+    /// Overrides the session's default timeout ([`Connector::request_timeout`]);
+    /// `Some(None)` means no timeout for this request.
+    pub timeout: Option<Option<Duration>>,
+}
+
+impl RequestOptions {
+    /// This request's timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(Some(timeout));
+        self
+    }
+
+    /// No timeout for this request.
+    pub fn no_timeout(mut self) -> Self {
+        self.timeout = Some(None);
+        self
+    }
+}
+
+/// One page of a list method.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Page {
+    /// The entries, verbatim.
+    pub items: Vec<Value>,
+    /// The cursor of the next page, if any.
+    pub next_cursor: Option<String>,
 }
 
 /// An established MCP session.
 ///
-/// Safe to share between tasks (`Arc<Session>`): every method takes `&self`.
+/// Safe to share between tasks (`Arc<Session>`): every method takes `&self`,
+/// and requests run concurrently, each resolving on its own (a failure of
+/// one never affects the others or the session).
+///
 /// End it with [`close`](Self::close). Dropping it without `close` releases
 /// the same things: tasks and hooks at once, the DELETE (with the hooks and
 /// client it needs) through the reaper (see [`crate::shutdown`]).
 pub struct Session {
-    // Field order is drop order: our handle on the transport goes before the
-    // stack is released.
-    wire: Mutex<Option<Arc<StreamableHttp>>>,
+    shared: Arc<Shared>,
     stack: Mutex<Option<GuardStack>>,
-    closing: CancellationToken,
     info: SessionInfo,
-    catalog: Catalog,
-    ids: Ids,
-    sink: mpsc::Sender<Message>,
     notifications: Mutex<Option<mpsc::Receiver<Message>>>,
     counters: Arc<Counters>,
-    session_id: Option<SessionId>,
+    request_timeout: Option<Duration>,
     // Only ever shown as an origin: a path or query may carry secrets.
     origin: String,
 }
@@ -114,23 +153,39 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Sends `notifications/cancelled` for a request whose caller walked away
+/// or whose deadline passed, unless disarmed.
+struct CancelOnDrop<'a> {
+    shared: &'a Arc<Shared>,
+    id: Option<RequestId>,
+    reason: &'static str,
+}
+
+impl CancelOnDrop<'_> {
+    fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.shared.cancelled(id, self.reason);
+        }
+    }
+}
+
 impl Session {
     fn new(established: connect::Established, stack: GuardStack) -> Self {
         let counters = stack.counters().clone();
-        let session_id = established.wire.session_id();
-        let origin = established.wire.origin().to_string();
         Session {
-            wire: Mutex::new(Some(established.wire)),
+            shared: established.shared,
             stack: Mutex::new(Some(stack)),
-            closing: CancellationToken::new(),
             info: established.info,
-            catalog: established.catalog,
-            ids: established.ids,
-            sink: established.sink,
             notifications: Mutex::new(Some(established.notifications)),
             counters,
-            session_id,
-            origin,
+            request_timeout: established.request_timeout,
+            origin: established.origin,
         }
     }
 
@@ -139,9 +194,10 @@ impl Session {
         &self.info
     }
 
-    /// What the server offers, as discovered at connect.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// What the server offers: as discovered at connect, updated when the
+    /// server announces a change (`notifications/*/list_changed`).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.shared.catalog()
     }
 
     /// The negotiated revision.
@@ -149,10 +205,11 @@ impl Session {
         self.info.protocol_version
     }
 
-    /// The session id, if the server issued one (or the caller attached
-    /// it). A credential: see [`SessionId`].
-    pub fn session_id(&self) -> Option<&SessionId> {
-        self.session_id.as_ref()
+    /// The current session id, if the server issued one (or the caller
+    /// attached it). It changes if an owned session is re-initialized after
+    /// expiring. A credential: see [`SessionId`].
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.shared.wire().ok()?.session_id()
     }
 
     /// What the session's client holds right now (hooks, tasks, sessions,
@@ -161,56 +218,153 @@ impl Session {
         self.counters.snapshot()
     }
 
-    /// Server messages that arrived on the GET stream or before a response
-    /// (notifications, server requests), in order. The receiver can be taken
-    /// once; up to 256 wait in it, later ones are dropped.
+    /// Server notifications (progress, logging, list changes, resource
+    /// updates), from the GET stream and from the answers to requests, in
+    /// the order each stream delivered them. The receiver can be taken once;
+    /// up to 256 wait in it, later ones are dropped. Server requests are not
+    /// here: they are answered (see [`Connector::on_elicitation`] and
+    /// friends).
     pub fn notifications(&self) -> Option<mpsc::Receiver<Message>> {
         lock(&self.notifications).take()
     }
 
     /// Whether [`close`](Self::close) has begun.
     pub fn is_closed(&self) -> bool {
-        self.closing.is_cancelled()
+        self.shared.spawner.token().is_cancelled()
     }
 
-    fn wire(&self) -> Result<Arc<StreamableHttp>> {
-        lock(&self.wire).clone().ok_or_else(Error::closed)
-    }
-
-    /// Sends a request and returns its result. Fails fast with
-    /// [`Error::is_closed`] once the session is closing.
+    /// Sends a request and returns its result, with the session's default
+    /// timeout.
     pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value> {
-        let wire = self.wire()?;
-        let request = Request {
-            id: self.ids.next(),
-            method: method.into(),
-            params,
-        };
+        self.request_with(method, params, RequestOptions::default())
+            .await
+    }
+
+    /// Sends a request and returns its result.
+    ///
+    /// - The answer may come as JSON or on an SSE stream; server requests on
+    ///   it are answered and notifications delivered meanwhile. If the
+    ///   stream breaks off after an event id, it is resumed (see
+    ///   [`Connector::resumption`]).
+    /// - On timeout, or if this future is dropped, a
+    ///   `notifications/cancelled` is sent and a late response is ignored.
+    /// - If an owned session has expired (404 to a request with our session
+    ///   id), it is re-initialized once, with one re-initialize however many
+    ///   requests hit the 404 together, discovery re-run, and the request
+    ///   retried; a second 404 is an error. An attached session reports
+    ///   [`Error::is_session_expired`] and is left alone.
+    /// - Once the session is closing: [`Error::is_closed`], at once.
+    pub async fn request_with(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        let timeout = options.timeout.unwrap_or(self.request_timeout);
         let span = tracing::debug_span!("mcp.request", method);
-        tokio::select! {
-            biased;
-            _ = self.closing.cancelled() => Err(Error::closed()),
-            exchange = wire.request(request).instrument(span) => {
-                let exchange = exchange?;
-                for message in exchange.preceding {
-                    // Nobody reading is fine: the caller opted out.
-                    let _ = self.sink.try_send(message);
+        async {
+            let mut retried = false;
+            loop {
+                let generation = *self.shared.generation.lock().await;
+                let wire = self.shared.wire()?;
+                let id = self.shared.ids.next();
+                let mut cancel = CancelOnDrop {
+                    shared: &self.shared,
+                    id: (method != "initialize").then(|| id.clone()),
+                    reason: "the caller abandoned the request",
+                };
+                let request = Request {
+                    id,
+                    method: method.into(),
+                    params: params.clone(),
+                };
+                let exchange = self.shared.exchange(&wire, request);
+                let outcome = tokio::select! {
+                    biased;
+                    _ = self.shared.spawner.token().cancelled() => {
+                        cancel.disarm();
+                        return Err(Error::closed());
+                    }
+                    outcome = deadline(timeout, exchange) => outcome,
+                };
+                match outcome {
+                    Err(error) if error.is_timeout() => {
+                        cancel.reason = "timed out";
+                        return Err(error);
+                    }
+                    Err(error)
+                        if error.is_session_expired()
+                            && self.info.ownership == SessionOwnership::Owned
+                            && !retried =>
+                    {
+                        // The server forgot the request with the session.
+                        cancel.disarm();
+                        drop(wire);
+                        self.reinitialize(generation).await?;
+                        retried = true;
+                    }
+                    outcome => {
+                        cancel.disarm();
+                        return outcome;
+                    }
                 }
-                Ok(exchange.result)
             }
         }
+        .instrument(span)
+        .await
+    }
+
+    /// Re-initializes an expired owned session, once per generation: the
+    /// first caller does it (as a background task, so that it is never cut
+    /// off half-way), the others wait for it and then retry.
+    async fn reinitialize(&self, seen: u64) -> Result<()> {
+        let mut generation = self.shared.generation.lock().await;
+        if *generation != seen {
+            return Ok(());
+        }
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let shared = self.shared.clone();
+        let spawned = self.shared.spawner.spawn(move |cancel| async move {
+            let run = async {
+                let wire = shared.wire()?;
+                // The old id is never sent again.
+                wire.forget_session();
+                let (_, init) = shared.initialize(&wire).await?;
+                match discovery::discover(&shared, &wire, Some(&init["capabilities"])).await {
+                    Ok(catalog) => shared.set_catalog(catalog),
+                    Err(error) => tracing::debug!(%error, "re-discovery after re-initialize failed; the previous catalog stays"),
+                }
+                if shared.listen {
+                    listener::spawn(&shared);
+                }
+                Ok(())
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                outcome = run => {
+                    let _ = done.send(outcome);
+                }
+            }
+        });
+        if !spawned {
+            return Err(Error::closed());
+        }
+        tracing::debug!("the session expired; re-initializing");
+        outcome.await.map_err(|_| Error::closed())??;
+        *generation += 1;
+        Ok(())
     }
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<()> {
-        let wire = self.wire()?;
+        let wire = self.shared.wire()?;
         let notification = Message::Notification(Notification {
             method: method.into(),
             params,
         });
         tokio::select! {
             biased;
-            _ = self.closing.cancelled() => Err(Error::closed()),
+            _ = self.shared.spawner.token().cancelled() => Err(Error::closed()),
             posted = wire.post(&notification) => posted.map(drop),
         }
     }
@@ -224,11 +378,62 @@ impl Session {
         .await
     }
 
+    async fn page(&self, method: &str, field: &str, cursor: Option<&str>) -> Result<Page> {
+        let params = cursor.map(|c| json!({ "cursor": c }));
+        let mut result = self.request(method, params).await?;
+        let Some(Value::Array(items)) = result.get_mut(field).map(Value::take) else {
+            return Err(Error::protocol(format!(
+                "the {method} result has no `{field}` array"
+            )));
+        };
+        let next_cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Page { items, next_cursor })
+    }
+
+    /// One page of `tools/list`.
+    pub async fn list_tools(&self, cursor: Option<&str>) -> Result<Page> {
+        self.page("tools/list", "tools", cursor).await
+    }
+
+    /// One page of `prompts/list`.
+    pub async fn list_prompts(&self, cursor: Option<&str>) -> Result<Page> {
+        self.page("prompts/list", "prompts", cursor).await
+    }
+
+    /// One page of `resources/list`.
+    pub async fn list_resources(&self, cursor: Option<&str>) -> Result<Page> {
+        self.page("resources/list", "resources", cursor).await
+    }
+
+    /// One page of `resources/templates/list`.
+    pub async fn list_resource_templates(&self, cursor: Option<&str>) -> Result<Page> {
+        self.page("resources/templates/list", "resourceTemplates", cursor)
+            .await
+    }
+
+    /// `resources/read` of one URI.
+    pub async fn read_resource(&self, uri: &str) -> Result<Value> {
+        self.request("resources/read", Some(json!({ "uri": uri })))
+            .await
+    }
+
+    /// `prompts/get` with arguments.
+    pub async fn get_prompt(&self, name: &str, arguments: Value) -> Result<Value> {
+        self.request(
+            "prompts/get",
+            Some(json!({ "name": name, "arguments": arguments })),
+        )
+        .await
+    }
+
     /// Ends the session: in-flight calls fail with a "closed" error; the
-    /// listener stops and is joined; an owned server session is DELETEd
-    /// (bounded by the connector's DELETE timeout) while our hooks and
-    /// client are still alive; then the hooks are removed and an owned
-    /// client is dropped.
+    /// background tasks (listener, re-discovery) stop and are joined; an
+    /// owned server session is DELETEd (bounded by the connector's DELETE
+    /// timeout) while our hooks and client are still alive; then the hooks
+    /// are removed and an owned client is dropped.
     ///
     /// Idempotent and valid from any state: a second call (or one racing
     /// the first) returns at once with [`Released::already_closed`]. Never
@@ -236,8 +441,8 @@ impl Session {
     /// local cleanup runs regardless. If this future is dropped half-way,
     /// the rest is done by the reaper.
     pub async fn close(&self) -> Released {
-        self.closing.cancel();
-        drop(lock(&self.wire).take());
+        self.shared.spawner.token().cancel();
+        drop(self.shared.take_wire());
         let stack = lock(&self.stack).take();
         let Some(mut stack) = stack else {
             return Released {
@@ -250,6 +455,26 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Our handle on the transport goes before the stack is released.
+        drop(self.shared.take_wire());
+    }
+}
+
+/// Runs `future` within `timeout`, if any.
+async fn deadline<T>(
+    timeout: Option<Duration>,
+    future: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match timeout {
+        None => future.await,
+        Some(limit) => tokio::time::timeout(limit, future)
+            .await
+            .unwrap_or_else(|_| Err(Error::request_timeout(limit))),
+    }
+}
+
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
@@ -257,7 +482,7 @@ impl fmt::Debug for Session {
             .field("ownership", &self.info.ownership)
             .field("client_ownership", &self.info.client_ownership)
             .field("session_id_issued", &self.info.session_id_issued)
-            .field("tools", &self.catalog.tools.len())
+            .field("tools", &self.catalog().tools.len())
             .field("closed", &self.is_closed())
             .finish()
     }

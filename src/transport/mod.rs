@@ -284,6 +284,7 @@ impl StreamableHttp {
         let is_initialize = matches!(message, Message::Request(r) if r.method == "initialize");
         let body = Bytes::from(message.to_vec());
         let headers = self.headers(!is_initialize);
+        let with_session = headers.contains_key(MCP_SESSION_ID);
         let response = self.send(Method::POST, &headers, Some(body)).await?;
         let status = response.status();
         tracing::debug!(status = status.as_u16(), "answered");
@@ -295,7 +296,7 @@ impl StreamableHttp {
             }
         }
         if !status.is_success() {
-            return Err(self.error_from(response).await);
+            return Err(self.error_from(response, with_session).await);
         }
         if !matches!(message, Message::Request(_)) {
             // Done; any body is not ours to read.
@@ -386,7 +387,8 @@ impl StreamableHttp {
                 return Ok(None);
             }
             if !status.is_success() {
-                return Err(self.error_from(response).await);
+                let with_session = headers.contains_key(MCP_SESSION_ID);
+                return Err(self.error_from(response, with_session).await);
             }
             match media_type(response.headers()) {
                 Some(Media::EventStream) => Ok(Some(MessageStream::from_sse(
@@ -423,7 +425,7 @@ impl StreamableHttp {
                 self.forget_session();
                 Ok(SessionEnd::Ended(status))
             } else {
-                Err(self.error_from(response).await)
+                Err(self.error_from(response, true).await)
             }
         }
         .instrument(span)
@@ -541,7 +543,11 @@ impl StreamableHttp {
 
     /// Turns an error status into an [`Error`], keeping the challenge and any
     /// JSON-RPC error in a bounded read of the body.
-    async fn error_from(&self, response: http::Response<ResponseBody>) -> Error {
+    async fn error_from(
+        &self,
+        response: http::Response<ResponseBody>,
+        with_session: bool,
+    ) -> Error {
         let status = response.status();
         let challenge = response
             .headers()
@@ -561,7 +567,12 @@ impl StreamableHttp {
                 }),
             _ => None,
         };
-        status_error(status, rpc, challenge)
+        let error = status_error(status, rpc, challenge);
+        if with_session {
+            error.with_session_expired()
+        } else {
+            error
+        }
     }
 }
 

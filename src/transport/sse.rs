@@ -79,6 +79,8 @@ pub struct SseDecoder {
     last_event_id: Option<String>,
     /// A valid `retry` of the block being read.
     block_retry: Option<Duration>,
+    /// Whether the block being read has an `id` field of its own.
+    block_id: bool,
     /// The last valid `retry` of the stream.
     retry: Option<Duration>,
     /// Whether a `data`, `id`, `event` or `retry` field appeared in the block.
@@ -122,6 +124,7 @@ impl SseDecoder {
             id_buffer: None,
             last_event_id: None,
             block_retry: None,
+            block_id: false,
             retry: None,
             seen_field: false,
             after_cr: false,
@@ -334,6 +337,7 @@ impl SseDecoder {
                 self.seen_field = true;
                 if !value.contains('\0') {
                     self.id_buffer = (!value.is_empty()).then(|| value.to_owned());
+                    self.block_id = true;
                 }
             }
             b"retry" => {
@@ -370,6 +374,7 @@ impl SseDecoder {
             event,
             data,
             id: self.last_event_id.clone(),
+            own_id: std::mem::take(&mut self.block_id),
             retry: self.block_retry.take(),
         };
         self.seen_field = false;
@@ -393,6 +398,7 @@ impl SseDecoder {
         self.event_type = String::new();
         self.id_buffer.clone_from(&self.last_event_id);
         self.block_retry = None;
+        self.block_id = false;
         self.seen_field = false;
     }
 }
@@ -428,6 +434,9 @@ pub struct SseEvent {
     /// The stream's last event id as of this event (it carries over from
     /// earlier events when this one has no `id` field).
     pub id: Option<String>,
+    /// Whether this event has an `id` field of its own (then `id` is its
+    /// id), rather than carrying an earlier event's over.
+    pub own_id: bool,
     /// The reconnection time set by a valid `retry` field of this block.
     pub retry: Option<Duration>,
 }
@@ -501,6 +510,7 @@ mod tests {
             event: None,
             data: data.into(),
             id: None,
+            own_id: false,
             retry: None,
         })
     }
@@ -650,6 +660,7 @@ mod tests {
                     event: Some("down".into()),
                     data: "1".into(),
                     id: None,
+                    own_id: false,
                     retry: None
                 }),
             ]
@@ -763,6 +774,7 @@ mod tests {
             event: Some("é\u{1F600}".into()),
             data: "ünï\u{20AC}ode \u{1F980}".into(),
             id: None,
+            own_id: false,
             retry: None,
         })];
         assert_split_invariant(input, &expected);
@@ -810,5 +822,18 @@ mod tests {
             "SSE event exceeds the 8388608-byte limit"
         );
         let _: &dyn std::error::Error = &error;
+    }
+
+    #[test]
+    fn an_event_tells_its_own_id_from_a_carried_one() {
+        let mut decoder = SseDecoder::new();
+        decoder.push(b"id: 1\ndata: a\n\ndata: b\n\nid\ndata: c\n\n");
+        let first = decoder.next_event().unwrap().unwrap();
+        let second = decoder.next_event().unwrap().unwrap();
+        let third = decoder.next_event().unwrap().unwrap();
+        assert_eq!((first.id.as_deref(), first.own_id), (Some("1"), true));
+        assert_eq!((second.id.as_deref(), second.own_id), (Some("1"), false));
+        // An empty `id` clears the last event id, and is the event's own.
+        assert_eq!((third.id.as_deref(), third.own_id), (None, true));
     }
 }

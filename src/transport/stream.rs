@@ -24,6 +24,8 @@ pub struct MessageStream {
     // Boxed: the decoder is large and a JSON answer never needs one.
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
+    /// The id of the event the queued messages came from, if it had one.
+    event_id: Option<String>,
 }
 
 impl MessageStream {
@@ -33,6 +35,7 @@ impl MessageStream {
             body: None,
             decoder: None,
             failed: false,
+            event_id: None,
         }
     }
 
@@ -42,6 +45,7 @@ impl MessageStream {
             body: Some(body),
             decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
             failed: false,
+            event_id: None,
         }
     }
 
@@ -53,6 +57,13 @@ impl MessageStream {
     /// The id of the last SSE event seen, for `Last-Event-ID` on resumption.
     pub fn last_event_id(&self) -> Option<&str> {
         self.decoder.as_ref()?.last_event_id()
+    }
+
+    /// The id of the SSE event the last message came from, when that event
+    /// had an `id` field of its own (for spotting events a resumed stream
+    /// replays).
+    pub fn event_id(&self) -> Option<&str> {
+        self.event_id.as_deref()
     }
 
     /// The server's last `retry:` value, the wait before resuming.
@@ -79,6 +90,7 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
+                        self.event_id = event.own_id.then(|| event.id.clone()).flatten();
                         match parse_messages(event.data.as_bytes()) {
                             Ok(messages) => self.queue.extend(messages),
                             Err(e) => {
