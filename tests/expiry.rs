@@ -1,0 +1,137 @@
+//! Session expiry (F19): a 404 to a request that carried our session id.
+
+mod support;
+
+use std::sync::Arc;
+
+use http::Method;
+use mcp_scoped_http::Connector;
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+#[test]
+fn an_owned_session_reinitializes_once_for_many_concurrent_404s() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let mut connector = Connector::new(server.url()).bearer("expiry");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = Arc::new(connector.connect().await.unwrap());
+            let old = session.session_id().unwrap();
+            server.expire_sessions();
+
+            let calls: Vec<_> = (0..8)
+                .map(|i| {
+                    let session = session.clone();
+                    tokio::spawn(async move {
+                        session
+                            .call_tool("tool-000", serde_json::json!({ "i": i }))
+                            .await
+                    })
+                })
+                .collect();
+            for call in calls {
+                let result = call.await.unwrap().expect("retried after re-initialize");
+                assert_eq!(result["structuredContent"]["tool"], "tool-000");
+            }
+            assert_eq!(
+                seen(&server, "initialize").len(),
+                2,
+                "one re-initialize, single flight"
+            );
+            let new = session.session_id().unwrap();
+            assert_ne!(new, old);
+            // The old id is never sent again after the re-initialize.
+            let requests = server.requests();
+            let reinit = requests
+                .iter()
+                .rposition(|r| r.rpc_method.as_deref() == Some("initialize"))
+                .unwrap();
+            assert!(requests[reinit].header("mcp-session-id").is_none());
+            for r in &requests[reinit + 1..] {
+                assert_ne!(
+                    r.header("mcp-session-id"),
+                    Some(old.expose()),
+                    "{} {:?}",
+                    r.method,
+                    r.rpc_method
+                );
+            }
+            let released = session.close().await;
+            assert!(matches!(
+                released.session,
+                mcp_scoped_http::SessionRelease::Deleted(_)
+            ));
+            let delete = seen_http(&server, Method::DELETE).pop().unwrap();
+            assert_eq!(delete.header("mcp-session-id"), Some(new.expose()));
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn a_second_404_right_after_reinitializing_is_an_error_not_a_loop() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default());
+        let caller = Caller::new();
+        caller.own_request(&server).await;
+        let baseline = Baseline::take(Some(&caller));
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            .connect()
+            .await
+            .unwrap();
+        server.push_fault(Fault::on_rpc("tools/call", FaultAction::status(404)));
+        let error = session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_session_expired(), "{error}");
+        assert_eq!(seen(&server, "initialize").len(), 2);
+        assert_eq!(seen(&server, "tools/call").len(), 2, "one retry, no loop");
+        session.close().await;
+        drop(session);
+        baseline.check(&server, 1).await;
+    });
+}
+
+#[test]
+fn an_attached_session_reports_expiry_and_is_not_replaced() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default());
+        let caller = Caller::new();
+        caller.own_request(&server).await;
+        let baseline = Baseline::take(Some(&caller));
+        // The caller's own session, which it will lend by id.
+        let owner = Connector::new(server.url())
+            .listen(false)
+            .connect()
+            .await
+            .unwrap();
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            .attach(owner.session_id().unwrap(), owner.protocol_version())
+            .connect()
+            .await
+            .unwrap();
+        server.expire_sessions();
+        let error = session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_session_expired(), "{error}");
+        assert_eq!(seen(&server, "initialize").len(), 1, "never re-initialized");
+        session.close().await;
+        drop(session);
+        assert_eq!(server.stats().deletes, 0);
+        drop(owner);
+        mcp_scoped_http::shutdown().await;
+        baseline.check(&server, 1).await;
+    });
+}

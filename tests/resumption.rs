@@ -1,0 +1,157 @@
+//! Resuming a broken SSE answer (F21): wait the server's `retry`, GET with
+//! `Last-Event-ID`, deliver the response exactly once; attempts are capped.
+
+mod support;
+
+use std::time::Duration;
+
+use http::Method;
+use mcp_scoped_http::Connector;
+use mcp_scoped_http::session::Resumption;
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+/// The GETs that resumed an answer (the listener's own GET carries no
+/// `Last-Event-ID`).
+fn resumptions(server: &TestServer) -> Vec<RecordedRequest> {
+    seen_http(server, Method::GET)
+        .into_iter()
+        .filter(|r| r.header("last-event-id").is_some())
+        .collect()
+}
+
+fn sse_server() -> TestServer {
+    TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse))
+}
+
+#[test]
+fn a_cut_answer_is_resumed_and_delivered_once() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = sse_server();
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let mut connector = Connector::new(server.url()).bearer("resume");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::SseCutAfterEvent { retry_ms: Some(20) },
+                )
+                .times(1),
+            );
+            let result = session
+                .call_tool("tool-002", serde_json::json!({}))
+                .await
+                .unwrap();
+            assert_eq!(result["structuredContent"]["tool"], "tool-002");
+            let gets = resumptions(&server);
+            assert_eq!(gets.len(), 1, "one resumption");
+            assert!(gets[0].header("mcp-session-id").is_some());
+            assert_eq!(gets[0].header("authorization"), Some("Bearer resume"));
+            assert_eq!(seen(&server, "tools/call").len(), 1, "not re-sent: resumed");
+            assert!(
+                seen(&server, "notifications/cancelled").is_empty(),
+                "a cut is not a cancellation"
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn resumption_attempts_are_capped() {
+    scenario(async {
+        let server = sse_server();
+        let caller = Caller::new();
+        caller.own_request(&server).await;
+        let baseline = Baseline::take(Some(&caller));
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            // Only the request's own resumptions reach the GET fault.
+            .listen(false)
+            .resumption(
+                Resumption::default()
+                    .max_attempts(3)
+                    .first_backoff(Duration::from_millis(5)),
+            )
+            .connect()
+            .await
+            .unwrap();
+        // Every stream, the first and each resumed one, breaks off after an
+        // event id and never brings the response.
+        server.push_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::SseCutAfterEvent { retry_ms: Some(5) },
+        ));
+        server.push_fault(Fault::on_http(
+            Method::GET,
+            FaultAction::raw(200, "text/event-stream", "id: again\nretry: 5\ndata:\n\n"),
+        ));
+        let error = session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_protocol() && error.to_string().contains("gave up after 3"),
+            "{error}"
+        );
+        assert_eq!(resumptions(&server).len(), 3);
+        // The session carries on.
+        server.clear_faults();
+        session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap();
+        session.close().await;
+        drop(session);
+        baseline.check(&server, 1).await;
+    });
+}
+
+#[test]
+fn without_a_get_stream_a_cut_answer_fails_clearly() {
+    scenario(async {
+        let server = sse_server();
+        let session = Connector::new(server.url()).connect().await.unwrap();
+        server.push_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::SseCutAfterEvent { retry_ms: Some(5) },
+        ));
+        server.push_fault(Fault::on_http(Method::GET, FaultAction::status(405)));
+        let error = session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("cannot be resumed"), "{error}");
+        session.close().await;
+    });
+}
+
+#[test]
+fn without_an_event_id_a_cut_answer_fails_at_once() {
+    scenario(async {
+        let server = sse_server();
+        let session = Connector::new(server.url()).connect().await.unwrap();
+        server.push_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::SseEndWithoutResponse,
+        ));
+        let error = session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_protocol() && error.to_string().contains("without the response"),
+            "{error}"
+        );
+        assert!(resumptions(&server).is_empty());
+        session.close().await;
+    });
+}
