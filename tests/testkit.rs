@@ -43,20 +43,77 @@ impl Reply {
         let text = std::str::from_utf8(&self.body).expect("UTF-8");
         text.split("\n\n")
             .filter(|e| !e.is_empty())
-            .map(|e| {
-                let mut id = None;
-                let mut data = Vec::new();
-                for line in e.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.to_owned());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
-                    }
-                }
-                (id, data.join("\n"))
-            })
+            .map(parse_event)
             .collect()
     }
+}
+
+/// `(id, data)` of one SSE event (without its blank line).
+fn parse_event(e: &str) -> (Option<String>, String) {
+    let mut id = None;
+    let mut data = Vec::new();
+    for line in e.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.to_owned());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+        }
+    }
+    (id, data.join("\n"))
+}
+
+/// Reads an SSE body event by event, as the events arrive.
+struct SseReader {
+    body: hyper::body::Incoming,
+    buf: String,
+}
+
+impl SseReader {
+    fn new(resp: http::Response<hyper::body::Incoming>) -> Self {
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        SseReader {
+            body: resp.into_body(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event `(id, data)`; `None` once the stream has ended
+    /// (cleanly or not). Waits at most [`LIMIT`].
+    async fn next(&mut self) -> Option<(Option<String>, String)> {
+        loop {
+            if let Some(at) = self.buf.find("\n\n") {
+                let raw: String = self.buf.drain(..at + 2).collect();
+                return Some(parse_event(raw.trim_end_matches('\n')));
+            }
+            let frame = timeout(LIMIT, self.body.frame())
+                .await
+                .expect("SSE event timed out")?
+                .ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buf
+                    .push_str(std::str::from_utf8(&data).expect("UTF-8"));
+            }
+        }
+    }
+
+    /// The next event's data parsed as JSON.
+    async fn next_json(&mut self) -> Value {
+        let (id, data) = self.next().await.expect("an event");
+        assert!(id.is_some(), "events carry ids");
+        serde_json::from_str(&data).expect("JSON event data")
+    }
+}
+
+/// Opens a request whose answer is read as a stream.
+async fn open(c: &Http, req: Request<Full<Bytes>>) -> http::Response<hyper::body::Incoming> {
+    timeout(LIMIT, c.request(req))
+        .await
+        .expect("response head timed out")
+        .expect("response")
+}
+
+fn cancel_msg(id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "test"}})
 }
 
 async fn send<C>(
@@ -833,4 +890,319 @@ async fn delay_expiry_and_delete_faults() {
     );
     assert_eq!(send(&c, del()).await.unwrap().status, 200);
     assert_eq!(server.stats().deletes, 2);
+}
+
+#[tokio::test]
+async fn server_request_fault_round_trip() {
+    // JSON mode: the fault forces an SSE answer.
+    let server = TestServer::start(
+        ServerConfig::default().with_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::ServerRequest {
+                    method: "sampling/createMessage".into(),
+                    params: json!({"messages": [], "maxTokens": 5}),
+                },
+            )
+            .times(1),
+        ),
+    );
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let call = rpc(
+        5,
+        "tools/call",
+        json!({"name": "tool-000", "arguments": {}}),
+    );
+    let mut sse = SseReader::new(open(&c, post(&url, Some(&sid), &call)).await);
+    let (priming_id, priming) = sse.next().await.unwrap();
+    assert!(priming_id.is_some());
+    assert_eq!(priming, "", "priming event");
+    let request = sse.next_json().await;
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(request["params"]["maxTokens"], 5);
+    let srv_id = request["id"].as_str().expect("string id").to_owned();
+    assert!(srv_id.starts_with("srv-"), "{srv_id}");
+    assert!(server.client_answers().is_empty());
+
+    let answer =
+        json!({"jsonrpc": "2.0", "id": srv_id, "result": {"role": "assistant", "model": "m"}});
+    let r = send(&c, post(&url, Some(&sid), &answer)).await.unwrap();
+    assert_eq!((r.status, r.body.len()), (202, 0));
+    let response = sse.next_json().await;
+    assert_eq!(response["id"], 5);
+    let result = &response["result"];
+    assert_eq!(result["structuredContent"]["clientAnswer"]["model"], "m");
+    assert_eq!(result["structuredContent"]["tool"], "tool-000");
+    let content = result["content"].as_array().unwrap();
+    assert_eq!(content.len(), 2);
+    assert!(content[1]["text"].as_str().unwrap().contains("assistant"));
+    assert!(sse.next().await.is_none(), "stream ends after the response");
+    assert_eq!(server.client_answers(), vec![answer]);
+
+    // Other methods: `_meta.clientAnswer`; an error answer is wrapped.
+    server.push_fault(
+        Fault::on_rpc(
+            "ping",
+            FaultAction::ServerRequest {
+                method: "elicitation/create".into(),
+                params: json!({"mode": "form", "message": "name?"}),
+            },
+        )
+        .times(1),
+    );
+    let mut sse =
+        SseReader::new(open(&c, post(&url, Some(&sid), &rpc(6, "ping", json!({})))).await);
+    sse.next().await.unwrap();
+    let request = sse.next_json().await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert_ne!(request["id"], json!(srv_id), "new id");
+    let error = json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -1, "message": "declined"}});
+    // An answer from another session does not count for it.
+    let other = initialize(&c, &url).await;
+    let wrong = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"wrong": true}});
+    let r = send(&c, post(&url, Some(&other), &wrong)).await.unwrap();
+    assert_eq!(r.status, 202);
+    let r = send(&c, post(&url, Some(&sid), &error)).await.unwrap();
+    assert_eq!(r.status, 202);
+    let response = sse.next_json().await;
+    assert_eq!(response["id"], 6);
+    assert_eq!(
+        response["result"]["_meta"]["clientAnswer"],
+        json!({"error": {"code": -1, "message": "declined"}})
+    );
+    assert!(sse.next().await.is_none());
+    assert_eq!(server.client_answers().len(), 3);
+}
+
+#[tokio::test]
+async fn request_listeners_collects_answers() {
+    let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+    let url = server.url();
+    let c = client();
+    assert_eq!(server.request_listeners("roots/list", json!({})), 0);
+    let sid = initialize(&c, &url).await;
+    let mut listen = SseReader::new(open(&c, get(&url, &sid)).await);
+    assert_eq!(listen.next().await.unwrap().1, "", "priming event");
+    assert_eq!(server.request_listeners("roots/list", json!({"x": 1})), 1);
+    let request = listen.next_json().await;
+    assert_eq!(request["method"], "roots/list");
+    assert_eq!(request["params"]["x"], 1);
+    assert!(request["id"].as_str().unwrap().starts_with("srv-"));
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"roots": []}});
+    let r = send(&c, post(&url, Some(&sid), &answer)).await.unwrap();
+    assert_eq!(r.status, 202);
+    assert_eq!(server.client_answers(), vec![answer]);
+    // Each request gets a new id.
+    assert_eq!(server.request_listeners("roots/list", json!({})), 1);
+    assert_ne!(listen.next_json().await["id"], request["id"]);
+}
+
+#[tokio::test]
+async fn runtime_catalog_and_list_changed() {
+    let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let count = |v: Value, field: &str| v["result"][field].as_array().unwrap().len();
+    let list = |id: u64, method: &str| post(&url, Some(&sid), &rpc(id, method, json!({})));
+    assert_eq!(
+        count(
+            send(&c, list(1, "tools/list")).await.unwrap().json(),
+            "tools"
+        ),
+        3
+    );
+
+    server.set_tools(5);
+    server.set_prompts(0);
+    server.set_resources(4);
+    let tools = send(&c, list(2, "tools/list")).await.unwrap().json();
+    assert_eq!(count(tools.clone(), "tools"), 5);
+    assert_eq!(tools["result"]["tools"][4]["name"], "tool-004");
+    assert_eq!(
+        count(
+            send(&c, list(3, "prompts/list")).await.unwrap().json(),
+            "prompts"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            send(&c, list(4, "resources/list")).await.unwrap().json(),
+            "resources"
+        ),
+        4
+    );
+    let call = rpc(
+        5,
+        "tools/call",
+        json!({"name": "tool-004", "arguments": {}}),
+    );
+    let r = send(&c, post(&url, Some(&sid), &call))
+        .await
+        .unwrap()
+        .json();
+    assert!(r["result"].get("isError").is_none(), "{r}");
+    let init = send(&c, post(&url, None, &init_msg("2025-11-25")))
+        .await
+        .unwrap()
+        .json();
+    assert!(init["result"]["capabilities"].get("prompts").is_none());
+
+    assert_eq!(server.list_changed("tools"), 0, "no listener yet");
+    let mut listen = SseReader::new(open(&c, get(&url, &sid)).await);
+    listen.next().await.unwrap();
+    for kind in ["tools", "prompts", "resources"] {
+        assert_eq!(server.list_changed(kind), 1);
+        let note = listen.next_json().await;
+        assert_eq!(note["method"], format!("notifications/{kind}/list_changed"));
+        assert!(note.get("id").is_none());
+    }
+    let bad = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.list_changed("roots")
+    }));
+    assert!(bad.is_err(), "unknown kind panics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_ends_hang_delay_and_server_request() {
+    // JSON mode, Hang: the body fails, no response.
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang).times(1));
+    let pending = tokio::spawn({
+        let (c, req) = (
+            c.clone(),
+            post(&url, Some(&sid), &rpc(2, "tools/list", json!({}))),
+        );
+        async move { send(&c, req).await }
+    });
+    let recorded = |m: &'static str| {
+        let server = &server;
+        move || {
+            server
+                .requests()
+                .iter()
+                .any(|r| r.rpc_method.as_deref() == Some(m))
+        }
+    };
+    wait_until(recorded("tools/list")).await;
+    let r = send(&c, post(&url, Some(&sid), &cancel_msg(json!(2))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let outcome = timeout(LIMIT, pending).await.expect("still hung").unwrap();
+    assert!(outcome.is_err(), "no response for a cancelled request");
+
+    // A cancellation from another session leaves the request alone.
+    server
+        .push_fault(Fault::on_rpc("ping", FaultAction::Delay(Duration::from_millis(500))).times(1));
+    let pending = tokio::spawn({
+        let (c, req) = (
+            c.clone(),
+            post(&url, Some(&sid), &rpc(7, "ping", json!({}))),
+        );
+        async move { send(&c, req).await }
+    });
+    wait_until(recorded("ping")).await;
+    let other = initialize(&c, &url).await;
+    let r = send(&c, post(&url, Some(&other), &cancel_msg(json!(7))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let r = timeout(LIMIT, pending).await.unwrap().unwrap().unwrap();
+    assert_eq!((r.status, r.json()["id"].clone()), (200, json!(7)));
+    assert_eq!(server.cancelled(), vec![json!(2), json!(7)]);
+
+    // SSE mode, Delay: the stream ends without any event.
+    let server = TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
+    let url = server.url();
+    let sid = initialize(&c, &url).await;
+    server.push_fault(Fault::on_rpc(
+        "tools/list",
+        FaultAction::Delay(Duration::from_secs(60)),
+    ));
+    let mut req = rpc(0, "tools/list", json!({}));
+    req["id"] = json!("r-1");
+    let pending = tokio::spawn({
+        let (c, req) = (c.clone(), post(&url, Some(&sid), &req));
+        async move { send(&c, req).await }
+    });
+    wait_until(|| {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.rpc_method.as_deref() == Some("tools/list"))
+    })
+    .await;
+    send(&c, post(&url, Some(&sid), &cancel_msg(json!("r-1"))))
+        .await
+        .unwrap();
+    let r = timeout(LIMIT, pending).await.unwrap().unwrap().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert!(r.body.is_empty(), "no event at all");
+    server.clear_faults();
+
+    // ServerRequest: cancelling the original request ends its stream.
+    server.push_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::ServerRequest {
+            method: "roots/list".into(),
+            params: json!({}),
+        },
+    ));
+    let mut sse =
+        SseReader::new(open(&c, post(&url, Some(&sid), &rpc(9, "ping", json!({})))).await);
+    sse.next().await.unwrap();
+    assert_eq!(sse.next_json().await["method"], "roots/list");
+    send(&c, post(&url, Some(&sid), &cancel_msg(json!(9))))
+        .await
+        .unwrap();
+    assert!(sse.next().await.is_none(), "no response after cancellation");
+    assert_eq!(server.cancelled(), vec![json!("r-1"), json!(9)]);
+}
+
+#[tokio::test]
+async fn server_request_unanswered_gets_error_after_10s() {
+    let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+        "ping",
+        FaultAction::ServerRequest {
+            method: "roots/list".into(),
+            params: json!({}),
+        },
+    )));
+    let url = server.url();
+    let c = client();
+    let sid = initialize(&c, &url).await;
+    let started = Instant::now();
+    let r = timeout(
+        2 * LIMIT,
+        c.request(post(&url, Some(&sid), &rpc(3, "ping", json!({})))),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let body = timeout(2 * LIMIT, r.into_body().collect())
+        .await
+        .expect("the server's own wait is bounded")
+        .unwrap()
+        .to_bytes();
+    assert!(started.elapsed() >= Duration::from_secs(9));
+    let reply = Reply {
+        status: 200,
+        headers: HeaderMap::new(),
+        body,
+    };
+    let ev = reply.events();
+    assert_eq!(ev.len(), 3, "priming, server request, error");
+    let v: Value = serde_json::from_str(&ev[2].1).unwrap();
+    assert_eq!(v["id"], 3);
+    assert_eq!(v["error"]["code"], -32000);
+    assert_eq!(v["error"]["message"], "no answer to the server request");
+    assert!(server.client_answers().is_empty());
 }

@@ -134,8 +134,14 @@ pub enum FaultAction {
     /// `200 text/event-stream` that ends cleanly with no event at all.
     SseEndWithoutResponse,
     /// Never answer (until shutdown). Other requests are not blocked.
+    ///
+    /// On a POST, a `notifications/cancelled` from the same session for (one
+    /// of) its request id(s) ends it with no JSON-RPC response: in SSE mode
+    /// a `200 text/event-stream` that ends without any event; in JSON mode a
+    /// `200 application/json` whose body fails (the connection is dropped).
     Hang,
-    /// Wait this long, then answer normally.
+    /// Wait this long, then answer normally. A `notifications/cancelled`
+    /// ends the wait as for [`FaultAction::Hang`].
     Delay(Duration),
     /// `initialize` answers with this raw `Mcp-Session-Id` value (which may
     /// hold obs-text, spaces, or be very long). Bytes that cannot be a header
@@ -183,6 +189,27 @@ pub enum FaultAction {
     BatchResponse,
     /// Close the connection without any response (an error from the service).
     CloseConnection,
+    /// On a POSTed request (in either response mode): an SSE answer that
+    /// first sends the server-to-client request
+    /// `{"jsonrpc":"2.0","id":"srv-N","method":method,"params":params}` as
+    /// an event with an id (after the priming event, if configured), then
+    /// waits for the client to POST a JSON-RPC response with that id from
+    /// the same session (that POST gets the usual 202), then sends the
+    /// normal answer with the client's answer (its `result`, or
+    /// `{"error": <error object>}`) added: in `structuredContent.clientAnswer`
+    /// plus a text content item for `tools/call`, in `result._meta.clientAnswer`
+    /// for other methods (in `error.data.clientAnswer` if the normal answer
+    /// is an error). Without an answer within 10 s it sends a JSON-RPC error
+    /// (code -32000, "no answer to the server request") for the original
+    /// request instead. A `notifications/cancelled` for the original request
+    /// ends the stream with no response. Requests that are no POST answer
+    /// normally.
+    ServerRequest {
+        /// The `method` of the server request (e.g. `sampling/createMessage`).
+        method: String,
+        /// Its `params`.
+        params: serde_json::Value,
+    },
 }
 
 impl FaultAction {

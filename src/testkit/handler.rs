@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
@@ -19,14 +20,18 @@ use hyper_util::server::conn::auto;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
+use tokio_util::sync::CancellationToken;
 
 use super::config::{ListenMode, ResponseMode, TlsIdentity};
 use super::fault::{self, FaultAction};
 use super::mcp::{self, Answer, Kind};
 use super::sse::{self, ChanBody};
-use super::{CountGuard, Listener, RecordedRequest, Replay, Shared};
+use super::{
+    ChunkSender, CountGuard, Inflight, Listener, PendingAnswer, RecordedRequest, Replay, Shared,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type RespBody = UnsyncBoxBody<Bytes, io::Error>;
@@ -39,6 +44,10 @@ const EVENT_STREAM: &str = "text/event-stream";
 const JSON: &str = "application/json";
 /// Hard cap of [`FaultAction::SseNeverEndingLine`].
 const NEVER_ENDING_CAP: usize = 256 << 20;
+/// How long [`FaultAction::ServerRequest`] waits for the client's answer.
+const SERVER_REQUEST_WAIT: Duration = Duration::from_secs(10);
+/// JSON-RPC error code of a server request left unanswered.
+const NO_ANSWER: i64 = -32000;
 
 /// Builds the TLS acceptor for `id` (ring provider, h2 and http/1.1 ALPN).
 pub(super) fn tls_acceptor(id: &TlsIdentity) -> TlsAcceptor {
@@ -106,6 +115,45 @@ impl Req {
             v => Some(v),
         }
     }
+
+    /// The ids of the JSON-RPC requests in the body.
+    fn request_ids(&self) -> Vec<Value> {
+        let messages: Vec<&Value> = match self.json.as_ref().and_then(|j| j.as_ref().ok()) {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(v) => vec![v],
+            None => Vec::new(),
+        };
+        messages
+            .into_iter()
+            .filter_map(|m| match mcp::classify(m) {
+                Kind::Request { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Removes an in-flight entry when dropped (never drop it with the state
+/// locked).
+struct InflightGuard {
+    shared: Arc<Shared>,
+    key: u64,
+    cancel: CancellationToken,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let key = self.key;
+        self.shared.state().inflight.retain(|i| i.key != key);
+    }
+}
+
+/// Whether a `notifications/cancelled` can end `action` early.
+fn cancellable(action: &FaultAction) -> bool {
+    matches!(
+        action,
+        FaultAction::Hang | FaultAction::Delay(_) | FaultAction::ServerRequest { .. }
+    )
 }
 
 async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Result<Resp, BoxError> {
@@ -122,16 +170,16 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
         .and_then(|m| m.get("method"))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let page = rpc_method
-        .as_deref()
-        .and_then(|m| mcp::page_of(cfg, m, first.and_then(|f| f.get("params"))));
     let path = parts.uri.path().to_owned();
     let on_path = path == cfg.path;
     if req.method == Method::DELETE {
         shared.counters.deletes.fetch_add(1, Ordering::SeqCst);
     }
-    let action = {
+    let (action, inflight) = {
         let mut st = shared.state();
+        let page = rpc_method
+            .as_deref()
+            .and_then(|m| mcp::page_of(st.catalog, m, first.and_then(|f| f.get("params"))));
         st.requests.push(RecordedRequest {
             method: req.method.clone(),
             path,
@@ -140,18 +188,40 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
             rpc_method: rpc_method.clone(),
             connection: conn,
         });
-        if on_path {
+        let action = if on_path {
             fault::pick(&mut st.faults, &req.method, rpc_method.as_deref(), page)
         } else {
             None
-        }
+        };
+        // Registered under the same lock as the recording, so a test that
+        // saw the request recorded can cancel it.
+        let inflight = match &action {
+            Some(a) if req.method == Method::POST && cancellable(a) => {
+                let key = shared.next_inflight.fetch_add(1, Ordering::Relaxed);
+                let cancel = CancellationToken::new();
+                st.inflight.push(Inflight {
+                    key,
+                    session: req.header(SESSION_HEADER).map(str::to_owned),
+                    ids: req.request_ids(),
+                    cancel: cancel.clone(),
+                });
+                Some((key, cancel))
+            }
+            _ => None,
+        };
+        (action, inflight)
     };
+    let inflight = inflight.map(|(key, cancel)| InflightGuard {
+        shared: shared.clone(),
+        key,
+        cancel,
+    });
     if !on_path {
         return Ok(rpc_error_response(404, "not found"));
     }
     match action {
         None => Ok(normal(&shared, &req)),
-        Some(action) => apply(&shared, &req, action).await,
+        Some(action) => apply(&shared, &req, action, inflight).await,
     }
 }
 
@@ -337,21 +407,26 @@ fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
         }
     }
     let sse = cfg.response_mode == ResponseMode::Sse;
+    let catalog = shared.state().catalog;
     let mut answers = Vec::new();
     for m in messages {
         match mcp::classify(m) {
             Kind::Request { id, method, params } => answers.push(mcp::answer(
                 cfg,
+                catalog,
                 id,
                 method,
                 params,
                 sse,
                 ov.protocol_version.as_deref(),
             )),
-            Kind::NotificationOrResponse => {}
+            Kind::NotificationOrResponse => {
+                note_client_message(shared, req.header(SESSION_HEADER), m);
+            }
             Kind::Invalid => answers.push(Answer {
                 before: Vec::new(),
                 response: mcp::error(&Value::Null, mcp::INVALID_REQUEST, "invalid request"),
+                method: None,
             }),
         }
     }
@@ -380,6 +455,45 @@ fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
         answers,
         batch,
         session,
+    }
+}
+
+/// Records a client's JSON-RPC response or `notifications/cancelled`, and
+/// wakes what waits on it (from the same session only).
+fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
+    let mut st = shared.state();
+    match msg.get("method").and_then(Value::as_str) {
+        Some("notifications/cancelled") => {
+            let id = msg
+                .get("params")
+                .and_then(|p| p.get("requestId"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            if !id.is_null() {
+                for i in &st.inflight {
+                    if i.session.as_deref() == session && i.ids.contains(&id) {
+                        i.cancel.cancel();
+                    }
+                }
+            }
+            st.cancelled.push(id);
+        }
+        Some(_) => {}
+        None => {
+            st.client_answers.push(msg.clone());
+            let Some(key) = msg.get("id").and_then(Value::as_str) else {
+                return;
+            };
+            if st
+                .pending
+                .get(key)
+                .is_some_and(|p| p.session.as_deref() == session)
+            {
+                if let Some(p) = st.pending.remove(key) {
+                    let _ = p.tx.send(msg.clone());
+                }
+            }
+        }
     }
 }
 
@@ -561,8 +675,17 @@ fn delete(shared: &Arc<Shared>, req: &Req) -> Resp {
 
 // ---------------------------------------------------------------- faults
 
-async fn apply(shared: &Arc<Shared>, req: &Req, action: FaultAction) -> Result<Resp, BoxError> {
+async fn apply(
+    shared: &Arc<Shared>,
+    req: &Req,
+    action: FaultAction,
+    inflight: Option<InflightGuard>,
+) -> Result<Resp, BoxError> {
     let is_post = req.method == Method::POST;
+    let cancel = inflight
+        .as_ref()
+        .map(|g| g.cancel.clone())
+        .unwrap_or_default();
     let sse_mode = shared.config.response_mode == ResponseMode::Sse;
     let resp = match action {
         FaultAction::Status {
@@ -595,12 +718,15 @@ async fn apply(shared: &Arc<Shared>, req: &Req, action: FaultAction) -> Result<R
             resp
         }
         FaultAction::Hang => {
-            shared.shutdown.cancelled().await;
-            return Err("testkit: shutting down".into());
+            tokio::select! {
+                _ = cancel.cancelled() => cancelled_response(shared),
+                _ = shared.shutdown.cancelled() => return Err("testkit: shutting down".into()),
+            }
         }
         FaultAction::Delay(d) => {
             tokio::select! {
                 _ = tokio::time::sleep(d) => normal(shared, req),
+                _ = cancel.cancelled() => cancelled_response(shared),
                 _ = shared.shutdown.cancelled() => return Err("testkit: shutting down".into()),
             }
         }
@@ -686,8 +812,148 @@ async fn apply(shared: &Arc<Shared>, req: &Req, action: FaultAction) -> Result<R
             post(shared, req, &Overrides::default()),
             retry_ms,
         ),
+        FaultAction::ServerRequest { method, params } => {
+            let outcome = post(shared, req, &Overrides::default());
+            server_request(shared, req, outcome, &method, &params, inflight)
+        }
     };
     Ok(resp)
+}
+
+/// The answer to a request cancelled while delayed or hung: no JSON-RPC
+/// response. SSE mode: a stream that ends without any event; JSON mode: a
+/// body that fails, dropping the connection.
+fn cancelled_response(shared: &Shared) -> Resp {
+    if shared.config.response_mode == ResponseMode::Sse {
+        let mut resp = empty(200);
+        sse_headers(resp.headers_mut());
+        return resp;
+    }
+    let (tx, body) = ChanBody::channel(1, None);
+    let _ = tx.try_send(Err(io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "testkit: request cancelled",
+    )));
+    let mut resp = Response::new(boxed(body));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+    resp
+}
+
+/// [`FaultAction::ServerRequest`]: sends the server request now, and the
+/// answer (from a task) once the client has answered it.
+fn server_request(
+    shared: &Arc<Shared>,
+    req: &Req,
+    outcome: Outcome,
+    method: &str,
+    params: &Value,
+    inflight: Option<InflightGuard>,
+) -> Resp {
+    let (answers, session) = match outcome {
+        Outcome::Http(resp) => return resp,
+        Outcome::Messages {
+            answers, session, ..
+        } => (answers, session),
+    };
+    // The session the answer must come from: the one minted now, or the
+    // request's own.
+    let answer_session = match &session {
+        Some(v) => Some(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        None => req.header(SESSION_HEADER).map(str::to_owned),
+    };
+    let id = shared.server_request_id();
+    let (answer_tx, answer_rx) = oneshot::channel();
+    shared.state().pending.insert(
+        id.clone(),
+        PendingAnswer {
+            session: answer_session,
+            tx: answer_tx,
+        },
+    );
+    let (tx, body) = ChanBody::channel(16, None);
+    if shared.config.priming_event {
+        let _ = tx.try_send(Ok(sse::event(Some(&shared.event_id()), None, "")));
+    }
+    let request = mcp::server_request(&id, method, params);
+    let _ = tx.try_send(Ok(sse::event(
+        Some(&shared.event_id()),
+        None,
+        &request.to_string(),
+    )));
+    tokio::spawn(finish_server_request(
+        shared.clone(),
+        id,
+        answers,
+        answer_rx,
+        tx,
+        inflight,
+    ));
+    let mut resp = Response::new(boxed(body));
+    sse_headers(resp.headers_mut());
+    if let Some(session) = session {
+        resp.headers_mut().insert(SESSION_HEADER, session);
+    }
+    resp
+}
+
+/// Waits (bounded) for the client's answer to server request `id`, then
+/// sends the answers on `tx`. Ends the stream early, with no response, if
+/// the original request is cancelled or the client goes away.
+async fn finish_server_request(
+    shared: Arc<Shared>,
+    id: String,
+    mut answers: Vec<Answer>,
+    answer_rx: oneshot::Receiver<Value>,
+    tx: ChunkSender,
+    inflight: Option<InflightGuard>,
+) {
+    let cancel = inflight
+        .as_ref()
+        .map(|g| g.cancel.clone())
+        .unwrap_or_default();
+    // `Some(None)`: no answer in time.
+    let got = tokio::select! {
+        r = tokio::time::timeout(SERVER_REQUEST_WAIT, answer_rx) => Some(r.ok().and_then(Result::ok)),
+        _ = cancel.cancelled() => None,
+        _ = tx.closed() => None,
+        _ = shared.shutdown.cancelled() => None,
+    };
+    shared.state().pending.remove(&id);
+    drop(inflight);
+    let Some(client) = got else {
+        return;
+    };
+    match client {
+        Some(response) => {
+            let value = mcp::client_answer_value(&response);
+            for a in &mut answers {
+                mcp::add_client_answer(a, &value);
+            }
+        }
+        None => {
+            for a in &mut answers {
+                a.before.clear();
+                a.response = mcp::error(
+                    &a.response["id"],
+                    NO_ANSWER,
+                    "no answer to the server request",
+                );
+            }
+        }
+    }
+    let notes = (1..=shared.config.notifications_before_response).map(mcp::log_notification);
+    let messages = notes.chain(
+        answers
+            .into_iter()
+            .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response))),
+    );
+    for m in messages {
+        let ev = sse::event(Some(&shared.event_id()), None, &m.to_string());
+        if tx.send(Ok(ev)).await.is_err() {
+            return;
+        }
+    }
 }
 
 fn sse_cut_after_event(

@@ -62,16 +62,93 @@ pub(crate) fn log_notification(n: usize) -> Value {
     })
 }
 
+/// The catalog served right now: the configured counts, changed at run time
+/// by `TestServer::set_tools` and friends.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Catalog {
+    pub(crate) tools: usize,
+    pub(crate) prompts: usize,
+    pub(crate) resources: usize,
+    pub(crate) templates: usize,
+    pub(crate) page_size: usize,
+}
+
+impl Catalog {
+    /// The catalog a server starts with.
+    pub(crate) fn of(cfg: &ServerConfig) -> Catalog {
+        Catalog {
+            tools: cfg.tools,
+            prompts: cfg.prompts,
+            resources: cfg.resources,
+            templates: cfg.resource_templates,
+            page_size: cfg.page_size,
+        }
+    }
+}
+
+/// A JSON-RPC request from the server to the client.
+pub(crate) fn server_request(id: &str, method: &str, params: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// What a client's response to a server request contributes to the answer
+/// of the original request: its `result`, or `{"error": <error object>}`.
+pub(crate) fn client_answer_value(response: &Value) -> Value {
+    match response.get("error") {
+        Some(error) => json!({"error": error}),
+        None => response.get("result").cloned().unwrap_or(Value::Null),
+    }
+}
+
+/// Adds a client's answer to a server request to the answer of the original
+/// request: `structuredContent.clientAnswer` and a text content item for
+/// `tools/call`, `result._meta.clientAnswer` for other methods, and
+/// `error.data.clientAnswer` if the original request failed.
+pub(crate) fn add_client_answer(answer: &mut Answer, value: &Value) {
+    let is_call = answer.method.as_deref() == Some("tools/call");
+    let response = &mut answer.response;
+    if let Some(result) = response.get_mut("result").and_then(Value::as_object_mut) {
+        if is_call {
+            let text = json!({"type": "text", "text": format!("clientAnswer:{value}")});
+            match result.get_mut("content").and_then(Value::as_array_mut) {
+                Some(content) => content.push(text),
+                None => {
+                    result.insert("content".into(), json!([text]));
+                }
+            }
+            insert_into(result, "structuredContent", value);
+        } else {
+            insert_into(result, "_meta", value);
+        }
+    } else if let Some(error) = response.get_mut("error").and_then(Value::as_object_mut) {
+        insert_into(error, "data", value);
+    }
+}
+
+/// Sets `obj[field].clientAnswer`, making `obj[field]` an object if need be.
+fn insert_into(obj: &mut serde_json::Map<String, Value>, field: &str, value: &Value) {
+    let slot = obj.entry(field).or_insert_with(|| json!({}));
+    if !slot.is_object() {
+        *slot = json!({});
+    }
+    if let Some(o) = slot.as_object_mut() {
+        o.insert("clientAnswer".into(), value.clone());
+    }
+}
+
 /// The answer to one request: notifications to send first (SSE only), then
 /// the response.
 pub(crate) struct Answer {
     pub(crate) before: Vec<Value>,
     pub(crate) response: Value,
+    /// The method of the request answered (`None` for an invalid message).
+    pub(crate) method: Option<String>,
 }
 
 /// Answers one request.
 pub(crate) fn answer(
     cfg: &ServerConfig,
+    cat: Catalog,
     id: &Value,
     method: &str,
     params: Option<&Value>,
@@ -80,11 +157,11 @@ pub(crate) fn answer(
 ) -> Answer {
     let mut before = Vec::new();
     let result = match method {
-        "initialize" => Ok(initialize(cfg, params, protocol_override)),
+        "initialize" => Ok(initialize(cfg, cat, params, protocol_override)),
         "ping" => Ok(json!({})),
-        "tools/call" => Ok(call_tool(cfg, params, sse, &mut before)),
+        "tools/call" => Ok(call_tool(cat, params, sse, &mut before)),
         m => match ListKind::of(m) {
-            Some(kind) => list(cfg, kind, params),
+            Some(kind) => list(cat, kind, params),
             None => Err((METHOD_NOT_FOUND, format!("method not found: {m}"))),
         },
     };
@@ -92,11 +169,16 @@ pub(crate) fn answer(
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Err((code, message)) => error(id, code, &message),
     };
-    Answer { before, response }
+    Answer {
+        before,
+        response,
+        method: Some(method.to_owned()),
+    }
 }
 
 fn initialize(
     cfg: &ServerConfig,
+    cat: Catalog,
     params: Option<&Value>,
     protocol_override: Option<&str>,
 ) -> Value {
@@ -109,13 +191,13 @@ fn initialize(
         _ => SUPPORTED_VERSIONS[0],
     };
     let mut caps = serde_json::Map::new();
-    if cfg.tools > 0 {
+    if cat.tools > 0 {
         caps.insert("tools".into(), json!({"listChanged": true}));
     }
-    if cfg.prompts > 0 {
+    if cat.prompts > 0 {
         caps.insert("prompts".into(), json!({"listChanged": true}));
     }
-    if cfg.resources > 0 || cfg.resource_templates > 0 {
+    if cat.resources > 0 || cat.templates > 0 {
         caps.insert("resources".into(), json!({"listChanged": true}));
     }
     json!({
@@ -125,12 +207,7 @@ fn initialize(
     })
 }
 
-fn call_tool(
-    cfg: &ServerConfig,
-    params: Option<&Value>,
-    sse: bool,
-    before: &mut Vec<Value>,
-) -> Value {
+fn call_tool(cat: Catalog, params: Option<&Value>, sse: bool, before: &mut Vec<Value>) -> Value {
     let name = params
         .and_then(|p| p.get("name"))
         .and_then(Value::as_str)
@@ -139,7 +216,7 @@ fn call_tool(
         .and_then(|p| p.get("arguments"))
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let known = (0..cfg.tools).any(|i| tool_name(i) == name);
+    let known = (0..cat.tools).any(|i| tool_name(i) == name);
     if !known {
         return json!({
             "content": [{"type": "text", "text": format!("unknown tool: {name}")}],
@@ -197,12 +274,12 @@ impl ListKind {
         }
     }
 
-    fn count(self, cfg: &ServerConfig) -> usize {
+    fn count(self, cat: Catalog) -> usize {
         match self {
-            ListKind::Tools => cfg.tools,
-            ListKind::Prompts => cfg.prompts,
-            ListKind::Resources => cfg.resources,
-            ListKind::Templates => cfg.resource_templates,
+            ListKind::Tools => cat.tools,
+            ListKind::Prompts => cat.prompts,
+            ListKind::Resources => cat.resources,
+            ListKind::Templates => cat.templates,
         }
     }
 
@@ -245,7 +322,7 @@ fn encode_cursor(kind: ListKind, offset: usize) -> String {
 }
 
 /// The offset a cursor stands for, if it is one this server issued.
-fn decode_cursor(cfg: &ServerConfig, kind: ListKind, cursor: &str) -> Option<usize> {
+fn decode_cursor(cat: Catalog, kind: ListKind, cursor: &str) -> Option<usize> {
     if cursor.len() % 2 != 0 || !cursor.is_ascii() {
         return None;
     }
@@ -257,10 +334,10 @@ fn decode_cursor(cfg: &ServerConfig, kind: ListKind, cursor: &str) -> Option<usi
     let (tag, offset) = text.split_once(':')?;
     let offset: usize = offset.parse().ok()?;
     let ok = tag == kind.tag()
-        && cfg.page_size > 0
+        && cat.page_size > 0
         && offset > 0
-        && offset < kind.count(cfg)
-        && offset % cfg.page_size == 0;
+        && offset < kind.count(cat)
+        && offset % cat.page_size == 0;
     ok.then_some(offset)
 }
 
@@ -276,29 +353,25 @@ fn cursor_param(params: Option<&Value>) -> Result<Option<&str>, ()> {
 
 /// The 1-based page a list request asks for, `None` if not a list request or
 /// the cursor is bad.
-pub(crate) fn page_of(cfg: &ServerConfig, method: &str, params: Option<&Value>) -> Option<usize> {
+pub(crate) fn page_of(cat: Catalog, method: &str, params: Option<&Value>) -> Option<usize> {
     let kind = ListKind::of(method)?;
     match cursor_param(params).ok()? {
         None => Some(1),
-        Some(c) => Some(decode_cursor(cfg, kind, c)? / cfg.page_size + 1),
+        Some(c) => Some(decode_cursor(cat, kind, c)? / cat.page_size + 1),
     }
 }
 
-fn list(
-    cfg: &ServerConfig,
-    kind: ListKind,
-    params: Option<&Value>,
-) -> Result<Value, (i64, String)> {
+fn list(cat: Catalog, kind: ListKind, params: Option<&Value>) -> Result<Value, (i64, String)> {
     let bad = || (INVALID_PARAMS, "invalid cursor".to_owned());
     let start = match cursor_param(params).map_err(|()| bad())? {
         None => 0,
-        Some(c) => decode_cursor(cfg, kind, c).ok_or_else(bad)?,
+        Some(c) => decode_cursor(cat, kind, c).ok_or_else(bad)?,
     };
-    let total = kind.count(cfg);
-    let end = if cfg.page_size == 0 {
+    let total = kind.count(cat);
+    let end = if cat.page_size == 0 {
         total
     } else {
-        (start + cfg.page_size).min(total)
+        (start + cat.page_size).min(total)
     };
     let items: Vec<Value> = (start..end).map(|i| kind.item(i)).collect();
     let mut result = serde_json::Map::new();
@@ -315,16 +388,16 @@ mod tests {
 
     #[test]
     fn paginates_and_rejects_bad_cursors() {
-        let cfg = ServerConfig::default().with_tools(5).with_page_size(2);
-        let p1 = list(&cfg, ListKind::Tools, None).unwrap();
+        let cfg = Catalog::of(&ServerConfig::default().with_tools(5).with_page_size(2));
+        let p1 = list(cfg, ListKind::Tools, None).unwrap();
         assert_eq!(p1["tools"].as_array().unwrap().len(), 2);
         let c = p1["nextCursor"].as_str().unwrap().to_owned();
         let params = json!({"cursor": c});
-        assert_eq!(page_of(&cfg, "tools/list", Some(&params)), Some(2));
-        let p2 = list(&cfg, ListKind::Tools, Some(&params)).unwrap();
+        assert_eq!(page_of(cfg, "tools/list", Some(&params)), Some(2));
+        let p2 = list(cfg, ListKind::Tools, Some(&params)).unwrap();
         assert_eq!(p2["tools"][0]["name"], "tool-002");
         // A tools cursor is not a prompts cursor.
-        assert!(list(&cfg, ListKind::Prompts, Some(&params)).is_err());
-        assert!(list(&cfg, ListKind::Tools, Some(&json!({"cursor": "zz"}))).is_err());
+        assert!(list(cfg, ListKind::Prompts, Some(&params)).is_err());
+        assert!(list(cfg, ListKind::Tools, Some(&json!({"cursor": "zz"}))).is_err());
     }
 }

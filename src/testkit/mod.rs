@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +40,7 @@ pub use config::{ListenMode, ResponseMode, ServerConfig, TlsIdentity};
 pub use fault::{Fault, FaultAction, FaultMatch};
 
 use fault::ActiveFault;
+use mcp::Catalog;
 
 /// One request as the server received it.
 #[derive(Clone, Debug)]
@@ -112,7 +113,23 @@ struct Replay {
     messages: Vec<serde_json::Value>,
 }
 
-#[derive(Default)]
+/// A server request sent on a POST's SSE stream, waiting for its answer.
+struct PendingAnswer {
+    /// The session the answer must come from.
+    session: Option<String>,
+    tx: oneshot::Sender<serde_json::Value>,
+}
+
+/// A POSTed request being delayed, hung or waiting on a server request,
+/// which a `notifications/cancelled` from its session ends early.
+struct Inflight {
+    key: u64,
+    session: Option<String>,
+    /// The ids of the requests in the POST body.
+    ids: Vec<serde_json::Value>,
+    cancel: CancellationToken,
+}
+
 struct State {
     requests: Vec<RecordedRequest>,
     faults: Vec<ActiveFault>,
@@ -120,6 +137,15 @@ struct State {
     sessions: HashSet<String>,
     listeners: Vec<Listener>,
     replays: HashMap<String, Replay>,
+    /// The catalog served now.
+    catalog: Catalog,
+    /// Responses the client POSTed, in order.
+    client_answers: Vec<serde_json::Value>,
+    /// `requestId`s of the `notifications/cancelled` received, in order.
+    cancelled: Vec<serde_json::Value>,
+    /// Server requests on POST streams waiting for an answer, by id.
+    pending: HashMap<String, PendingAnswer>,
+    inflight: Vec<Inflight>,
 }
 
 #[derive(Default)]
@@ -140,6 +166,9 @@ struct Shared {
     counters: Counters,
     next_event: AtomicU64,
     next_session: AtomicU64,
+    /// Numbers server requests (`srv-1`, ...) and in-flight entries.
+    next_server_request: AtomicU64,
+    next_inflight: AtomicU64,
     shutdown: CancellationToken,
 }
 
@@ -153,6 +182,12 @@ impl Shared {
     /// A fresh, server-wide unique SSE event id.
     fn event_id(&self) -> String {
         format!("ev-{}", self.next_event.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// A fresh, server-wide unique id for a server-to-client request.
+    fn server_request_id(&self) -> String {
+        let n = self.next_server_request.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("srv-{n}")
     }
 }
 
@@ -196,16 +231,27 @@ impl TestServer {
             .into_iter()
             .map(ActiveFault::new)
             .collect();
+        let catalog = Catalog::of(&config);
         let shared = Arc::new(Shared {
             config,
             origin: format!("{scheme}://{addr}"),
             state: Mutex::new(State {
+                requests: Vec::new(),
                 faults,
-                ..State::default()
+                sessions: HashSet::new(),
+                listeners: Vec::new(),
+                replays: HashMap::new(),
+                catalog,
+                client_answers: Vec::new(),
+                cancelled: Vec::new(),
+                pending: HashMap::new(),
+                inflight: Vec::new(),
             }),
             counters: Counters::default(),
             next_event: AtomicU64::new(0),
             next_session: AtomicU64::new(0),
+            next_server_request: AtomicU64::new(0),
+            next_inflight: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -297,6 +343,76 @@ impl TestServer {
             }
         }
         sent
+    }
+
+    /// Sends a JSON-RPC request from the server,
+    /// `{"jsonrpc":"2.0","id":"srv-N","method":method,"params":params}`, as
+    /// one event on every open listening stream, each with its own new id;
+    /// returns how many got it. The client's answers (POSTed JSON-RPC
+    /// responses) show in [`TestServer::client_answers`].
+    pub fn request_listeners(&self, method: &str, params: serde_json::Value) -> usize {
+        let mut st = self.shared.state();
+        st.listeners.retain(|l| !l.tx.is_closed());
+        let mut sent = 0;
+        for l in &st.listeners {
+            let msg = mcp::server_request(&self.shared.server_request_id(), method, &params);
+            let ev = sse::event(Some(&self.shared.event_id()), None, &msg.to_string());
+            if l.tx.try_send(Ok(ev)).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Every JSON-RPC response the client POSTed (its answers to server
+    /// requests, from [`FaultAction::ServerRequest`] or
+    /// [`TestServer::request_listeners`]), whole, in arrival order. Only
+    /// POSTs that passed the session check count.
+    pub fn client_answers(&self) -> Vec<serde_json::Value> {
+        self.shared.state().client_answers.clone()
+    }
+
+    /// The `params.requestId` of every `notifications/cancelled` the client
+    /// POSTed, in arrival order (`null` if it had none). Only POSTs that
+    /// passed the session check count.
+    pub fn cancelled(&self) -> Vec<serde_json::Value> {
+        self.shared.state().cancelled.clone()
+    }
+
+    /// Serves `n` tools (`tool-000`, ...) from now on: lists, `tools/call`
+    /// and the capabilities of later `initialize`s. Cursors issued before
+    /// stay valid only while they point inside the new catalog.
+    pub fn set_tools(&self, n: usize) {
+        self.shared.state().catalog.tools = n;
+    }
+
+    /// Serves `n` prompts (`prompt-000`, ...) from now on, like
+    /// [`TestServer::set_tools`].
+    pub fn set_prompts(&self, n: usize) {
+        self.shared.state().catalog.prompts = n;
+    }
+
+    /// Serves `n` resources (`file:///r/000`, ...) from now on, like
+    /// [`TestServer::set_tools`]. Resource templates are unchanged.
+    pub fn set_resources(&self, n: usize) {
+        self.shared.state().catalog.resources = n;
+    }
+
+    /// Sends `notifications/<kind>/list_changed` on every open listening
+    /// stream; returns how many got it.
+    ///
+    /// # Panics
+    ///
+    /// If `kind` is not `"tools"`, `"prompts"` or `"resources"`.
+    pub fn list_changed(&self, kind: &str) -> usize {
+        assert!(
+            matches!(kind, "tools" | "prompts" | "resources"),
+            "testkit: list_changed kind must be tools, prompts or resources, not {kind:?}"
+        );
+        self.notify_listeners(&serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": format!("notifications/{kind}/list_changed"),
+        }))
     }
 
     /// Stops the server: stops accepting, closes every connection (even with
