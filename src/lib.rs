@@ -82,6 +82,41 @@
 //! synchronously (hooks removed, the owned client dropped) and the DELETE is
 //! counted in [`abandoned_deletes`]: the server session is left to expire.
 //!
+//! # The steady state
+//!
+//! - **Requests** ([`Session::request`], [`Session::call_tool`], the typed
+//!   `list_*`, [`Session::read_resource`], [`Session::get_prompt`]) are safe
+//!   to run concurrently from many tasks; each resolves on its own: an HTTP
+//!   error, a 202 to a request, a malformed answer, a stream that ends
+//!   without the response, or the session closing become an error for that
+//!   request only.
+//! - **Server traffic.** Notifications (from the GET stream and from
+//!   answers) arrive on [`Session::notifications`]; server requests are
+//!   answered by POSTs carrying the session headers: `ping` always,
+//!   `roots/list`, `elicitation/create` and `sampling/createMessage` through
+//!   the handlers given to the connector ([`Connector::roots`],
+//!   [`Connector::on_elicitation`], [`Connector::on_sampling`]), which also
+//!   decide the capabilities sent in `initialize`; without one the answer is
+//!   a JSON-RPC "method not found".
+//! - **Resumption.** An SSE answer that breaks off after an event id (a
+//!   network cut, or the server closing it to make the client poll) is
+//!   resumed with a GET carrying `Last-Event-ID`, after the server's `retry`
+//!   (or a bounded backoff), up to a capped number of attempts that partial
+//!   progress does not reset; replayed events are ignored. A dropped
+//!   connection is not a cancellation.
+//! - **Expiry.** A 404 to a request that carried our session id: an owned
+//!   session re-initializes once (single flight), re-runs discovery and
+//!   retries; the old id is never sent again; a second 404 is an error. An
+//!   attached session reports [`Error::is_session_expired`] and is left
+//!   alone.
+//! - **Timeouts and cancellation.** A per-session default
+//!   ([`Connector::request_timeout`]) and per-request timeouts
+//!   ([`session::RequestOptions`]). A request that times out, or whose future
+//!   is dropped, is announced with `notifications/cancelled` (never for
+//!   `initialize`); its late response is ignored.
+//! - **`list_changed`** triggers a background re-discovery of that list: at
+//!   most one per kind in flight; a failed one keeps the previous catalog.
+//!
 //! # A borrowed client shared by sessions
 //!
 //! ```

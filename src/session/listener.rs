@@ -1,6 +1,7 @@
 //! The GET listening stream, as a background task of a session.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::shared::Shared;
@@ -11,15 +12,24 @@ pub(super) const MAX_ATTEMPTS: usize = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts the listener in the session's background set.
+/// Starts the listener in the session's background set, unless one is
+/// already running (servers refuse a second GET stream, some with 409).
 pub(super) fn spawn(shared: &Arc<Shared>) {
-    let shared = shared.clone();
-    shared.clone().spawner.spawn(move |cancel| async move {
+    if shared.listening.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let task_shared = shared.clone();
+    let spawned = shared.spawner.spawn(move |cancel| async move {
+        let shared = task_shared;
+        let _done = scopeguard::guard((), |()| shared.listening.store(false, Ordering::Release));
         tokio::select! {
             _ = cancel.cancelled() => {}
             _ = listen(&shared) => {}
         }
     });
+    if !spawned {
+        shared.listening.store(false, Ordering::Release);
+    }
 }
 
 /// Reads the GET stream until the server has none (405), the attempts run

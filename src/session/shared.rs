@@ -2,7 +2,7 @@
 //! engine every request goes through.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -111,6 +111,8 @@ pub(crate) struct Shared {
     pub(crate) discovery: Discovery,
     pub(crate) ownership: SessionOwnership,
     pub(crate) listen: bool,
+    /// Whether a GET listener is running.
+    pub(crate) listening: AtomicBool,
     catalog: Mutex<Arc<Catalog>>,
     /// Per list kind: idle, running, or running with another run owed.
     rediscovery: [AtomicU8; 4],
@@ -148,6 +150,7 @@ impl Shared {
             discovery,
             ownership,
             listen,
+            listening: AtomicBool::new(false),
             catalog: Mutex::new(Arc::new(Catalog::default())),
             rediscovery: Default::default(),
             generation: tokio::sync::Mutex::new(0),

@@ -1,0 +1,252 @@
+//! `list_changed` (F28): a background re-discovery of that list only, at
+//! most one per kind in flight (a change during a run owes exactly one more
+//! run), and a failed run keeps the previous catalog whole. Each test runs
+//! over an owned and a borrowed client and ends with the baseline check.
+
+mod support;
+
+use std::time::Duration;
+
+use mcp_scoped_http::{Catalog, Connector, Session};
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+const BORROWED: [bool; 2] = [false, true];
+
+fn who(borrowed: bool) -> &'static str {
+    if borrowed { "borrowed" } else { "owned" }
+}
+
+async fn open(server: &TestServer, caller: &Caller, borrowed: bool) -> Session {
+    let mut connector = Connector::new(server.url()).bearer("list-changed");
+    if borrowed {
+        connector = connector.client(caller.client.clone());
+    }
+    let session = connector.connect().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || server
+            .stats()
+            .listen_streams_open
+            == 1)
+        .await,
+        "the listener is up"
+    );
+    session
+}
+
+fn tool_names(catalog: &Catalog) -> Vec<String> {
+    catalog.tool_names().map(str::to_owned).collect()
+}
+
+fn listed(server: &TestServer, method: &str) -> usize {
+    seen(server, method).len()
+}
+
+#[test]
+fn a_tools_list_changed_updates_the_catalog() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = open(&server, &caller, borrowed).await;
+            assert_eq!(session.catalog().tools.len(), 3);
+            server.set_tools(5);
+            assert_eq!(server.list_changed("tools"), 1);
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().tools.len()
+                    == 5)
+                .await,
+                "{}: {:?}",
+                who(borrowed),
+                tool_names(&session.catalog())
+            );
+            assert_eq!(
+                tool_names(&session.catalog()),
+                ["tool-000", "tool-001", "tool-002", "tool-003", "tool-004"]
+            );
+            let result = session
+                .call_tool("tool-004", serde_json::json!({}))
+                .await
+                .unwrap();
+            assert_eq!(result["structuredContent"]["tool"], "tool-004");
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = open(&server, &caller, borrowed).await;
+            let before = listed(&server, "tools/list");
+            server.push_fault(Fault::on_rpc(
+                "tools/list",
+                FaultAction::Delay(Duration::from_millis(100)),
+            ));
+            for _ in 0..25 {
+                assert_eq!(server.list_changed("tools"), 1);
+            }
+            // The first run is under way (slow): the others wait for it.
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "tools/list")
+                    > before)
+                .await
+            );
+            // Changed while the first run is in flight: it owes one more.
+            server.set_tools(7);
+            for _ in 0..25 {
+                assert_eq!(server.list_changed("tools"), 1);
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            assert_eq!(
+                listed(&server, "tools/list") - before,
+                1,
+                "{}: one re-discovery in flight",
+                who(borrowed)
+            );
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().tools.len()
+                    == 7)
+                .await,
+                "{}: the catalog ends current: {:?}",
+                who(borrowed),
+                tool_names(&session.catalog())
+            );
+            // Let any owed run finish before counting.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let runs = listed(&server, "tools/list") - before;
+            assert!(
+                (2..=3).contains(&runs),
+                "{}: {runs} tools/list for a storm of 50",
+                who(borrowed)
+            );
+            assert_eq!(session.catalog().tools.len(), 7);
+            // The state machine is idle again: one more change, one more run.
+            server.clear_faults();
+            server.set_tools(2);
+            server.list_changed("tools");
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().tools.len()
+                    == 2)
+                .await
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn a_failed_rediscovery_keeps_the_previous_catalog_whole() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_tools(6)
+                    .with_page_size(2),
+            );
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = open(&server, &caller, borrowed).await;
+            let previous = session.catalog();
+            assert_eq!(previous.tools.len(), 6);
+            let before = listed(&server, "tools/list");
+            server.push_fault(
+                Fault::on_rpc("tools/list", FaultAction::status(500))
+                    .page(2)
+                    .times(1),
+            );
+            // Fewer tools now: a run that kept its first page would show.
+            server.set_tools(5);
+            assert_eq!(server.list_changed("tools"), 1);
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "tools/list")
+                    == before + 2)
+                .await,
+                "page 1, then the failing page 2"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(listed(&server, "tools/list"), before + 2, "no page 3");
+            let kept = session.catalog();
+            assert_eq!(kept.tools, previous.tools, "{}", who(borrowed));
+            assert_eq!(tool_names(&kept), tool_names(&previous));
+            assert_eq!(kept.prompts, previous.prompts);
+            assert_eq!(kept.resources, previous.resources);
+            assert_eq!(kept.resource_templates, previous.resource_templates);
+            // The failure left the kind idle: the next change re-lists.
+            assert_eq!(server.list_changed("tools"), 1);
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().tools.len()
+                    == 5)
+                .await,
+                "{}: {:?}",
+                who(borrowed),
+                tool_names(&session.catalog())
+            );
+            assert_eq!(listed(&server, "tools/list"), before + 5);
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn a_prompts_list_changed_relists_prompts_only() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = open(&server, &caller, borrowed).await;
+            let previous = session.catalog();
+            assert_eq!(previous.prompts.len(), 2);
+            let methods = [
+                "tools/list",
+                "prompts/list",
+                "resources/list",
+                "resources/templates/list",
+            ];
+            let counts = || methods.map(|m| listed(&server, m));
+            let before = counts();
+            server.set_prompts(4);
+            server.set_tools(9);
+            assert_eq!(server.list_changed("prompts"), 1);
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().prompts.len()
+                    == 4)
+                .await,
+                "{}",
+                who(borrowed)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let after = counts();
+            assert_eq!(
+                [after[0], after[1], after[2], after[3]],
+                [before[0], before[1] + 1, before[2], before[3]],
+                "{}: only prompts/list, once",
+                who(borrowed)
+            );
+            let now = session.catalog();
+            assert_eq!(now.tools, previous.tools, "tools untouched");
+            assert_eq!(now.resources, previous.resources);
+            assert_eq!(now.resource_templates, previous.resource_templates);
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
