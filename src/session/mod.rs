@@ -261,11 +261,18 @@ impl Session {
         options: RequestOptions,
     ) -> Result<Value> {
         let timeout = options.timeout.unwrap_or(self.request_timeout);
+        // One deadline for the whole request: its exchanges and a
+        // re-initialize it waits for.
+        let deadline_at = timeout.map(|limit| (limit, tokio::time::Instant::now() + limit));
         let span = tracing::debug_span!("mcp.request", method);
         async {
             let mut retried = false;
             loop {
-                let generation = *self.shared.generation.lock().await;
+                // Waits for a re-initialize another request is running.
+                let generation = deadline(deadline_at, async {
+                    Ok(*self.shared.generation.lock().await)
+                })
+                .await?;
                 let wire = self.shared.wire()?;
                 let id = self.shared.ids.next();
                 let mut cancel = CancelOnDrop {
@@ -285,7 +292,7 @@ impl Session {
                         cancel.disarm();
                         return Err(Error::closed());
                     }
-                    outcome = deadline(timeout, exchange) => outcome,
+                    outcome = deadline(deadline_at, exchange) => outcome,
                 };
                 match outcome {
                     Err(error) if error.is_timeout() => {
@@ -300,7 +307,7 @@ impl Session {
                         // The server forgot the request with the session.
                         cancel.disarm();
                         drop(wire);
-                        self.reinitialize(generation).await?;
+                        deadline(deadline_at, self.reinitialize(generation)).await?;
                         retried = true;
                     }
                     outcome => {
@@ -462,14 +469,15 @@ impl Drop for Session {
     }
 }
 
-/// Runs `future` within `timeout`, if any.
+/// Runs `future` until the request's deadline (its timeout and when it
+/// ends), if any.
 async fn deadline<T>(
-    timeout: Option<Duration>,
+    deadline: Option<(Duration, tokio::time::Instant)>,
     future: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    match timeout {
+    match deadline {
         None => future.await,
-        Some(limit) => tokio::time::timeout(limit, future)
+        Some((limit, at)) => tokio::time::timeout_at(at, future)
             .await
             .unwrap_or_else(|_| Err(Error::request_timeout(limit))),
     }

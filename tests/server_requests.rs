@@ -1,0 +1,305 @@
+//! Server-to-client requests (F23): `ping`, `roots/list`,
+//! `elicitation/create` and `sampling/createMessage`, on a POST's SSE answer
+//! and on the GET stream, are answered by POSTs carrying the session and
+//! version headers; what has no handler gets "method not found"; the
+//! capabilities sent in `initialize` follow the handlers.
+
+mod support;
+
+use std::time::Duration;
+
+use mcp_scoped_http::jsonrpc::ErrorObject;
+use mcp_scoped_http::{Connector, Session};
+use serde_json::{Value, json};
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+const PROMPT: Duration = Duration::from_secs(5);
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// A connector with a roots list and an elicitation handler that echoes
+/// the message it was asked.
+fn handled(server: &TestServer, caller: Option<&Caller>) -> Connector {
+    let mut connector = Connector::new(server.url())
+        .bearer("f23")
+        .roots(vec![json!({"uri": "file:///work", "name": "work"})])
+        .on_elicitation(|params| async move {
+            Ok(json!({"action": "accept", "content": {"echo": params["message"]}}))
+        });
+    if let Some(caller) = caller {
+        connector = connector.client(caller.client.clone());
+    }
+    connector
+}
+
+/// The server requests tried, with the answer the [`handled`] client gives.
+fn cases() -> Vec<(&'static str, Value, Value)> {
+    vec![
+        ("ping", json!({}), json!({})),
+        (
+            "roots/list",
+            json!({}),
+            json!({"roots": [{"uri": "file:///work", "name": "work"}]}),
+        ),
+        (
+            "elicitation/create",
+            json!({"message": "your name?", "requestedSchema": {"type": "object"}}),
+            json!({"action": "accept", "content": {"echo": "your name?"}}),
+        ),
+    ]
+}
+
+/// The POST that carried the client's answer `answer`, checked for the
+/// session's headers.
+fn assert_answered_with_session_headers(server: &TestServer, session: &Session, answer: &Value) {
+    let id = &answer["id"];
+    let post = server
+        .requests()
+        .into_iter()
+        .find(|r| {
+            r.method == http::Method::POST
+                && r.rpc_method.is_none()
+                && r.body.as_ref().is_some_and(|b| &b["id"] == id)
+        })
+        .unwrap_or_else(|| panic!("no POST carried the answer to {id}"));
+    assert_eq!(
+        post.header("mcp-session-id"),
+        Some(session.session_id().unwrap().expose()),
+        "answer to {id}"
+    );
+    assert_eq!(
+        post.header("mcp-protocol-version"),
+        Some(session.protocol_version().as_str()),
+        "answer to {id}"
+    );
+    assert_eq!(post.header("authorization"), Some("Bearer f23"));
+    assert_eq!(post.body.as_ref().unwrap()["jsonrpc"], "2.0");
+}
+
+/// The capabilities of the `index`-th initialize the server saw.
+fn capabilities(server: &TestServer, index: usize) -> Value {
+    seen(server, "initialize")[index].body.as_ref().unwrap()["params"]["capabilities"].clone()
+}
+
+#[test]
+fn f23_server_requests_on_a_posts_stream_are_answered_with_the_session_headers() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = handled(&server, borrowed.then_some(&caller))
+                .connect()
+                .await
+                .unwrap();
+            for (n, (method, params, expected)) in cases().into_iter().enumerate() {
+                server.push_fault(
+                    Fault::on_rpc(
+                        "tools/call",
+                        FaultAction::ServerRequest {
+                            method: method.into(),
+                            params,
+                        },
+                    )
+                    .times(1),
+                );
+                let result =
+                    tokio::time::timeout(PROMPT, session.call_tool("tool-000", json!({"n": n})))
+                        .await
+                        .expect("answered well before the server's 10 s wait")
+                        .unwrap();
+                let structured = &result["structuredContent"];
+                assert_eq!(structured["clientAnswer"], expected, "{method}");
+                assert_eq!(structured["arguments"]["n"], n, "{method}");
+                let answers = server.client_answers();
+                assert_eq!(answers.len(), n + 1, "{method}: one answer each");
+                let answer = answers.last().unwrap();
+                assert_eq!(answer["result"], expected, "{method}");
+                assert_answered_with_session_headers(&server, &session, answer);
+            }
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn f23_server_requests_on_the_get_stream_are_answered_with_the_session_headers() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let session = handled(&server, borrowed.then_some(&caller))
+                .connect()
+                .await
+                .unwrap();
+            assert!(eventually(PROMPT, || server.stats().listen_streams_open == 1).await);
+            for (n, (method, params, expected)) in cases().into_iter().enumerate() {
+                assert_eq!(server.request_listeners(method, params), 1);
+                assert!(
+                    eventually(PROMPT, || server.client_answers().len() == n + 1).await,
+                    "{method} answered"
+                );
+                let answers = server.client_answers();
+                let answer = answers.last().unwrap();
+                assert_eq!(answer["result"], expected, "{method}");
+                assert!(answer.get("error").is_none());
+                assert_answered_with_session_headers(&server, &session, answer);
+            }
+            // Answering never disturbed the session.
+            let result = session.call_tool("tool-001", json!({"after": 1})).await;
+            assert_eq!(
+                result.unwrap()["structuredContent"]["arguments"]["after"],
+                1
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
+#[test]
+fn f23_without_a_handler_a_server_request_gets_method_not_found() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+        let caller = Caller::new();
+        caller.own_request(&server).await;
+        let baseline = Baseline::take(Some(&caller));
+        let session = Connector::new(server.url())
+            .bearer("f23")
+            .client(caller.client.clone())
+            .connect()
+            .await
+            .unwrap();
+        let unhandled = [
+            "roots/list",
+            "elicitation/create",
+            "sampling/createMessage",
+            "custom/unknown",
+        ];
+        // On a POST's stream: the call itself succeeds, carrying the refusal.
+        for method in unhandled {
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::ServerRequest {
+                        method: method.into(),
+                        params: json!({}),
+                    },
+                )
+                .times(1),
+            );
+            let result = tokio::time::timeout(PROMPT, session.call_tool("tool-000", json!({})))
+                .await
+                .unwrap()
+                .unwrap();
+            let refusal = &result["structuredContent"]["clientAnswer"]["error"];
+            assert_eq!(refusal["code"], METHOD_NOT_FOUND, "{method}: {result}");
+            let answer = server.client_answers().pop().unwrap();
+            assert!(answer.get("result").is_none(), "{method}");
+            assert_eq!(answer["error"]["code"], METHOD_NOT_FOUND);
+            assert_answered_with_session_headers(&server, &session, &answer);
+        }
+        // ping is always answered.
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::ServerRequest {
+                    method: "ping".into(),
+                    params: json!({}),
+                },
+            )
+            .times(1),
+        );
+        let result = session.call_tool("tool-000", json!({})).await.unwrap();
+        assert_eq!(result["structuredContent"]["clientAnswer"], json!({}));
+
+        // On the GET stream.
+        assert!(eventually(PROMPT, || server.stats().listen_streams_open == 1).await);
+        let before = server.client_answers().len();
+        for (n, method) in unhandled.into_iter().enumerate() {
+            assert_eq!(server.request_listeners(method, json!({})), 1);
+            assert!(
+                eventually(PROMPT, || server.client_answers().len() == before + n + 1).await,
+                "{method} answered"
+            );
+            let answer = server.client_answers().pop().unwrap();
+            assert_eq!(answer["error"]["code"], METHOD_NOT_FOUND, "{method}");
+            assert_answered_with_session_headers(&server, &session, &answer);
+        }
+        session.close().await;
+        drop(session);
+        baseline.check(&server, 1).await;
+    });
+}
+
+#[test]
+fn f23_capabilities_follow_the_handlers() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default());
+        let caller = Caller::new();
+        caller.own_request(&server).await;
+        let baseline = Baseline::take(Some(&caller));
+
+        // No handler: no capability.
+        let bare = Connector::new(server.url())
+            .client(caller.client.clone())
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(capabilities(&server, 0), json!({}));
+        bare.close().await;
+
+        // roots and elicitation: both, and nothing else.
+        let two = handled(&server, Some(&caller)).connect().await.unwrap();
+        assert_eq!(
+            capabilities(&server, 1),
+            json!({"roots": {}, "elicitation": {}})
+        );
+        two.close().await;
+
+        // All three; a handler's own error is passed on as the answer.
+        let three = handled(&server, Some(&caller))
+            .on_sampling(|_| async {
+                Err(ErrorObject {
+                    code: -1,
+                    message: "the user declined".into(),
+                    data: None,
+                })
+            })
+            .connect()
+            .await
+            .unwrap();
+        let all = json!({"roots": {}, "elicitation": {}, "sampling": {}});
+        assert_eq!(capabilities(&server, 2), all);
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::ServerRequest {
+                    method: "sampling/createMessage".into(),
+                    params: json!({"messages": [], "maxTokens": 1}),
+                },
+            )
+            .times(1),
+        );
+        let result = three.call_tool("tool-000", json!({})).await.unwrap();
+        let answer = &result["structuredContent"]["clientAnswer"]["error"];
+        assert_eq!(answer["code"], -1);
+        assert_eq!(answer["message"], "the user declined");
+
+        // A re-initialize after expiry declares the same.
+        server.expire_sessions();
+        three.call_tool("tool-000", json!({})).await.unwrap();
+        assert_eq!(seen(&server, "initialize").len(), 4);
+        assert_eq!(capabilities(&server, 3), all);
+        three.close().await;
+        drop((bare, two, three));
+        // The first session of `three` expired: it is not DELETEd.
+        baseline.check(&server, 3).await;
+    });
+}
