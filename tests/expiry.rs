@@ -70,7 +70,11 @@ fn an_owned_session_reinitializes_once_for_many_concurrent_404s() {
             // Absence can only be watched for: a bounded window longer than
             // the listener's reconnect backoff (100 ms).
             tokio::time::sleep(Duration::from_millis(300)).await;
-            assert_eq!(server.stats().listen_streams_open, 1, "a second GET stream appeared");
+            assert_eq!(
+                server.stats().listen_streams_open,
+                1,
+                "a second GET stream appeared"
+            );
             let released = session.close().await;
             assert!(matches!(
                 released.session,
