@@ -155,3 +155,50 @@ fn without_an_event_id_a_cut_answer_fails_at_once() {
         session.close().await;
     });
 }
+
+#[test]
+fn a_response_on_the_get_stream_reaches_the_request_waiting_for_it() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let mut connector = Connector::new(server.url());
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            assert!(
+                eventually(Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
+            );
+            // The call's own answer never comes; the server sends the
+            // response on the GET stream instead, as some servers do when a
+            // request's stream was lost.
+            server.push_fault(Fault::on_rpc("tools/call", FaultAction::Hang).times(1));
+            let call = session.call_tool("tool-001", serde_json::json!({}));
+            let deliver = async {
+                assert!(
+                    eventually(Duration::from_secs(5), || !seen(&server, "tools/call")
+                        .is_empty())
+                    .await
+                );
+                let id = seen(&server, "tools/call")[0].body.as_ref().unwrap()["id"].clone();
+                let response =
+                    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"via": "get"}});
+                assert_eq!(server.notify_listeners(&response), 1);
+            };
+            let (result, ()) =
+                tokio::join!(tokio::time::timeout(Duration::from_secs(5), call), deliver);
+            let result = result.expect("delivered, not hung").unwrap();
+            assert_eq!(result, serde_json::json!({"via": "get"}));
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

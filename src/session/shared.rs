@@ -1,13 +1,13 @@
 //! The state a session shares with its background tasks, and the exchange
 //! engine every request goes through.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use super::discovery::{Discovery, ListKind, Lister};
@@ -113,6 +113,9 @@ pub(crate) struct Shared {
     pub(crate) listen: bool,
     /// Whether a GET listener is running.
     pub(crate) listening: AtomicBool,
+    /// Requests awaiting their response, for one that arrives on another
+    /// stream (the GET stream, or another request's answer).
+    pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
     catalog: Mutex<Arc<Catalog>>,
     /// Per list kind: idle, running, or running with another run owed.
     rediscovery: [AtomicU8; 4],
@@ -151,6 +154,7 @@ impl Shared {
             ownership,
             listen,
             listening: AtomicBool::new(false),
+            pending: Mutex::default(),
             catalog: Mutex::new(Arc::new(Catalog::default())),
             rediscovery: Default::default(),
             generation: tokio::sync::Mutex::new(0),
@@ -181,7 +185,28 @@ impl Shared {
     /// stream that breaks off after an event id is resumed with
     /// `Last-Event-ID` (waiting the server's `retry`, or a bounded backoff);
     /// events a resumed stream replays are ignored.
+    ///
+    /// The response is taken wherever it arrives: on this answer, a resumed
+    /// one, the GET stream, or another request's answer.
     pub(crate) async fn exchange(
+        self: &Arc<Self>,
+        wire: &StreamableHttp,
+        request: Request,
+    ) -> Result<Value> {
+        let (deliver, delivered) = oneshot::channel();
+        lock(&self.pending).insert(request.id.clone(), deliver);
+        // Unregistered however this future ends.
+        let _pending = scopeguard::guard(request.id.clone(), |id| {
+            lock(&self.pending).remove(&id);
+        });
+        tokio::select! {
+            outcome = self.read_answer(wire, request) => outcome,
+            // A dropped sender (never, while registered) disables this arm.
+            Ok(response) = delivered => response.outcome.map_err(Error::rpc),
+        }
+    }
+
+    async fn read_answer(
         self: &Arc<Self>,
         wire: &StreamableHttp,
         request: Request,
@@ -278,7 +303,19 @@ impl Shared {
                 }
             }
             Message::Response(response) => {
-                tracing::debug!(id = ?response.id, "dropped a response to no request of ours");
+                let waiting = response
+                    .id
+                    .as_ref()
+                    .and_then(|id| lock(&self.pending).remove(id));
+                match waiting {
+                    Some(deliver) => {
+                        // The request may have just ended: then it is dropped.
+                        let _ = deliver.send(response);
+                    }
+                    None => {
+                        tracing::debug!(id = ?response.id, "dropped a response to no request of ours")
+                    }
+                }
             }
         }
     }
