@@ -205,6 +205,8 @@
 //!   with the `ring` crypto provider (built with the system C compiler, no
 //!   cmake or nasm) and the Mozilla root set from webpki-roots.
 //! - `testkit`: the fault-injecting test server.
+//! - `cli`: the `mcp-scoped-http` binary (`probe`, `call`, `churn`, `serve`,
+//!   `conformance`); enables `testkit`.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

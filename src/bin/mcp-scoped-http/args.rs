@@ -1,0 +1,189 @@
+//! The command line, parsed with clap.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcp_scoped_http::Connector;
+use mcp_scoped_http::transport::{ProtocolVersion, SessionId};
+
+use crate::Failure;
+
+/// An MCP client over Streamable HTTP with strict resource scoping.
+#[derive(Debug, Parser)]
+#[command(name = "mcp-scoped-http", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    #[command(flatten)]
+    pub(crate) common: Common,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Connect (initialize, discovery), show what the server offers and how
+    /// long each phase took, then close and show what was released. With no
+    /// URL, probes the embedded test server on 127.0.0.1.
+    Probe {
+        /// The MCP endpoint, e.g. http://127.0.0.1:8000/mcp.
+        url: Option<String>,
+    },
+    /// Connect, call one tool, print its result, close.
+    Call {
+        /// The MCP endpoint.
+        url: String,
+        /// The tool's name.
+        tool: String,
+        /// The arguments, a JSON object (default `{}`).
+        args: Option<String>,
+    },
+    /// Reconnect churn: each cycle connects (initialize, discovery), calls a
+    /// tool when asked, and closes. With no URL, churns against the embedded
+    /// test server and calls one of its tools.
+    Churn(ChurnArgs),
+    /// Run the embedded test server until interrupted (Ctrl-C).
+    Serve {
+        /// The port on 127.0.0.1 (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// How many tools it offers.
+        #[arg(long, default_value_t = 3)]
+        tools: usize,
+        /// Items per page of every list (0: no pagination).
+        #[arg(long, default_value_t = 0)]
+        page_size: usize,
+    },
+    /// The client under test for the official MCP conformance suite: acts
+    /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).
+    Conformance {
+        /// The scenario's server URL (the suite appends it).
+        url: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ChurnArgs {
+    /// The MCP endpoint (default: the embedded test server).
+    pub(crate) url: Option<String>,
+    /// How many connect/close cycles.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) cycles: usize,
+    /// How many cycles run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrency: u32,
+    /// Whether each session builds its own HTTP client or borrows one shared
+    /// client.
+    #[arg(long, value_enum, default_value_t = ClientKind::Owned)]
+    pub(crate) client: ClientKind,
+    /// A tool to call in every cycle.
+    #[arg(long)]
+    pub(crate) call: Option<String>,
+    /// The tool's arguments, a JSON object.
+    #[arg(long, requires = "call")]
+    pub(crate) args: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClientKind {
+    /// A client built for each session and dropped with it.
+    Owned,
+    /// One client shared by every session, lent to each.
+    Borrowed,
+}
+
+/// Options every command takes.
+#[derive(Clone, Debug, Args)]
+pub(crate) struct Common {
+    /// An extra request header, 'Name: value' (repeatable).
+    #[arg(long = "header", value_name = "'NAME: VALUE'", global = true)]
+    pub(crate) headers: Vec<String>,
+    /// Sends `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "TOKEN", global = true)]
+    pub(crate) bearer: Option<String>,
+    /// Attach to a session the caller owns (no initialize, no DELETE);
+    /// needs --protocol-version.
+    #[arg(long, value_name = "ID", requires = "protocol_version", global = true)]
+    pub(crate) session_id: Option<String>,
+    /// The revision of the attached session.
+    #[arg(long, value_name = "V", requires = "session_id", global = true)]
+    pub(crate) protocol_version: Option<String>,
+    /// Bound on connect and on each request, in seconds.
+    #[arg(long, value_name = "SECONDS", global = true, value_parser = parse_seconds)]
+    pub(crate) timeout: Option<Duration>,
+    /// Do not open the GET listening stream.
+    #[arg(long, global = true)]
+    pub(crate) no_listen: bool,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text:?}"))?;
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("not a positive number of seconds: {text:?}"))
+}
+
+impl Common {
+    /// A connector for `url` with the common options applied.
+    pub(crate) fn connector(&self, url: &str) -> Result<Connector, Failure> {
+        let mut connector = Connector::new(url);
+        for header in &self.headers {
+            let Some((name, value)) = header.split_once(':') else {
+                return Err(Failure::usage(format!(
+                    "--header wants 'Name: value', got {:?}",
+                    header.chars().take(40).collect::<String>()
+                )));
+            };
+            let name = name.trim();
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(Failure::usage(format!(
+                    "--header has an invalid name {:?}",
+                    name.chars().take(40).collect::<String>()
+                )));
+            }
+            if http::HeaderValue::from_str(value.trim()).is_err() {
+                // The value may be a secret: never echo it.
+                return Err(Failure::usage(format!(
+                    "--header {name:?} has an invalid value"
+                )));
+            }
+            connector = connector.header(name, value.trim());
+        }
+        if let Some(token) = &self.bearer {
+            connector = connector.bearer(token);
+        }
+        if let (Some(id), Some(version)) = (&self.session_id, &self.protocol_version) {
+            let id = SessionId::new(id.as_str())
+                .map_err(|error| Failure::usage(format!("--session-id: {error}")))?;
+            let version: ProtocolVersion = version
+                .parse()
+                .map_err(|error| Failure::usage(format!("--protocol-version: {error}")))?;
+            connector = connector.attach(id, version);
+        }
+        if self.no_listen {
+            connector = connector.listen(false);
+        }
+        if let Some(timeout) = self.timeout {
+            connector = connector
+                .request_timeout(Some(timeout))
+                .delete_timeout(timeout);
+        }
+        Ok(connector)
+    }
+}
+
+/// Parses a JSON object argument.
+pub(crate) fn json_object(what: &str, text: Option<&str>) -> Result<serde_json::Value, Failure> {
+    let Some(text) = text else {
+        return Ok(serde_json::json!({}));
+    };
+    match serde_json::from_str(text) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+        Ok(_) => Err(Failure::usage(format!("{what} must be a JSON object"))),
+        Err(error) => Err(Failure::usage(format!("{what} is not valid JSON: {error}"))),
+    }
+}

@@ -1,0 +1,121 @@
+//! `mcp-scoped-http`: probe, call, churn and serve MCP servers over
+//! Streamable HTTP from the shell, and act as the client under test for the
+//! official MCP conformance suite.
+//!
+//! Exit status: 0 on success, 1 when the server or the protocol failed (the
+//! message names the HTTP status or JSON-RPC code and the phase), 2 for a
+//! usage error.
+
+/// `println!` that never panics: a closed stdout (`| head`) is ignored, so
+/// the session is still closed properly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+mod args;
+mod churn;
+mod commands;
+mod conformance;
+mod phase;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+/// Why the tool stopped early.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Bad arguments (exit status 2).
+    Usage(String),
+    /// The server or the protocol failed (exit status 1).
+    Server(String),
+}
+
+impl Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Failure::Usage(message.into())
+    }
+
+    pub(crate) fn server(message: impl Into<String>) -> Self {
+        Failure::Server(message.into())
+    }
+
+    /// A library error during `phase`, with what it says about the HTTP
+    /// status or JSON-RPC code.
+    pub(crate) fn at(phase: phase::Phase, error: &mcp_scoped_http::Error) -> Self {
+        let mut message = format!("{phase} failed: {error}");
+        // The causes below the library's own words ("connection refused").
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !message.contains(&cause_text) {
+                message.push_str(": ");
+                message.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        Failure::Server(message)
+    }
+}
+
+pub(crate) type Outcome = Result<(), Failure>;
+
+fn main() -> ExitCode {
+    // Never a backtrace: a bug still ends with one line on stderr.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        eprintln!("mcp-scoped-http: internal error: {message}");
+    }));
+
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("mcp-scoped-http: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        let outcome = match cli.command {
+            Command::Probe { url } => commands::probe(url, &cli.common).await,
+            Command::Call { url, tool, args } => {
+                commands::call(&url, &tool, args.as_deref(), &cli.common).await
+            }
+            Command::Churn(options) => churn::run(options, &cli.common).await,
+            Command::Serve {
+                port,
+                tools,
+                page_size,
+            } => commands::serve(port, tools, page_size).await,
+            Command::Conformance { url } => conformance::run(&url, &cli.common).await,
+        };
+        // Let pending DELETEs (handed to the reaper) reach their servers.
+        mcp_scoped_http::shutdown().await;
+        outcome
+    });
+    drop(runtime);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("mcp-scoped-http: usage error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Server(message)) => {
+            eprintln!("mcp-scoped-http: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,360 @@
+#![cfg(feature = "cli")]
+//! The command line tool, run as a process: output, exit status, and what
+//! the server saw.
+
+use std::process::{Command, Output};
+
+use mcp_scoped_http::Connector;
+use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+use mcp_scoped_http::transport::ProtocolVersion;
+use serde_json::Value;
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(args)
+        .env_remove("MCP_CONFORMANCE_SCENARIO")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run mcp-scoped-http")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(output: &Output, code: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+    let err = stderr(output);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("backtrace"), "{err}");
+}
+
+#[test]
+fn probe_without_url_uses_the_embedded_server() {
+    let output = cli(&["probe"]);
+    assert_exit(&output, 0);
+    let out = stdout(&output);
+    for expected in [
+        "mcp-scoped-http-testkit",
+        "2025-11-25",
+        "session id issued: yes",
+        "tool-000",
+        "tool-004",
+        "prompt-000",
+        "file:///r/000",
+        "discovery",
+        "DELETE answered 200",
+        "0 owned client(s)",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn probe_json_is_one_object_with_every_field() {
+    let output = cli(&["probe", "--json"]);
+    assert_exit(&output, 0);
+    let probe: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    assert_eq!(probe["server"]["name"], "mcp-scoped-http-testkit");
+    assert_eq!(probe["protocolVersion"], "2025-11-25");
+    assert_eq!(probe["sessionIssued"], true);
+    let tools: Vec<&str> = probe["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    // Five tools on pages of two: every page was read.
+    assert_eq!(
+        tools,
+        ["tool-000", "tool-001", "tool-002", "tool-003", "tool-004"]
+    );
+    assert_eq!(probe["prompts"].as_array().expect("prompts").len(), 2);
+    assert_eq!(probe["resources"].as_array().expect("resources").len(), 2);
+    assert_eq!(
+        probe["resourceTemplates"]
+            .as_array()
+            .expect("templates")
+            .len(),
+        1
+    );
+    for phase in ["initializeMicros", "initializedMicros", "discoveryMicros"] {
+        assert!(probe["timings"][phase].is_u64(), "{phase}: {probe}");
+    }
+    assert_eq!(probe["released"]["session"], "deleted");
+    assert_eq!(probe["released"]["deleteStatus"], 200);
+    assert_eq!(probe["released"]["ownedClientReleased"], true);
+    let ledger = probe["ledger"].as_object().expect("ledger");
+    for field in [
+        "hooks",
+        "ownedClients",
+        "tasks",
+        "ownedSessions",
+        "pendingReaps",
+    ] {
+        assert_eq!(ledger[field], 0, "{field} after close: {probe}");
+    }
+}
+
+#[test]
+fn call_prints_the_result_and_sends_the_headers() {
+    let server = TestServer::start(ServerConfig::default());
+    let output = cli(&[
+        "call",
+        &server.url(),
+        "tool-001",
+        r#"{"text":"hello from the shell"}"#,
+        "--header",
+        "X-Probe: yes",
+        "--bearer",
+        "secret-token",
+    ]);
+    assert_exit(&output, 0);
+    let out = stdout(&output);
+    assert!(out.contains("tool-001"), "{out}");
+    assert!(out.contains("hello from the shell"), "{out}");
+    let requests = server.requests();
+    let call = requests
+        .iter()
+        .find(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .expect("a tools/call");
+    assert_eq!(call.header("x-probe"), Some("yes"));
+    assert_eq!(call.header("authorization"), Some("Bearer secret-token"));
+    assert_eq!(server.stats().deletes, 1);
+    assert_eq!(server.stats().live_sessions, 0);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["call", "http://127.0.0.1:9/mcp"][..],
+        &["churn", "--cycles", "many"],
+        &["probe", "--no-such-option"],
+        &["probe", "--session-id", "abc"],
+        &["call", "http://127.0.0.1:9/mcp", "tool", "[1, 2]"],
+        &[
+            "call",
+            "http://127.0.0.1:9/mcp",
+            "tool",
+            "--header",
+            "no colon",
+        ],
+        &["bogus-command"],
+    ] {
+        let output = cli(args);
+        assert_exit(&output, 2);
+        assert!(!stderr(&output).is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn unknown_conformance_scenario_is_a_usage_error() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["conformance", "http://127.0.0.1:9/mcp"])
+        .env("MCP_CONFORMANCE_SCENARIO", "no-such-scenario")
+        .output()
+        .expect("run");
+    assert_exit(&output, 2);
+    assert!(stderr(&output).contains("no-such-scenario"));
+}
+
+#[test]
+fn server_failures_exit_1_naming_the_status_and_the_phase() {
+    let cases = [
+        (
+            Fault::on_rpc("initialize", FaultAction::status(500)),
+            "initialize",
+            "500",
+        ),
+        (
+            Fault::on_rpc("tools/list", FaultAction::status(503)),
+            "discovery",
+            "503",
+        ),
+        (
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::status_with_rpc_error(400, -32602, "bad arguments"),
+            ),
+            "call",
+            "-32602",
+        ),
+    ];
+    for (fault, phase, code) in cases {
+        let server = TestServer::start(ServerConfig::default().with_fault(fault));
+        let output = cli(&["call", &server.url(), "tool-000", "{}"]);
+        assert_exit(&output, 1);
+        let err = stderr(&output);
+        assert!(err.contains(&format!("{phase} failed")), "{phase}: {err}");
+        assert!(err.contains(code), "{code}: {err}");
+        assert_eq!(
+            server.stats().live_sessions,
+            0,
+            "{phase}: the session was left behind"
+        );
+    }
+
+    // Nothing listening at all: the connect phase.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let output = cli(&["probe", &format!("http://127.0.0.1:{port}/mcp")]);
+    assert_exit(&output, 1);
+    assert!(
+        stderr(&output).contains("connect failed"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn churn_json_reports_rates_and_returns_to_its_baseline() {
+    let output = cli(&["churn", "--cycles", "20", "--concurrency", "2", "--json"]);
+    assert_exit(&output, 0);
+    let churn: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    assert_eq!(churn["cycles"], 20);
+    for field in [
+        "seconds",
+        "cyclesPerSecond",
+        "p50Micros",
+        "p99Micros",
+        "tasksBefore",
+        "tasksAfter",
+        "fdsBefore",
+        "fdsAfter",
+    ] {
+        assert!(churn[field].is_number(), "{field}: {churn}");
+    }
+    assert!(
+        churn["p50Micros"].as_u64() <= churn["p99Micros"].as_u64(),
+        "{churn}"
+    );
+    let (before, after) = (churn["tasksBefore"].as_u64(), churn["tasksAfter"].as_u64());
+    assert!(after <= before.map(|n| n + 1), "tasks leaked: {churn}");
+    let (before, after) = (churn["fdsBefore"].as_u64(), churn["fdsAfter"].as_u64());
+    assert!(
+        after <= before.map(|n| n + 2),
+        "descriptors leaked: {churn}"
+    );
+}
+
+#[test]
+fn churn_with_a_borrowed_client_against_a_url() {
+    let server = TestServer::start(ServerConfig::default());
+    let output = cli(&[
+        "churn",
+        &server.url(),
+        "--cycles",
+        "10",
+        "--client",
+        "borrowed",
+        "--call",
+        "tool-002",
+        "--args",
+        r#"{"text":"x"}"#,
+    ]);
+    assert_exit(&output, 0);
+    assert!(stdout(&output).contains("10 cycles"), "{}", stdout(&output));
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .count();
+    assert_eq!(calls, 10);
+    assert_eq!(server.stats().sessions_created, 10);
+    assert_eq!(server.stats().deletes, 10);
+}
+
+#[tokio::test]
+async fn attach_sends_no_initialize_and_no_delete() {
+    let server = TestServer::start(ServerConfig::default());
+    let owner = Connector::new(server.url())
+        .listen(false)
+        .connect()
+        .await
+        .expect("the owner's session");
+    let id = owner.session_id().expect("a session id");
+    server.clear_requests();
+
+    let url = server.url();
+    let id_text = id.expose().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        cli(&[
+            "call",
+            &url,
+            "tool-000",
+            r#"{"text":"attached"}"#,
+            "--session-id",
+            &id_text,
+            "--protocol-version",
+            ProtocolVersion::V2025_11_25.as_str(),
+        ])
+    })
+    .await
+    .expect("the CLI ran");
+    assert_exit(&output, 0);
+    assert!(stdout(&output).contains("attached"), "{}", stdout(&output));
+
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.rpc_method.as_deref() != Some("initialize")),
+        "an attached session was initialized"
+    );
+    assert!(
+        requests.iter().all(|r| r.method != http::Method::DELETE),
+        "an attached session was deleted"
+    );
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.rpc_method.is_some())
+            .all(|r| r.header("mcp-session-id") == Some(id.expose())),
+        "a request without the attached session id"
+    );
+    assert_eq!(server.stats().deletes, 0);
+    assert_eq!(server.stats().live_sessions, 1);
+
+    // The session is still the owner's, alive and usable.
+    owner
+        .call_tool("tool-000", serde_json::json!({"text": "still mine"}))
+        .await
+        .expect("the owner's session still works");
+    owner.close().await;
+    assert_eq!(server.stats().deletes, 1);
+}
+
+#[test]
+fn timeout_bounds_connect_and_calls() {
+    for (fault, phase) in [
+        (Fault::on_rpc("initialize", FaultAction::Hang), "initialize"),
+        (Fault::on_rpc("tools/call", FaultAction::Hang), "call"),
+    ] {
+        let server = TestServer::start(ServerConfig::default().with_fault(fault));
+        let started = std::time::Instant::now();
+        let output = cli(&["call", &server.url(), "tool-000", "--timeout", "0.5"]);
+        assert_exit(&output, 1);
+        let err = stderr(&output);
+        assert!(err.contains(&format!("{phase} failed")), "{err}");
+        assert!(
+            err.contains("timed out") || err.contains("no response"),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        // Even a session whose initialize hung is not left behind.
+        assert_eq!(server.stats().live_sessions, 0, "{phase}");
+    }
+}

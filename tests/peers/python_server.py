@@ -1,0 +1,131 @@
+"""An MCP server on the official Python SDK (PyPI `mcp`, 1.x: FastMCP), a peer
+for tests/interop.rs. Streamable HTTP on 127.0.0.1, endpoint /mcp, with the
+SDK's default DNS-rebinding protection (Host must be 127.0.0.1:*, no foreign
+Origin).
+
+    python_server.py --port P --mode stateful|stateless|json|paginated
+
+- stateful: sessions (an Mcp-Session-Id), SSE answers.
+- stateless: no session id; DELETE is answered 405.
+- json: sessions, answers as application/json.
+- paginated: stateful, plus filler tools, and the low-level `tools/list`
+  handler replaced by one that serves PAGE_SIZE tools per page with
+  `nextCursor` (FastMCP never paginates by itself).
+
+Tools: `echo`, `add`, `count_down` (sends a progress notification per step
+when the request carries a progressToken).
+
+Prints `LISTENING <port>` once the app is up and `SEEN <METHOD> <path>
+<status> <content-type>` for every HTTP exchange, so the test can check what
+it saw.
+"""
+
+import argparse
+import sys
+
+import anyio
+import uvicorn
+from mcp import types
+from mcp.server.fastmcp import Context, FastMCP
+
+PAGE_SIZE = 3
+FILLERS = 5
+
+
+def build(mode: str) -> FastMCP:
+    mcp = FastMCP(
+        "python-peer",
+        host="127.0.0.1",
+        streamable_http_path="/mcp",
+        stateless_http=(mode == "stateless"),
+        json_response=(mode == "json"),
+        log_level="WARNING",
+    )
+
+    @mcp.tool()
+    def echo(text: str) -> str:
+        """Echoes the text back."""
+        return text
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Adds two integers."""
+        return a + b
+
+    @mcp.tool()
+    async def count_down(steps: int, ctx: Context) -> str:
+        """Sends `steps` progress notifications, then answers."""
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step}")
+            await anyio.sleep(0.02)
+        return f"counted {steps}"
+
+    if mode == "paginated":
+        def filler(i: int):
+            def tool() -> str:
+                return f"filler {i}"
+
+            return tool
+
+        for i in range(FILLERS):
+            mcp.add_tool(filler(i), name=f"filler_{i}", description="A filler tool.")
+
+        async def paged(request: types.ListToolsRequest) -> types.ListToolsResult:
+            tools = await mcp.list_tools()
+            if request is None:
+                # The SDK's own lookup (to validate a tools/call): all of them.
+                return types.ListToolsResult(tools=tools)
+            cursor = request.params.cursor if request.params else None
+            start = int(cursor) if cursor else 0
+            end = start + PAGE_SIZE
+            return types.ListToolsResult(
+                tools=tools[start:end],
+                nextCursor=str(end) if end < len(tools) else None,
+            )
+
+        mcp._mcp_server.list_tools()(paged)
+
+    return mcp
+
+
+def logged(app):
+    """An ASGI wrapper printing every HTTP exchange's method, path and status."""
+
+    async def wrapper(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+
+        async def send_logged(message):
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers") or [])
+                kind = headers.get(b"content-type", b"-").decode().split(";")[0]
+                print(f"SEEN {scope['method']} {scope['path']} {message['status']} {kind}", flush=True)
+            await send(message)
+
+        await app(scope, receive, send_logged)
+
+    return wrapper
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", choices=["stateful", "stateless", "json", "paginated"], default="stateful")
+    args = parser.parse_args()
+    app = logged(build(args.mode).streamable_http_app())
+    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
+    server = uvicorn.Server(config)
+
+    async def serve():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                await anyio.sleep(0.02)
+            print(f"LISTENING {args.port}", flush=True)
+
+    anyio.run(serve)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
