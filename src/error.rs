@@ -36,6 +36,33 @@ struct Inner {
     source: Option<BoxError>,
     cleanup: Vec<Error>,
     session_expired: bool,
+    phase: Option<ConnectPhase>,
+}
+
+/// The step of [`Connector::connect`](crate::Connector::connect) an error
+/// came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ConnectPhase {
+    /// Reaching the server at all: nothing came back.
+    Connect,
+    /// `initialize` and the version negotiation.
+    Initialize,
+    /// `notifications/initialized`.
+    Initialized,
+    /// Listing tools, prompts, resources and templates.
+    Discovery,
+}
+
+impl fmt::Display for ConnectPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConnectPhase::Connect => "connect",
+            ConnectPhase::Initialize => "initialize",
+            ConnectPhase::Initialized => "initialized",
+            ConnectPhase::Discovery => "discovery",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +102,7 @@ impl Error {
                 source: None,
                 cleanup: Vec::new(),
                 session_expired: false,
+                phase: None,
             }),
         }
     }
@@ -144,6 +172,19 @@ impl Error {
 
     pub(crate) fn delete_timeout(after: std::time::Duration) -> Self {
         Error::new(Kind::Timeout).with_message(format!("the DELETE took longer than {after:?}"))
+    }
+
+    /// Notes the connect step this error came from (the first one noted
+    /// stays).
+    pub(crate) fn in_phase(mut self, phase: ConnectPhase) -> Self {
+        self.inner.phase.get_or_insert(phase);
+        self
+    }
+
+    pub(crate) fn connect_timeout(after: std::time::Duration, phase: ConnectPhase) -> Self {
+        Error::new(Kind::Timeout)
+            .with_message(format!("connect took longer than {after:?}"))
+            .in_phase(phase)
     }
 
     pub(crate) fn request_timeout(after: std::time::Duration) -> Self {
@@ -261,6 +302,12 @@ impl Error {
         self.inner.www_authenticate.as_deref()
     }
 
+    /// The step of `connect` this error came from, for an error of
+    /// [`Connector::connect`](crate::Connector::connect).
+    pub fn connect_phase(&self) -> Option<ConnectPhase> {
+        self.inner.phase
+    }
+
     /// Cleanup steps that failed after this error (for example the DELETE of
     /// a session whose connect failed). The error itself is the first cause.
     pub fn cleanup_errors(&self) -> &[Error] {
@@ -322,6 +369,9 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("mcp_scoped_http::Error");
         d.field("kind", &self.inner.kind);
+        if let Some(phase) = self.inner.phase {
+            d.field("phase", &phase);
+        }
         if let Some(status) = self.inner.status {
             d.field("status", &status);
         }

@@ -223,7 +223,7 @@ pub mod testkit;
 pub mod transport;
 
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
-pub use error::{Error, Result};
+pub use error::{ConnectPhase, Error, Result};
 pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};
 pub use session::{Catalog, Connector, Discovery, Session, SessionInfo, SessionOwnership};

@@ -115,3 +115,61 @@ fn a_dropped_session_is_deleted_by_the_reaper() {
         }
     });
 }
+
+#[test]
+fn connect_errors_name_the_step_they_came_from() {
+    use mcp_scoped_http::ConnectPhase;
+    scenario(async {
+        let cases = [
+            ("initialize", ConnectPhase::Initialize),
+            ("notifications/initialized", ConnectPhase::Initialized),
+            ("tools/list", ConnectPhase::Discovery),
+        ];
+        for (method, step) in cases {
+            let server = catalog_server();
+            server.push_fault(Fault::on_rpc(method, FaultAction::status(500)));
+            let error = Connector::new(server.url()).connect().await.unwrap_err();
+            assert_eq!(error.connect_phase(), Some(step), "{method}: {error}");
+            assert_eq!(
+                error.status(),
+                Some(http::StatusCode::INTERNAL_SERVER_ERROR)
+            );
+        }
+        let refused = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/mcp", listener.local_addr().unwrap())
+        };
+        let error = Connector::new(refused).connect().await.unwrap_err();
+        assert_eq!(
+            error.connect_phase(),
+            Some(ConnectPhase::Connect),
+            "{error}"
+        );
+    });
+}
+
+#[test]
+fn a_connect_timeout_names_its_step_and_unwinds_before_returning() {
+    use mcp_scoped_http::ConnectPhase;
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = catalog_server();
+            server.push_fault(Fault::on_rpc("tools/list", FaultAction::Hang));
+            let caller = Caller::new();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let mut connector = Connector::new(server.url())
+                .connect_timeout(Some(std::time::Duration::from_millis(200)));
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let error = connector.connect().await.unwrap_err();
+            assert!(error.is_timeout(), "{error}");
+            assert_eq!(error.connect_phase(), Some(ConnectPhase::Discovery));
+            // DELETEd inline, before connect returned: no reaper needed.
+            assert_eq!(server.stats().deletes, 1);
+            assert_eq!(server.stats().live_sessions, 0);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

@@ -2,6 +2,7 @@
 //! guard stack under every step.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -14,7 +15,7 @@ use super::listener;
 use super::shared::{Resumption, Shared, negotiated};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
-use crate::error::{Error, Result};
+use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId};
 use crate::origin::Origin;
 use crate::scope::{GuardStack, cleanup_errors};
@@ -53,6 +54,7 @@ pub struct Connector {
     listen: Option<bool>,
     discovery: Discovery,
     delete_timeout: Duration,
+    connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     resumption: Resumption,
     handlers: Handlers,
@@ -72,6 +74,7 @@ impl Connector {
             listen: None,
             discovery: Discovery::default(),
             delete_timeout: Duration::from_secs(5),
+            connect_timeout: None,
             request_timeout: Some(Duration::from_secs(60)),
             resumption: Resumption::default(),
             handlers: Handlers::default(),
@@ -141,8 +144,20 @@ impl Connector {
         self
     }
 
-    /// The default timeout of a session's requests (not of connect: bound
-    /// that with `tokio::time::timeout`). Default: 60 s; `None`: none.
+    /// A bound on the whole of `connect`, from the first byte to the end of
+    /// discovery. When it passes, connect unwinds as on any failure (a
+    /// session already created is DELETEd before it returns) and fails with
+    /// [`Error::is_timeout`], naming the step it was in
+    /// ([`Error::connect_phase`]). Default: none (the caller may also drop the
+    /// future; then the reaper does the DELETE).
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The default timeout of a session's requests (not of connect: see
+    /// [`connect_timeout`](Self::connect_timeout)). Default: 60 s; `None`:
+    /// none.
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = timeout;
         self
@@ -214,7 +229,16 @@ impl Connector {
             // Declared first so that it is dropped last, after every handle
             // the steps below hold.
             let mut stack = GuardStack::new(counters);
-            match self.establish(&mut stack).await {
+            let phase = PhaseCell::default();
+            let limit = self.connect_timeout;
+            let established = self.establish(&mut stack, &phase);
+            let outcome = match limit {
+                None => established.await,
+                Some(limit) => tokio::time::timeout(limit, established)
+                    .await
+                    .unwrap_or_else(|_| Err(Error::connect_timeout(limit, phase.get()))),
+            };
+            match outcome {
                 Ok(established) => Ok(Session::new(established, stack)),
                 Err(error) => {
                     let released = stack.unwind().await;
@@ -227,7 +251,7 @@ impl Connector {
         .await
     }
 
-    async fn establish(self, stack: &mut GuardStack) -> Result<Established> {
+    async fn establish(self, stack: &mut GuardStack, phase: &PhaseCell) -> Result<Established> {
         let mut timings = Timings::default();
         let (client, client_ownership) = match self.client {
             Some(client) => (client, Ownership::Borrowed),
@@ -263,6 +287,7 @@ impl Connector {
                 // Before the first await that can create it: a session id
                 // that arrives just before a cancellation is still DELETEd.
                 stack.push_server_session(wire.clone(), self.delete_timeout);
+                phase.set(ConnectPhase::Initialize);
                 let started = Instant::now();
                 first_ids += 1;
                 let init = stack
@@ -276,19 +301,31 @@ impl Connector {
                         })),
                     })
                     .instrument(tracing::debug_span!("mcp.initialize"))
-                    .await?
+                    .await
+                    .map_err(|error| {
+                        // Nothing came back at all: the server was not reached.
+                        let step = if error.is_transport() {
+                            ConnectPhase::Connect
+                        } else {
+                            ConnectPhase::Initialize
+                        };
+                        error.in_phase(step)
+                    })?
                     .result;
-                let version = negotiated(&init)?;
+                let version =
+                    negotiated(&init).map_err(|e| e.in_phase(ConnectPhase::Initialize))?;
                 wire.set_protocol_version(version);
                 timings.initialize = started.elapsed();
 
+                phase.set(ConnectPhase::Initialized);
                 let started = Instant::now();
                 wire.post(&Message::Notification(Notification {
                     method: "notifications/initialized".into(),
                     params: None,
                 }))
                 .instrument(tracing::debug_span!("mcp.initialized"))
-                .await?;
+                .await
+                .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
                 timings.initialized = started.elapsed();
                 (version, Some(init))
             }
@@ -318,9 +355,12 @@ impl Connector {
             listener::spawn(&shared);
         }
 
+        phase.set(ConnectPhase::Discovery);
         let started = Instant::now();
         let server_capabilities = init.as_ref().map(|init| &init["capabilities"]);
-        let catalog = discover(&shared, &wire, server_capabilities).await?;
+        let catalog = discover(&shared, &wire, server_capabilities)
+            .await
+            .map_err(|e| e.in_phase(ConnectPhase::Discovery))?;
         shared.set_catalog(catalog);
         timings.discovery = started.elapsed();
 
@@ -345,6 +385,28 @@ impl Connector {
             notifications,
             request_timeout: self.request_timeout,
         })
+    }
+}
+
+/// The connect step in progress, for a connect timeout to name.
+#[derive(Default)]
+struct PhaseCell(AtomicU8);
+
+impl PhaseCell {
+    const STEPS: [ConnectPhase; 4] = [
+        ConnectPhase::Connect,
+        ConnectPhase::Initialize,
+        ConnectPhase::Initialized,
+        ConnectPhase::Discovery,
+    ];
+
+    fn set(&self, phase: ConnectPhase) {
+        let index = Self::STEPS.iter().position(|p| *p == phase).unwrap_or(0);
+        self.0.store(index as u8, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> ConnectPhase {
+        Self::STEPS[usize::from(self.0.load(Ordering::Relaxed))]
     }
 }
 

@@ -1,17 +1,13 @@
-//! Which phase of a session an error came from.
-//!
-//! The library names its phases in tracing spans (`mcp.initialize`,
-//! `mcp.initialized`, `mcp.discover`); a tiny subscriber scoped to one
-//! connect future notes the last phase begun, so a failed connect can say
-//! whether initialize or discovery failed.
+//! Which phase of a session an error came from: the library names the step
+//! of connect ([`Error::connect_phase`]); calls and close are the CLI's own.
+//! Also a watch on the listener's GET, for one conformance scenario.
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use mcp_scoped_http::{Connector, Error, Session};
-use tracing::instrument::WithSubscriber;
+use mcp_scoped_http::{ConnectPhase, Connector, Error, Session};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
@@ -40,78 +36,34 @@ impl fmt::Display for Phase {
     }
 }
 
-/// Notes the furthest phase whose span was created.
-struct Tracker {
-    reached: Arc<AtomicU8>,
-    ids: AtomicU64,
-}
-
-impl Subscriber for Tracker {
-    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if metadata.is_span() {
-            Interest::sometimes()
-        } else {
-            Interest::never()
+impl Phase {
+    /// The CLI's name for a step of the library's connect.
+    fn of(step: Option<ConnectPhase>) -> Phase {
+        match step {
+            Some(ConnectPhase::Initialize | ConnectPhase::Initialized) => Phase::Initialize,
+            Some(ConnectPhase::Discovery) => Phase::Discovery,
+            _ => Phase::Connect,
         }
     }
-
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.is_span()
-    }
-
-    fn new_span(&self, span: &Attributes<'_>) -> Id {
-        let phase = match span.metadata().name() {
-            "mcp.initialize" | "mcp.initialized" => Some(Phase::Initialize),
-            "mcp.discover" => Some(Phase::Discovery),
-            _ => None,
-        };
-        if let Some(phase) = phase {
-            self.reached.fetch_max(phase as u8, Ordering::Relaxed);
-        }
-        Id::from_u64(self.ids.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, _: &Event<'_>) {}
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
 }
 
 /// Runs `connector.connect()`, bounded by `timeout`, and on failure names
-/// the phase: `connect` when the server could not be reached at all,
-/// otherwise the last phase begun (initialize or discovery).
+/// the step it failed in, as the library reports it: `connect` when the
+/// server could not be reached at all, else initialize or discovery.
 pub(crate) async fn connect(
     connector: Connector,
     timeout: Option<std::time::Duration>,
 ) -> Result<Session, Failure> {
-    let reached = Arc::new(AtomicU8::new(Phase::Connect as u8));
-    let tracker = Tracker {
-        reached: reached.clone(),
-        ids: AtomicU64::new(0),
+    let connector = connector.connect_timeout(timeout);
+    let connector = match timeout {
+        // The DELETE of a half-made session is bounded by the same budget.
+        Some(limit) => connector.delete_timeout(limit),
+        None => connector,
     };
-    let outcome = bounded(timeout, connector.connect().with_subscriber(tracker)).await;
-    let phase = match reached.load(Ordering::Relaxed) {
-        1 => Phase::Initialize,
-        2 => Phase::Discovery,
-        _ => Phase::Connect,
-    };
-    match outcome {
-        Some(Ok(session)) => Ok(session),
-        Some(Err(error)) => {
-            let phase = if error.is_transport() && phase == Phase::Initialize {
-                // Nothing came back from the server at all.
-                Phase::Connect
-            } else {
-                phase
-            };
-            Err(Failure::at(phase, &error))
-        }
-        None => Err(Failure::server(format!(
-            "{phase} failed: timed out after {:?}",
-            timeout.unwrap_or_default()
-        ))),
-    }
+    connector
+        .connect()
+        .await
+        .map_err(|error| Failure::at(Phase::of(error.connect_phase()), &error))
 }
 
 /// `future` within `timeout`, if any; `None` when it ran out.
