@@ -71,10 +71,7 @@ const MAX_POLLS: usize = 2_000;
 fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = slow_server();
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(slow_server()).await;
             let caller = borrowed.then_some(&caller);
 
             let mut completed_at = None;

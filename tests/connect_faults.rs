@@ -28,10 +28,7 @@ struct World {
 
 impl World {
     async fn new(config: ServerConfig) -> World {
-        let server = TestServer::start(config);
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(config)).await;
         World {
             server,
             caller,

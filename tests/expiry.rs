@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use http::Method;
 use mcp_scoped_http::Connector;
-use support::baseline::{Baseline, Caller};
 use support::*;
 
 #[test]
 fn an_owned_session_reinitializes_once_for_many_concurrent_404s() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let mut connector = Connector::new(server.url()).bearer("expiry");
             if borrowed {
                 connector = connector.client(caller.client.clone());
@@ -91,10 +90,8 @@ fn an_owned_session_reinitializes_once_for_many_concurrent_404s() {
 #[test]
 fn a_second_404_right_after_reinitializing_is_an_error_not_a_loop() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default());
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) =
+            support::baseline::scene(TestServer::start(ServerConfig::default())).await;
         let session = Connector::new(server.url())
             .client(caller.client.clone())
             .connect()
@@ -117,10 +114,8 @@ fn a_second_404_right_after_reinitializing_is_an_error_not_a_loop() {
 #[test]
 fn an_attached_session_reports_expiry_and_is_not_replaced() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default());
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) =
+            support::baseline::scene(TestServer::start(ServerConfig::default())).await;
         // The caller's own session, which it will lend by id.
         let owner = Connector::new(server.url())
             .listen(false)

@@ -220,10 +220,8 @@ fn sessions_sharing_a_borrowed_client_each_send_only_their_own_headers() {
 fn a_provider_hook_is_asked_per_request_and_its_failure_fails_only_that_request() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default());
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
 
             let asked = Arc::new(AtomicUsize::new(0));
             let failing = Arc::new(AtomicBool::new(false));
@@ -374,10 +372,10 @@ fn hook_values_never_show_in_debug_or_errors() {
 #[test]
 fn closing_one_session_mid_request_of_another_breaks_neither() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+            ServerConfig::default().with_listen(ListenMode::Open),
+        ))
+        .await;
 
         let a = session_on(&caller, &server, "a").await;
         let b = session_on(&caller, &server, "b").await;

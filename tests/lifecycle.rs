@@ -22,10 +22,7 @@ fn catalog_server() -> TestServer {
 fn connect_discovers_everything_and_close_releases_everything() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = catalog_server();
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(catalog_server()).await;
 
             let mut connector = Connector::new(server.url()).bearer("secret-token");
             if borrowed {
@@ -95,10 +92,7 @@ fn connect_discovers_everything_and_close_releases_everything() {
 fn a_dropped_session_is_deleted_by_the_reaper() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = catalog_server();
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(catalog_server()).await;
             let mut connector = Connector::new(server.url()).bearer("secret-token");
             if borrowed {
                 connector = connector.client(caller.client.clone());

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use mcp_scoped_http::{Catalog, Connector, Session};
-use support::baseline::{Baseline, Caller};
+use support::baseline::Caller;
 use support::*;
 
 const BORROWED: [bool; 2] = [false, true];
@@ -46,10 +46,10 @@ fn listed(server: &TestServer, method: &str) -> usize {
 fn a_tools_list_changed_updates_the_catalog() {
     scenario(async {
         for borrowed in BORROWED {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let session = open(&server, &caller, borrowed).await;
             assert_eq!(session.catalog().tools.len(), 3);
             server.set_tools(5);
@@ -82,10 +82,10 @@ fn a_tools_list_changed_updates_the_catalog() {
 fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
     scenario(async {
         for borrowed in BORROWED {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let session = open(&server, &caller, borrowed).await;
             let before = listed(&server, "tools/list");
             server.push_fault(Fault::on_rpc(
@@ -150,15 +150,13 @@ fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
 fn a_failed_rediscovery_keeps_the_previous_catalog_whole() {
     scenario(async {
         for borrowed in BORROWED {
-            let server = TestServer::start(
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
                 ServerConfig::default()
                     .with_listen(ListenMode::Open)
                     .with_tools(6)
                     .with_page_size(2),
-            );
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            ))
+            .await;
             let session = open(&server, &caller, borrowed).await;
             let previous = session.catalog();
             assert_eq!(previous.tools.len(), 6);
@@ -207,10 +205,10 @@ fn a_failed_rediscovery_keeps_the_previous_catalog_whole() {
 fn a_prompts_list_changed_relists_prompts_only() {
     scenario(async {
         for borrowed in BORROWED {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let session = open(&server, &caller, borrowed).await;
             let previous = session.catalog();
             assert_eq!(previous.prompts.len(), 2);

@@ -8,7 +8,6 @@ use std::time::Duration;
 use http::Method;
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::session::Resumption;
-use support::baseline::{Baseline, Caller};
 use support::*;
 
 /// The GETs that resumed an answer (the listener's own GET carries no
@@ -28,10 +27,7 @@ fn sse_server() -> TestServer {
 fn a_cut_answer_is_resumed_and_delivered_once() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = sse_server();
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(sse_server()).await;
             let mut connector = Connector::new(server.url()).bearer("resume");
             if borrowed {
                 connector = connector.client(caller.client.clone());
@@ -68,10 +64,7 @@ fn a_cut_answer_is_resumed_and_delivered_once() {
 #[test]
 fn resumption_attempts_are_capped() {
     scenario(async {
-        let server = sse_server();
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) = support::baseline::scene(sse_server()).await;
         let session = Connector::new(server.url())
             .client(caller.client.clone())
             // Only the request's own resumptions reach the GET fault.
@@ -160,10 +153,10 @@ fn without_an_event_id_a_cut_answer_fails_at_once() {
 fn a_response_on_the_get_stream_reaches_the_request_waiting_for_it() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let mut connector = Connector::new(server.url());
             if borrowed {
                 connector = connector.client(caller.client.clone());

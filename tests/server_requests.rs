@@ -11,7 +11,7 @@ use std::time::Duration;
 use mcp_scoped_http::jsonrpc::ErrorObject;
 use mcp_scoped_http::{Connector, Session};
 use serde_json::{Value, json};
-use support::baseline::{Baseline, Caller};
+use support::baseline::Caller;
 use support::*;
 
 const PROMPT: Duration = Duration::from_secs(5);
@@ -85,10 +85,8 @@ fn capabilities(server: &TestServer, index: usize) -> Value {
 fn f23_server_requests_on_a_posts_stream_are_answered_with_the_session_headers() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default());
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
             let session = handled(&server, borrowed.then_some(&caller))
                 .connect()
                 .await
@@ -129,10 +127,10 @@ fn f23_server_requests_on_a_posts_stream_are_answered_with_the_session_headers()
 fn f23_server_requests_on_the_get_stream_are_answered_with_the_session_headers() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let session = handled(&server, borrowed.then_some(&caller))
                 .connect()
                 .await
@@ -166,10 +164,10 @@ fn f23_server_requests_on_the_get_stream_are_answered_with_the_session_headers()
 #[test]
 fn f23_without_a_handler_a_server_request_gets_method_not_found() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+            ServerConfig::default().with_listen(ListenMode::Open),
+        ))
+        .await;
         let session = Connector::new(server.url())
             .bearer("f23")
             .client(caller.client.clone())
@@ -241,10 +239,8 @@ fn f23_without_a_handler_a_server_request_gets_method_not_found() {
 #[test]
 fn f23_capabilities_follow_the_handlers() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default());
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) =
+            support::baseline::scene(TestServer::start(ServerConfig::default())).await;
 
         // No handler: no capability.
         let bare = Connector::new(server.url())

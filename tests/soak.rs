@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::session::{RequestOptions, Resumption};
 use serde_json::json;
-use support::baseline::{Baseline, Caller};
 use support::*;
 
 const REQUESTS: usize = 3000;
@@ -47,10 +46,10 @@ enum Outcome {
 #[test]
 fn a_long_mixed_run_resolves_every_request_and_leaks_nothing() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+            ServerConfig::default().with_listen(ListenMode::Open),
+        ))
+        .await;
         let ledger_before = mcp_scoped_http::ledger();
 
         let resumption = Resumption::default()

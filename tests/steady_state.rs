@@ -49,10 +49,8 @@ fn resumptions(server: &TestServer) -> usize {
 fn f20_one_failing_call_fails_alone_with_its_own_status() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default());
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
             let session = connect(&server, borrowed.then_some(&caller), "f20").await;
             let id = session.session_id().unwrap();
 
@@ -109,10 +107,8 @@ fn f20_one_failing_call_fails_alone_with_its_own_status() {
 fn f20_a_failing_call_does_not_disturb_calls_in_flight_beside_it() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default());
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
             let session = Arc::new(connect(&server, borrowed.then_some(&caller), "f20b").await);
             // The first call is slow, the second fails while the first waits.
             server.push_fault(
@@ -147,10 +143,10 @@ fn f20_a_failing_call_does_not_disturb_calls_in_flight_beside_it() {
 fn f22_a_timed_out_request_is_cancelled_and_its_late_answer_ignored() {
     scenario(async {
         for borrowed in [false, true] {
-            let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
-            let caller = Caller::new();
-            caller.own_request(&server).await;
-            let baseline = Baseline::take(Some(&caller));
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
             let session = connect(&server, borrowed.then_some(&caller), "f22a").await;
             let mut notifications = session.notifications().unwrap();
             assert!(eventually(PROMPT, || server.stats().listen_streams_open == 1).await);
@@ -223,10 +219,8 @@ fn f22_a_timed_out_request_is_cancelled_and_its_late_answer_ignored() {
 #[test]
 fn f22_the_connector_timeout_applies_and_can_be_lifted_per_request() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default());
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) =
+            support::baseline::scene(TestServer::start(ServerConfig::default())).await;
         let session = Connector::new(server.url())
             .client(caller.client.clone())
             .request_timeout(Some(Duration::from_millis(50)))
@@ -402,10 +396,8 @@ fn f22_never_a_cancelled_for_initialize() {
 #[test]
 fn f22_a_hanging_reinitialize_neither_escapes_the_timeout_nor_gets_a_cancelled() {
     scenario(async {
-        let server = TestServer::start(ServerConfig::default());
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        let (server, caller, baseline) =
+            support::baseline::scene(TestServer::start(ServerConfig::default())).await;
         let session = connect(&server, Some(&caller), "f22d").await;
         server.expire_sessions();
         // The re-initialize after the 404 never answers.
@@ -449,14 +441,12 @@ fn f24_fifty_concurrent_calls_each_get_their_own_answer() {
     scenario(async {
         for mode in [ResponseMode::Json, ResponseMode::Sse] {
             for borrowed in [false, true] {
-                let server = TestServer::start(
+                let (server, caller, baseline) = support::baseline::scene(TestServer::start(
                     ServerConfig::default()
                         .with_response_mode(mode)
                         .with_notifications_before_response(2),
-                );
-                let caller = Caller::new();
-                caller.own_request(&server).await;
-                let baseline = Baseline::take(Some(&caller));
+                ))
+                .await;
                 let session = Arc::new(connect(&server, borrowed.then_some(&caller), "f24").await);
                 // In arrival order: the first ten answer late, the earlier the
                 // later (so answers come out of order), then the other encoding,
@@ -559,14 +549,12 @@ fn f24_fifty_concurrent_calls_each_get_their_own_answer() {
 #[test]
 fn f25_sessions_with_different_bearers_share_one_borrowed_client() {
     scenario(async {
-        let server = TestServer::start(
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(
             ServerConfig::default()
                 .with_listen(ListenMode::Open)
                 .with_response_mode(ResponseMode::Sse),
-        );
-        let caller = Caller::new();
-        caller.own_request(&server).await;
-        let baseline = Baseline::take(Some(&caller));
+        ))
+        .await;
         let tokens = ["alpha", "bravo", "charlie"];
         let mut sessions = Vec::new();
         for token in tokens {

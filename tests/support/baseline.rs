@@ -202,3 +202,13 @@ impl Baseline {
         );
     }
 }
+
+/// A scenario's opening: the server, the caller with its client warm (one
+/// request of its own, so its first pooled connection exists), and the
+/// baseline taken after that.
+pub async fn scene(server: TestServer) -> (TestServer, Caller, Baseline) {
+    let caller = Caller::new();
+    caller.own_request(&server).await;
+    let baseline = Baseline::take(Some(&caller));
+    (server, caller, baseline)
+}
