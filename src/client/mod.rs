@@ -12,6 +12,7 @@
 
 mod hooks;
 mod owned;
+mod quickack;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -67,8 +68,8 @@ struct Inner {
 }
 
 impl HttpClient {
-    /// A builder for an owned client (hyper-util, pooled, TCP_NODELAY, TLS
-    /// through rustls with the `rustls` feature).
+    /// A builder for an owned client (hyper-util, pooled, TCP_NODELAY and
+    /// TCP_QUICKACK, TLS through rustls with the `rustls` feature).
     pub fn builder() -> HttpClientBuilder {
         HttpClientBuilder::new()
     }

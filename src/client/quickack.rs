@@ -1,0 +1,146 @@
+//! TCP connections that acknowledge what they receive at once.
+//!
+//! Many MCP servers leave Nagle's algorithm on (axum's and most Python
+//! servers' default). They write a response's head and its first SSE event
+//! in separate small segments; Nagle holds the second until the first is
+//! acknowledged. Linux, seeing a request/response ("pingpong") pattern on a
+//! kept-alive connection, delays that acknowledgement by up to 40 ms. The
+//! result is a stall of about 40 ms on every streamed response over a pooled
+//! connection, while a fresh connection (still in quick-ack mode) does not
+//! stall. Re-arming `TCP_QUICKACK` after each read that returned data makes
+//! the kernel acknowledge at once, so a pooled connection never stalls on
+//! such servers. It costs one `setsockopt` per read, and is a no-op on
+//! systems without the option.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tower::Service;
+
+/// [`HttpConnector`] whose connections re-arm `TCP_QUICKACK` after each read
+/// (when `enabled`).
+#[derive(Clone, Debug)]
+pub(super) struct QuickAckConnector {
+    inner: HttpConnector,
+    enabled: bool,
+}
+
+impl QuickAckConnector {
+    pub(super) fn new(inner: HttpConnector, enabled: bool) -> Self {
+        QuickAckConnector { inner, enabled }
+    }
+}
+
+impl Service<http::Uri> for QuickAckConnector {
+    type Response = QuickAckStream;
+    type Error = <HttpConnector as Service<http::Uri>>::Error;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        Connecting {
+            inner: self.inner.call(uri),
+            enabled: self.enabled,
+        }
+    }
+}
+
+/// The connect future: hyper-util's, with the stream wrapped.
+pub(super) struct Connecting {
+    inner: <HttpConnector as Service<http::Uri>>::Future,
+    enabled: bool,
+}
+
+impl Future for Connecting {
+    type Output = Result<QuickAckStream, <HttpConnector as Service<http::Uri>>::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let quickack = self.enabled;
+        // hyper-util's connect future is `Unpin` (it boxes its state).
+        Pin::new(&mut self.inner)
+            .poll(cx)
+            .map_ok(|io| QuickAckStream { io, quickack })
+    }
+}
+
+/// A TCP connection from [`QuickAckConnector`].
+#[derive(Debug)]
+pub(super) struct QuickAckStream {
+    io: TokioIo<TcpStream>,
+    quickack: bool,
+}
+
+impl QuickAckStream {
+    fn acknowledge_now(&mut self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if self.quickack {
+            // Best effort: on error (say, the socket is already shut down)
+            // the connection behaves like any other; stop trying.
+            let socket = socket2::SockRef::from(self.io.inner());
+            if socket.set_tcp_quickack(true).is_err() {
+                self.quickack = false;
+            }
+        }
+    }
+}
+
+impl Read for QuickAckStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        // Data arrived (or EOF, where the call is harmless): acknowledge it
+        // now rather than when the delayed-ACK timer fires.
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            self.acknowledge_now();
+        }
+        polled
+    }
+}
+
+impl Write for QuickAckStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl Connection for QuickAckStream {
+    fn connected(&self) -> Connected {
+        self.io.connected()
+    }
+}
