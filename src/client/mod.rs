@@ -11,8 +11,8 @@
 //! and shares the underlying client.
 
 mod hooks;
-mod owned;
-mod quickack;
+pub(crate) mod owned;
+pub(crate) mod quickack;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};

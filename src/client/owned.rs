@@ -111,6 +111,27 @@ impl HttpClientBuilder {
 
     /// Builds the client. Fails only on an invalid TLS root certificate.
     pub fn build(self) -> Result<HttpClient> {
+        let tasks = TaskTracker::new();
+        let client = self.hyper_client(TrackedExecutor {
+            tasks: tasks.clone(),
+        })?;
+        Ok(HttpClient::from_parts(
+            boxed(client),
+            Ownership::Owned,
+            Some(OwnedParts { tasks }),
+        ))
+    }
+
+    /// The bare hyper-util client an owned [`HttpClient`] wraps, with these
+    /// settings: what the churn floor sends its exchanges through.
+    #[cfg(feature = "testkit")]
+    pub(crate) fn bare_client(&self) -> Result<Client<Connector, RequestBody>> {
+        self.hyper_client(TrackedExecutor {
+            tasks: TaskTracker::new(),
+        })
+    }
+
+    fn hyper_client(&self, executor: TrackedExecutor) -> Result<Client<Connector, RequestBody>> {
         let mut http = HttpConnector::new();
         // MCP exchanges are small request/response pairs: Nagle only adds
         // latency to them.
@@ -120,34 +141,22 @@ impl HttpClientBuilder {
         http.enforce_http(false);
         let http = QuickAckConnector::new(http, self.tcp_quickack);
 
-        let tasks = TaskTracker::new();
-        let mut builder = Client::builder(TrackedExecutor {
-            tasks: tasks.clone(),
-        });
-        builder
+        #[cfg(feature = "rustls")]
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(self.tls_config()?)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        #[cfg(not(feature = "rustls"))]
+        let connector = http;
+
+        Ok(Client::builder(executor)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_idle_timeout(self.pool_idle_timeout)
-            .pool_max_idle_per_host(self.pool_max_idle_per_host);
-
-        #[cfg(feature = "rustls")]
-        let service = {
-            let connector = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(self.tls_config()?)
-                .https_or_http()
-                .enable_http1()
-                .enable_http2()
-                .wrap_connector(http);
-            boxed(builder.build::<_, RequestBody>(connector))
-        };
-        #[cfg(not(feature = "rustls"))]
-        let service = boxed(builder.build::<_, RequestBody>(http));
-
-        Ok(HttpClient::from_parts(
-            service,
-            Ownership::Owned,
-            Some(OwnedParts { tasks }),
-        ))
+            .pool_max_idle_per_host(self.pool_max_idle_per_host)
+            .build(connector))
     }
 
     #[cfg(feature = "rustls")]
@@ -185,6 +194,13 @@ where
     }))
     .boxed_clone()
 }
+
+/// The connector of an owned client.
+#[cfg(feature = "rustls")]
+pub(crate) type Connector = hyper_rustls::HttpsConnector<QuickAckConnector>;
+/// The connector of an owned client.
+#[cfg(not(feature = "rustls"))]
+pub(crate) type Connector = QuickAckConnector;
 
 /// What only an owned client has.
 pub(super) struct OwnedParts {

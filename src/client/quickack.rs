@@ -26,7 +26,7 @@ use tower::Service;
 /// [`HttpConnector`] whose connections re-arm `TCP_QUICKACK` after each read
 /// (when `enabled`).
 #[derive(Clone, Debug)]
-pub(super) struct QuickAckConnector {
+pub(crate) struct QuickAckConnector {
     inner: HttpConnector,
     enabled: bool,
 }
@@ -55,7 +55,7 @@ impl Service<http::Uri> for QuickAckConnector {
 }
 
 /// The connect future: hyper-util's, with the stream wrapped.
-pub(super) struct Connecting {
+pub(crate) struct Connecting {
     inner: <HttpConnector as Service<http::Uri>>::Future,
     enabled: bool,
 }
@@ -74,7 +74,7 @@ impl Future for Connecting {
 
 /// A TCP connection from [`QuickAckConnector`].
 #[derive(Debug)]
-pub(super) struct QuickAckStream {
+pub(crate) struct QuickAckStream {
     io: TokioIo<TcpStream>,
     quickack: bool,
 }

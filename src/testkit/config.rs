@@ -85,6 +85,10 @@ pub struct ServerConfig {
     pub tls: Option<TlsIdentity>,
     /// Scripted faults, matched in order. Default empty.
     pub faults: Vec<Fault>,
+    /// Whether every request is kept for [`TestServer::requests`](super::TestServer::requests).
+    /// Default `true`; benchmarks turn it off so that the record does not
+    /// grow with the run.
+    pub record_requests: bool,
 }
 
 impl Default for ServerConfig {
@@ -106,6 +110,7 @@ impl Default for ServerConfig {
             delete_status: 200,
             tls: None,
             faults: Vec::new(),
+            record_requests: true,
         }
     }
 }
@@ -184,6 +189,11 @@ impl ServerConfig {
     /// Serves `https://` with this identity.
     pub fn with_tls(mut self, tls: TlsIdentity) -> Self {
         self.tls = Some(tls);
+        self
+    }
+    /// Sets whether requests are recorded.
+    pub fn with_record_requests(mut self, record: bool) -> Self {
+        self.record_requests = record;
         self
     }
     /// Adds a scripted fault (after those already configured).

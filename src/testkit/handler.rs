@@ -180,14 +180,16 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
         let page = rpc_method
             .as_deref()
             .and_then(|m| mcp::page_of(st.catalog, m, first.and_then(|f| f.get("params"))));
-        st.requests.push(RecordedRequest {
-            method: req.method.clone(),
-            path,
-            headers: req.headers.clone(),
-            body: req.json.clone().and_then(Result::ok),
-            rpc_method: rpc_method.clone(),
-            connection: conn,
-        });
+        if cfg.record_requests {
+            st.requests.push(RecordedRequest {
+                method: req.method.clone(),
+                path,
+                headers: req.headers.clone(),
+                body: req.json.clone().and_then(Result::ok),
+                rpc_method: rpc_method.clone(),
+                connection: conn,
+            });
+        }
         let action = if on_path {
             fault::pick(&mut st.faults, &req.method, rpc_method.as_deref(), page)
         } else {

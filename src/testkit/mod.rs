@@ -19,6 +19,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod churn;
 mod config;
 mod fault;
 mod handler;

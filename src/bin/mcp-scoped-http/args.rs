@@ -37,8 +37,10 @@ pub(crate) enum Command {
         args: Option<String>,
     },
     /// Reconnect churn: each cycle connects (initialize, discovery), calls a
-    /// tool when asked, and closes. With no URL, churns against the embedded
-    /// test server and calls one of its tools.
+    /// tool when asked, and closes (DELETE), with the GET stream off. Prints
+    /// cycles/s, mean, p50 and p99 latency, CPU per cycle and what is left
+    /// afterwards. With no URL, churns against the embedded test server and
+    /// calls one of its tools.
     Churn(ChurnArgs),
     /// Run the embedded test server until interrupted (Ctrl-C).
     Serve {
@@ -51,6 +53,15 @@ pub(crate) enum Command {
         /// Items per page of every list (0: no pagination).
         #[arg(long, default_value_t = 0)]
         page_size: usize,
+        /// How many prompts it offers.
+        #[arg(long, default_value_t = 2)]
+        prompts: usize,
+        /// How many resources it offers.
+        #[arg(long, default_value_t = 2)]
+        resources: usize,
+        /// Answer POSTed requests with SSE streams instead of JSON.
+        #[arg(long)]
+        sse: bool,
     },
     /// The client under test for the official MCP conformance suite: acts
     /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).
@@ -80,6 +91,14 @@ pub(crate) struct ChurnArgs {
     /// The tool's arguments, a JSON object.
     #[arg(long, requires = "call")]
     pub(crate) args: Option<String>,
+    /// Cycles run first and not measured.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) warmup: usize,
+    /// Also measure the bare-HTTP floor: the same HTTP exchanges (recorded
+    /// from one cycle) sent through the same hyper client with no MCP
+    /// logic, and print our time per cycle over the floor's.
+    #[arg(long)]
+    pub(crate) floor: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,16 +1,19 @@
-//! `churn`: reconnect cycles, their latency, and what is left afterwards.
+//! `churn`: reconnect cycles, their latency and CPU time, what is left
+//! afterwards, and (with `--floor`) the bare-HTTP floor for the same
+//! exchanges.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::HttpClient;
+use mcp_scoped_http::testkit::churn::{
+    Churn, Cycle, Figures, Floor, FloorClient, Recording, drive,
+};
+use mcp_scoped_http::{Connector, HttpClient, HttpClientBuilder};
 use serde_json::{Value, json};
 
 use crate::args::{ChurnArgs, ClientKind, Common, json_object};
-use crate::commands::{call_tool, close_outcome, embedded};
-use crate::phase;
+use crate::commands::embedded;
 use crate::{Failure, Outcome};
 
 fn alive_tasks() -> usize {
@@ -39,45 +42,37 @@ async fn settle(tasks: usize, fds: Option<usize>) -> (usize, Option<usize>) {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
+/// The first failed cycle, as the command's failure.
+fn failed(figures: &Figures, error: Option<mcp_scoped_http::Error>) -> Outcome {
+    match error {
+        None if figures.failures == 0 => Ok(()),
+        None => Err(Failure::server(format!(
+            "churn: {} of {} cycles failed",
+            figures.failures, figures.cycles
+        ))),
+        Some(error) => {
+            let mut failure = Failure::at(crate::phase::Phase::of(error.connect_phase()), &error);
+            if let Failure::Server(message) = &mut failure {
+                *message = format!(
+                    "churn: {} of {} cycles failed; the first: {message}",
+                    figures.failures, figures.cycles
+                );
+            }
+            Err(failure)
+        }
     }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// One cycle: connect, the call if any, close.
-async fn cycle(
-    url: &str,
-    common: &Common,
-    client: Option<&HttpClient>,
-    call: Option<&(String, Value)>,
-) -> Result<Duration, Failure> {
-    let started = Instant::now();
-    let mut connector = common.connector(url)?;
-    if let Some(client) = client {
-        connector = connector.client(client.clone());
-    }
-    let session = phase::connect(connector, common.timeout).await?;
-    let called = match call {
-        Some((tool, arguments)) => call_tool(&session, tool, arguments.clone(), common.timeout)
-            .await
-            .map(drop),
-        None => Ok(()),
+fn label(options: &ChurnArgs) -> String {
+    let kind = match options.client {
+        ClientKind::Owned => "owned",
+        ClientKind::Borrowed => "borrowed",
     };
-    let released = session.close().await;
-    called?;
-    close_outcome(&released)?;
-    Ok(started.elapsed())
+    format!("mcp-scoped-http ({kind}) c={}", options.concurrency)
 }
 
 /// `churn [URL] [--cycles N] [--concurrency C] [--client owned|borrowed]
-/// [--call TOOL [--args JSON]]`.
+/// [--call TOOL [--args JSON]] [--warmup N] [--floor]`.
 pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     let mut call = match &options.call {
         Some(tool) => Some((
@@ -103,93 +98,123 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
 
     let tasks_before = alive_tasks();
     let fds_before = open_fds();
+    let settings = HttpClientBuilder::new();
     let shared = match options.client {
         ClientKind::Owned => None,
-        ClientKind::Borrowed => Some(HttpClient::owned().map_err(|error| {
+        ClientKind::Borrowed => Some(settings.clone().build().map_err(|error| {
             Failure::usage(format!("cannot build the shared HTTP client: {error}"))
         })?),
     };
+    let churn = make_churn(&url, common, shared.clone(), call).await?;
+    let churn = Arc::new(churn);
 
-    let cycles = options.cycles;
-    let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let done = done.clone();
-        tokio::spawn(async move {
-            loop {
-                eprint!("\rchurn: {}/{cycles} cycles", done.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    let warmup = drive("warm-up", options.warmup, options.concurrency as usize, {
+        let churn = churn.clone();
+        move || {
+            let churn = churn.clone();
+            async move { churn.run_once().await }
+        }
+    })
+    .await;
+    failed(&warmup.0, warmup.1)?;
+
+    let progress = progress(options.cycles);
+    let (mut ours, error) = drive(
+        label(&options),
+        options.cycles,
+        options.concurrency as usize,
+        {
+            let churn = churn.clone();
+            move || {
+                let churn = churn.clone();
+                async move { churn.run_once().await }
             }
-        })
-    });
-    let started = Instant::now();
-    let workers = (options.concurrency as usize).min(cycles.max(1));
-    let common = Arc::new(common.clone());
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..workers {
-        let (next, done, url) = (next.clone(), done.clone(), url.clone());
-        let (shared, call, common) = (shared.clone(), call.clone(), common.clone());
-        tasks.spawn(async move {
-            let mut durations = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < cycles {
-                match cycle(&url, &common, shared.as_ref(), call.as_ref()).await {
-                    Ok(duration) => durations.push(duration),
-                    Err(failure) => {
-                        // Stop the other workers too.
-                        next.store(cycles, Ordering::Relaxed);
-                        return Err(failure);
-                    }
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, Failure>(durations)
-        });
-    }
-    let mut results = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        results.push(joined.map_err(|_| Failure::server("churn: a worker stopped unexpectedly"))?);
-    }
-    let seconds = started.elapsed().as_secs_f64();
+        },
+    )
+    .await;
     if let Some(progress) = progress {
         progress.abort();
         let _ = progress.await;
         eprint!("\r\x1b[2K");
     }
-    let mut durations = Vec::with_capacity(cycles);
-    for result in results {
-        durations.extend(result?);
-    }
+    ours.label = label(&options);
+    failed(&ours, error)?;
+
+    let floor = if options.floor {
+        let mut churn = Arc::into_inner(churn)
+            .ok_or_else(|| Failure::server("churn: a worker still holds the churn"))?;
+        let recording = Recording::of(&mut churn, &settings)
+            .await
+            .map_err(|error| Failure::at(crate::phase::Phase::Connect, &error))?;
+        let floor_client = match options.client {
+            ClientKind::Owned => FloorClient::PerCycle,
+            ClientKind::Borrowed => FloorClient::Shared,
+        };
+        let floor = Arc::new(
+            Floor::new(recording.clone(), settings.clone(), floor_client).map_err(|error| {
+                Failure::usage(format!("cannot build the floor client: {error}"))
+            })?,
+        );
+        let make = || {
+            let floor = floor.clone();
+            move || {
+                let floor = floor.clone();
+                async move { floor.cycle().await }
+            }
+        };
+        drive(
+            "warm-up",
+            options.warmup,
+            options.concurrency as usize,
+            make(),
+        )
+        .await;
+        let (figures, error) = drive(
+            format!("bare hyper floor c={}", options.concurrency),
+            options.cycles,
+            options.concurrency as usize,
+            make(),
+        )
+        .await;
+        failed(&figures, error)?;
+        churn.finish().await;
+        Some((figures, recording))
+    } else {
+        if let Some(churn) = Arc::into_inner(churn) {
+            churn.finish().await;
+        }
+        None
+    };
+
     drop(shared);
     mcp_scoped_http::shutdown().await;
     let (tasks_after, fds_after) = settle(tasks_before, fds_before).await;
-    durations.sort_unstable();
-    let p50 = percentile(&durations, 50.0);
-    let p99 = percentile(&durations, 99.0);
-    let per_second = if seconds > 0.0 {
-        durations.len() as f64 / seconds
-    } else {
-        0.0
-    };
+    let ratio = floor.as_ref().map(|(floor, _)| {
+        ours.per_cycle().as_secs_f64() / floor.per_cycle().as_secs_f64().max(f64::MIN_POSITIVE)
+    });
     if common.json {
-        out!(
-            "{}",
-            json!({
-                "cycles": durations.len(),
-                "seconds": seconds,
-                "cyclesPerSecond": per_second,
-                "p50Micros": micros(p50),
-                "p99Micros": micros(p99),
-                "tasksBefore": tasks_before,
-                "tasksAfter": tasks_after,
-                "fdsBefore": fds_before,
-                "fdsAfter": fds_after,
-            })
-        );
+        let mut report = ours.to_json();
+        report["tasksBefore"] = json!(tasks_before);
+        report["tasksAfter"] = json!(tasks_after);
+        report["fdsBefore"] = json!(fds_before);
+        report["fdsAfter"] = json!(fds_after);
+        if let Some((floor, recording)) = &floor {
+            report["floor"] = floor.to_json();
+            report["exchangesPerCycle"] = json!(recording.len());
+            report["perCycleOverFloor"] = json!(ratio);
+        }
+        out!("{report}");
     } else {
-        out!(
-            "{} cycles in {seconds:.2} s: {per_second:.1} cycles/s, p50 {p50:?}, p99 {p99:?}",
-            durations.len()
-        );
+        out!("{ours}");
+        if let Some((floor, recording)) = &floor {
+            out!("{floor}");
+            out!(
+                "per cycle, ours over the floor: {:.2}x ({} HTTP exchanges per cycle: {})",
+                ratio.unwrap_or_default(),
+                recording.len(),
+                recording.summary().join(", ")
+            );
+        }
         out!("live tasks: {tasks_before} before, {tasks_after} after");
         let show = |fds: Option<usize>| fds.map_or("?".to_owned(), |n| n.to_string());
         out!(
@@ -200,4 +225,42 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     }
     drop(server);
     Ok(())
+}
+
+/// The churn, with the command line's options applied to every connector.
+async fn make_churn(
+    url: &str,
+    common: &Common,
+    shared: Option<HttpClient>,
+    call: Option<(String, Value)>,
+) -> Result<Churn, Failure> {
+    let churn = Churn::new(url, Cycle::Complete, shared)
+        .await
+        .map_err(|error| Failure::at(crate::phase::Phase::Connect, &error))?;
+    let (common, url) = (common.clone(), url.to_owned());
+    Ok(churn.with_call(call).configure(move |_| {
+        // Validated before the churn began; same inputs, same outcome.
+        let connector = common
+            .connector(&url)
+            .unwrap_or_else(|_| Connector::new(url.clone()));
+        match common.timeout {
+            Some(limit) => connector.connect_timeout(Some(limit)),
+            None => connector,
+        }
+    }))
+}
+
+fn progress(cycles: usize) -> Option<tokio::task::JoinHandle<()>> {
+    std::io::stderr().is_terminal().then(|| {
+        let started = Instant::now();
+        tokio::spawn(async move {
+            loop {
+                eprint!(
+                    "\rchurn: {cycles} cycles, {:.0} s",
+                    started.elapsed().as_secs_f64()
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    })
 }

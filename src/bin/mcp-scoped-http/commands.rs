@@ -242,8 +242,10 @@ pub(crate) async fn call(url: &str, tool: &str, args: Option<&str>, common: &Com
 }
 
 /// `serve [--port P] [--tools N] [--page-size K]`.
-pub(crate) async fn serve(port: u16, tools: usize, page_size: usize) -> Outcome {
-    let server = embedded(tools, page_size)?;
+pub(crate) async fn serve(port: u16, config: ServerConfig) -> Outcome {
+    let (tools, page_size, mode) = (config.tools, config.page_size, config.response_mode);
+    let server = std::panic::catch_unwind(|| TestServer::start(config))
+        .map_err(|_| Failure::server("cannot start the test server"))?;
     let forward = if port == 0 {
         None
     } else {
@@ -259,7 +261,7 @@ pub(crate) async fn serve(port: u16, tools: usize, page_size: usize) -> Outcome 
         port => format!("http://127.0.0.1:{port}/mcp"),
     };
     out!(
-        "serving the test kit MCP server at {url} ({tools} tools, page size {page_size}); Ctrl-C to stop"
+        "serving the test kit MCP server at {url} ({tools} tools, page size {page_size}, {mode:?} answers); Ctrl-C to stop"
     );
     let interrupted = tokio::signal::ctrl_c().await;
     if let Some(forward) = forward {

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::{Cli, Command};
+use mcp_scoped_http::testkit::{ListenMode, ResponseMode, ServerConfig};
 
 /// Why the tool stopped early.
 #[derive(Debug)]
@@ -99,7 +100,26 @@ fn main() -> ExitCode {
                 port,
                 tools,
                 page_size,
-            } => commands::serve(port, tools, page_size).await,
+                prompts,
+                resources,
+                sse,
+            } => {
+                let mode = if sse {
+                    ResponseMode::Sse
+                } else {
+                    ResponseMode::Json
+                };
+                let config = ServerConfig::default()
+                    .with_tools(tools)
+                    .with_page_size(page_size)
+                    .with_prompts(prompts)
+                    .with_resources(resources)
+                    .with_response_mode(mode)
+                    .with_listen(ListenMode::Open)
+                    // A long-running server keeps no record of requests.
+                    .with_record_requests(false);
+                commands::serve(port, config).await
+            }
             Command::Conformance { url } => conformance::run(&url, &cli.common).await,
         };
         // Let pending DELETEs (handed to the reaper) reach their servers.

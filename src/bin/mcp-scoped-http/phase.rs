@@ -38,7 +38,7 @@ impl fmt::Display for Phase {
 
 impl Phase {
     /// The CLI's name for a step of the library's connect.
-    fn of(step: Option<ConnectPhase>) -> Phase {
+    pub(crate) fn of(step: Option<ConnectPhase>) -> Phase {
         match step {
             Some(ConnectPhase::Initialize | ConnectPhase::Initialized) => Phase::Initialize,
             Some(ConnectPhase::Discovery) => Phase::Discovery,
