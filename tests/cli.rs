@@ -258,6 +258,8 @@ fn churn_with_a_borrowed_client_against_a_url() {
         &server.url(),
         "--cycles",
         "10",
+        "--warmup",
+        "0",
         "--client",
         "borrowed",
         "--call",
@@ -275,6 +277,43 @@ fn churn_with_a_borrowed_client_against_a_url() {
     assert_eq!(calls, 10);
     assert_eq!(server.stats().sessions_created, 10);
     assert_eq!(server.stats().deletes, 10);
+}
+
+#[test]
+fn churn_floor_replays_the_same_exchanges_and_reports_the_ratio() {
+    let server = TestServer::start(ServerConfig::default());
+    let output = cli(&[
+        "churn",
+        &server.url(),
+        "--cycles",
+        "30",
+        "--warmup",
+        "5",
+        "--call",
+        "tool-001",
+        "--floor",
+        "--json",
+    ]);
+    assert_exit(&output, 0);
+    let churn: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    // initialize, initialized, 4 lists, the call, DELETE.
+    assert_eq!(churn["exchangesPerCycle"], 8, "{churn}");
+    assert_eq!(churn["floor"]["cycles"], 30, "{churn}");
+    assert_eq!(churn["floor"]["failures"], 0, "{churn}");
+    assert!(churn["perCycleOverFloor"].as_f64().is_some_and(|r| r > 0.0), "{churn}");
+    assert!(churn["cpuMicrosPerCycle"].is_number(), "{churn}");
+    // Ours: 5 + 30 cycles, the recorded one, then the floor's 5 + 30, each
+    // a session created and DELETEd (the floor replays the DELETE too).
+    let stats = server.stats();
+    assert_eq!(stats.sessions_created, 71, "{stats:?}");
+    assert_eq!(stats.deletes, 71, "{stats:?}");
+    assert_eq!(stats.live_sessions, 0, "{stats:?}");
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .count();
+    assert_eq!(calls, 71);
 }
 
 #[tokio::test]
