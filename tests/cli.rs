@@ -300,7 +300,10 @@ fn churn_floor_replays_the_same_exchanges_and_reports_the_ratio() {
     assert_eq!(churn["exchangesPerCycle"], 8, "{churn}");
     assert_eq!(churn["floor"]["cycles"], 30, "{churn}");
     assert_eq!(churn["floor"]["failures"], 0, "{churn}");
-    assert!(churn["perCycleOverFloor"].as_f64().is_some_and(|r| r > 0.0), "{churn}");
+    assert!(
+        churn["perCycleOverFloor"].as_f64().is_some_and(|r| r > 0.0),
+        "{churn}"
+    );
     assert!(churn["cpuMicrosPerCycle"].is_number(), "{churn}");
     // Ours: 5 + 30 cycles, the recorded one, then the floor's 5 + 30, each
     // a session created and DELETEd (the floor replays the DELETE too).

@@ -373,8 +373,10 @@ impl Figures {
 
     /// Adds another run of the same thing (criterion measures in samples).
     pub fn merge(&mut self, other: Figures) {
-        if self.label.is_empty() {
+        if self.cycles == 0 && self.latencies.is_empty() {
+            // Nothing merged yet: take the other's label and CPU as they are.
             self.label = other.label;
+            self.cpu = Some(Duration::ZERO).filter(|_| other.cpu.is_some());
         }
         self.concurrency = self.concurrency.max(other.concurrency);
         self.cycles += other.cycles;

@@ -58,7 +58,7 @@ impl Caller {
         }
     }
 
-    fn live_tasks(&self) -> usize {
+    pub fn live_tasks(&self) -> usize {
         self.executor.live.load(Ordering::SeqCst)
     }
 

@@ -1,0 +1,624 @@
+//! Reconnect churn: ours against the bare-hyper floor and the official Rust
+//! SDK, measured side by side in one run.
+//!
+//! One cycle = connect (`initialize`, `notifications/initialized`, discovery
+//! of 20 tools over 4 pages, 3 prompts, 3 resources, 1 resource template) +
+//! one `tools/call` + close (DELETE), with the GET stream off.
+//!
+//! 1. **In process** (criterion): the test kit server on its own threads;
+//!    every variant of `testkit::churn` (borrowed pooled client, owned client
+//!    per session, attached session, connects failing at each step, a
+//!    connect dropped half-way) at concurrency 1, 16 and 256, each beside
+//!    its floor: the same HTTP exchanges (recorded from one of our cycles)
+//!    sent through the same hyper-util client with no MCP logic.
+//! 2. **Separate processes**: the test kit server (`mcp-scoped-http serve`)
+//!    and an rmcp server, each churned by us, by the floors and by the rmcp
+//!    client (`benches/rmcp-churn`), in alternating rounds, with the client
+//!    process's CPU time per cycle. The rmcp parts need the peers built:
+//!    `bash benches/compare` builds them and runs this bench. Paths can be
+//!    given with `RMCP_CHURN` (the rmcp client) and `RMCP_PEER_SERVER`.
+//!
+//! `CHURN_QUICK=1` shortens every measurement (for a smoke run).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion};
+use mcp_scoped_http::testkit::TestServer;
+use mcp_scoped_http::testkit::churn::{
+    Churn, Cycle, Figures, Floor, FloorClient, Recording, drive, server_config,
+};
+use mcp_scoped_http::{HttpClient, HttpClientBuilder};
+use serde_json::{Value, json};
+
+fn quick() -> bool {
+    std::env::var_os("CHURN_QUICK").is_some_and(|v| v != "0")
+}
+
+/// What criterion measured, per row, merged over its samples.
+#[derive(Default)]
+struct Table {
+    rows: Mutex<BTreeMap<(usize, String, usize), (Figures, Figures)>>,
+}
+
+/// A row of the in-process table: one variant at one concurrency.
+struct Row {
+    order: usize,
+    name: String,
+    concurrency: usize,
+}
+
+impl Table {
+    fn add(&self, row: &Row, ours: bool, figures: Figures) {
+        let mut rows = self.rows.lock().unwrap();
+        let entry = rows
+            .entry((row.order, row.name.clone(), row.concurrency))
+            .or_default();
+        let slot = if ours { &mut entry.0 } else { &mut entry.1 };
+        slot.merge(figures);
+    }
+
+    fn print(&self) {
+        println!("\n## In process: the test kit server on its own threads\n");
+        println!(
+            "| variant | c | ours cycles/s | ours µs/cycle | floor µs/cycle | ours/floor | p50 µs | p99 µs | p99/p50 | cpu µs/cycle ours (floor), client+server | failed |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        for ((_, name, concurrency), (ours, floor)) in self.rows.lock().unwrap().iter() {
+            println!(
+                "| {name} | {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {:.1} | {} ({}) | {} |",
+                ours.cycles_per_second(),
+                micros(ours.per_cycle()),
+                micros(floor.per_cycle()),
+                ratio(ours.per_cycle(), floor.per_cycle()),
+                micros(ours.p50()) as u64,
+                micros(ours.p99()) as u64,
+                ratio(ours.p99(), ours.p50()),
+                cpu(&ours),
+                cpu(&floor),
+                ours.failures + floor.failures,
+            );
+        }
+    }
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+fn cpu(figures: &Figures) -> String {
+    figures
+        .cpu_per_cycle()
+        .map_or("?".to_owned(), |cpu| format!("{:.0}", micros(cpu)))
+}
+
+/// Runs `cycles` of `churn` (or of `floor`) over `concurrency` workers.
+async fn run_ours(churn: &Arc<Churn>, label: &str, cycles: usize, concurrency: usize) -> Figures {
+    let churn = churn.clone();
+    let (figures, error) = drive(label, cycles, concurrency, move || {
+        let churn = churn.clone();
+        async move { churn.run_once().await }
+    })
+    .await;
+    if let Some(error) = error {
+        eprintln!(
+            "{label}: {} failed cycles; the first: {error}",
+            figures.failures
+        );
+    }
+    figures
+}
+
+async fn run_floor(floor: &Arc<Floor>, label: &str, cycles: usize, concurrency: usize) -> Figures {
+    let floor = floor.clone();
+    let (figures, error) = drive(label, cycles, concurrency, move || {
+        let floor = floor.clone();
+        async move { floor.cycle().await }
+    })
+    .await;
+    if let Some(error) = error {
+        eprintln!(
+            "{label}: {} failed cycles; the first: {error}",
+            figures.failures
+        );
+    }
+    figures
+}
+
+/// A churn and its floor against one server.
+struct Pair {
+    churn: Arc<Churn>,
+    floor: Arc<Floor>,
+}
+
+async fn pair(
+    url: &str,
+    cycle: Cycle,
+    client: Option<HttpClient>,
+    settings: &HttpClientBuilder,
+    call: Option<(String, Value)>,
+) -> Pair {
+    let floor_client = if client.is_some() {
+        FloorClient::Shared
+    } else {
+        FloorClient::PerCycle
+    };
+    let mut churn = Churn::new(url, cycle, client)
+        .await
+        .expect("the churn starts")
+        .with_call(call);
+    let recording = Recording::of(&mut churn, settings)
+        .await
+        .expect("one cycle is recorded");
+    let floor = Floor::new(recording, settings.clone(), floor_client).expect("the floor client");
+    Pair {
+        churn: Arc::new(churn),
+        floor: Arc::new(floor),
+    }
+}
+
+fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, table: &Table) {
+    let settings = HttpClientBuilder::new();
+    let shared = settings.clone().build().expect("the shared client");
+    let mut order = 0;
+    let mut servers = Vec::new();
+    let cases: Vec<(Cycle, bool, &[usize])> = vec![
+        (Cycle::Complete, true, &[1, 16, 256]),
+        (Cycle::Complete, false, &[1, 16, 256]),
+        (Cycle::Attached, true, &[1, 16]),
+        (Cycle::InitializeFails, true, &[1, 16]),
+        (Cycle::InitializedFails, true, &[1, 16]),
+        (Cycle::DiscoveryFails, true, &[1, 16]),
+        (Cycle::Dropped, true, &[1, 16]),
+    ];
+    for (cycle, borrowed, concurrencies) in cases {
+        let server = TestServer::start(server_config().with_faults(cycle.faults()));
+        let client = borrowed.then(|| shared.clone());
+        let call = Some(("tool-000".to_owned(), json!({"text": "churn"})));
+        let pair = runtime.block_on(pair(&server.url(), cycle, client, &settings, call));
+        let kind = if borrowed { "borrowed" } else { "owned" };
+        let group_name = format!("{}/{kind}", cycle.name());
+        let mut group = criterion.benchmark_group(&group_name);
+        for &concurrency in concurrencies {
+            order += 1;
+            let row = Row {
+                order,
+                name: group_name.clone(),
+                concurrency,
+            };
+            group.bench_function(BenchmarkId::new("ours", concurrency), |b| {
+                b.iter_custom(|iters| {
+                    let figures = runtime.block_on(run_ours(
+                        &pair.churn,
+                        "ours",
+                        iters as usize,
+                        concurrency,
+                    ));
+                    let wall = figures.wall;
+                    table.add(&row, true, figures);
+                    wall
+                });
+            });
+            group.bench_function(BenchmarkId::new("floor", concurrency), |b| {
+                b.iter_custom(|iters| {
+                    let figures = runtime.block_on(run_floor(
+                        &pair.floor,
+                        "floor",
+                        iters as usize,
+                        concurrency,
+                    ));
+                    let wall = figures.wall;
+                    table.add(&row, false, figures);
+                    wall
+                });
+            });
+        }
+        group.finish();
+        if let Some(churn) = Arc::into_inner(pair.churn) {
+            runtime.block_on(churn.finish());
+        }
+        runtime.block_on(mcp_scoped_http::shutdown());
+        servers.push(server);
+    }
+}
+
+/// A server in another process, stopped on drop.
+struct Process {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `command`, reads stdout until `url_of` finds the URL in a line
+/// (bounded: 200 lines), then drains the rest on a thread so the server
+/// never blocks on a full pipe.
+fn start(mut command: Command, url_of: impl Fn(&str) -> Option<String>) -> Option<Process> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut lines = BufReader::new(child.stdout.take()?).lines();
+    let mut url = None;
+    for line in lines.by_ref().take(200) {
+        let Ok(line) = line else { break };
+        if let Some(found) = url_of(&line) {
+            url = Some(found);
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    match url {
+        Some(url) => Some(Process { child, url }),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
+}
+
+fn serve_process() -> Option<Process> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command.args([
+        "serve",
+        "--tools",
+        "20",
+        "--page-size",
+        "5",
+        "--prompts",
+        "3",
+        "--resources",
+        "3",
+        "--sse",
+    ]);
+    start(command, |line| {
+        let rest = line.split(" at ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_owned())
+    })
+}
+
+fn repo_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn found(variable: &str, default: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(variable)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_path(default));
+    path.is_file().then_some(path)
+}
+
+fn rmcp_server() -> Option<Process> {
+    let path = found("RMCP_PEER_SERVER", ".peers/rmcp-target/release/rmcp-peer")?;
+    let mut command = Command::new(path);
+    command.args(["--port", "0"]);
+    start(command, |line| {
+        let port = line.strip_prefix("LISTENING ")?;
+        Some(format!("http://127.0.0.1:{}/mcp", port.trim()))
+    })
+}
+
+/// Runs the rmcp client bench once; its JSON report as figures.
+fn rmcp_client(
+    url: &str,
+    mode: &str,
+    cycles: usize,
+    concurrency: usize,
+    call: &(String, Value),
+) -> Option<Value> {
+    let path = found("RMCP_CHURN", "benches/rmcp-churn/target/release/rmcp-churn")?;
+    let output = Command::new(path)
+        .args([
+            url,
+            "--cycles",
+            &cycles.to_string(),
+            "--concurrency",
+            &concurrency.to_string(),
+            "--client",
+            mode,
+            "--warmup",
+            "10",
+            "--call",
+            &call.0,
+            "--args",
+            &call.1.to_string(),
+            "--json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(text.lines().last()?.trim()).ok()
+}
+
+/// One row of the separate-process table, merged over rounds.
+#[derive(Default)]
+struct Merged {
+    cycles: f64,
+    failures: f64,
+    seconds: f64,
+    cpu_micros: f64,
+    cpu_known: bool,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+}
+
+impl Merged {
+    fn add(&mut self, report: &Value) {
+        let cycles = report["cycles"].as_f64().unwrap_or(0.0);
+        self.cycles += cycles;
+        self.failures += report["failures"].as_f64().unwrap_or(0.0);
+        self.seconds += report["seconds"].as_f64().unwrap_or(0.0);
+        if let Some(cpu) = report["cpuMicrosPerCycle"].as_f64() {
+            self.cpu_micros += cpu * cycles;
+            self.cpu_known = true;
+        }
+        self.p50.push(report["p50Micros"].as_f64().unwrap_or(0.0));
+        self.p99.push(report["p99Micros"].as_f64().unwrap_or(0.0));
+    }
+
+    fn per_cycle(&self) -> f64 {
+        self.seconds * 1e6 / self.cycles.max(1.0)
+    }
+
+    fn cpu_per_cycle(&self) -> Option<f64> {
+        self.cpu_known
+            .then(|| self.cpu_micros / self.cycles.max(1.0))
+    }
+
+    fn median(values: &[f64]) -> f64 {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+    }
+}
+
+/// What one separate-process comparison runs, per round.
+struct Contender {
+    name: String,
+    concurrency: usize,
+    cycles: usize,
+    run: Box<dyn Fn(usize) -> Option<Value>>,
+}
+
+fn external(runtime: &tokio::runtime::Runtime) {
+    let quick = quick();
+    let rounds = if quick { 1 } else { 3 };
+    let servers: Vec<(&str, Option<Process>, (String, Value))> = vec![
+        (
+            "test kit server (mcp-scoped-http serve)",
+            serve_process(),
+            ("tool-000".to_owned(), json!({"text": "churn"})),
+        ),
+        (
+            "rmcp 3.11 server (tests/peers/rmcp-server)",
+            rmcp_server(),
+            ("echo".to_owned(), json!({"text": "churn"})),
+        ),
+    ];
+    for (server_name, process, call) in servers {
+        let Some(process) = process else {
+            println!(
+                "\n## {server_name}: not found; `bash benches/compare` builds it (or set RMCP_PEER_SERVER)"
+            );
+            continue;
+        };
+        let url = process.url.clone();
+        let contenders = contenders(runtime, &url, &call, quick);
+        let mut merged: Vec<Merged> = contenders.iter().map(|_| Merged::default()).collect();
+        for _ in 0..rounds {
+            for (contender, merged) in contenders.iter().zip(merged.iter_mut()) {
+                if let Some(report) = (contender.run)(contender.cycles) {
+                    merged.add(&report);
+                }
+            }
+        }
+        println!("\n## Separate processes: {server_name}, {rounds} alternating rounds\n");
+        println!(
+            "| client | c | cycles/s | µs/cycle | p50 µs | p99 µs | p99/p50 | client cpu µs/cycle | failed |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for (contender, merged) in contenders.iter().zip(&merged) {
+            if merged.cycles == 0.0 {
+                println!(
+                    "| {} | {} | not run | | | | | | |",
+                    contender.name, contender.concurrency
+                );
+                continue;
+            }
+            let (p50, p99) = (Merged::median(&merged.p50), Merged::median(&merged.p99));
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {} |",
+                contender.name,
+                contender.concurrency,
+                1e6 / merged.per_cycle(),
+                merged.per_cycle(),
+                p50,
+                p99,
+                p99 / p50.max(1.0),
+                merged
+                    .cpu_per_cycle()
+                    .map_or("?".to_owned(), |cpu| format!("{cpu:.0}")),
+                merged.failures,
+            );
+        }
+        summary(&contenders, &merged);
+        drop(process);
+    }
+}
+
+/// The headline ratios of a separate-process table.
+fn summary(contenders: &[Contender], merged: &[Merged]) {
+    let find = |name: &str, concurrency: usize| {
+        contenders
+            .iter()
+            .zip(merged)
+            .find(|(c, m)| c.name == name && c.concurrency == concurrency && m.cycles > 0.0)
+            .map(|(_, m)| m)
+    };
+    let best_floor = [
+        "floor pooled",
+        "floor pooled, no quickack",
+        "floor fresh connections",
+    ]
+    .iter()
+    .filter_map(|name| find(name, 1))
+    .map(Merged::per_cycle)
+    .fold(f64::INFINITY, f64::min);
+    if let Some(ours) = find("ours borrowed", 1) {
+        println!(
+            "\nours borrowed c=1 over the best floor: {:.2}x per cycle",
+            ours.per_cycle() / best_floor
+        );
+        if let Some(floor) = find("floor pooled", 1) {
+            println!(
+                "ours borrowed c=1 over the floor with the same client settings: {:.2}x",
+                ours.per_cycle() / floor.per_cycle()
+            );
+        }
+        if let Some(rmcp) = find("rmcp borrowed", 1) {
+            println!(
+                "ours borrowed c=1 vs rmcp borrowed c=1: {:.2}x the cycles/s, {} the client CPU per cycle",
+                rmcp.per_cycle() / ours.per_cycle(),
+                match (ours.cpu_per_cycle(), rmcp.cpu_per_cycle()) {
+                    (Some(a), Some(b)) => format!("{:.2}x", a / b),
+                    _ => "?".to_owned(),
+                }
+            );
+        }
+    }
+}
+
+fn contenders(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    call: &(String, Value),
+    quick: bool,
+) -> Vec<Contender> {
+    let cycles = if quick { 100 } else { 600 };
+    let settings = HttpClientBuilder::new();
+    let plain = HttpClientBuilder::new().tcp_quickack(false);
+    let fresh = HttpClientBuilder::new().pool_max_idle_per_host(0);
+    let shared = settings.clone().build().expect("the shared client");
+    let handle = runtime.handle().clone();
+    let call_some = Some(call.clone());
+    let borrowed = runtime.block_on(pair(
+        url,
+        Cycle::Complete,
+        Some(shared),
+        &settings,
+        call_some.clone(),
+    ));
+    let owned = runtime.block_on(pair(
+        url,
+        Cycle::Complete,
+        None,
+        &settings,
+        call_some.clone(),
+    ));
+    let recording = runtime
+        .block_on(async {
+            let mut churn = Churn::new(url, Cycle::Complete, None)
+                .await?
+                .with_call(call_some.clone());
+            Recording::of(&mut churn, &settings).await
+        })
+        .expect("one cycle is recorded");
+    let floor_plain =
+        Arc::new(Floor::new(recording.clone(), plain, FloorClient::Shared).expect("floor"));
+    let floor_fresh = Arc::new(Floor::new(recording, fresh, FloorClient::Shared).expect("floor"));
+
+    let mut list = Vec::new();
+    let ours = |name: &str, churn: Arc<Churn>, concurrency: usize| {
+        let handle = handle.clone();
+        Contender {
+            name: name.to_owned(),
+            concurrency,
+            cycles,
+            run: Box::new(move |cycles| {
+                let figures = handle.block_on(run_ours(&churn, "ours", cycles, concurrency));
+                Some(figures.to_json())
+            }),
+        }
+    };
+    list.push(ours("ours borrowed", borrowed.churn.clone(), 1));
+    list.push(ours("ours borrowed", borrowed.churn.clone(), 16));
+    list.push(ours("ours owned", owned.churn.clone(), 1));
+    let floor = |name: &str, floor: Arc<Floor>, concurrency: usize, cycles: usize| {
+        let handle = handle.clone();
+        Contender {
+            name: name.to_owned(),
+            concurrency,
+            cycles,
+            run: Box::new(move |cycles| {
+                let figures = handle.block_on(run_floor(&floor, "floor", cycles, concurrency));
+                Some(figures.to_json())
+            }),
+        }
+    };
+    list.push(floor("floor pooled", borrowed.floor.clone(), 1, cycles));
+    list.push(floor("floor pooled", borrowed.floor.clone(), 16, cycles));
+    // Stalls of tens of ms per SSE answer are expected here on some
+    // servers: fewer cycles.
+    list.push(floor(
+        "floor pooled, no quickack",
+        floor_plain,
+        1,
+        cycles / 10,
+    ));
+    list.push(floor("floor fresh connections", floor_fresh, 1, cycles));
+    list.push(floor(
+        "floor client per cycle",
+        owned.floor.clone(),
+        1,
+        cycles,
+    ));
+    for (mode, concurrency) in [("borrowed", 1), ("borrowed", 16), ("owned", 1)] {
+        let (url, call) = (url.to_owned(), call.clone());
+        list.push(Contender {
+            name: format!("rmcp {mode}"),
+            concurrency,
+            cycles,
+            run: Box::new(move |cycles| rmcp_client(&url, mode, cycles, concurrency, &call)),
+        });
+    }
+    list
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let quick = quick();
+    let mut criterion = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(if quick { 100 } else { 500 }))
+        .measurement_time(Duration::from_secs(if quick { 1 } else { 3 }))
+        .configure_from_args();
+    let table = Table::default();
+    in_process(&mut criterion, &runtime, &table);
+    criterion.final_summary();
+    table.print();
+    external(&runtime);
+    // Nothing may be left: the churn's own leak check.
+    runtime.block_on(mcp_scoped_http::shutdown());
+    let ledger = mcp_scoped_http::ledger();
+    println!("\nledger at the end: {ledger:?}");
+}
