@@ -52,6 +52,11 @@ struct Args {
     /// the HTTP client answers for the server that it has none).
     #[arg(long)]
     no_listen: bool,
+    /// Build every reqwest client with no idle pool
+    /// (`pool_max_idle_per_host(0)`, as rmcp's own default client does):
+    /// each request then opens a new connection.
+    #[arg(long)]
+    no_pool: bool,
     /// Print one JSON object on stdout instead of the text line.
     #[arg(long)]
     json: bool,
@@ -83,9 +88,15 @@ fn json_object(text: &str) -> Result<JsonObject, String> {
     }
 }
 
-/// A plain-HTTP client for loopback: no proxy from the environment.
-fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder().no_proxy().build()
+/// A plain-HTTP client for loopback: no proxy from the environment, and
+/// no idle connections kept unless `pool`.
+fn http_client(pool: bool) -> Result<reqwest::Client, reqwest::Error> {
+    let builder = reqwest::Client::builder().no_proxy();
+    if pool {
+        builder.build()
+    } else {
+        builder.pool_max_idle_per_host(0).build()
+    }
 }
 
 /// An error and its causes, on one line.
@@ -104,6 +115,8 @@ fn chain(error: &(dyn Error + 'static)) -> String {
 struct Batch {
     plan: Arc<Plan>,
     shared: Option<reqwest::Client>,
+    /// Whether a client built per cycle keeps idle connections.
+    pool: bool,
     timeout: Duration,
     first_error: Arc<OnceLock<String>>,
     first_discovery: Arc<OnceLock<Discovered>>,
@@ -118,14 +131,15 @@ impl Batch {
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..concurrency.min(cycles) {
             let (next, measured) = (next.clone(), measured.clone());
-            let (plan, shared, timeout) = (self.plan.clone(), self.shared.clone(), self.timeout);
+            let (plan, shared) = (self.plan.clone(), self.shared.clone());
+            let (pool, timeout) = (self.pool, self.timeout);
             let first_error = self.first_error.clone();
             let first_discovery = self.first_discovery.clone();
             workers.spawn(async move {
                 let mut mine = Measured::default();
                 while next.fetch_add(1, Ordering::Relaxed) < cycles {
                     let started = Instant::now();
-                    match one(&plan, shared.as_ref(), timeout).await {
+                    match one(&plan, shared.as_ref(), pool, timeout).await {
                         Ok(discovered) => {
                             mine.latencies.push(started.elapsed());
                             let _ = first_discovery.set(discovered);
@@ -154,11 +168,12 @@ impl Batch {
 async fn one(
     plan: &Plan,
     shared: Option<&reqwest::Client>,
+    pool: bool,
     timeout: Duration,
 ) -> Result<Discovered, String> {
     let http = match shared {
         Some(client) => client.clone(),
-        None => http_client().map_err(|error| chain(&error))?,
+        None => http_client(pool).map_err(|error| chain(&error))?,
     };
     match tokio::time::timeout(timeout, cycle::run(plan, http)).await {
         Ok(Ok(discovered)) => Ok(discovered),
@@ -179,7 +194,7 @@ async fn main() -> ExitCode {
     };
     let shared = match args.client {
         ClientKind::Owned => None,
-        ClientKind::Borrowed => match http_client() {
+        ClientKind::Borrowed => match http_client(!args.no_pool) {
             Ok(client) => Some(client),
             Err(error) => {
                 eprintln!(
@@ -198,6 +213,7 @@ async fn main() -> ExitCode {
             listen: !args.no_listen,
         }),
         shared,
+        pool: !args.no_pool,
         timeout,
         first_error: Arc::default(),
         first_discovery: Arc::default(),
@@ -225,7 +241,12 @@ async fn main() -> ExitCode {
         eprintln!("rmcp-churn: each cycle listed {discovered}");
     }
     let mut report = Report::new(args.client.name(), concurrency, measured, wall, cpu);
-    report.listen = !args.no_listen;
+    if args.no_listen {
+        report.notes.push("no GET stream");
+    }
+    if args.no_pool {
+        report.notes.push("no pool");
+    }
     if args.json {
         println!("{}", report.json());
     } else {

@@ -34,10 +34,11 @@ pub struct Report {
     /// The process's user + system CPU time over the measured part,
     /// divided by the cycles run.
     pub cpu_micros_per_cycle: f64,
-    /// Whether rmcp opened its GET listening stream (the text line says
-    /// when it did not; the JSON object keeps its fixed keys).
+    /// How the run differed from the default (no GET stream, no pool):
+    /// shown in the text line beside the mode; the JSON object keeps its
+    /// fixed keys.
     #[serde(skip)]
-    pub listen: bool,
+    pub notes: Vec<&'static str>,
 }
 
 /// What the workers measured, before it is summed up.
@@ -86,7 +87,7 @@ impl Report {
             p50_micros: micros(percentile(latencies, 50)),
             p99_micros: micros(percentile(latencies, 99)),
             cpu_micros_per_cycle: per(cpu.as_secs_f64() * 1e6, cycles),
-            listen: true,
+            notes: Vec::new(),
         }
     }
 
@@ -98,11 +99,15 @@ impl Report {
     /// The one-line text form.
     pub fn text(&self) -> String {
         format!(
-            "{} ({}{}): {} cycles ({} failed) in {:.2} s: {:.1} cycles/s, mean {:.0} µs, \
+            "{} ({}): {} cycles ({} failed) in {:.2} s: {:.1} cycles/s, mean {:.0} µs, \
              p50 {} µs, p99 {} µs, cpu {:.0} µs/cycle",
             self.client,
-            self.mode,
-            if self.listen { "" } else { ", no GET stream" },
+            [self.mode]
+                .iter()
+                .chain(&self.notes)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
             self.cycles,
             self.failures,
             self.seconds,
