@@ -9,7 +9,7 @@ mod report;
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -111,74 +111,65 @@ fn chain(error: &(dyn Error + 'static)) -> String {
     text
 }
 
-/// One batch of cycles over `concurrency` workers.
+/// What every batch of cycles shares, and what the first cycles saw.
 struct Batch {
-    plan: Arc<Plan>,
+    plan: Plan,
+    /// The client of `--client borrowed`.
     shared: Option<reqwest::Client>,
-    /// Whether a client built per cycle keeps idle connections.
+    /// Whether a client keeps idle connections (not `--no-pool`).
     pool: bool,
     timeout: Duration,
-    first_error: Arc<OnceLock<String>>,
-    first_discovery: Arc<OnceLock<Discovered>>,
+    first_error: OnceLock<String>,
+    first_discovery: OnceLock<Discovered>,
 }
 
 impl Batch {
     /// Runs `cycles` cycles, at most `concurrency` at once; a failed cycle
     /// is counted, not retried.
-    async fn run(&self, cycles: usize, concurrency: usize) -> Measured {
+    async fn run(self: &Arc<Self>, cycles: usize, concurrency: usize) -> Measured {
         let next = Arc::new(AtomicUsize::new(0));
-        let measured = Arc::new(Mutex::new(Measured::default()));
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..concurrency.min(cycles) {
-            let (next, measured) = (next.clone(), measured.clone());
-            let (plan, shared) = (self.plan.clone(), self.shared.clone());
-            let (pool, timeout) = (self.pool, self.timeout);
-            let first_error = self.first_error.clone();
-            let first_discovery = self.first_discovery.clone();
+            let (batch, next) = (self.clone(), next.clone());
             workers.spawn(async move {
                 let mut mine = Measured::default();
                 while next.fetch_add(1, Ordering::Relaxed) < cycles {
                     let started = Instant::now();
-                    match one(&plan, shared.as_ref(), pool, timeout).await {
+                    match batch.one().await {
                         Ok(discovered) => {
                             mine.latencies.push(started.elapsed());
-                            let _ = first_discovery.set(discovered);
+                            let _ = batch.first_discovery.set(discovered);
                         }
                         Err(error) => {
                             mine.failures += 1;
-                            let _ = first_error.set(error);
+                            let _ = batch.first_error.set(error);
                         }
                     }
                 }
-                let mut all = measured.lock().expect("no worker panics holding it");
-                all.latencies.append(&mut mine.latencies);
-                all.failures += mine.failures;
+                mine
             });
         }
+        let mut all = Measured::default();
         while let Some(joined) = workers.join_next().await {
-            if let Err(error) = joined {
-                std::panic::resume_unwind(error.into_panic());
-            }
+            let mut mine =
+                joined.unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
+            all.latencies.append(&mut mine.latencies);
+            all.failures += mine.failures;
         }
-        std::mem::take(&mut *measured.lock().expect("workers are done"))
+        all
     }
-}
 
-/// One cycle, bounded by `timeout`, with the shared client or a new one.
-async fn one(
-    plan: &Plan,
-    shared: Option<&reqwest::Client>,
-    pool: bool,
-    timeout: Duration,
-) -> Result<Discovered, String> {
-    let http = match shared {
-        Some(client) => client.clone(),
-        None => http_client(pool).map_err(|error| chain(&error))?,
-    };
-    match tokio::time::timeout(timeout, cycle::run(plan, http)).await {
-        Ok(Ok(discovered)) => Ok(discovered),
-        Ok(Err(error)) => Err(chain(error.as_ref())),
-        Err(_) => Err(format!("the cycle took longer than {timeout:?}")),
+    /// One cycle, bounded by the timeout, with the shared client or a new one.
+    async fn one(&self) -> Result<Discovered, String> {
+        let http = match &self.shared {
+            Some(client) => client.clone(),
+            None => http_client(self.pool).map_err(|error| chain(&error))?,
+        };
+        match tokio::time::timeout(self.timeout, cycle::run(&self.plan, http)).await {
+            Ok(Ok(discovered)) => Ok(discovered),
+            Ok(Err(error)) => Err(chain(error.as_ref())),
+            Err(_) => Err(format!("the cycle took longer than {:?}", self.timeout)),
+        }
     }
 }
 
@@ -205,19 +196,19 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let batch = Batch {
-        plan: Arc::new(Plan {
+    let batch = Arc::new(Batch {
+        plan: Plan {
             url: args.url.into(),
             tool: args.call,
             arguments: args.args,
             listen: !args.no_listen,
-        }),
+        },
         shared,
         pool: !args.no_pool,
         timeout,
-        first_error: Arc::default(),
-        first_discovery: Arc::default(),
-    };
+        first_error: OnceLock::new(),
+        first_discovery: OnceLock::new(),
+    });
     let concurrency = usize::from(args.concurrency);
 
     let warm = batch.run(args.warmup, concurrency).await;
