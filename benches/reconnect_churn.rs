@@ -317,12 +317,17 @@ fn rmcp_server() -> Option<Process> {
 fn rmcp_client(
     url: &str,
     mode: &str,
+    listen: bool,
     cycles: usize,
     concurrency: usize,
     call: &(String, Value),
 ) -> Option<Value> {
     let path = found("RMCP_CHURN", "benches/rmcp-churn/target/release/rmcp-churn")?;
-    let output = Command::new(path)
+    let mut command = Command::new(path);
+    if !listen {
+        command.arg("--no-listen");
+    }
+    let output = command
         .args([
             url,
             "--cycles",
@@ -588,13 +593,27 @@ fn contenders(
         1,
         cycles,
     ));
-    for (mode, concurrency) in [("borrowed", 1), ("borrowed", 16), ("owned", 1)] {
+    // `--no-listen`: rmcp's client always opens the GET stream; without it
+    // both clients send exactly the same exchanges.
+    for (mode, listen, concurrency) in [
+        ("borrowed", false, 1),
+        ("borrowed", false, 16),
+        ("owned", false, 1),
+        ("borrowed", true, 1),
+    ] {
         let (url, call) = (url.to_owned(), call.clone());
+        let name = if listen {
+            format!("rmcp {mode}, GET stream on")
+        } else {
+            format!("rmcp {mode}")
+        };
         list.push(Contender {
-            name: format!("rmcp {mode}"),
+            name,
             concurrency,
             cycles,
-            run: Box::new(move |cycles| rmcp_client(&url, mode, cycles, concurrency, &call)),
+            run: Box::new(move |cycles| {
+                rmcp_client(&url, mode, listen, cycles, concurrency, &call)
+            }),
         });
     }
     list
