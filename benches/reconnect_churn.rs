@@ -39,10 +39,13 @@ fn quick() -> bool {
     std::env::var_os("CHURN_QUICK").is_some_and(|v| v != "0")
 }
 
-/// What criterion measured, per row, merged over its samples.
+/// A row's key: its order, variant name and concurrency.
+type RowKey = (usize, String, usize);
+
+/// What criterion measured, per row (ours, floor), merged over its samples.
 #[derive(Default)]
 struct Table {
-    rows: Mutex<BTreeMap<(usize, String, usize), (Figures, Figures)>>,
+    rows: Mutex<BTreeMap<RowKey, (Figures, Figures)>>,
 }
 
 /// A row of the in-process table: one variant at one concurrency.
@@ -78,8 +81,8 @@ impl Table {
                 micros(ours.p50()) as u64,
                 micros(ours.p99()) as u64,
                 ratio(ours.p99(), ours.p50()),
-                cpu(&ours),
-                cpu(&floor),
+                cpu(ours),
+                cpu(floor),
                 ours.failures + floor.failures,
             );
         }
