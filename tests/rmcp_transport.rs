@@ -1,0 +1,564 @@
+//! rmcp (the official Rust SDK) over `adapters::rmcp::ScopedTransport`,
+//! against the test kit server: the success path, failures during rmcp's
+//! own `initialize`, a dropped `serve` future, and a failure during
+//! `list_all_tools`. Each runs over an owned and a borrowed client and ends
+//! with the baseline check of FAULTS.md.
+
+mod support;
+
+use std::time::Duration;
+
+use http::Method;
+use mcp_scoped_http::adapters::rmcp::{ReleaseReport, ScopedTransport, scoped_error};
+use mcp_scoped_http::{Error, Released, SessionRelease};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::json;
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+const TOKEN: &str = "secret-token";
+const BEARER: &str = "Bearer secret-token";
+/// Past this, something hung.
+const HUNG: Duration = Duration::from_secs(20);
+
+/// A server, the caller (warm) and the baseline taken before the scenario.
+struct World {
+    server: TestServer,
+    caller: Caller,
+    baseline: Baseline,
+}
+
+impl World {
+    async fn new(config: ServerConfig) -> World {
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(config)).await;
+        World {
+            server,
+            caller,
+            baseline,
+        }
+    }
+
+    /// A transport with our bearer hook, over the caller's client or an
+    /// owned one.
+    fn transport(&self, borrowed: bool) -> (ScopedTransport, ReleaseReport) {
+        let builder = ScopedTransport::builder(self.server.url())
+            .bearer(TOKEN)
+            .delete_timeout(Duration::from_secs(2));
+        let builder = if borrowed {
+            builder.client(self.caller.client.clone())
+        } else {
+            builder
+        };
+        let mut transport = builder.build().expect("a valid transport");
+        let report = transport.release_report();
+        (transport, report)
+    }
+
+    /// Our hooks on the caller's client (those beyond the baseline's none).
+    fn our_hooks(&self) -> usize {
+        self.caller.client.hooks().len()
+    }
+
+    /// Waits for the reaper, then the baseline check.
+    async fn check(&self, deletes: usize) {
+        tokio::time::timeout(HUNG, mcp_scoped_http::shutdown())
+            .await
+            .expect("the reaper finishes");
+        self.baseline.check(&self.server, deletes).await;
+    }
+
+    /// Every DELETE the server saw: authenticated, naming a session.
+    fn deletes_are_authenticated(&self) {
+        for delete in seen_http(&self.server, Method::DELETE) {
+            assert_eq!(delete.header("authorization"), Some(BEARER));
+            assert!(delete.header("mcp-session-id").is_some());
+        }
+    }
+}
+
+fn mode(borrowed: bool) -> &'static str {
+    if borrowed { "borrowed" } else { "owned" }
+}
+
+async fn serve(
+    transport: ScopedTransport,
+) -> Result<RunningService<RoleClient, ()>, ClientInitializeError> {
+    tokio::time::timeout(HUNG, ().serve(transport))
+        .await
+        .expect("serve hung")
+}
+
+async fn serve_fails(transport: ScopedTransport) -> ClientInitializeError {
+    match serve(transport).await {
+        Ok(_) => panic!("rmcp's initialize succeeded"),
+        Err(error) => error,
+    }
+}
+
+/// Cancels the service and returns what the transport released.
+async fn cancel(client: RunningService<RoleClient, ()>, report: ReleaseReport) -> Released {
+    tokio::time::timeout(HUNG, client.cancel())
+        .await
+        .expect("cancel hung")
+        .expect("the service task ends");
+    tokio::time::timeout(HUNG, report.released())
+        .await
+        .expect("the report arrives")
+        .expect("rmcp closed the transport")
+}
+
+fn ours<'a>(error: &'a (dyn std::error::Error + 'static)) -> &'a Error {
+    scoped_error(error).unwrap_or_else(|| panic!("no mcp-scoped-http error in {error:?}"))
+}
+
+fn deleted(released: &Released) {
+    assert!(
+        matches!(released.session, SessionRelease::Deleted(s) if s == 200),
+        "{released:?}"
+    );
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &'static str) {
+    let result = client
+        .peer()
+        .call_tool(
+            CallToolRequestParams::new(tool)
+                .with_arguments(json!({"text": "hi"}).as_object().unwrap().clone()),
+        )
+        .await
+        .expect("tools/call");
+    let structured = result.structured_content.expect("structured content");
+    assert_eq!(structured["tool"], tool);
+}
+
+// ------------------------------------------------------------ success
+
+#[test]
+fn lists_every_page_calls_a_tool_and_cancel_deletes_once() {
+    scenario(async {
+        for (borrowed, response_mode) in [
+            (false, ResponseMode::Json),
+            (true, ResponseMode::Json),
+            (false, ResponseMode::Sse),
+            (true, ResponseMode::Sse),
+        ] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(7)
+                    .with_page_size(2)
+                    .with_response_mode(response_mode)
+                    .with_listen(ListenMode::Open),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            if borrowed {
+                assert_eq!(world.our_hooks(), 1, "our hook, scoped to the session");
+            }
+            let tools = client.peer().list_all_tools().await.expect("every page");
+            let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+            let want: Vec<_> = (0..7).map(|i| format!("tool-{i:03}")).collect();
+            assert_eq!(names, want, "{}", mode(borrowed));
+            assert_eq!(seen(&world.server, "tools/list").len(), 4, "2 a page");
+            call(&client, "tool-005").await;
+            // Every request of ours carried the hook and, after initialize,
+            // the session id and revision.
+            for request in world
+                .server
+                .requests()
+                .into_iter()
+                .filter(|r| r.header("x-caller").is_none())
+            {
+                assert_eq!(request.header("authorization"), Some(BEARER));
+                if request.rpc_method.as_deref() != Some("initialize") {
+                    assert!(request.header("mcp-session-id").is_some(), "{request:?}");
+                    assert_eq!(request.header("mcp-protocol-version"), Some("2025-11-25"));
+                }
+            }
+            assert_eq!(world.server.stats().deletes, 0, "no DELETE before close");
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            assert_eq!(released.hooks_removed, 1);
+            assert_eq!(released.owned_client_released, !borrowed, "{released:?}");
+            assert!(released.tasks_stopped >= 1, "the GET listener at least");
+            world.deletes_are_authenticated();
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn dropping_the_running_service_closes_the_transport() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            call(&client, "tool-000").await;
+            // rmcp's task sees the cancellation and closes the transport.
+            drop(client);
+            let released = tokio::time::timeout(HUNG, report.released())
+                .await
+                .expect("the report arrives")
+                .expect("rmcp closed the transport");
+            deleted(&released);
+            assert_eq!(released.owned_client_released, !borrowed);
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn server_requests_reach_rmcp_and_its_answers_are_posted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/call",
+                            FaultAction::ServerRequest {
+                                method: "roots/list".into(),
+                                params: json!({}),
+                            },
+                        )
+                        .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+
+            // On a POST's SSE answer: rmcp answers `roots/list` (no roots).
+            let result = client
+                .peer()
+                .call_tool(CallToolRequestParams::new("tool-001"))
+                .await
+                .expect("tools/call");
+            let structured = result.structured_content.expect("structured content");
+            assert_eq!(
+                structured["clientAnswer"],
+                json!({"roots": []}),
+                "{structured}"
+            );
+
+            // On the GET stream: a ping, answered by rmcp with a POST.
+            assert!(
+                eventually(HUNG, || world.server.stats().listen_streams_open == 1).await,
+                "the GET stream opens"
+            );
+            assert_eq!(world.server.request_listeners("ping", json!({})), 1);
+            assert!(
+                eventually(HUNG, || world.server.client_answers().len() == 2).await,
+                "{:?}",
+                world.server.client_answers()
+            );
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+// --------------------------------------------------------- initialize
+
+#[test]
+fn initialize_answered_500_fails_with_the_status_and_leaves_nothing() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("initialize", FaultAction::status(500)).times(1)),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            let cause = ours(&error);
+            assert_eq!(cause.status().map(|s| s.as_u16()), Some(500), "{error}");
+            // Dropped by rmcp, never closed: released on drop.
+            assert!(report.released().await.is_none());
+            // No session id was issued: nothing to DELETE.
+            world.check(0).await;
+
+            // A retry starts from scratch and works.
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("the retry initializes");
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn initialize_answered_with_a_jsonrpc_error_reaches_rmcp_as_one() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: "application/json".into(),
+                        body: r#"{"jsonrpc":"2.0","id":{id},"error":{"code":-32602,"message":"no"}}"#
+                            .into(),
+                    },
+                )
+                .times(1),
+            ))
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            match serve_fails(transport).await {
+                ClientInitializeError::JsonRpcError(error) => {
+                    assert_eq!(error.code.0, -32602, "{error:?}")
+                }
+                other => panic!("{}: {other:?}", mode(borrowed)),
+            }
+            world.check(0).await;
+        }
+    });
+}
+
+#[test]
+fn an_unknown_protocol_version_fails_initialize_and_the_session_is_deleted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "initialize",
+                        FaultAction::ProtocolVersion("2099-01-01".into()),
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            assert!(ours(&error).is_protocol(), "{error}");
+            assert_eq!(world.server.stats().sessions_created, 1);
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+#[test]
+fn a_failed_initialized_notification_fails_serve_and_the_session_is_deleted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc("notifications/initialized", FaultAction::status(500)).times(1),
+            ))
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            assert_eq!(
+                ours(&error).status().map(|s| s.as_u16()),
+                Some(500),
+                "{error}"
+            );
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+/// The caller walks away from rmcp's `serve` while the `initialize` POST
+/// is in flight: the POST finishes in the reaper, which learns the session
+/// id and DELETEs it.
+#[test]
+fn dropping_serve_during_initialize_deletes_the_session_it_created() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc("initialize", FaultAction::Delay(Duration::from_millis(300)))
+                        .times(1),
+                ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let cut = tokio::time::timeout(Duration::from_millis(50), ().serve(transport)).await;
+            assert!(cut.is_err(), "initialize was still in flight");
+            assert!(report.released().await.is_none(), "dropped, not closed");
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().sessions_created, 1);
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+/// The same, cut while `notifications/initialized` is in flight: the id is
+/// known, the DELETE goes through the reaper.
+#[test]
+fn dropping_serve_during_the_initialized_notification_deletes_the_session() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "notifications/initialized",
+                        FaultAction::Delay(Duration::from_millis(300)),
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            // Boxed, so that dropping it drops the future itself.
+            let mut serving = Box::pin(().serve(transport));
+            let cut = tokio::time::timeout(Duration::from_secs(5), async {
+                // Poll until the initialized notification has reached the
+                // server, then walk away.
+                tokio::select! {
+                    _ = &mut serving => panic!("serve finished despite the delay"),
+                    _ = eventually(HUNG, || !seen(&world.server, "notifications/initialized").is_empty()) => {}
+                }
+            })
+            .await;
+            assert!(cut.is_ok());
+            drop(serving);
+            world.check(1).await;
+            world.deletes_are_authenticated();
+        }
+    });
+}
+
+/// `initialize` hangs: the caller's deadline wins, and since the server
+/// never answered, no id was issued and nothing is DELETEd; the hung POST is
+/// cut off within the DELETE timeout.
+#[test]
+fn a_hung_initialize_is_cut_by_the_callers_deadline() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("initialize", FaultAction::Hang).times(1)),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let started = std::time::Instant::now();
+            let cut = tokio::time::timeout(Duration::from_millis(100), ().serve(transport)).await;
+            assert!(cut.is_err());
+            assert!(started.elapsed() < Duration::from_secs(2));
+            world.check(0).await;
+        }
+    });
+}
+
+// ---------------------------------------------------- list_all_tools
+
+/// `tools/list` fails on page 3: rmcp's `list_all_tools` gets the error (the
+/// status, through `scoped_error`), the session stays usable, and cancel
+/// releases everything with one DELETE.
+#[test]
+fn list_all_tools_failing_on_page_3_then_cancel_releases_everything() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::status(500))
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = client.peer().list_all_tools().await.unwrap_err();
+            let ServiceError::TransportSend(_) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(ours(&error).status().map(|s| s.as_u16()), Some(500));
+            assert_eq!(seen(&world.server, "tools/list").len(), 3);
+            // One request's failure is that request's only.
+            call(&client, "tool-004").await;
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            assert_eq!(released.owned_client_released, !borrowed);
+            world.check(1).await;
+        }
+    });
+}
+
+/// Page 3's SSE answer ends without the response: the request resolves with
+/// a JSON-RPC error naming the cause instead of waiting forever.
+#[test]
+fn a_page_whose_answer_ends_without_the_response_resolves_as_an_error() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_response_mode(ResponseMode::Sse)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::SseEndWithoutResponse)
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = tokio::time::timeout(HUNG, client.peer().list_all_tools())
+                .await
+                .expect("the request resolves")
+                .unwrap_err();
+            let ServiceError::McpError(rpc) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(rpc.code.0, -32603);
+            assert!(
+                rpc.message.contains("ended without the response"),
+                "{rpc:?}"
+            );
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+/// The caller drops `list_all_tools` half-way (page 3 hangs), then cancels:
+/// the hung reader is stopped, one DELETE, nothing left.
+#[test]
+fn list_all_tools_dropped_on_a_hung_page_then_cancel_releases_everything() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_response_mode(ResponseMode::Sse)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::Hang)
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let cut =
+                tokio::time::timeout(Duration::from_millis(300), client.peer().list_all_tools())
+                    .await;
+            assert!(cut.is_err(), "page 3 hangs");
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
