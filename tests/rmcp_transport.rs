@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use http::Method;
-use mcp_scoped_http::adapters::rmcp::{ReleaseReport, ScopedTransport, scoped_error};
+use mcp_scoped_http::adapters::rmcp::{
+    ReleaseReport, ScopedTransport, ScopedTransportBuilder, scoped_error,
+};
 use mcp_scoped_http::{Error, Released, SessionRelease};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
@@ -43,9 +45,19 @@ impl World {
     /// A transport with our bearer hook, over the caller's client or an
     /// owned one.
     fn transport(&self, borrowed: bool) -> (ScopedTransport, ReleaseReport) {
-        let builder = ScopedTransport::builder(self.server.url())
-            .bearer(TOKEN)
-            .delete_timeout(Duration::from_secs(2));
+        self.transport_with(borrowed, |builder| builder)
+    }
+
+    fn transport_with(
+        &self,
+        borrowed: bool,
+        configure: impl FnOnce(ScopedTransportBuilder) -> ScopedTransportBuilder,
+    ) -> (ScopedTransport, ReleaseReport) {
+        let builder = configure(
+            ScopedTransport::builder(self.server.url())
+                .bearer(TOKEN)
+                .delete_timeout(Duration::from_secs(2)),
+        );
         let builder = if borrowed {
             builder.client(self.caller.client.clone())
         } else {
@@ -558,6 +570,126 @@ fn list_all_tools_dropped_on_a_hung_page_then_cancel_releases_everything() {
             assert!(cut.is_err(), "page 3 hangs");
             let released = cancel(client, report).await;
             deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+/// A client whose answer to a server `ping` never comes, until the service
+/// ends. (rmcp runs each handler as a detached task: one that ignores its
+/// cancellation token outlives the service.)
+#[derive(Clone)]
+struct Stalling;
+
+impl rmcp::ClientHandler for Stalling {
+    async fn ping(
+        &self,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<(), rmcp::ErrorData> {
+        context.ct.cancelled().await;
+        Err(rmcp::ErrorData::internal_error("the client closed", None))
+    }
+}
+
+/// rmcp is closed while page 3's answer is being read (the server sent a
+/// `ping` on it and waits for an answer that never comes): the reader of
+/// that answer is stopped with the session, the pending `list_all_tools`
+/// resolves, one DELETE.
+#[test]
+fn cancel_while_a_page_is_being_read_stops_its_reader() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/list",
+                            FaultAction::ServerRequest {
+                                method: "ping".into(),
+                                params: json!({}),
+                            },
+                        )
+                        .page(3)
+                        .times(1),
+                    ),
+            )
+            .await;
+            // No GET listener: the only background task left is the reader.
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = tokio::time::timeout(HUNG, Stalling.serve(transport))
+                .await
+                .expect("serve hung")
+                .expect("rmcp initializes");
+            let peer = client.peer().clone();
+            let listing = tokio::spawn(async move { peer.list_all_tools().await });
+            assert!(
+                eventually(HUNG, || seen(&world.server, "tools/list").len() == 3).await,
+                "page 3 requested"
+            );
+            let released = tokio::time::timeout(HUNG, client.cancel())
+                .await
+                .expect("cancel hung")
+                .map(|_| ());
+            released.expect("the service task ends");
+            let released = report.released().await.expect("closed");
+            deleted(&released);
+            assert!(released.tasks_stopped >= 1, "page 3's reader: {released:?}");
+            let outcome = tokio::time::timeout(HUNG, listing)
+                .await
+                .expect("list_all_tools resolves")
+                .expect("the task ends");
+            assert!(outcome.is_err(), "{outcome:?}");
+            world.check(1).await;
+        }
+    });
+}
+
+/// The release order: the GET listener is stopped before the DELETE is
+/// sent (the DELETE is held by the server for a while, and the listening
+/// stream is already gone during it).
+#[test]
+fn the_listener_stops_before_the_delete() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_fault(
+                        Fault::on_http(Method::DELETE, FaultAction::Delay(Duration::from_secs(1)))
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            assert!(
+                eventually(HUNG, || world.server.stats().listen_streams_open == 1).await,
+                "the GET stream opens"
+            );
+            let closing = tokio::spawn(client.cancel());
+            assert!(
+                eventually(HUNG, || world.server.stats().deletes == 1).await,
+                "the DELETE arrives"
+            );
+            // The server holds the DELETE for 1 s; had the listener been
+            // left for after it, its stream would stay open that long.
+            assert!(
+                eventually(Duration::from_millis(500), || world
+                    .server
+                    .stats()
+                    .listen_streams_open
+                    == 0)
+                .await,
+                "{}: the listening stream outlived the DELETE",
+                mode(borrowed)
+            );
+            closing
+                .await
+                .expect("cancel")
+                .expect("the service task ends");
+            deleted(&report.released().await.expect("closed"));
             world.check(1).await;
         }
     });
