@@ -66,6 +66,7 @@
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
 //!
 //! ```
+//! # #[cfg(feature = "testkit")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
@@ -73,7 +74,7 @@
 //! use mcp_scoped_http::adapters::rmcp::ScopedTransport;
 //! use rmcp::ServiceExt;
 //!
-//! let transport = ScopedTransport::builder(url).bearer("token").build()?;
+//! let mut transport = ScopedTransport::builder(url).bearer("token").build()?;
 //! let report = transport.release_report();
 //! let client = ().serve(transport).await?; // rmcp's initialize, our stack
 //! let tools = client.peer().list_all_tools().await?;
@@ -83,6 +84,8 @@
 //! assert!(released.owned_client_released);
 //! # Ok(())
 //! # }
+//! # #[cfg(not(feature = "testkit"))]
+//! # fn main() {}
 //! ```
 //!
 //! [`Transport<RoleClient>`]: rmcp::transport::Transport
