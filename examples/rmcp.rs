@@ -20,22 +20,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = transport.release_report();
     let client = ().serve(transport).await?; // rmcp's initialize, our guard stack
     let tools = client.peer().list_all_tools().await?;
-    println!(
-        "{} tools: {:?}",
-        tools.len(),
-        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
-    );
     let result = client
         .peer()
         .call_tool(CallToolRequestParams::new("tool-000"))
         .await?;
-    println!("tool-000 answered: {:?}", result.structured_content);
     client.cancel().await?; // tasks stopped, DELETE, hooks removed, owned client dropped
     let released = report
         .released()
         .await
         .ok_or("the transport was not closed")?;
 
+    let names: Vec<_> = tools.iter().map(|t| t.name.as_ref()).collect();
+    println!("{} tools: {names:?}", tools.len());
+    println!("tool-000 answered: {:?}", result.structured_content);
     println!("released: {released:?}");
     println!("DELETEs the server saw: {}", server.stats().deletes);
     Ok(())
