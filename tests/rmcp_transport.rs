@@ -694,3 +694,53 @@ fn the_listener_stops_before_the_delete() {
         }
     });
 }
+
+/// 401 on rmcp's `initialize`: the error carries the status and the
+/// challenge; no retry; another session on the same borrowed client keeps
+/// its own header and works on.
+#[test]
+fn initialize_answered_401_carries_the_challenge_and_spares_other_sessions() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // Another session on the caller's client, with its own token.
+        let mut other = ScopedTransport::builder(world.server.url())
+            .client(world.caller.client.clone())
+            .header("x-session-hook", "other")
+            .build()
+            .unwrap();
+        let other_report = other.release_report();
+        let other = serve(other).await.expect("the other session");
+
+        world.server.push_fault(
+            Fault::on_rpc(
+                "initialize",
+                FaultAction::unauthorized("Bearer realm=\"mcp\""),
+            )
+            .times(1),
+        );
+        let (transport, _report) = world.transport(true);
+        let error = serve_fails(transport).await;
+        let cause = ours(&error);
+        assert_eq!(cause.status().map(|s| s.as_u16()), Some(401), "{error}");
+        assert_eq!(cause.www_authenticate(), Some("Bearer realm=\"mcp\""));
+        assert_eq!(seen(&world.server, "initialize").len(), 2, "no retry");
+
+        // The other session's hook is still there, and still its own.
+        assert_eq!(world.our_hooks(), 1);
+        world.server.clear_requests();
+        call(&other, "tool-002").await;
+        let ours_now: Vec<_> = world
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.header("x-caller").is_none())
+            .collect();
+        assert!(!ours_now.is_empty());
+        for request in ours_now {
+            assert_eq!(request.header("x-session-hook"), Some("other"));
+            assert_eq!(request.header("authorization"), None, "not our token");
+        }
+        deleted(&cancel(other, other_report).await);
+        world.check(1).await;
+    });
+}
