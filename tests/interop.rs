@@ -667,7 +667,8 @@ async fn rmcp_client_over_our_transport() {
 /// rmcp's handshake is in. Every session the rmcp server created (each
 /// `initialize` it answered 200) is DELETEd, by the reaper for the cut ones
 /// (`shutdown` waits for them) and by `cancel` for the last.
-/// (rmcp's own Streamable HTTP client leaves a cut one behind.)
+/// (rmcp's own Streamable HTTP client DELETEs from a detached worker task,
+/// which nothing waits for.)
 #[cfg(feature = "rmcp")]
 #[tokio::test]
 #[ignore = "needs the peers: run .ci/install-peers first"]

@@ -744,3 +744,45 @@ fn initialize_answered_401_carries_the_challenge_and_spares_other_sessions() {
         world.check(1).await;
     });
 }
+
+/// The runtime shuts down under a live rmcp session (rmcp's service task is
+/// dropped with our transport in it): no panic, no hang; hooks are removed
+/// from the borrowed client and the owned client is dropped anyway; the
+/// DELETE, which no runtime can send any more, is counted as abandoned.
+#[test]
+fn runtime_shutdown_under_a_live_rmcp_session_releases_what_it_can() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let abandoned = mcp_scoped_http::abandoned_deletes();
+            // The other runtime runs on its own thread while this one keeps
+            // running: the caller's pooled connection lives here.
+            let (done, hooks_during) = tokio::sync::oneshot::channel();
+            let thread = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let (client, hooks) = runtime.block_on(async {
+                    let client = ().serve(transport).await.expect("rmcp initializes");
+                    (client, mcp_scoped_http::ledger().hooks)
+                });
+                // Kept alive past the runtime: rmcp's task goes with it.
+                drop(runtime);
+                drop(client);
+                let _ = done.send(hooks);
+            });
+            let hooks_during = tokio::time::timeout(HUNG, hooks_during)
+                .await
+                .expect("the other runtime shuts down")
+                .expect("no panic during runtime shutdown");
+            thread.join().expect("no panic");
+            assert!(hooks_during >= 1);
+            assert!(report.released().await.is_none(), "never closed");
+            assert_eq!(mcp_scoped_http::abandoned_deletes(), abandoned + 1);
+            world.check(0).await;
+        }
+    });
+}

@@ -40,8 +40,10 @@
 //!   or **the `serve` future is dropped half-way**: rmcp drops the transport
 //!   without closing it. The drop releases what needs no waiting at once and
 //!   hands the rest (the DELETE, with the hooks and client it needs) to the
-//!   reaper, which [`crate::shutdown`] waits for. rmcp's own Streamable HTTP
-//!   client sends no DELETE on this path.
+//!   reaper, which [`crate::shutdown`] waits for. (rmcp 3.11's own
+//!   Streamable HTTP client, as its source reads, DELETEs from a detached
+//!   worker task that nothing can wait for, and not at all when the
+//!   `initialize` answer fails after its head carried a session id.)
 //!
 //! # Errors
 //!
