@@ -786,3 +786,42 @@ fn runtime_shutdown_under_a_live_rmcp_session_releases_what_it_can() {
         }
     });
 }
+
+/// Many concurrent rmcp calls on one session, answered as JSON or SSE:
+/// each caller gets its own result.
+#[test]
+fn concurrent_calls_each_get_their_own_result() {
+    scenario(async {
+        for (borrowed, response_mode) in [(false, ResponseMode::Sse), (true, ResponseMode::Json)] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(8)
+                    .with_response_mode(response_mode),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..24 {
+                let peer = client.peer().clone();
+                calls.spawn(async move {
+                    let tool = format!("tool-{:03}", i % 8);
+                    let result = peer
+                        .call_tool(CallToolRequestParams::new(tool.clone()))
+                        .await
+                        .expect("tools/call");
+                    (
+                        tool,
+                        result.structured_content.expect("structured")["tool"].clone(),
+                    )
+                });
+            }
+            while let Some(joined) = calls.join_next().await {
+                let (tool, answered) = joined.expect("the call task");
+                assert_eq!(answered, tool.as_str(), "{}", mode(borrowed));
+            }
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
