@@ -825,3 +825,45 @@ fn concurrent_calls_each_get_their_own_result() {
         }
     });
 }
+
+/// The server answers a call with an id-less JSON-RPC error (it could not
+/// read the request): that call resolves with it, at once, and the next
+/// call works.
+#[test]
+fn an_id_less_error_on_a_calls_answer_resolves_that_call() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: "application/json".into(),
+                        body: r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#
+                            .into(),
+                    },
+                )
+                .times(1),
+            ))
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = tokio::time::timeout(
+                Duration::from_secs(5),
+                client
+                    .peer()
+                    .call_tool(CallToolRequestParams::new("tool-000")),
+            )
+            .await
+            .expect("resolved at once")
+            .unwrap_err();
+            let ServiceError::McpError(rpc) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(rpc.code.0, -32700);
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}

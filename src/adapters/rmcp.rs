@@ -492,6 +492,22 @@ impl Ctx {
                         continue;
                     }
                 }
+                // An error about a message the server could not read, on
+                // this request's own answer: this request's error (rmcp
+                // drops an id-less error).
+                let message = match message {
+                    Message::Response(Response { id: None, outcome }) => {
+                        Message::Response(Response {
+                            id: Some(id.clone()),
+                            outcome: Err(outcome.err().unwrap_or_else(|| ErrorObject {
+                                code: codes::INTERNAL_ERROR,
+                                message: "a response without an id".into(),
+                                data: None,
+                            })),
+                        })
+                    }
+                    other => other,
+                };
                 self.deliver(message).await;
                 if !lock(&self.pending).contains(&id) {
                     // Answered (here, or on another stream).
