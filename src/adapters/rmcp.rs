@@ -65,6 +65,13 @@
 //! - An expired session (404 to a request with our session id) is reported
 //!   to that request ([`Error::is_session_expired`]), not re-initialized: the
 //!   handshake is rmcp's.
+//! - `initialize`'s answer is read whole before rmcp sees any of it (so that
+//!   its failures are this crate's errors): a server request sent on it
+//!   before the response (a `ping`) reaches rmcp with the response, and a
+//!   server that waits for its answer first stalls `initialize` until it
+//!   gives up.
+//! - No `Connector::attach` equivalent: the transport always owns the
+//!   session it initializes.
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
 //!
 //! ```
