@@ -190,6 +190,9 @@
 //!   reaps, process-wide and per client.
 //! - `testkit` (feature `testkit`): an in-process MCP server with scripted
 //!   faults, for our tests and for yours.
+//! - `adapters` (per feature): this crate's guarantees under other
+//!   libraries' APIs; `adapters::rmcp` (feature `rmcp`) is a client
+//!   transport for the official Rust SDK.
 //!
 //! # Tracing
 //!
@@ -207,10 +210,16 @@
 //! - `testkit`: the fault-injecting test server.
 //! - `cli`: the `mcp-scoped-http` binary (`probe`, `call`, `churn`, `serve`,
 //!   `conformance`); enables `testkit`.
+//! - `rmcp`: `adapters::rmcp::ScopedTransport`, an rmcp (3.11) client
+//!   transport, so `().serve(transport)` runs rmcp over this crate's guard
+//!   stack: a failed or dropped rmcp `initialize` DELETEs the session it
+//!   created. rmcp 3.11 needs Rust 1.88.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "rmcp")]
+pub mod adapters;
 pub mod client;
 pub mod error;
 pub mod jsonrpc;

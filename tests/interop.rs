@@ -592,3 +592,121 @@ async fn forgotten_session_on_server_everything_is_a_400_error() {
     assert_eq!(peer.deletes_seen(2).await, [200, 400], "{:?}", peer.seen());
     mcp_scoped_http::shutdown().await;
 }
+
+/// An rmcp client (the official Rust SDK) over this crate's transport
+/// (`adapters::rmcp::ScopedTransport`), against the rmcp server: rmcp's own
+/// `initialize`, `list_all_tools` and a call, then `cancel`, which DELETEs
+/// the session (stateful) or sends nothing (stateless).
+#[cfg(feature = "rmcp")]
+#[tokio::test]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn rmcp_client_over_our_transport() {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    for (args, stateful) in [(&[][..], true), (&["--stateless", "--json"][..], false)] {
+        let peer = rmcp(args);
+        let run = async {
+            let mut transport = ScopedTransport::new(peer.url()).unwrap();
+            let report = transport.release_report();
+            let client = ().serve(transport).await.expect("rmcp's initialize");
+            let mut tools: Vec<String> = client
+                .peer()
+                .list_all_tools()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name.into_owned())
+                .collect();
+            tools.sort();
+            assert_eq!(tools, OURS);
+            let result = client
+                .peer()
+                .call_tool(
+                    CallToolRequestParams::new("add")
+                        .with_arguments(json!({"a": 2, "b": 3}).as_object().unwrap().clone()),
+                )
+                .await
+                .unwrap();
+            let result = serde_json::to_value(&result).unwrap();
+            assert_eq!(text_of(&result), "5", "{result}");
+
+            client.cancel().await.unwrap();
+            let released = report.released().await.expect("rmcp closed the transport");
+            assert!(released.owned_client_released, "{released:?}");
+            if stateful {
+                let SessionRelease::Deleted(status) = released.session else {
+                    panic!("{released:?}");
+                };
+                assert!(status.is_success(), "{status}");
+                assert_eq!(
+                    peer.deletes_seen(1).await,
+                    [status.as_u16()],
+                    "{:?}",
+                    peer.seen()
+                );
+            } else {
+                assert!(
+                    matches!(released.session, SessionRelease::NoSessionId),
+                    "{released:?}"
+                );
+                assert!(peer.deletes().is_empty(), "{:?}", peer.seen());
+            }
+            mcp_scoped_http::shutdown().await;
+            println!("{} saw: {:?}", peer.name, peer.seen());
+        };
+        tokio::time::timeout(EXCHANGES, run)
+            .await
+            .unwrap_or_else(|_| panic!("{}: no end within {EXCHANGES:?}", peer.name));
+    }
+}
+
+/// The `serve` future of an rmcp client over our transport is dropped after
+/// 0.5 ms, then 1 ms, 2 ms, ... until it completes: cut at whatever step
+/// rmcp's handshake is in. Every session the rmcp server created (each
+/// `initialize` it answered 200) is DELETEd, by the reaper for the cut ones
+/// (`shutdown` waits for them) and by `cancel` for the last.
+/// (rmcp's own Streamable HTTP client DELETEs from a detached worker task,
+/// which nothing waits for.)
+#[cfg(feature = "rmcp")]
+#[tokio::test]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn rmcp_client_cut_during_initialize_deletes_every_session() {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+
+    let peer = rmcp(&[]);
+    let mut limit = Duration::from_micros(500);
+    let mut cut = 0;
+    loop {
+        let transport = ScopedTransport::new(peer.url()).unwrap();
+        match tokio::time::timeout(limit, ().serve(transport)).await {
+            Err(_) => cut += 1,
+            Ok(client) => {
+                client.expect("rmcp's initialize").cancel().await.unwrap();
+                break;
+            }
+        }
+        limit *= 2;
+        assert!(limit < EXCHANGES, "serve never completed");
+    }
+    tokio::time::timeout(EXCHANGES, mcp_scoped_http::shutdown())
+        .await
+        .expect("the reaper finishes");
+    // `initialize` is the only POST the server answers 200 (the initialized
+    // notification gets 202).
+    let created = peer
+        .seen()
+        .iter()
+        .filter(|(method, status)| method == "POST" && *status == 200)
+        .count();
+    assert!(cut >= 1 && created >= 2, "cut {cut}, {:?}", peer.seen());
+    let deletes = peer.deletes_seen(created).await;
+    assert_eq!(deletes.len(), created, "{:?}", peer.seen());
+    assert!(
+        deletes.iter().all(|s| (200..300).contains(s)),
+        "{deletes:?}"
+    );
+    println!("cut {cut} times; {} saw: {:?}", peer.name, peer.seen());
+}

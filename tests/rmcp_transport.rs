@@ -1,0 +1,869 @@
+//! rmcp (the official Rust SDK) over `adapters::rmcp::ScopedTransport`,
+//! against the test kit server: the success path, failures during rmcp's
+//! own `initialize`, a dropped `serve` future, and a failure during
+//! `list_all_tools`. Each runs over an owned and a borrowed client and ends
+//! with the baseline check of FAULTS.md.
+
+mod support;
+
+use std::time::Duration;
+
+use http::Method;
+use mcp_scoped_http::adapters::rmcp::{
+    ReleaseReport, ScopedTransport, ScopedTransportBuilder, scoped_error,
+};
+use mcp_scoped_http::{Error, Released, SessionRelease};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::json;
+use support::baseline::{Baseline, Caller};
+use support::*;
+
+const TOKEN: &str = "secret-token";
+const BEARER: &str = "Bearer secret-token";
+/// Past this, something hung.
+const HUNG: Duration = Duration::from_secs(20);
+
+/// A server, the caller (warm) and the baseline taken before the scenario.
+struct World {
+    server: TestServer,
+    caller: Caller,
+    baseline: Baseline,
+}
+
+impl World {
+    async fn new(config: ServerConfig) -> World {
+        let (server, caller, baseline) = support::baseline::scene(TestServer::start(config)).await;
+        World {
+            server,
+            caller,
+            baseline,
+        }
+    }
+
+    /// A transport with our bearer hook, over the caller's client or an
+    /// owned one.
+    fn transport(&self, borrowed: bool) -> (ScopedTransport, ReleaseReport) {
+        self.transport_with(borrowed, |builder| builder)
+    }
+
+    fn transport_with(
+        &self,
+        borrowed: bool,
+        configure: impl FnOnce(ScopedTransportBuilder) -> ScopedTransportBuilder,
+    ) -> (ScopedTransport, ReleaseReport) {
+        let builder = configure(
+            ScopedTransport::builder(self.server.url())
+                .bearer(TOKEN)
+                .delete_timeout(Duration::from_secs(2)),
+        );
+        let builder = if borrowed {
+            builder.client(self.caller.client.clone())
+        } else {
+            builder
+        };
+        let mut transport = builder.build().expect("a valid transport");
+        let report = transport.release_report();
+        (transport, report)
+    }
+
+    /// Our hooks on the caller's client (those beyond the baseline's none).
+    fn our_hooks(&self) -> usize {
+        self.caller.client.hooks().len()
+    }
+
+    /// Waits for the reaper, then the baseline check.
+    async fn check(&self, deletes: usize) {
+        tokio::time::timeout(HUNG, mcp_scoped_http::shutdown())
+            .await
+            .expect("the reaper finishes");
+        self.baseline.check(&self.server, deletes).await;
+    }
+
+    /// Every DELETE the server saw: authenticated, naming a session.
+    fn deletes_are_authenticated(&self) {
+        for delete in seen_http(&self.server, Method::DELETE) {
+            assert_eq!(delete.header("authorization"), Some(BEARER));
+            assert!(delete.header("mcp-session-id").is_some());
+        }
+    }
+}
+
+fn mode(borrowed: bool) -> &'static str {
+    if borrowed { "borrowed" } else { "owned" }
+}
+
+async fn serve(
+    transport: ScopedTransport,
+) -> Result<RunningService<RoleClient, ()>, ClientInitializeError> {
+    tokio::time::timeout(HUNG, ().serve(transport))
+        .await
+        .expect("serve hung")
+}
+
+async fn serve_fails(transport: ScopedTransport) -> ClientInitializeError {
+    match serve(transport).await {
+        Ok(_) => panic!("rmcp's initialize succeeded"),
+        Err(error) => error,
+    }
+}
+
+/// Cancels the service and returns what the transport released.
+async fn cancel(client: RunningService<RoleClient, ()>, report: ReleaseReport) -> Released {
+    tokio::time::timeout(HUNG, client.cancel())
+        .await
+        .expect("cancel hung")
+        .expect("the service task ends");
+    tokio::time::timeout(HUNG, report.released())
+        .await
+        .expect("the report arrives")
+        .expect("rmcp closed the transport")
+}
+
+fn ours<'a>(error: &'a (dyn std::error::Error + 'static)) -> &'a Error {
+    scoped_error(error).unwrap_or_else(|| panic!("no mcp-scoped-http error in {error:?}"))
+}
+
+fn deleted(released: &Released) {
+    assert!(
+        matches!(released.session, SessionRelease::Deleted(s) if s == 200),
+        "{released:?}"
+    );
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &'static str) {
+    let result = client
+        .peer()
+        .call_tool(
+            CallToolRequestParams::new(tool)
+                .with_arguments(json!({"text": "hi"}).as_object().unwrap().clone()),
+        )
+        .await
+        .expect("tools/call");
+    let structured = result.structured_content.expect("structured content");
+    assert_eq!(structured["tool"], tool);
+}
+
+// ------------------------------------------------------------ success
+
+#[test]
+fn lists_every_page_calls_a_tool_and_cancel_deletes_once() {
+    scenario(async {
+        for (borrowed, response_mode) in [
+            (false, ResponseMode::Json),
+            (true, ResponseMode::Json),
+            (false, ResponseMode::Sse),
+            (true, ResponseMode::Sse),
+        ] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(7)
+                    .with_page_size(2)
+                    .with_response_mode(response_mode)
+                    .with_listen(ListenMode::Open),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            if borrowed {
+                assert_eq!(world.our_hooks(), 1, "our hook, scoped to the session");
+            }
+            let tools = client.peer().list_all_tools().await.expect("every page");
+            let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+            let want: Vec<_> = (0..7).map(|i| format!("tool-{i:03}")).collect();
+            assert_eq!(names, want, "{}", mode(borrowed));
+            assert_eq!(seen(&world.server, "tools/list").len(), 4, "2 a page");
+            call(&client, "tool-005").await;
+            // Every request of ours carried the hook and, after initialize,
+            // the session id and revision.
+            for request in world
+                .server
+                .requests()
+                .into_iter()
+                .filter(|r| r.header("x-caller").is_none())
+            {
+                assert_eq!(request.header("authorization"), Some(BEARER));
+                if request.rpc_method.as_deref() != Some("initialize") {
+                    assert!(request.header("mcp-session-id").is_some(), "{request:?}");
+                    assert_eq!(request.header("mcp-protocol-version"), Some("2025-11-25"));
+                }
+            }
+            assert_eq!(world.server.stats().deletes, 0, "no DELETE before close");
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            assert_eq!(released.hooks_removed, 1);
+            assert_eq!(released.owned_client_released, !borrowed, "{released:?}");
+            assert!(released.tasks_stopped >= 1, "the GET listener at least");
+            world.deletes_are_authenticated();
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn dropping_the_running_service_closes_the_transport() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            call(&client, "tool-000").await;
+            // rmcp's task sees the cancellation and closes the transport.
+            drop(client);
+            let released = tokio::time::timeout(HUNG, report.released())
+                .await
+                .expect("the report arrives")
+                .expect("rmcp closed the transport");
+            deleted(&released);
+            assert_eq!(released.owned_client_released, !borrowed);
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn server_requests_reach_rmcp_and_its_answers_are_posted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/call",
+                            FaultAction::ServerRequest {
+                                method: "roots/list".into(),
+                                params: json!({}),
+                            },
+                        )
+                        .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+
+            // On a POST's SSE answer: rmcp answers `roots/list` (no roots).
+            let result = client
+                .peer()
+                .call_tool(CallToolRequestParams::new("tool-001"))
+                .await
+                .expect("tools/call");
+            let structured = result.structured_content.expect("structured content");
+            assert_eq!(
+                structured["clientAnswer"],
+                json!({"roots": []}),
+                "{structured}"
+            );
+
+            // On the GET stream: a ping, answered by rmcp with a POST.
+            assert!(
+                eventually(HUNG, || world.server.stats().listen_streams_open == 1).await,
+                "the GET stream opens"
+            );
+            assert_eq!(world.server.request_listeners("ping", json!({})), 1);
+            assert!(
+                eventually(HUNG, || world.server.client_answers().len() == 2).await,
+                "{:?}",
+                world.server.client_answers()
+            );
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+// --------------------------------------------------------- initialize
+
+#[test]
+fn initialize_answered_500_fails_with_the_status_and_leaves_nothing() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("initialize", FaultAction::status(500)).times(1)),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            let cause = ours(&error);
+            assert_eq!(cause.status().map(|s| s.as_u16()), Some(500), "{error}");
+            // Dropped by rmcp, never closed: released on drop.
+            assert!(report.released().await.is_none());
+            // No session id was issued: nothing to DELETE.
+            world.check(0).await;
+
+            // A retry starts from scratch and works.
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("the retry initializes");
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
+#[test]
+fn initialize_answered_with_a_jsonrpc_error_reaches_rmcp_as_one() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: "application/json".into(),
+                        body: r#"{"jsonrpc":"2.0","id":{id},"error":{"code":-32602,"message":"no"}}"#
+                            .into(),
+                    },
+                )
+                .times(1),
+            ))
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            match serve_fails(transport).await {
+                ClientInitializeError::JsonRpcError(error) => {
+                    assert_eq!(error.code.0, -32602, "{error:?}")
+                }
+                other => panic!("{}: {other:?}", mode(borrowed)),
+            }
+            world.check(0).await;
+        }
+    });
+}
+
+#[test]
+fn an_unknown_protocol_version_fails_initialize_and_the_session_is_deleted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "initialize",
+                        FaultAction::ProtocolVersion("2099-01-01".into()),
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            assert!(ours(&error).is_protocol(), "{error}");
+            assert_eq!(world.server.stats().sessions_created, 1);
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+#[test]
+fn a_failed_initialized_notification_fails_serve_and_the_session_is_deleted() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc("notifications/initialized", FaultAction::status(500)).times(1),
+            ))
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let error = serve_fails(transport).await;
+            assert_eq!(
+                ours(&error).status().map(|s| s.as_u16()),
+                Some(500),
+                "{error}"
+            );
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+/// The caller walks away from rmcp's `serve` while the `initialize` POST
+/// is in flight: the POST finishes in the reaper, which learns the session
+/// id and DELETEs it.
+#[test]
+fn dropping_serve_during_initialize_deletes_the_session_it_created() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc("initialize", FaultAction::Delay(Duration::from_millis(300)))
+                        .times(1),
+                ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let cut = tokio::time::timeout(Duration::from_millis(50), ().serve(transport)).await;
+            assert!(cut.is_err(), "initialize was still in flight");
+            assert!(report.released().await.is_none(), "dropped, not closed");
+            world.check(1).await;
+            world.deletes_are_authenticated();
+            assert_eq!(world.server.stats().sessions_created, 1);
+            assert_eq!(world.server.stats().live_sessions, 0);
+        }
+    });
+}
+
+/// The same, cut while `notifications/initialized` is in flight: the id is
+/// known, the DELETE goes through the reaper.
+#[test]
+fn dropping_serve_during_the_initialized_notification_deletes_the_session() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "notifications/initialized",
+                        FaultAction::Delay(Duration::from_millis(300)),
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            // Boxed, so that dropping it drops the future itself.
+            let mut serving = Box::pin(().serve(transport));
+            let cut = tokio::time::timeout(Duration::from_secs(5), async {
+                // Poll until the initialized notification has reached the
+                // server, then walk away.
+                tokio::select! {
+                    _ = &mut serving => panic!("serve finished despite the delay"),
+                    _ = eventually(HUNG, || !seen(&world.server, "notifications/initialized").is_empty()) => {}
+                }
+            })
+            .await;
+            assert!(cut.is_ok());
+            drop(serving);
+            world.check(1).await;
+            world.deletes_are_authenticated();
+        }
+    });
+}
+
+/// `initialize` hangs: the caller's deadline wins, and since the server
+/// never answered, no id was issued and nothing is DELETEd; the hung POST is
+/// cut off within the DELETE timeout.
+#[test]
+fn a_hung_initialize_is_cut_by_the_callers_deadline() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("initialize", FaultAction::Hang).times(1)),
+            )
+            .await;
+            let (transport, _report) = world.transport(borrowed);
+            let started = std::time::Instant::now();
+            let cut = tokio::time::timeout(Duration::from_millis(100), ().serve(transport)).await;
+            assert!(cut.is_err());
+            assert!(started.elapsed() < Duration::from_secs(2));
+            world.check(0).await;
+        }
+    });
+}
+
+// ---------------------------------------------------- list_all_tools
+
+/// `tools/list` fails on page 3: rmcp's `list_all_tools` gets the error (the
+/// status, through `scoped_error`), the session stays usable, and cancel
+/// releases everything with one DELETE.
+#[test]
+fn list_all_tools_failing_on_page_3_then_cancel_releases_everything() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::status(500))
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = client.peer().list_all_tools().await.unwrap_err();
+            let ServiceError::TransportSend(_) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(ours(&error).status().map(|s| s.as_u16()), Some(500));
+            assert_eq!(seen(&world.server, "tools/list").len(), 3);
+            // One request's failure is that request's only.
+            call(&client, "tool-004").await;
+
+            let released = cancel(client, report).await;
+            deleted(&released);
+            assert_eq!(released.owned_client_released, !borrowed);
+            world.check(1).await;
+        }
+    });
+}
+
+/// Page 3's SSE answer ends without the response: the request resolves with
+/// a JSON-RPC error naming the cause instead of waiting forever.
+#[test]
+fn a_page_whose_answer_ends_without_the_response_resolves_as_an_error() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_response_mode(ResponseMode::Sse)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::SseEndWithoutResponse)
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = tokio::time::timeout(HUNG, client.peer().list_all_tools())
+                .await
+                .expect("the request resolves")
+                .unwrap_err();
+            let ServiceError::McpError(rpc) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(rpc.code.0, -32603);
+            assert!(
+                rpc.message.contains("ended without the response"),
+                "{rpc:?}"
+            );
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+/// The caller drops `list_all_tools` half-way (page 3 hangs), then cancels:
+/// the hung reader is stopped, one DELETE, nothing left.
+#[test]
+fn list_all_tools_dropped_on_a_hung_page_then_cancel_releases_everything() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_response_mode(ResponseMode::Sse)
+                    .with_fault(
+                        Fault::on_rpc("tools/list", FaultAction::Hang)
+                            .page(3)
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let cut =
+                tokio::time::timeout(Duration::from_millis(300), client.peer().list_all_tools())
+                    .await;
+            assert!(cut.is_err(), "page 3 hangs");
+            let released = cancel(client, report).await;
+            deleted(&released);
+            world.check(1).await;
+        }
+    });
+}
+
+/// A client whose answer to a server `ping` never comes, until the service
+/// ends. (rmcp runs each handler as a detached task: one that ignores its
+/// cancellation token outlives the service.)
+#[derive(Clone)]
+struct Stalling;
+
+impl rmcp::ClientHandler for Stalling {
+    async fn ping(
+        &self,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<(), rmcp::ErrorData> {
+        context.ct.cancelled().await;
+        Err(rmcp::ErrorData::internal_error("the client closed", None))
+    }
+}
+
+/// rmcp is closed while page 3's answer is being read (the server sent a
+/// `ping` on it and waits for an answer that never comes): the reader of
+/// that answer is stopped with the session, the pending `list_all_tools`
+/// resolves, one DELETE.
+#[test]
+fn cancel_while_a_page_is_being_read_stops_its_reader() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(5)
+                    .with_page_size(1)
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/list",
+                            FaultAction::ServerRequest {
+                                method: "ping".into(),
+                                params: json!({}),
+                            },
+                        )
+                        .page(3)
+                        .times(1),
+                    ),
+            )
+            .await;
+            // No GET listener: the only background task left is the reader.
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = tokio::time::timeout(HUNG, Stalling.serve(transport))
+                .await
+                .expect("serve hung")
+                .expect("rmcp initializes");
+            let peer = client.peer().clone();
+            let listing = tokio::spawn(async move { peer.list_all_tools().await });
+            assert!(
+                eventually(HUNG, || seen(&world.server, "tools/list").len() == 3).await,
+                "page 3 requested"
+            );
+            let released = tokio::time::timeout(HUNG, client.cancel())
+                .await
+                .expect("cancel hung")
+                .map(|_| ());
+            released.expect("the service task ends");
+            let released = report.released().await.expect("closed");
+            deleted(&released);
+            assert!(released.tasks_stopped >= 1, "page 3's reader: {released:?}");
+            let outcome = tokio::time::timeout(HUNG, listing)
+                .await
+                .expect("list_all_tools resolves")
+                .expect("the task ends");
+            assert!(outcome.is_err(), "{outcome:?}");
+            world.check(1).await;
+        }
+    });
+}
+
+/// The release order: the GET listener is stopped before the DELETE is
+/// sent (the DELETE is held by the server for a while, and the listening
+/// stream is already gone during it).
+#[test]
+fn the_listener_stops_before_the_delete() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_fault(
+                        Fault::on_http(Method::DELETE, FaultAction::Delay(Duration::from_secs(1)))
+                            .times(1),
+                    ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            assert!(
+                eventually(HUNG, || world.server.stats().listen_streams_open == 1).await,
+                "the GET stream opens"
+            );
+            let closing = tokio::spawn(client.cancel());
+            assert!(
+                eventually(HUNG, || world.server.stats().deletes == 1).await,
+                "the DELETE arrives"
+            );
+            // The server holds the DELETE for 1 s; had the listener been
+            // left for after it, its stream would stay open that long.
+            assert!(
+                eventually(Duration::from_millis(500), || world
+                    .server
+                    .stats()
+                    .listen_streams_open
+                    == 0)
+                .await,
+                "{}: the listening stream outlived the DELETE",
+                mode(borrowed)
+            );
+            closing
+                .await
+                .expect("cancel")
+                .expect("the service task ends");
+            deleted(&report.released().await.expect("closed"));
+            world.check(1).await;
+        }
+    });
+}
+
+/// 401 on rmcp's `initialize`: the error carries the status and the
+/// challenge; no retry; another session on the same borrowed client keeps
+/// its own header and works on.
+#[test]
+fn initialize_answered_401_carries_the_challenge_and_spares_other_sessions() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // Another session on the caller's client, with its own token.
+        let mut other = ScopedTransport::builder(world.server.url())
+            .client(world.caller.client.clone())
+            .header("x-session-hook", "other")
+            .build()
+            .unwrap();
+        let other_report = other.release_report();
+        let other = serve(other).await.expect("the other session");
+
+        world.server.push_fault(
+            Fault::on_rpc(
+                "initialize",
+                FaultAction::unauthorized("Bearer realm=\"mcp\""),
+            )
+            .times(1),
+        );
+        let (transport, _report) = world.transport(true);
+        let error = serve_fails(transport).await;
+        let cause = ours(&error);
+        assert_eq!(cause.status().map(|s| s.as_u16()), Some(401), "{error}");
+        assert_eq!(cause.www_authenticate(), Some("Bearer realm=\"mcp\""));
+        assert_eq!(seen(&world.server, "initialize").len(), 2, "no retry");
+
+        // The other session's hook is still there, and still its own.
+        assert_eq!(world.our_hooks(), 1);
+        world.server.clear_requests();
+        call(&other, "tool-002").await;
+        let ours_now: Vec<_> = world
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.header("x-caller").is_none())
+            .collect();
+        assert!(!ours_now.is_empty());
+        for request in ours_now {
+            assert_eq!(request.header("x-session-hook"), Some("other"));
+            assert_eq!(request.header("authorization"), None, "not our token");
+        }
+        deleted(&cancel(other, other_report).await);
+        world.check(1).await;
+    });
+}
+
+/// The runtime shuts down under a live rmcp session (rmcp's service task is
+/// dropped with our transport in it): no panic, no hang; hooks are removed
+/// from the borrowed client and the owned client is dropped anyway; the
+/// DELETE, which no runtime can send any more, is counted as abandoned.
+#[test]
+fn runtime_shutdown_under_a_live_rmcp_session_releases_what_it_can() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let abandoned = mcp_scoped_http::abandoned_deletes();
+            // The other runtime runs on its own thread while this one keeps
+            // running: the caller's pooled connection lives here.
+            let (done, hooks_during) = tokio::sync::oneshot::channel();
+            let thread = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let (client, hooks) = runtime.block_on(async {
+                    let client = ().serve(transport).await.expect("rmcp initializes");
+                    (client, mcp_scoped_http::ledger().hooks)
+                });
+                // Kept alive past the runtime: rmcp's task goes with it.
+                drop(runtime);
+                drop(client);
+                let _ = done.send(hooks);
+            });
+            let hooks_during = tokio::time::timeout(HUNG, hooks_during)
+                .await
+                .expect("the other runtime shuts down")
+                .expect("no panic during runtime shutdown");
+            thread.join().expect("no panic");
+            assert!(hooks_during >= 1);
+            assert!(report.released().await.is_none(), "never closed");
+            assert_eq!(mcp_scoped_http::abandoned_deletes(), abandoned + 1);
+            world.check(0).await;
+        }
+    });
+}
+
+/// Many concurrent rmcp calls on one session, answered as JSON or SSE:
+/// each caller gets its own result.
+#[test]
+fn concurrent_calls_each_get_their_own_result() {
+    scenario(async {
+        for (borrowed, response_mode) in [(false, ResponseMode::Sse), (true, ResponseMode::Json)] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_tools(8)
+                    .with_response_mode(response_mode),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..24 {
+                let peer = client.peer().clone();
+                calls.spawn(async move {
+                    let tool = format!("tool-{:03}", i % 8);
+                    let result = peer
+                        .call_tool(CallToolRequestParams::new(tool.clone()))
+                        .await
+                        .expect("tools/call");
+                    (
+                        tool,
+                        result.structured_content.expect("structured")["tool"].clone(),
+                    )
+                });
+            }
+            while let Some(joined) = calls.join_next().await {
+                let (tool, answered) = joined.expect("the call task");
+                assert_eq!(answered, tool.as_str(), "{}", mode(borrowed));
+            }
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
+/// The server answers a call with an id-less JSON-RPC error (it could not
+/// read the request): that call resolves with it, at once, and the next
+/// call works.
+#[test]
+fn an_id_less_error_on_a_calls_answer_resolves_that_call() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: "application/json".into(),
+                        body: r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#
+                            .into(),
+                    },
+                )
+                .times(1),
+            ))
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = tokio::time::timeout(
+                Duration::from_secs(5),
+                client
+                    .peer()
+                    .call_tool(CallToolRequestParams::new("tool-000")),
+            )
+            .await
+            .expect("resolved at once")
+            .unwrap_err();
+            let ServiceError::McpError(rpc) = &error else {
+                panic!("{}: {error:?}", mode(borrowed));
+            };
+            assert_eq!(rpc.code.0, -32700);
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
