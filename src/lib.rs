@@ -211,6 +211,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(any(feature = "reqwest", feature = "rmcp"))]
+pub mod adapters;
 pub mod client;
 pub mod error;
 pub mod jsonrpc;
