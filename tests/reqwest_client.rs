@@ -120,6 +120,7 @@ fn sessions_on_a_callers_reqwest_client_keep_their_headers_and_leave_it_working(
             session.close().await;
         }
         drop(sessions);
+        own_reqwest(&client, &server, "reqwest-after-closed").await;
 
         // A connect that fails: 401 on initialize, no id, no DELETE.
         server.push_fault(
@@ -138,6 +139,7 @@ fn sessions_on_a_callers_reqwest_client_keep_their_headers_and_leave_it_working(
             Some(http::StatusCode::UNAUTHORIZED),
             "{error}"
         );
+        own_reqwest(&client, &server, "reqwest-after-failed").await;
 
         // A connect dropped half-way, with the server holding `tools/list`,
         // through another `HttpClient` lending the same reqwest client: the
@@ -152,6 +154,7 @@ fn sessions_on_a_callers_reqwest_client_keep_their_headers_and_leave_it_working(
                 assert!(reached, "tools/list reached the server");
             }
         }
+        own_reqwest(&client, &server, "reqwest-after-dropped").await;
         mcp_scoped_http::shutdown().await;
 
         // The caller's client works after all of it, and its own requests
@@ -211,7 +214,14 @@ fn sessions_on_a_callers_reqwest_client_keep_their_headers_and_leave_it_working(
             .iter()
             .filter_map(|r| r.header("x-caller"))
             .collect();
-        for tag in ["reqwest-during", "reqwest-after", "via-http-client"] {
+        for tag in [
+            "reqwest-during",
+            "reqwest-after-closed",
+            "reqwest-after-failed",
+            "reqwest-after-dropped",
+            "reqwest-after",
+            "via-http-client",
+        ] {
             assert!(tags.contains(&tag), "{tag} reached the server");
         }
         let deletes = seen_http(&server, Method::DELETE);
