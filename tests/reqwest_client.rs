@@ -201,6 +201,12 @@ fn sessions_on_a_callers_reqwest_client_keep_their_headers_and_leave_it_working(
                 describe(r)
             );
             assert_eq!(values(r, "x-caller-default"), ["yes"], "{}", describe(r));
+            if r.method == Method::POST {
+                // A streamed body of known size still goes out with a
+                // Content-Length, not chunked.
+                assert!(r.header("content-length").is_some(), "{}", describe(r));
+                assert_eq!(r.header("transfer-encoding"), None, "{}", describe(r));
+            }
             if let Some(id) = r.header("mcp-session-id") {
                 let owner = session_of_id.entry(id.to_owned()).or_insert(name.clone());
                 assert_eq!(owner, name, "one session id, one session: {}", describe(r));
