@@ -184,6 +184,8 @@
 //!   session id and protocol version headers, SSE decoding, size limits,
 //!   redirect policy.
 //! - [`jsonrpc`]: messages, lenient on input and exact on output.
+//! - `adapters` (features `reqwest`, `rmcp`): other libraries' clients and
+//!   transports.
 //! - [`error`]: the opaque [`Error`] with `is_*()` predicates; secrets never
 //!   appear in its `Display` or `Debug`.
 //! - [`mod@ledger`]: live hooks, owned clients, tasks, owned sessions and pending
@@ -207,6 +209,10 @@
 //! - `rustls` (default): `https` for the owned client through hyper-rustls,
 //!   with the `ring` crypto provider (built with the system C compiler, no
 //!   cmake or nasm) and the Mozilla root set from webpki-roots.
+//! - `reqwest`: `HttpClient::from_reqwest` lends a caller's
+//!   `reqwest::Client` (see `adapters::reqwest` for what the client's own
+//!   redirect and timeout settings decide). It enables no reqwest feature:
+//!   the caller's client brings its TLS and the rest.
 //! - `testkit`: the fault-injecting test server.
 //! - `cli`: the `mcp-scoped-http` binary (`probe`, `call`, `churn`, `serve`,
 //!   `conformance`); enables `testkit`.
@@ -218,7 +224,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "rmcp")]
+#[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
 pub mod client;
 pub mod error;

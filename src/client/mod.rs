@@ -82,7 +82,8 @@ impl HttpClient {
     /// Lends the caller's client: any `tower::Service` that takes
     /// `http::Request<Full<Bytes>>` and returns `http::Response<B>`, for
     /// example a bare `hyper_util::client::legacy::Client`, a tower-http
-    /// stack, or a boxed service.
+    /// stack, or a boxed service. A `reqwest::Client` goes through
+    /// `HttpClient::from_reqwest` (feature `reqwest`).
     ///
     /// The service is cloned for every request and only ever called. Redirects
     /// are the service's business: a bare hyper client follows none, and this
