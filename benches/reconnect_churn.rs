@@ -396,6 +396,9 @@ impl Merged {
     }
 }
 
+/// Cycles of the probe that sizes each contender's rounds (not counted).
+const PROBE_CYCLES: usize = 10;
+
 /// What one separate-process comparison runs, per round.
 struct Contender {
     name: String,
@@ -429,9 +432,31 @@ fn external(runtime: &tokio::runtime::Runtime) {
         let url = process.url.clone();
         let contenders = contenders(runtime, &url, &call, quick);
         let mut merged: Vec<Merged> = contenders.iter().map(|_| Merged::default()).collect();
+        // Sized so that one round of each takes about the same time: a
+        // client stalling 40 ms per answer runs fewer cycles, not minutes.
+        let budget = if quick { 0.3 } else { 1.5 };
+        let sizes: Vec<usize> = contenders
+            .iter()
+            .map(|contender| {
+                let probe = (contender.run)(PROBE_CYCLES);
+                let seconds_per_cycle = probe
+                    .map(|report| {
+                        report["seconds"].as_f64().unwrap_or(0.0)
+                            / report["cycles"].as_f64().unwrap_or(1.0).max(1.0)
+                    })
+                    .unwrap_or(0.0);
+                if seconds_per_cycle > 0.0 {
+                    ((budget / seconds_per_cycle) as usize).clamp(PROBE_CYCLES, contender.cycles)
+                } else {
+                    contender.cycles
+                }
+            })
+            .collect();
         for _ in 0..rounds {
-            for (contender, merged) in contenders.iter().zip(merged.iter_mut()) {
-                if let Some(report) = (contender.run)(contender.cycles) {
+            for ((contender, merged), &cycles) in
+                contenders.iter().zip(merged.iter_mut()).zip(&sizes)
+            {
+                if let Some(report) = (contender.run)(cycles) {
                     merged.add(&report);
                 }
             }
@@ -518,7 +543,8 @@ fn contenders(
     call: &(String, Value),
     quick: bool,
 ) -> Vec<Contender> {
-    let cycles = if quick { 100 } else { 600 };
+    // The most cycles one round of a contender runs.
+    let cycles = if quick { 300 } else { 3000 };
     let settings = HttpClientBuilder::new();
     let plain = HttpClientBuilder::new().tcp_quickack(false);
     let fresh = HttpClientBuilder::new().pool_max_idle_per_host(0);
@@ -581,14 +607,7 @@ fn contenders(
     };
     list.push(floor("floor pooled", borrowed.floor.clone(), 1, cycles));
     list.push(floor("floor pooled", borrowed.floor.clone(), 16, cycles));
-    // Stalls of tens of ms per SSE answer are expected here on some
-    // servers: fewer cycles.
-    list.push(floor(
-        "floor pooled, no quickack",
-        floor_plain,
-        1,
-        cycles / 10,
-    ));
+    list.push(floor("floor pooled, no quickack", floor_plain, 1, cycles));
     list.push(floor("floor fresh connections", floor_fresh, 1, cycles));
     list.push(floor(
         "floor client per cycle",

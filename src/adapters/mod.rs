@@ -10,7 +10,7 @@
 //! - `reqwest` (feature `reqwest`): lend a caller's `reqwest::Client` to
 //!   sessions with `HttpClient::from_reqwest`.
 
-#[cfg(feature = "rmcp")]
-pub mod rmcp;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
