@@ -103,28 +103,28 @@ fn cpu(figures: &Figures) -> String {
         .map_or("?".to_owned(), |cpu| format!("{:.0}", micros(cpu)))
 }
 
-/// Runs `cycles` of `churn` (or of `floor`) over `concurrency` workers.
-async fn run_ours(churn: &Arc<Churn>, label: &str, cycles: usize, concurrency: usize) -> Figures {
-    let churn = churn.clone();
-    let (figures, error) = drive(label, cycles, concurrency, move || {
-        let churn = churn.clone();
-        async move { churn.run_once().await }
-    })
-    .await;
-    if let Some(error) = error {
-        eprintln!(
-            "{label}: {} failed cycles; the first: {error}",
-            figures.failures
-        );
-    }
-    figures
+/// What a measurement runs: our cycle, or the floor's replay of it.
+#[derive(Clone)]
+enum Runner {
+    Ours(Arc<Churn>),
+    Floor(Arc<Floor>),
 }
 
-async fn run_floor(floor: &Arc<Floor>, label: &str, cycles: usize, concurrency: usize) -> Figures {
-    let floor = floor.clone();
+impl Runner {
+    async fn once(&self) -> mcp_scoped_http::Result<()> {
+        match self {
+            Runner::Ours(churn) => churn.run_once().await,
+            Runner::Floor(floor) => floor.cycle().await,
+        }
+    }
+}
+
+/// Runs `cycles` of `runner` over `concurrency` workers.
+async fn run(runner: &Runner, label: &str, cycles: usize, concurrency: usize) -> Figures {
+    let runner = runner.clone();
     let (figures, error) = drive(label, cycles, concurrency, move || {
-        let floor = floor.clone();
-        async move { floor.cycle().await }
+        let runner = runner.clone();
+        async move { runner.once().await }
     })
     .await;
     if let Some(error) = error {
@@ -199,8 +199,8 @@ fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, tabl
             };
             group.bench_function(BenchmarkId::new("ours", concurrency), |b| {
                 b.iter_custom(|iters| {
-                    let figures = runtime.block_on(run_ours(
-                        &pair.churn,
+                    let figures = runtime.block_on(run(
+                        &Runner::Ours(pair.churn.clone()),
                         "ours",
                         iters as usize,
                         concurrency,
@@ -212,8 +212,8 @@ fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, tabl
             });
             group.bench_function(BenchmarkId::new("floor", concurrency), |b| {
                 b.iter_custom(|iters| {
-                    let figures = runtime.block_on(run_floor(
-                        &pair.floor,
+                    let figures = runtime.block_on(run(
+                        &Runner::Floor(pair.floor.clone()),
                         "floor",
                         iters as usize,
                         concurrency,
@@ -578,42 +578,39 @@ fn contenders(
     let floor_fresh = Arc::new(Floor::new(recording, fresh, FloorClient::Shared).expect("floor"));
 
     let mut list = Vec::new();
-    let ours = |name: &str, churn: Arc<Churn>, concurrency: usize| {
+    let measured = |name: &str, runner: Runner, concurrency: usize| {
         let handle = handle.clone();
         Contender {
             name: name.to_owned(),
             concurrency,
             cycles,
             run: Box::new(move |cycles| {
-                let figures = handle.block_on(run_ours(&churn, "ours", cycles, concurrency));
+                let figures = handle.block_on(run(&runner, "", cycles, concurrency));
                 Some(figures.to_json())
             }),
         }
     };
-    list.push(ours("ours borrowed", borrowed.churn.clone(), 1));
-    list.push(ours("ours borrowed", borrowed.churn.clone(), 16));
-    list.push(ours("ours owned", owned.churn.clone(), 1));
-    let floor = |name: &str, floor: Arc<Floor>, concurrency: usize, cycles: usize| {
-        let handle = handle.clone();
-        Contender {
-            name: name.to_owned(),
-            concurrency,
-            cycles,
-            run: Box::new(move |cycles| {
-                let figures = handle.block_on(run_floor(&floor, "floor", cycles, concurrency));
-                Some(figures.to_json())
-            }),
-        }
-    };
-    list.push(floor("floor pooled", borrowed.floor.clone(), 1, cycles));
-    list.push(floor("floor pooled", borrowed.floor.clone(), 16, cycles));
-    list.push(floor("floor pooled, no quickack", floor_plain, 1, cycles));
-    list.push(floor("floor fresh connections", floor_fresh, 1, cycles));
-    list.push(floor(
-        "floor client per cycle",
-        owned.floor.clone(),
+    let (ours_borrowed, ours_owned) = (Runner::Ours(borrowed.churn), Runner::Ours(owned.churn));
+    list.push(measured("ours borrowed", ours_borrowed.clone(), 1));
+    list.push(measured("ours borrowed", ours_borrowed, 16));
+    list.push(measured("ours owned", ours_owned, 1));
+    let pooled = Runner::Floor(borrowed.floor);
+    list.push(measured("floor pooled", pooled.clone(), 1));
+    list.push(measured("floor pooled", pooled, 16));
+    list.push(measured(
+        "floor pooled, no quickack",
+        Runner::Floor(floor_plain),
         1,
-        cycles,
+    ));
+    list.push(measured(
+        "floor fresh connections",
+        Runner::Floor(floor_fresh),
+        1,
+    ));
+    list.push(measured(
+        "floor client per cycle",
+        Runner::Floor(owned.floor),
+        1,
     ));
     // `--no-listen`: rmcp's client always opens the GET stream; without it
     // both clients send exactly the same exchanges.
