@@ -12,7 +12,9 @@ use tower::{ServiceExt, service_fn};
 
 use super::quickack::QuickAckConnector;
 use super::{HttpClient, Ownership, RequestBody};
-use crate::error::{BoxError, Error, Result};
+#[cfg(feature = "rustls")]
+use crate::error::Error;
+use crate::error::{BoxError, Result};
 
 /// Builds an owned [`HttpClient`].
 ///
