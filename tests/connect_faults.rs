@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::Method;
 use mcp_scoped_http::{Connector, Error, SessionRelease};
 use serde_json::json;
-use support::baseline::{Baseline, Caller};
+use support::baseline::World;
 use support::*;
 
 const TOKEN: &str = "secret-token";
@@ -19,23 +19,7 @@ const PROMPT: Duration = Duration::from_secs(2);
 /// Past this a connect is considered hung.
 const HUNG: Duration = Duration::from_secs(20);
 
-/// A server, the caller (warm) and the baseline taken before the scenario.
-struct World {
-    server: TestServer,
-    caller: Caller,
-    baseline: Baseline,
-}
-
 impl World {
-    async fn new(config: ServerConfig) -> World {
-        let (server, caller, baseline) = support::baseline::scene(TestServer::start(config)).await;
-        World {
-            server,
-            caller,
-            baseline,
-        }
-    }
-
     fn connector(&self, borrowed: bool) -> Connector {
         self.connector_to(self.server.url(), borrowed)
     }

@@ -17,7 +17,7 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::json;
-use support::baseline::{Baseline, Caller};
+use support::baseline::World;
 use support::*;
 
 const TOKEN: &str = "secret-token";
@@ -25,23 +25,7 @@ const BEARER: &str = "Bearer secret-token";
 /// Past this, something hung.
 const HUNG: Duration = Duration::from_secs(20);
 
-/// A server, the caller (warm) and the baseline taken before the scenario.
-struct World {
-    server: TestServer,
-    caller: Caller,
-    baseline: Baseline,
-}
-
 impl World {
-    async fn new(config: ServerConfig) -> World {
-        let (server, caller, baseline) = support::baseline::scene(TestServer::start(config)).await;
-        World {
-            server,
-            caller,
-            baseline,
-        }
-    }
-
     /// A transport with our bearer hook, over the caller's client or an
     /// owned one.
     fn transport(&self, borrowed: bool) -> (ScopedTransport, ReleaseReport) {

@@ -212,3 +212,22 @@ pub async fn scene(server: TestServer) -> (TestServer, Caller, Baseline) {
     let baseline = Baseline::take(Some(&caller));
     (server, caller, baseline)
 }
+
+/// A server, the caller (warm) and the baseline taken before the scenario;
+/// test files add the methods their scenarios need.
+pub struct World {
+    pub server: TestServer,
+    pub caller: Caller,
+    pub baseline: Baseline,
+}
+
+impl World {
+    pub async fn new(config: mcp_scoped_http::testkit::ServerConfig) -> World {
+        let (server, caller, baseline) = scene(TestServer::start(config)).await;
+        World {
+            server,
+            caller,
+            baseline,
+        }
+    }
+}
