@@ -168,21 +168,24 @@ async fn pair(
     }
 }
 
+/// The concurrencies every in-process variant runs at.
+const CONCURRENCY: [usize; 3] = [1, 16, 256];
+
 fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, table: &Table) {
     let settings = HttpClientBuilder::new();
     let shared = settings.clone().build().expect("the shared client");
     let mut order = 0;
     let mut servers = Vec::new();
-    let cases: Vec<(Cycle, bool, &[usize])> = vec![
-        (Cycle::Complete, true, &[1, 16, 256]),
-        (Cycle::Complete, false, &[1, 16, 256]),
-        (Cycle::Attached, true, &[1, 16]),
-        (Cycle::InitializeFails, true, &[1, 16]),
-        (Cycle::InitializedFails, true, &[1, 16]),
-        (Cycle::DiscoveryFails, true, &[1, 16]),
-        (Cycle::Dropped, true, &[1, 16]),
+    let cases = [
+        (Cycle::Complete, true),
+        (Cycle::Complete, false),
+        (Cycle::Attached, true),
+        (Cycle::InitializeFails, true),
+        (Cycle::InitializedFails, true),
+        (Cycle::DiscoveryFails, true),
+        (Cycle::Dropped, true),
     ];
-    for (cycle, borrowed, concurrencies) in cases {
+    for (cycle, borrowed) in cases {
         let server = TestServer::start(server_config().with_faults(cycle.faults()));
         let client = borrowed.then(|| shared.clone());
         let call = Some(("tool-000".to_owned(), json!({"text": "churn"})));
@@ -190,7 +193,7 @@ fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, tabl
         let kind = if borrowed { "borrowed" } else { "owned" };
         let group_name = format!("{}/{kind}", cycle.name());
         let mut group = criterion.benchmark_group(&group_name);
-        for &concurrency in concurrencies {
+        for concurrency in CONCURRENCY {
             order += 1;
             let row = Row {
                 order,
