@@ -452,6 +452,14 @@ fn a_hung_initialize_is_cut_by_the_callers_deadline() {
 
 // ---------------------------------------------------- list_all_tools
 
+/// 5 tools, one per page; `tools/list` page 3 (once) answered by `action`.
+fn paged_with_fault_on_page_3(action: FaultAction) -> ServerConfig {
+    ServerConfig::default()
+        .with_tools(5)
+        .with_page_size(1)
+        .with_fault(Fault::on_rpc("tools/list", action).page(3).times(1))
+}
+
 /// `tools/list` fails on page 3: rmcp's `list_all_tools` gets the error (the
 /// status, through `scoped_error`), the session stays usable, and cancel
 /// releases everything with one DELETE.
@@ -459,17 +467,7 @@ fn a_hung_initialize_is_cut_by_the_callers_deadline() {
 fn list_all_tools_failing_on_page_3_then_cancel_releases_everything() {
     scenario(async {
         for borrowed in [false, true] {
-            let world = World::new(
-                ServerConfig::default()
-                    .with_tools(5)
-                    .with_page_size(1)
-                    .with_fault(
-                        Fault::on_rpc("tools/list", FaultAction::status(500))
-                            .page(3)
-                            .times(1),
-                    ),
-            )
-            .await;
+            let world = World::new(paged_with_fault_on_page_3(FaultAction::status(500))).await;
             let (transport, report) = world.transport(borrowed);
             let client = serve(transport).await.expect("rmcp initializes");
             let error = client.peer().list_all_tools().await.unwrap_err();
@@ -496,15 +494,8 @@ fn a_page_whose_answer_ends_without_the_response_resolves_as_an_error() {
     scenario(async {
         for borrowed in [false, true] {
             let world = World::new(
-                ServerConfig::default()
-                    .with_tools(5)
-                    .with_page_size(1)
-                    .with_response_mode(ResponseMode::Sse)
-                    .with_fault(
-                        Fault::on_rpc("tools/list", FaultAction::SseEndWithoutResponse)
-                            .page(3)
-                            .times(1),
-                    ),
+                paged_with_fault_on_page_3(FaultAction::SseEndWithoutResponse)
+                    .with_response_mode(ResponseMode::Sse),
             )
             .await;
             let (transport, report) = world.transport(borrowed);
@@ -535,15 +526,7 @@ fn list_all_tools_dropped_on_a_hung_page_then_cancel_releases_everything() {
     scenario(async {
         for borrowed in [false, true] {
             let world = World::new(
-                ServerConfig::default()
-                    .with_tools(5)
-                    .with_page_size(1)
-                    .with_response_mode(ResponseMode::Sse)
-                    .with_fault(
-                        Fault::on_rpc("tools/list", FaultAction::Hang)
-                            .page(3)
-                            .times(1),
-                    ),
+                paged_with_fault_on_page_3(FaultAction::Hang).with_response_mode(ResponseMode::Sse),
             )
             .await;
             let (transport, report) = world.transport(borrowed);
@@ -583,22 +566,10 @@ impl rmcp::ClientHandler for Stalling {
 fn cancel_while_a_page_is_being_read_stops_its_reader() {
     scenario(async {
         for borrowed in [false, true] {
-            let world = World::new(
-                ServerConfig::default()
-                    .with_tools(5)
-                    .with_page_size(1)
-                    .with_fault(
-                        Fault::on_rpc(
-                            "tools/list",
-                            FaultAction::ServerRequest {
-                                method: "ping".into(),
-                                params: json!({}),
-                            },
-                        )
-                        .page(3)
-                        .times(1),
-                    ),
-            )
+            let world = World::new(paged_with_fault_on_page_3(FaultAction::ServerRequest {
+                method: "ping".into(),
+                params: json!({}),
+            }))
             .await;
             // No GET listener: the only background task left is the reader.
             let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
