@@ -7,9 +7,9 @@
 //! cargo run --example attach --features testkit
 //! ```
 
-use mcp_scoped_http::jsonrpc::{Message, Notification, Request};
+use mcp_scoped_http::jsonrpc::{Notification, Request};
 use mcp_scoped_http::testkit::{ServerConfig, TestServer};
-use mcp_scoped_http::transport::StreamableHttp;
+use mcp_scoped_http::wire::StreamableHttp;
 use mcp_scoped_http::{Connector, HttpClient, Result, SessionOwnership, SessionRelease};
 use serde_json::json;
 
@@ -35,10 +35,10 @@ async fn main() -> Result<()> {
         .unwrap_or_default()
         .parse()?;
     own.set_protocol_version(version);
-    own.post(&Message::Notification(Notification {
+    own.post_notification(&Notification {
         method: "notifications/initialized".into(),
         params: None,
-    }))
+    })
     .await?;
     let id = own.session_id().expect("the server issued a session id");
     println!("the caller initialized its own session (revision {version})");

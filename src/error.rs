@@ -13,6 +13,7 @@
 
 use http::StatusCode;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::jsonrpc::ErrorObject;
 
@@ -33,7 +34,9 @@ struct Inner {
     rpc: Option<ErrorObject>,
     www_authenticate: Option<String>,
     message: Option<String>,
-    source: Option<BoxError>,
+    // Shared, so that one failure can be reported to every request that
+    // waited on it.
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
     cleanup: Vec<Error>,
     session_expired: bool,
     phase: Option<ConnectPhase>,
@@ -117,8 +120,26 @@ impl Error {
     }
 
     fn with_boxed_source(mut self, source: BoxError) -> Self {
-        self.inner.source = Some(source);
+        self.inner.source = Some(Arc::from(source));
         self
+    }
+
+    /// The same error again, for a second party waiting on one failure.
+    pub(crate) fn duplicate(&self) -> Error {
+        let inner = &self.inner;
+        Error {
+            inner: Box::new(Inner {
+                kind: inner.kind,
+                status: inner.status,
+                rpc: inner.rpc.clone(),
+                www_authenticate: inner.www_authenticate.clone(),
+                message: inner.message.clone(),
+                source: inner.source.clone(),
+                cleanup: inner.cleanup.iter().map(Error::duplicate).collect(),
+                session_expired: inner.session_expired,
+                phase: inner.phase,
+            }),
+        }
     }
 
     pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
@@ -168,6 +189,10 @@ impl Error {
 
     pub(crate) fn hook(source: BoxError) -> Self {
         Error::new(Kind::Hook).with_boxed_source(source)
+    }
+
+    pub(crate) fn timeout(message: impl Into<String>) -> Self {
+        Error::new(Kind::Timeout).with_message(message)
     }
 
     pub(crate) fn delete_timeout(after: std::time::Duration) -> Self {
@@ -399,6 +424,18 @@ impl std::error::Error for Error {
             .as_ref()
             .map(|source| &**source as &(dyn std::error::Error + 'static))
     }
+}
+
+/// A response without an id: the server's error about a message it could
+/// not read (an id-less result is no answer to anything).
+pub(crate) fn idless_response(
+    outcome: std::result::Result<serde_json::Value, ErrorObject>,
+) -> Error {
+    Error::rpc(outcome.err().unwrap_or_else(|| ErrorObject {
+        code: crate::jsonrpc::codes::INTERNAL_ERROR,
+        message: "a response without an id".into(),
+        data: None,
+    }))
 }
 
 /// An HTTP error status, with what the body told us about it.

@@ -136,9 +136,7 @@ impl Message {
     /// Serializes the message exactly: `jsonrpc` first, absent `params`
     /// omitted.
     pub fn to_vec(&self) -> Vec<u8> {
-        // Serializing these types cannot fail: every map key is a string and
-        // `Value` serializes infallibly.
-        serde_json::to_vec(self).expect("JSON-RPC messages always serialize")
+        encode(self)
     }
 
     /// Parses one message from a JSON value.
@@ -203,56 +201,91 @@ struct Out<'a> {
 
 const NULL: Value = Value::Null;
 
+impl Out<'_> {
+    const EMPTY: Out<'static> = Out {
+        jsonrpc: "2.0",
+        id: None,
+        method: None,
+        params: None,
+        result: None,
+        error: None,
+    };
+}
+
+impl Serialize for Request {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Out {
+            id: Some(&self.id),
+            method: Some(&self.method),
+            params: self.params.as_ref(),
+            ..Out::EMPTY
+        }
+        .serialize(serializer)
+    }
+}
+
+impl Serialize for Notification {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Out {
+            method: Some(&self.method),
+            params: self.params.as_ref(),
+            ..Out::EMPTY
+        }
+        .serialize(serializer)
+    }
+}
+
+impl Serialize for Response {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (result, error) = match &self.outcome {
+            Ok(result) => (Some(result), None),
+            Err(error) => (None, Some(error)),
+        };
+        let Some(id) = &self.id else {
+            // An error response whose id could not be read says `null`.
+            #[derive(Serialize)]
+            struct NullId<'a> {
+                jsonrpc: &'static str,
+                id: &'a Value,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                result: Option<&'a Value>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                error: Option<&'a ErrorObject>,
+            }
+            return NullId {
+                jsonrpc: "2.0",
+                id: &NULL,
+                result,
+                error,
+            }
+            .serialize(serializer);
+        };
+        Out {
+            id: Some(id),
+            result,
+            error,
+            ..Out::EMPTY
+        }
+        .serialize(serializer)
+    }
+}
+
 impl Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut out = Out {
-            jsonrpc: "2.0",
-            id: None,
-            method: None,
-            params: None,
-            result: None,
-            error: None,
-        };
         match self {
-            Message::Request(r) => {
-                out.id = Some(&r.id);
-                out.method = Some(&r.method);
-                out.params = r.params.as_ref();
-            }
-            Message::Notification(n) => {
-                out.method = Some(&n.method);
-                out.params = n.params.as_ref();
-            }
-            Message::Response(r) => {
-                match &r.outcome {
-                    Ok(result) => out.result = Some(result),
-                    Err(error) => out.error = Some(error),
-                }
-                if let Some(id) = &r.id {
-                    out.id = Some(id);
-                } else {
-                    // An error response whose id could not be read says `null`.
-                    #[derive(Serialize)]
-                    struct NullId<'a> {
-                        jsonrpc: &'static str,
-                        id: &'a Value,
-                        #[serde(skip_serializing_if = "Option::is_none")]
-                        result: Option<&'a Value>,
-                        #[serde(skip_serializing_if = "Option::is_none")]
-                        error: Option<&'a ErrorObject>,
-                    }
-                    return NullId {
-                        jsonrpc: "2.0",
-                        id: &NULL,
-                        result: out.result,
-                        error: out.error,
-                    }
-                    .serialize(serializer);
-                }
-            }
+            Message::Request(r) => r.serialize(serializer),
+            Message::Notification(n) => n.serialize(serializer),
+            Message::Response(r) => r.serialize(serializer),
         }
-        out.serialize(serializer)
     }
+}
+
+/// Serializes a message (or one of its kinds) exactly: `jsonrpc` first,
+/// absent `params` omitted.
+pub(crate) fn encode(message: &impl Serialize) -> Vec<u8> {
+    // Serializing these types cannot fail: every map key is a string and
+    // `Value` serializes infallibly.
+    serde_json::to_vec(message).expect("JSON-RPC messages always serialize")
 }
 
 /// Deserializes a field that is present, even when its value is `null`, as

@@ -155,7 +155,7 @@
 //! # let url = server.url();
 //! # let owner = Connector::new(&url).connect().await?;
 //! # let id = owner.session_id().unwrap();
-//! use mcp_scoped_http::transport::ProtocolVersion;
+//! use mcp_scoped_http::ProtocolVersion;
 //! use mcp_scoped_http::{Connector, SessionOwnership};
 //!
 //! // `id` is a session id the caller got elsewhere and owns.
@@ -173,28 +173,41 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Redirects
+//!
+//! Only a 307 or 308 to the **same origin** (scheme, host and port) is
+//! followed, at most [`TransportConfig::max_redirects`] times, with the same
+//! method, body and headers. A redirect to another origin is refused (our
+//! headers and the session id must not reach it), and so is a 301, 302 or
+//! 303, which clients commonly turn into a GET.
+//!
 //! # Layout
 //!
-//! - [`session`]: [`Connector`] (the connect lifecycle), [`Session`],
-//!   discovery into a [`Catalog`], the GET listener.
-//! - `scope` (private): the guard stack, the reaper and [`shutdown`].
+//! The modules depend on each other in one direction, top to bottom:
+//!
+//! - `session` (private; its types are at the crate root): [`Connector`]
+//!   (the connect lifecycle), [`Session`], discovery into a [`Catalog`].
+//! - `adapters` (features `reqwest`, `rmcp`): this crate's guarantees
+//!   under other libraries' APIs; beside `session`, on the same engine.
+//! - `engine` (private): the exchange engine every front end uses: the
+//!   server session in use and its replacement when it expires, requests
+//!   and their answers (resumed, replays ignored, routed by id), the GET
+//!   listener.
+//! - `scope` (private): the guard stack, the server sessions on it (the
+//!   one place that sends `initialize`), the reaper and [`shutdown`].
+//! - `transport` (private; the raw [`wire`] with the feature of that
+//!   name): the Streamable HTTP wire: POST, the GET stream, DELETE, session
+//!   id and protocol version headers, SSE decoding, size limits, redirect
+//!   policy.
 //! - [`client`]: the client port, owned (built here, hyper-util, rustls) or
 //!   borrowed (any `tower::Service` of the caller's), and header hooks.
-//! - [`transport`]: the Streamable HTTP wire: POST, the GET stream, DELETE,
-//!   session id and protocol version headers, SSE decoding, size limits,
-//!   redirect policy.
-//! - [`jsonrpc`]: messages, lenient on input and exact on output.
-//! - `adapters` (features `reqwest`, `rmcp`): other libraries' clients and
-//!   transports.
-//! - [`error`]: the opaque [`Error`] with `is_*()` predicates; secrets never
-//!   appear in its `Display` or `Debug`.
-//! - [`mod@ledger`]: live hooks, owned clients, tasks, owned sessions and pending
-//!   reaps, process-wide and per client.
+//! - Leaves: [`error`] (the opaque [`Error`] with `is_*()` predicates;
+//!   secrets never appear in its `Display` or `Debug`), [`jsonrpc`]
+//!   (messages, lenient on input and exact on output), [`mod@ledger`] (live
+//!   hooks, owned clients, tasks, owned sessions and pending reaps,
+//!   process-wide and per client), and the protocol's header names.
 //! - `testkit` (feature `testkit`): an in-process MCP server with scripted
 //!   faults, for our tests and for yours.
-//! - `adapters` (per feature): this crate's guarantees under other
-//!   libraries' APIs; `adapters::rmcp` (feature `rmcp`) is a client
-//!   transport for the official Rust SDK.
 //!
 //! # Tracing
 //!
@@ -227,18 +240,44 @@
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
 pub mod client;
+mod engine;
 pub mod error;
+mod headers;
 pub mod jsonrpc;
 pub mod ledger;
 mod origin;
 mod scope;
-pub mod session;
+mod session;
+mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
-pub mod transport;
+mod transport;
 
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
+pub use engine::Resumption;
 pub use error::{ConnectPhase, Error, Result};
 pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};
-pub use session::{Catalog, Connector, Discovery, Session, SessionInfo, SessionOwnership};
+pub use session::{
+    Catalog, Connector, Discovery, Page, RequestOptions, Session, SessionInfo, SessionOwnership,
+    Timings,
+};
+pub use transport::{ProtocolVersion, SessionId, TransportConfig};
+
+/// The raw Streamable HTTP wire (feature `wire`): one exchange at a time,
+/// with **no guard stack**.
+///
+/// A [`StreamableHttp`](wire::StreamableHttp) is one server session's
+/// transport: it POSTs messages, reads answers (JSON or SSE), opens the GET
+/// stream and sends the DELETE, and keeps the session id and revision it
+/// learned. It runs no lifecycle, resumes nothing, and releases nothing on
+/// its own: whoever uses it owns every session it creates. For tests and
+/// tooling; a client wants [`Connector`].
+#[cfg(feature = "wire")]
+pub mod wire {
+    pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+    pub use crate::transport::sse;
+    pub use crate::transport::{
+        DEFAULT_MAX_SESSION_ID_LEN, Exchange, MessageStream, SessionEnd, StreamableHttp,
+    };
+}

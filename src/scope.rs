@@ -6,15 +6,15 @@
 //! 1. the owned client (only when the session built it);
 //! 2. the session's header hooks;
 //! 3. the transport (which holds a handle to the client);
-//! 4. the server session we may create (pushed *before* `initialize` is
-//!    sent, so an id that arrives just before a cancellation is still
-//!    DELETEd; with no id, releasing it sends nothing);
-//! 5. background tasks (the GET listener, re-discovery, re-initialize,
+//! 4. the server sessions we create ([`ServerSessions`]): every one from
+//!    before its `initialize` leaves until its DELETE has been answered or
+//!    has timed out, the first one and every re-initialize alike;
+//! 5. background tasks (the GET listener, re-initialize, re-discovery,
 //!    cancellation notices), as one set.
 //!
-//! Released in reverse: tasks stop and are joined; the server session is
-//! DELETEd while our hooks and the client are still alive, so the DELETE is
-//! authenticated; the transport's handle goes; the hooks are removed by
+//! Released in reverse: tasks stop and are joined; the server sessions are
+//! DELETEd while our hooks and the client are still alive, so the DELETEs
+//! are authenticated; the transport's handle goes; the hooks are removed by
 //! identity; the owned client is dropped last.
 //!
 //! [`GuardStack::unwind`] is the orderly path. Dropping a stack does what
@@ -26,20 +26,23 @@
 //! ([`crate::ledger::abandoned_deletes`]).
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use scopeguard::ScopeGuard;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HookHandle, HttpClient};
-use crate::error::Error;
-use crate::jsonrpc::{Message, Request};
+use crate::error::{Error, Result};
+use crate::jsonrpc::Request;
 use crate::ledger::{self, Count, Counters, Field};
-use crate::transport::{Exchange, Posted, SessionEnd, StreamableHttp};
+use crate::sync::lock;
+use crate::transport::{MessageStream, SessionEnd, StreamableHttp};
 
 /// A release that cannot fail and needs no waiting.
 type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;
@@ -48,7 +51,7 @@ fn sync_guard(release: impl FnOnce() + Send + 'static) -> SyncGuard {
     scopeguard::guard((), Box::new(move |()| release()))
 }
 
-/// What became of the server session when a stack was released.
+/// What became of one server session when a stack was released.
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub enum SessionRelease {
@@ -56,11 +59,16 @@ pub enum SessionRelease {
     /// before `initialize` was sent.
     #[default]
     NotOwned,
-    /// The server issued no session id (a stateless server): nothing to end.
+    /// The server issued no session id (a stateless server, or an
+    /// `initialize` that failed): nothing to end.
     NoSessionId,
+    /// The server had already ended it: a request that carried its id was
+    /// answered 404. Nothing was sent.
+    Expired,
     /// DELETE was answered with this status (2xx, 404 or 405).
     Deleted(http::StatusCode),
-    /// DELETE failed or timed out; local cleanup ran anyway.
+    /// DELETE failed or timed out (or `initialize` was not answered in
+    /// time to learn the session id); local cleanup ran anyway.
     DeleteFailed(Error),
 }
 
@@ -70,8 +78,12 @@ pub enum SessionRelease {
 pub struct Released {
     /// Background tasks stopped and joined.
     pub tasks_stopped: usize,
-    /// The server session.
+    /// The newest server session (the one in use).
     pub session: SessionRelease,
+    /// Older server sessions of this stack that ended here or shortly
+    /// before: ones the server expired (a re-initialize replaced them), or
+    /// ones a failed re-initialize created. Oldest first.
+    pub earlier_sessions: Vec<SessionRelease>,
     /// Header hooks removed from the client.
     pub hooks_removed: usize,
     /// Whether the session's own (owned) HTTP client was released.
@@ -103,7 +115,7 @@ pub(crate) struct Spawner {
 const TASK_JOIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Background {
-    pub(crate) fn new(counters: Arc<Counters>) -> (Background, Spawner) {
+    fn new(counters: Arc<Counters>) -> (Background, Spawner) {
         let set = Arc::new(Mutex::new(Some(JoinSet::new())));
         let token = CancellationToken::new();
         let spawner = Spawner {
@@ -115,10 +127,7 @@ impl Background {
     }
 
     fn take(&self) -> Option<JoinSet<()>> {
-        self.set
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        lock(&self.set).take()
     }
 
     /// Cancels every task and joins them (aborting stragglers); returns how
@@ -129,7 +138,7 @@ impl Background {
             return 0;
         };
         let mut stopped = 0;
-        let deadline = tokio::time::Instant::now() + TASK_JOIN_TIMEOUT;
+        let deadline = Instant::now() + TASK_JOIN_TIMEOUT;
         loop {
             match tokio::time::timeout_at(deadline, set.join_next()).await {
                 Ok(Some(_)) => stopped += 1,
@@ -156,15 +165,19 @@ impl Drop for Background {
 
 impl Spawner {
     /// Spawns `task`, which must return soon after its token is cancelled.
-    /// Returns false (and drops the task) once the session is closing.
+    /// Returns false (and drops the task) once the session is closing, or
+    /// when called outside a tokio runtime (a `Drop` on a plain thread).
     pub(crate) fn spawn<F>(&self, task: impl FnOnce(CancellationToken) -> F) -> bool
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
         let Some(set) = self.set.upgrade() else {
             return false;
         };
-        let mut guard = set.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock(&set);
         let Some(set) = guard.as_mut() else {
             return false;
         };
@@ -176,10 +189,13 @@ impl Spawner {
         while set.try_join_next().is_some() {}
         let count = Count::new(Field::Tasks, Some(self.counters.clone()));
         let future = task(self.token.clone());
-        set.spawn(async move {
-            let _count = count;
-            future.await;
-        });
+        set.spawn_on(
+            async move {
+                let _count = count;
+                future.await;
+            },
+            &runtime,
+        );
         true
     }
 
@@ -189,95 +205,358 @@ impl Spawner {
     }
 }
 
-/// The answer to `initialize` up to its response head: the session id.
-type InitializeTask = JoinHandle<crate::Result<Posted>>;
-/// A DELETE in flight.
-type DeleteTask = JoinHandle<crate::Result<SessionEnd>>;
+/// How a server session's task is told to end.
+enum End {
+    /// DELETE it, if the server issued an id; all within this deadline.
+    Delete(Instant),
+    /// The server has ended it itself (a 404 to a request that carried its
+    /// id): nothing to send.
+    Expired,
+}
 
-/// The server session we may have created: ended by DELETE.
+/// One server session we created, as its task runs it.
+struct Record {
+    number: u64,
+    /// Whether a DELETE is still owed.
+    owed: Arc<Owed>,
+    /// Tells the task to end it; taken when sent.
+    end: Option<oneshot::Sender<End>>,
+    /// When the task will have given up, once told to DELETE.
+    deadline: Option<Instant>,
+    task: JoinHandle<SessionRelease>,
+}
+
+struct Registry {
+    /// Set at release: no new session may start.
+    closed: bool,
+    records: Vec<Record>,
+}
+
+/// Finished records kept for the release report; older ones are dropped.
+const FINISHED_KEPT: usize = 4;
+
+/// Extra time past a session task's own deadline before it is aborted: the
+/// task bounds itself, this only covers its scheduling.
+const TASK_GRACE: Duration = Duration::from_millis(250);
+
+/// The server sessions of one stack: the only code that sends `initialize`.
 ///
-/// Both exchanges that matter run as tasks held here, so that a caller who
-/// drops a future half-way never cuts one off: the `initialize` POST (up to
-/// its response head, which carries the session id) and the DELETE. The
-/// guard stays on the stack until its release has finished; if the stack is
-/// dropped first, the reaper takes the guard, tasks and all, and finishes
-/// within the same deadline.
-pub(crate) struct ServerSessionGuard {
-    wire: Arc<StreamableHttp>,
+/// Each session runs as a task that sends the `initialize` POST (up to its
+/// response head, which carries the session id), hands the answer to the
+/// opener, then waits to be ended: DELETEd (at release, or when the opener
+/// gives up half-way) or settled as expired (when the server answered 404).
+/// Its record is here, on the stack, from before the POST leaves until the
+/// task has finished, so no way out (a close, a drop, a timeout, a failed
+/// re-initialize) can leave a session the server created without its
+/// DELETE. The DELETE and the wait for `initialize` share one deadline, the
+/// DELETE timeout.
+pub(crate) struct ServerSessions {
+    registry: Arc<Mutex<Registry>>,
+    timeout: Duration,
+    /// Records taken out of the registry at release, until joined.
+    closing: Vec<Record>,
+}
+
+/// Opens and ends server sessions of a [`ServerSessions`], while it is on
+/// its stack.
+#[derive(Clone)]
+pub(crate) struct SessionsHandle {
+    registry: Weak<Mutex<Registry>>,
     timeout: Duration,
     counters: Arc<Counters>,
-    initializing: Option<InitializeTask>,
-    deleting: Option<(DeleteTask, tokio::time::Instant)>,
-    settled: bool,
-    _count: Count,
 }
 
-impl ServerSessionGuard {
-    fn owes_delete(&self) -> bool {
-        !self.settled
-            && (self.initializing.is_some()
-                || self.deleting.is_some()
-                || self.wire.session_id().is_some())
+/// A server session being opened: its `initialize` answer, and the promise
+/// that if the opener walks away or fails, the session is DELETEd.
+pub(crate) struct Opening {
+    number: u64,
+    head: oneshot::Receiver<Result<MessageStream>>,
+    handle: SessionsHandle,
+    armed: bool,
+}
+
+impl Opening {
+    /// The answer to `initialize`, once its head has arrived (the session
+    /// id, if any, is then on the transport).
+    pub(crate) async fn answer(&mut self) -> Result<MessageStream> {
+        (&mut self.head)
+            .await
+            .unwrap_or_else(|_| Err(Error::closed()))
     }
 
-    async fn release(&mut self) -> SessionRelease {
-        if let Some(initializing) = self.initializing.as_mut() {
-            // Cut off half-way: let the exchange finish (bounded) to learn
-            // whether the server created a session, and its id.
-            if tokio::time::timeout(self.timeout, &mut *initializing)
-                .await
-                .is_err()
-            {
-                initializing.abort();
-            }
-            self.initializing = None;
-        }
-        if self.deleting.is_none() {
-            if self.settled || self.wire.session_id().is_none() {
-                self.settled = true;
-                return SessionRelease::NoSessionId;
-            }
-            let wire = self.wire.clone();
-            let count = Count::new(Field::Tasks, Some(self.counters.clone()));
-            let task = tokio::spawn(
-                async move {
-                    let _count = count;
-                    wire.delete_session().await
-                }
-                .instrument(tracing::debug_span!("mcp.close.delete")),
-            );
-            let deadline = tokio::time::Instant::now() + self.timeout;
-            self.deleting = Some((task, deadline));
-        }
-        let (task, deadline) = self.deleting.as_mut().expect("set above");
-        let outcome = tokio::time::timeout_at(*deadline, &mut *task).await;
-        if outcome.is_err() {
-            task.abort();
-        }
-        self.deleting = None;
-        // Settled either way: we tried once, within the bound.
-        self.settled = true;
-        match outcome {
-            Ok(Ok(Ok(SessionEnd::Ended(status)))) => SessionRelease::Deleted(status),
-            Ok(Ok(Ok(SessionEnd::NoSession))) => SessionRelease::NoSessionId,
-            Ok(Ok(Err(error))) => SessionRelease::DeleteFailed(error),
-            Ok(Err(join)) => SessionRelease::DeleteFailed(Error::transport(Box::new(join))),
-            Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(self.timeout)),
-        }
+    /// The session is established: from now on it ends at release, or when
+    /// the server expires it.
+    pub(crate) fn established(mut self) {
+        self.armed = false;
     }
 }
 
-impl Drop for ServerSessionGuard {
+impl Drop for Opening {
     fn drop(&mut self) {
-        if let Some(initializing) = &self.initializing {
-            initializing.abort();
+        if self.armed {
+            // Failed or dropped half-way: the session task DELETEs what the
+            // server created, on its own.
+            self.handle.end(self.number);
         }
-        if let Some((deleting, _)) = &self.deleting {
-            deleting.abort();
+    }
+}
+
+impl SessionsHandle {
+    /// Starts server session `number` on `wire` (a transport of its own, with
+    /// no session yet): its task sends `initialize` now. Fails once the
+    /// stack is releasing.
+    pub(crate) fn open(
+        &self,
+        number: u64,
+        wire: Arc<StreamableHttp>,
+        initialize: Request,
+    ) -> Result<Opening> {
+        let registry = self.registry.upgrade().ok_or_else(Error::closed)?;
+        let mut registry = lock(&registry);
+        if registry.closed {
+            return Err(Error::closed());
         }
-        if self.owes_delete() {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::closed().with_message("no tokio runtime to run the session on"))?;
+        let finished = registry
+            .records
+            .iter()
+            .filter(|r| r.task.is_finished())
+            .count();
+        if finished > FINISHED_KEPT {
+            let mut excess = finished - FINISHED_KEPT;
+            registry.records.retain(|r| {
+                let drop = excess > 0 && r.task.is_finished();
+                excess -= usize::from(drop);
+                !drop
+            });
+        }
+        let (head_tx, head) = oneshot::channel();
+        let (end, end_rx) = oneshot::channel();
+        let owed = Arc::new(Owed {
+            wire,
+            answered: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+        });
+        let run = run_session(owed.clone(), initialize, head_tx, end_rx, self.timeout);
+        // Counted as the session it runs, not as a background task.
+        let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
+        let task = runtime.spawn(
+            async move {
+                let _count = count;
+                run.await
+            }
+            .instrument(tracing::debug_span!("mcp.server_session", number)),
+        );
+        registry.records.push(Record {
+            number,
+            owed,
+            end: Some(end),
+            deadline: None,
+            task,
+        });
+        Ok(Opening {
+            number,
+            head,
+            handle: self.clone(),
+            armed: true,
+        })
+    }
+
+    /// The server answered 404 to a request that carried session
+    /// `number`'s id: it has ended it; nothing is sent.
+    pub(crate) fn expired(&self, number: u64) {
+        self.send(number, |_| End::Expired);
+    }
+
+    /// Ends session `number` now: its DELETE (once its `initialize` has
+    /// answered, if it has not yet) within the DELETE timeout.
+    pub(crate) fn end(&self, number: u64) {
+        let timeout = self.timeout;
+        self.send(number, |record| {
+            let deadline = Instant::now() + timeout;
+            record.deadline = Some(deadline);
+            End::Delete(deadline)
+        });
+    }
+
+    fn send(&self, number: u64, end: impl FnOnce(&mut Record) -> End) {
+        let Some(registry) = self.registry.upgrade() else {
+            return;
+        };
+        let mut registry = lock(&registry);
+        if let Some(record) = registry.records.iter_mut().find(|r| r.number == number) {
+            if let Some(sender) = record.end.take() {
+                let message = end(record);
+                let _ = sender.send(message);
+            }
+        }
+    }
+}
+
+/// What a server session owes: its DELETE, unless settled, while its
+/// `initialize` has not answered (the server may have created it) or once
+/// the server issued an id.
+struct Owed {
+    wire: Arc<StreamableHttp>,
+    /// The `initialize` POST has ended (its head arrived, or it failed).
+    answered: AtomicBool,
+    /// Deleted, expired, or known never to have existed.
+    settled: AtomicBool,
+}
+
+impl Owed {
+    fn delete(&self) -> bool {
+        !self.settled.load(Ordering::Acquire)
+            && (!self.answered.load(Ordering::Acquire) || self.wire.session_id().is_some())
+    }
+}
+
+/// Runs one server session: `initialize` up to its head, then waits to be
+/// ended.
+async fn run_session(
+    owed: Arc<Owed>,
+    initialize: Request,
+    head_tx: oneshot::Sender<Result<MessageStream>>,
+    mut end_rx: oneshot::Receiver<End>,
+    timeout: Duration,
+) -> SessionRelease {
+    // Dropped unsettled (the runtime is going), the DELETE is abandoned.
+    let abandon = scopeguard::guard(owed.clone(), |owed| {
+        if owed.delete() {
             ledger::count_abandoned_delete();
             tracing::warn!("no runtime could send the DELETE of a session; it is left to expire");
+        }
+    });
+    let settle = |release| {
+        abandon.settled.store(true, Ordering::Release);
+        release
+    };
+    let wire = &owed.wire;
+    let post = async {
+        let head = wire.post_request(&initialize).await;
+        owed.answered.store(true, Ordering::Release);
+        head
+    };
+    tokio::pin!(post);
+    let end = tokio::select! {
+        head = &mut post => {
+            // Nobody waiting any more: the session (if any) is still ended below.
+            let _ = head_tx.send(head);
+            (&mut end_rx).await
+        }
+        end = &mut end_rx => {
+            // Cut off before the head: finish the exchange (bounded) to learn
+            // whether the server created a session, and its id.
+            let deadline = match &end {
+                Ok(End::Delete(deadline)) => *deadline,
+                _ => Instant::now() + timeout,
+            };
+            if tokio::time::timeout_at(deadline, &mut post).await.is_err() {
+                return settle(SessionRelease::DeleteFailed(Error::timeout(format!(
+                    "initialize was not answered within {timeout:?}: whether the server \
+                     created a session is unknown"
+                ))));
+            }
+            end
+        }
+    };
+    let deadline = match end {
+        Ok(End::Expired) => return settle(SessionRelease::Expired),
+        Ok(End::Delete(deadline)) => deadline,
+        // The stack went without ending it (never on the orderly paths).
+        Err(_) => Instant::now() + timeout,
+    };
+    if wire.session_id().is_none() {
+        return settle(SessionRelease::NoSessionId);
+    }
+    let delete = wire
+        .delete_session()
+        .instrument(tracing::debug_span!("mcp.close.delete"));
+    settle(match tokio::time::timeout_at(deadline, delete).await {
+        Ok(Ok(SessionEnd::Ended(status))) => SessionRelease::Deleted(status),
+        Ok(Ok(SessionEnd::NoSession)) => SessionRelease::NoSessionId,
+        Ok(Err(error)) => SessionRelease::DeleteFailed(error),
+        Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(timeout)),
+    })
+}
+
+impl ServerSessions {
+    fn new(timeout: Duration, counters: Arc<Counters>) -> (ServerSessions, SessionsHandle) {
+        let registry = Arc::new(Mutex::new(Registry {
+            closed: false,
+            records: Vec::new(),
+        }));
+        let handle = SessionsHandle {
+            registry: Arc::downgrade(&registry),
+            timeout,
+            counters,
+        };
+        let sessions = ServerSessions {
+            registry,
+            timeout,
+            closing: Vec::new(),
+        };
+        (sessions, handle)
+    }
+
+    /// Whether a DELETE is still owed: a session whose `initialize` is in
+    /// flight (the server may have created it), or whose id we have, and
+    /// that is not yet deleted or expired.
+    fn owes_delete(&self) -> bool {
+        let owes = |r: &Record| !r.task.is_finished() && r.owed.delete();
+        self.closing.iter().any(owes) || lock(&self.registry).records.iter().any(owes)
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout + TASK_GRACE
+    }
+
+    /// Closes the registry and ends every session: DELETEs (after an
+    /// `initialize` still in flight), all within one DELETE timeout. Each
+    /// record leaves only once joined, so a release cut off half-way can be
+    /// resumed (by the reaper) where it stopped.
+    async fn release(&mut self) -> Vec<SessionRelease> {
+        {
+            let mut registry = lock(&self.registry);
+            registry.closed = true;
+            self.closing.append(&mut registry.records);
+        }
+        let deadline = Instant::now() + self.timeout;
+        for record in &mut self.closing {
+            if let Some(end) = record.end.take() {
+                record.deadline = Some(deadline);
+                let _ = end.send(End::Delete(deadline));
+            }
+        }
+        let mut released = Vec::with_capacity(self.closing.len());
+        while let Some(record) = self.closing.first_mut() {
+            let until = record.deadline.unwrap_or(deadline) + TASK_GRACE;
+            let outcome = tokio::time::timeout_at(until, &mut record.task).await;
+            let record = self.closing.remove(0);
+            released.push(match outcome {
+                Ok(Ok(release)) => release,
+                Ok(Err(join)) => SessionRelease::DeleteFailed(Error::transport(Box::new(join))),
+                Err(_) => {
+                    record.task.abort();
+                    SessionRelease::DeleteFailed(Error::delete_timeout(self.timeout))
+                }
+            });
+        }
+        released
+    }
+}
+
+impl Drop for ServerSessions {
+    fn drop(&mut self) {
+        // Reached with tasks still running only when they owe nothing (no
+        // id), or when no reaper could take them (the runtime is going):
+        // each task, dropped unfinished, counts a DELETE it owed as
+        // abandoned.
+        let mut registry = lock(&self.registry);
+        registry.closed = true;
+        for record in registry.records.iter().chain(&self.closing) {
+            record.task.abort();
         }
     }
 }
@@ -295,7 +574,7 @@ enum Entry {
         kind: SyncKind,
         _release: SyncGuard,
     },
-    ServerSession(ServerSessionGuard),
+    ServerSessions(ServerSessions),
     Background(Background),
 }
 
@@ -346,54 +625,12 @@ impl GuardStack {
         self.push_sync(SyncKind::Transport, move || drop(wire));
     }
 
-    pub(crate) fn push_server_session(&mut self, wire: Arc<StreamableHttp>, timeout: Duration) {
-        let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
-        self.entries.push(Entry::ServerSession(ServerSessionGuard {
-            wire,
-            timeout,
-            counters: self.counters.clone(),
-            initializing: None,
-            deleting: None,
-            settled: false,
-            _count: count,
-        }));
-    }
-
-    /// Sends `initialize` on the transport of the server-session entry and
-    /// reads its answer.
-    ///
-    /// The POST runs, up to the response head, as a task held by that
-    /// entry: if this future is dropped before the head arrives, the reaper
-    /// lets it finish (within the DELETE timeout) and DELETEs the session it
-    /// created, whose id we could not have known otherwise.
-    pub(crate) async fn initialize(&mut self, request: Request) -> crate::Result<Exchange> {
-        let Some(Entry::ServerSession(session)) = self
-            .entries
-            .iter_mut()
-            .rev()
-            .find(|e| matches!(e, Entry::ServerSession(_)))
-        else {
-            unreachable!("initialize is only sent on a stack with a server session");
-        };
-        let wire = session.wire.clone();
-        let id = request.id.clone();
-        let message = Message::Request(request);
-        let task = {
-            let wire = wire.clone();
-            let count = Count::new(Field::Tasks, Some(self.counters.clone()));
-            tokio::spawn(async move {
-                let _count = count;
-                wire.post(&message).await
-            })
-        };
-        let initializing = session.initializing.insert(task);
-        let posted = initializing.await;
-        session.initializing = None;
-        let posted = posted.map_err(|e| Error::transport(Box::new(e)))??;
-        let Posted::Stream(stream) = posted else {
-            unreachable!("a request is never merely accepted");
-        };
-        wire.await_response(stream, &id).await
+    /// Pushes the entry of the server sessions this stack will create (each
+    /// DELETEd within `delete_timeout`); returns the handle that opens them.
+    pub(crate) fn push_server_sessions(&mut self, delete_timeout: Duration) -> SessionsHandle {
+        let (sessions, handle) = ServerSessions::new(delete_timeout, self.counters.clone());
+        self.entries.push(Entry::ServerSessions(sessions));
+        handle
     }
 
     /// Pushes a session's background set; returns its spawner.
@@ -404,7 +641,7 @@ impl GuardStack {
     }
 
     /// The orderly path: pops every entry, awaiting the task joins and the
-    /// DELETE. Always completes (each wait is bounded); failures are in the
+    /// DELETEs. Always completes (each wait is bounded); failures are in the
     /// report, never stop the unwind.
     pub(crate) async fn unwind(&mut self) -> Released {
         let mut released = Released::default();
@@ -416,7 +653,13 @@ impl GuardStack {
                 Entry::Background(background) => {
                     released.tasks_stopped += background.release().await;
                 }
-                Entry::ServerSession(session) => released.session = session.release().await,
+                Entry::ServerSessions(sessions) => {
+                    let mut ended = sessions.release().await;
+                    if let Some(newest) = ended.pop() {
+                        released.session = newest;
+                    }
+                    released.earlier_sessions.append(&mut ended);
+                }
                 Entry::Sync { kind, .. } => match kind {
                     SyncKind::Hook => released.hooks_removed += 1,
                     SyncKind::OwnedClient => released.owned_client_released = true,
@@ -431,7 +674,19 @@ impl GuardStack {
     fn owes_delete(&self) -> bool {
         self.entries
             .iter()
-            .any(|e| matches!(e, Entry::ServerSession(s) if s.owes_delete()))
+            .any(|e| matches!(e, Entry::ServerSessions(s) if s.owes_delete()))
+    }
+
+    /// When a reap of this stack will have finished, at the latest.
+    fn reap_deadline(&self) -> Instant {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::ServerSessions(s) => Some(s.deadline()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_else(Instant::now)
     }
 }
 
@@ -444,7 +699,7 @@ impl Drop for GuardStack {
             }
             return;
         }
-        // The synchronous part at once: tasks above the session are aborted.
+        // The synchronous part at once: tasks above the sessions are aborted.
         while let Some(Entry::Background(_)) = self.entries.last() {
             self.entries.pop();
         }
@@ -468,7 +723,7 @@ impl fmt::Debug for GuardStack {
                     SyncKind::Hook => "hook",
                     SyncKind::Transport => "transport",
                 },
-                Entry::ServerSession(_) => "server session",
+                Entry::ServerSessions(_) => "server sessions",
                 Entry::Background(_) => "background tasks",
             })
             .collect();
@@ -478,29 +733,40 @@ impl fmt::Debug for GuardStack {
     }
 }
 
+/// Reaps handed out and not finished, with when each will have given up.
+static REAPS: Mutex<Vec<(u64, std::time::Instant)>> = Mutex::new(Vec::new());
 static REAPS_DONE: Notify = Notify::const_new();
 
 /// Counts one pending reap; wakes [`shutdown`] when it goes.
 struct PendingReap {
-    count: Option<Count>,
+    id: u64,
+    _count: Count,
+}
+
+impl PendingReap {
+    fn new(counters: Arc<Counters>, deadline: Instant) -> PendingReap {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let left = deadline.saturating_duration_since(Instant::now());
+        lock(&REAPS).push((id, std::time::Instant::now() + left));
+        PendingReap {
+            id,
+            _count: Count::new(Field::PendingReaps, Some(counters)),
+        }
+    }
 }
 
 impl Drop for PendingReap {
     fn drop(&mut self) {
-        // Decrement first, then wake, so a woken waiter sees the new count.
-        drop(self.count.take());
+        // Gone from the list first, then wake, so a woken waiter sees it gone.
+        lock(&REAPS).retain(|(id, _)| *id != self.id);
         REAPS_DONE.notify_waiters();
     }
 }
 
-/// Hands the rest of a stack (with its DELETE) to a reaper task.
+/// Hands the rest of a stack (with its DELETEs) to a reaper task.
 fn reap(stack: GuardStack) {
-    let pending = PendingReap {
-        count: Some(Count::new(
-            Field::PendingReaps,
-            Some(stack.counters.clone()),
-        )),
-    };
+    let pending = PendingReap::new(stack.counters.clone(), stack.reap_deadline());
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             tracing::debug!("handing a DELETE to the reaper");
@@ -521,12 +787,16 @@ fn reap(stack: GuardStack) {
     }
 }
 
-/// Waits until every DELETE handed to the reaper has finished (each within
-/// its DELETE timeout), so a process can drain before its runtime ends.
+/// Waits until every DELETE handed to the reaper has finished, so a process
+/// can drain before its runtime ends.
 ///
 /// Sessions dropped without [`close`](crate::Session::close) are ended in
 /// the background; call this before leaving `main` (or before shutting the
-/// runtime down) to let their DELETEs reach the servers.
+/// runtime down) to let their DELETEs reach the servers. It returns at the
+/// latest when every pending reap has passed its own bound (its DELETE
+/// timeout), even if one was handed to a runtime that nobody drives any
+/// more: such a DELETE stays pending (see [`crate::ledger()`]) and is never
+/// waited for beyond its bound.
 pub async fn shutdown() {
     loop {
         let notified = REAPS_DONE.notified();
@@ -534,17 +804,28 @@ pub async fn shutdown() {
         // Registered before the check, so a reap finishing in between is
         // not missed.
         notified.as_mut().enable();
-        if ledger::ledger().pending_reaps == 0 {
+        let Some(latest) = lock(&REAPS).iter().map(|(_, deadline)| *deadline).max() else {
+            return;
+        };
+        let left = latest.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            tracing::warn!("reaps still pending past their deadline; not waiting for them");
             return;
         }
-        notified.await;
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(left) => {}
+        }
     }
 }
 
 /// Errors of a [`Released`] report, for a failed connect's cleanup.
 pub(crate) fn cleanup_errors(released: Released) -> Vec<Error> {
-    match released.session {
-        SessionRelease::DeleteFailed(error) => vec![error],
-        _ => Vec::new(),
-    }
+    std::iter::once(released.session)
+        .chain(released.earlier_sessions)
+        .filter_map(|session| match session {
+            SessionRelease::DeleteFailed(error) => Some(error),
+            _ => None,
+        })
+        .collect()
 }

@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use mcp_scoped_http::transport::{ProtocolVersion, SessionId, StreamableHttp};
+use mcp_scoped_http::wire::StreamableHttp;
 use mcp_scoped_http::{Connector, Ownership, SessionOwnership, SessionRelease};
+use mcp_scoped_http::{ProtocolVersion, SessionId};
 use serde_json::json;
 use support::baseline::{Baseline, Caller};
 use support::*;

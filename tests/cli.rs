@@ -5,8 +5,8 @@
 use std::process::{Command, Output};
 
 use mcp_scoped_http::Connector;
+use mcp_scoped_http::ProtocolVersion;
 use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
-use mcp_scoped_http::transport::ProtocolVersion;
 use serde_json::Value;
 
 fn cli(args: &[&str]) -> Output {

@@ -3,7 +3,7 @@
 mod support;
 
 use http::Method;
-use mcp_scoped_http::transport::SessionEnd;
+use mcp_scoped_http::wire::SessionEnd;
 use support::*;
 
 #[tokio::test]

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use http::Method;
+use mcp_scoped_http::TransportConfig;
 use mcp_scoped_http::jsonrpc::Message;
-use mcp_scoped_http::transport::TransportConfig;
 use mcp_scoped_http::{Connector, Session};
 use serde_json::json;
 use support::baseline::{Baseline, Caller};

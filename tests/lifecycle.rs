@@ -152,8 +152,8 @@ fn a_connect_timeout_names_its_step_and_unwinds_before_returning() {
             let caller = Caller::new();
             caller.own_request(&server).await;
             let baseline = Baseline::take(Some(&caller));
-            let mut connector = Connector::new(server.url())
-                .connect_timeout(Some(std::time::Duration::from_millis(200)));
+            let mut connector =
+                Connector::new(server.url()).connect_timeout(std::time::Duration::from_millis(200));
             if borrowed {
                 connector = connector.client(caller.client.clone());
             }

@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use mcp_scoped_http::transport::TransportConfig;
+use mcp_scoped_http::TransportConfig;
 use support::*;
 
 /// Counts heap bytes allocated on threads that opted in, and their peak, so
@@ -72,7 +72,7 @@ const LIMIT: usize = 64 * 1024;
 /// far below what the server sends (16 MiB, or an endless line).
 const BOUND: usize = 4 * 1024 * 1024;
 
-fn limited(server: &TestServer) -> mcp_scoped_http::transport::StreamableHttp {
+fn limited(server: &TestServer) -> mcp_scoped_http::wire::StreamableHttp {
     wire(HttpClient::owned().unwrap(), server).with_config(
         TransportConfig::default()
             .max_json_body(LIMIT)

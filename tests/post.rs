@@ -3,8 +3,7 @@
 
 mod support;
 
-use mcp_scoped_http::jsonrpc::{ErrorObject, Message, Notification, Response};
-use mcp_scoped_http::transport::Posted;
+use mcp_scoped_http::jsonrpc::{ErrorObject, Notification, Response};
 use serde_json::{Value, json};
 use support::*;
 
@@ -15,14 +14,11 @@ async fn every_message_is_a_json_post_accepting_both_media_types() {
         let wire = wire(client, &server);
         handshake(&wire).await;
         wire.request(request(2, "tools/list", None)).await.unwrap();
-        let response = Message::Response(Response {
+        let response = Response {
             id: Some("server-1".into()),
             outcome: Ok(json!({})),
-        });
-        assert!(matches!(
-            wire.post(&response).await.unwrap(),
-            Posted::Accepted
-        ));
+        };
+        wire.post_response(&response).await.unwrap();
 
         let posts = seen_http(&server, http::Method::POST);
         assert_eq!(posts.len(), 4, "{}", label(wire.client()));
@@ -66,11 +62,11 @@ async fn a_notification_answered_202_or_empty_2xx_is_done() {
         if let Some(action) = action {
             server.push_fault(Fault::on_rpc("notifications/progress", action));
         }
-        let note = Message::Notification(Notification {
+        let note = Notification {
             method: "notifications/progress".into(),
             params: Some(json!({"progressToken": 1, "progress": 1})),
-        });
-        assert!(matches!(wire.post(&note).await.unwrap(), Posted::Accepted));
+        };
+        wire.post_notification(&note).await.unwrap();
     }
 }
 
@@ -104,11 +100,11 @@ async fn an_idless_jsonrpc_error_in_a_4xx_is_surfaced_with_status_and_code() {
             headers: vec![],
         },
     ));
-    let note = Message::Notification(Notification {
+    let note = Notification {
         method: "notifications/initialized".into(),
         params: None,
-    });
-    let error = wire.post(&note).await.unwrap_err();
+    };
+    let error = wire.post_notification(&note).await.unwrap_err();
     assert!(error.is_status());
     assert_eq!(error.status(), Some(http::StatusCode::BAD_REQUEST));
     assert_eq!(error.rpc_code(), Some(-32600));

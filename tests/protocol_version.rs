@@ -63,7 +63,7 @@ async fn an_unknown_revision_in_the_answer_is_refused() {
     let error = init.result["protocolVersion"]
         .as_str()
         .unwrap()
-        .parse::<mcp_scoped_http::transport::ProtocolVersion>()
+        .parse::<mcp_scoped_http::ProtocolVersion>()
         .unwrap_err();
     assert!(error.is_protocol());
     assert!(error.to_string().contains("2099-01-01"));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::Method;
 use mcp_scoped_http::Connector;
-use mcp_scoped_http::session::Resumption;
+use mcp_scoped_http::Resumption;
 use support::*;
 
 /// The GETs that resumed an answer (the listener's own GET carries no

@@ -4,7 +4,7 @@
 mod support;
 
 use http::Method;
-use mcp_scoped_http::jsonrpc::{Message, Notification};
+use mcp_scoped_http::jsonrpc::Notification;
 use support::*;
 
 #[tokio::test]
@@ -111,11 +111,11 @@ async fn invalid_session_ids_are_refused_and_never_echoed() {
         assert!(wire.session_id().is_none(), "{what}");
 
         // Nothing that follows carries it.
-        let note = Message::Notification(Notification {
+        let note = Notification {
             method: "notifications/initialized".into(),
             params: None,
-        });
-        let _ = wire.post(&note).await;
+        };
+        let _ = wire.post_notification(&note).await;
         assert!(
             server
                 .requests()

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::Connector;
-use mcp_scoped_http::session::{RequestOptions, Resumption};
+use mcp_scoped_http::{RequestOptions, Resumption};
 use serde_json::json;
 use support::*;
 

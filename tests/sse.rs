@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::transport::sse::{SseDecoder, SseError, SseEvent};
+use mcp_scoped_http::wire::sse::{SseDecoder, SseError, SseEvent};
 use proptest::prelude::*;
 use proptest::sample::Index;
 

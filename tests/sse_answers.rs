@@ -5,7 +5,6 @@ mod support;
 
 use bytes::Bytes;
 use mcp_scoped_http::jsonrpc::Message;
-use mcp_scoped_http::transport::Posted;
 use serde_json::json;
 use support::*;
 
@@ -74,13 +73,10 @@ async fn priming_events_are_not_parsed_and_their_id_is_kept() {
     let server = sse(ServerConfig::default());
     let wire = wire(HttpClient::owned().unwrap(), &server);
     handshake(&wire).await;
-    let Posted::Stream(mut stream) = wire
-        .post(&Message::Request(request(2, "tools/list", None)))
+    let mut stream = wire
+        .post_request(&request(2, "tools/list", None))
         .await
-        .unwrap()
-    else {
-        panic!("a request is answered with a stream")
-    };
+        .unwrap();
     assert!(stream.is_sse());
     let first = stream.next().await.unwrap().unwrap();
     assert!(matches!(first, Message::Response(_)), "{first:?}");
@@ -159,13 +155,10 @@ async fn a_cut_stream_keeps_its_last_event_id_and_retry() {
             retry_ms: Some(750),
         },
     ));
-    let Posted::Stream(mut stream) = wire
-        .post(&Message::Request(request(2, "tools/list", None)))
+    let mut stream = wire
+        .post_request(&request(2, "tools/list", None))
         .await
-        .unwrap()
-    else {
-        panic!()
-    };
+        .unwrap();
     assert!(stream.next().await.is_none());
     assert!(stream.last_event_id().is_some());
     assert_eq!(stream.retry(), Some(std::time::Duration::from_millis(750)));

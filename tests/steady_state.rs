@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
-use mcp_scoped_http::session::{RequestOptions, Resumption};
 use mcp_scoped_http::{Connector, Session};
+use mcp_scoped_http::{RequestOptions, Resumption};
 use serde_json::{Value, json};
 use support::baseline::{Baseline, Caller};
 use support::*;
@@ -223,7 +223,7 @@ fn f22_the_connector_timeout_applies_and_can_be_lifted_per_request() {
             support::baseline::scene(TestServer::start(ServerConfig::default())).await;
         let session = Connector::new(server.url())
             .client(caller.client.clone())
-            .request_timeout(Some(Duration::from_millis(50)))
+            .request_timeout(Duration::from_millis(50))
             .connect()
             .await
             .unwrap();

@@ -33,7 +33,7 @@
 //! - **Redirects.** Build the client with
 //!   `redirect(reqwest::redirect::Policy::none())`, so that every redirect
 //!   reaches this crate, which follows only a 307 or 308 to the same origin
-//!   (see [`crate::transport`]). The request body is handed to reqwest as a
+//!   (see [the crate docs](crate#redirects)). The request body is handed to reqwest as a
 //!   stream, so reqwest never replays a POST for a 307 or 308 on its own;
 //!   but with reqwest's default policy it follows a 301, 302 or 303 itself,
 //!   turning the POST into a GET that carries the session id and our hook

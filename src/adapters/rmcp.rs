@@ -102,52 +102,47 @@
 //! [`RunningService`]: rmcp::service::RunningService
 
 use std::borrow::Cow;
-use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{DynamicTransportError, Transport};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, ScopeId};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
+use crate::engine::{
+    Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings, negotiated,
+};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, Response, codes};
-use crate::origin::Origin;
-use crate::scope::{GuardStack, Released, Spawner};
-use crate::session::Resumption;
-use crate::transport::{MessageStream, Posted, ProtocolVersion, StreamableHttp, TransportConfig};
+use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId, Response, codes};
+use crate::scope::{GuardStack, Released};
+use crate::sync::lock;
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
 
-/// GET attempts of the listening stream: the first, and reconnects after it
-/// ends or fails. A 405 ends it at once.
-const LISTEN_ATTEMPTS: usize = 3;
-const LISTEN_FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// Event ids remembered per request answer, to drop what a resumed stream
-/// replays; the oldest are forgotten.
-const SEEN_EVENTS: usize = 1024;
+/// Server messages waiting for rmcp's `receive`.
+const INCOMING_BUFFER: usize = 64;
 
 /// Builds a [`ScopedTransport`].
 ///
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
-/// no header hooks; a DELETE timeout of 5 s; the GET listening stream on;
-/// [`Resumption::default`]; [`TransportConfig::default`].
-#[derive(Debug)]
+/// no header hooks; a DELETE timeout of 5 s; the GET listening stream on
+/// (off when attached); [`Resumption::default`];
+/// [`TransportConfig::default`]; a new session, when the server expires
+/// one, opened within 60 s.
+#[derive(Clone, Debug)]
 #[must_use]
 pub struct ScopedTransportBuilder {
-    endpoint: String,
-    client: Option<HttpClient>,
-    builder: HttpClientBuilder,
-    hooks: Vec<Result<HeaderHook>>,
+    endpoint: Endpoint,
+    attach: Option<(SessionId, ProtocolVersion)>,
     delete_timeout: Duration,
-    listen: bool,
+    listen: Option<bool>,
     resumption: Resumption,
-    transport: TransportConfig,
+    reinitialize_timeout: Duration,
 }
 
 impl ScopedTransportBuilder {
@@ -155,45 +150,64 @@ impl ScopedTransportBuilder {
     /// it is never shut down or changed, and the transport's hooks are
     /// removed from it on every way out.
     pub fn client(mut self, client: HttpClient) -> Self {
-        self.client = Some(client);
+        self.endpoint.client = Some(client);
         self
     }
 
     /// Settings of the owned client built when no client is lent.
     pub fn client_builder(mut self, builder: HttpClientBuilder) -> Self {
-        self.builder = builder;
+        self.endpoint.builder = builder;
         self
     }
 
     /// Adds a header hook for this transport's requests (and no one
     /// else's).
     pub fn hook(mut self, hook: HeaderHook) -> Self {
-        self.hooks.push(Ok(hook));
+        self.endpoint.push_hook(Ok(hook));
         self
     }
 
     /// Adds `Authorization: Bearer <token>` to this transport's requests.
     pub fn bearer(mut self, token: &str) -> Self {
-        self.hooks.push(HeaderHook::bearer(token));
+        self.endpoint.push_hook(HeaderHook::bearer(token));
         self
     }
 
     /// Adds one fixed header to this transport's requests.
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.hooks.push(HeaderHook::header(name, value));
+        self.endpoint.push_hook(HeaderHook::header(name, value));
         self
     }
 
-    /// Bound on the DELETE at close (or in the reaper). Default: 5 s.
+    /// Runs over a session the caller owns instead of one rmcp initializes:
+    /// start rmcp with [`rmcp::service::serve_directly`] (which sends no
+    /// `initialize`); an `initialize` or `notifications/initialized` sent
+    /// anyway is refused. The session is never re-initialized, replaced or
+    /// DELETEd; its expiry is reported to the request that met it.
+    pub fn attach(mut self, session_id: SessionId, version: ProtocolVersion) -> Self {
+        self.attach = Some((session_id, version));
+        self
+    }
+
+    /// Bound on ending a server session at close (or in the reaper): the
+    /// DELETE, and the wait for an `initialize` still in flight, together.
+    /// Default: 5 s.
     pub fn delete_timeout(mut self, timeout: Duration) -> Self {
         self.delete_timeout = timeout;
         self
     }
 
+    /// Bound on opening a new session when the server has expired the one
+    /// in use. Default: 60 s.
+    pub fn reinitialize_timeout(mut self, timeout: Duration) -> Self {
+        self.reinitialize_timeout = timeout;
+        self
+    }
+
     /// Whether to open the GET listening stream once the session is
-    /// initialized. Default: true.
+    /// initialized. Default: true (false when attached).
     pub fn listen(mut self, listen: bool) -> Self {
-        self.listen = listen;
+        self.listen = Some(listen);
         self
     }
 
@@ -205,68 +219,48 @@ impl ScopedTransportBuilder {
 
     /// Limits and policies of the wire.
     pub fn transport_config(mut self, config: TransportConfig) -> Self {
-        self.transport = config;
+        self.endpoint.transport = config;
         self
     }
 
     /// Builds the transport: the owned client (if none is lent) and the
     /// hooks are acquired now, on the transport's guard stack. Nothing is
-    /// sent until rmcp sends `initialize`. Needs no runtime.
+    /// sent until rmcp sends `initialize` (or, attached, its first
+    /// message). Needs no runtime.
     ///
     /// On error (an invalid endpoint or header) whatever was acquired is
     /// released before it returns.
-    pub fn build(self) -> Result<ScopedTransport> {
-        let _origin = Origin::parse(&self.endpoint)
-            .ok_or_else(|| Error::builder("the endpoint must be an absolute http or https URL"))?;
-        let counters = match &self.client {
-            Some(client) => client.counters().clone(),
-            None => Default::default(),
-        };
+    pub fn build(&self) -> Result<ScopedTransport> {
+        self.endpoint.origin()?;
         // If a step below fails, dropping the stack releases what is on it
         // (no DELETE is owed yet).
-        let mut stack = GuardStack::new(counters);
-        let client = match self.client {
-            Some(client) => client,
-            None => {
-                let client = self.builder.build()?;
-                stack.set_counters(client.counters().clone());
-                stack.push_owned_client(client.clone());
-                client
-            }
+        let mut stack = GuardStack::new(self.endpoint.counters());
+        let (template, _) = self.endpoint.acquire(&mut stack)?;
+        let attached = self.attach.is_some();
+        let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
+        let spawner = stack.push_background();
+        let (tx, incoming) = mpsc::channel(INCOMING_BUFFER);
+        let front = RmcpFront {
+            tx,
+            attached,
+            initialize_sent: AtomicBool::new(false),
+            handshake: Mutex::default(),
         };
-        let scope = ScopeId::next();
-        for hook in self.hooks {
-            stack.push_hook(client.add_session_hook(&self.endpoint, scope, hook?)?);
+        let settings = Settings {
+            resumption: self.resumption,
+            listen: self.listen.unwrap_or(!attached),
+            renew_timeout: Some(self.reinitialize_timeout),
+            // rmcp numbers its own requests: ours must not collide.
+            id_prefix: Some("mcp-scoped-http-"),
+        };
+        let engine = Engine::new(front, template, sessions, spawner, settings);
+        if let Some((id, version)) = &self.attach {
+            engine.attach(id.clone(), *version);
         }
-        let wire = Arc::new(
-            StreamableHttp::new(client, &self.endpoint)?
-                .with_config(self.transport.clone())
-                .with_scope(scope),
-        );
-        stack.push_transport(wire.clone());
-
-        // Room for everything `initialize` may bring before its response,
-        // which is queued before rmcp reads any of it.
-        let capacity = self
-            .transport
-            .max_preceding_messages
-            .saturating_add(1)
-            .max(64);
-        let (tx, incoming) = mpsc::channel(capacity);
         let (report, report_receiver) = oneshot::channel();
         Ok(ScopedTransport {
-            stack: Arc::new(tokio::sync::Mutex::new(Some(stack))),
-            ctx: Arc::new(Ctx {
-                wire: Mutex::new(Some(wire)),
-                tx,
-                spawner: OnceLock::new(),
-                closing: CancellationToken::new(),
-                initialize_sent: std::sync::atomic::AtomicBool::new(false),
-                pending: Mutex::default(),
-                delete_timeout: self.delete_timeout,
-                listen: self.listen,
-                resumption: self.resumption,
-            }),
+            engine,
+            stack: Some(stack),
             incoming,
             report: Some(report),
             report_receiver: Some(report_receiver),
@@ -280,52 +274,99 @@ impl ScopedTransportBuilder {
 /// Move it into `serve` and keep a [`ReleaseReport`] (taken before) to learn
 /// what closing released.
 pub struct ScopedTransport {
-    /// The guard stack; shared only with the in-flight `initialize` send,
-    /// never with background tasks (they would keep it alive).
-    stack: Arc<tokio::sync::Mutex<Option<GuardStack>>>,
-    ctx: Arc<Ctx>,
+    engine: Arc<Engine<RmcpFront>>,
+    /// The guard stack: unwound by `close`, handed to the reaper on drop.
+    stack: Option<GuardStack>,
     incoming: mpsc::Receiver<Message>,
     report: Option<oneshot::Sender<Released>>,
     report_receiver: Option<oneshot::Receiver<Released>>,
 }
 
-/// What the transport's sends and its background tasks share.
-struct Ctx {
-    /// The wire, until close; taken first so that nothing new starts.
-    wire: Mutex<Option<Arc<StreamableHttp>>>,
+/// The adapter's front end of the engine: everything the server sends goes
+/// to rmcp.
+struct RmcpFront {
     /// Messages for rmcp's `receive`.
     tx: mpsc::Sender<Message>,
-    /// The session's background set, once `initialize` was answered.
-    spawner: OnceLock<Spawner>,
-    /// Cancelled when the transport closes or is dropped.
-    closing: CancellationToken,
-    initialize_sent: std::sync::atomic::AtomicBool,
-    /// Requests sent and not yet answered: a response is delivered once,
-    /// from whichever stream brings it first.
-    pending: Mutex<HashSet<RequestId>>,
-    delete_timeout: Duration,
-    listen: bool,
-    resumption: Resumption,
+    attached: bool,
+    initialize_sent: AtomicBool,
+    handshake: Mutex<Handshake>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each guards a value replaced whole: a panic elsewhere cannot leave it
-    // half-changed.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+/// rmcp's handshake, between its `initialize` and its
+/// `notifications/initialized`.
+#[derive(Default)]
+struct Handshake {
+    /// The first session, until the handshake completes it.
+    opening: Option<(Arc<Generation>, Opening)>,
+    /// How reading the `initialize` answer ended, once it has.
+    answered: Option<Result<()>>,
+}
+
+impl RmcpFront {
+    /// Hands a message to rmcp.
+    async fn give(&self, message: Message) {
+        if self.tx.send(message).await.is_err() {
+            tracing::debug!("dropped a server message: the transport is gone");
+        }
+    }
+
+    /// Resolves rmcp's request `id` with `outcome`: the result, the
+    /// server's JSON-RPC error as it sent it, or an error (code `-32603`)
+    /// naming any other cause.
+    async fn resolve(&self, id: RequestId, outcome: Result<Value>) {
+        let outcome = outcome.map_err(|error| match error.rpc_error() {
+            Some(rpc) if error.status().is_none() => rpc.clone(),
+            _ => ErrorObject {
+                code: codes::INTERNAL_ERROR,
+                message: error.to_string(),
+                data: Some(json!({
+                    "transport": "mcp-scoped-http",
+                    "status": error.status().map(|s| s.as_u16()),
+                })),
+            },
+        });
+        self.give(Message::Response(Response {
+            id: Some(id),
+            outcome,
+        }))
+        .await;
+    }
+}
+
+impl Front for RmcpFront {
+    fn deliver<'a>(
+        engine: &'a Arc<Engine<Self>>,
+        _generation: &'a Arc<Generation>,
+        message: ServerMessage,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        let message = match message {
+            ServerMessage::Request(request) => Message::Request(request),
+            ServerMessage::Notification(notification) => Message::Notification(notification),
+        };
+        engine.front.give(message)
+    }
+
+    fn renewed<'a>(
+        _engine: &'a Arc<Engine<Self>>,
+        _generation: &'a Arc<Generation>,
+        _initialize_result: &'a Value,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        // rmcp keeps what the first handshake told it; the listener of the
+        // new session is started by the engine.
+        std::future::ready(())
+    }
 }
 
 impl ScopedTransport {
     /// A builder for a transport to `endpoint`, an `http` or `https` URL.
     pub fn builder(endpoint: impl Into<String>) -> ScopedTransportBuilder {
         ScopedTransportBuilder {
-            endpoint: endpoint.into(),
-            client: None,
-            builder: HttpClientBuilder::new(),
-            hooks: Vec::new(),
+            endpoint: Endpoint::new(endpoint.into()),
+            attach: None,
             delete_timeout: Duration::from_secs(5),
-            listen: true,
+            listen: None,
             resumption: Resumption::default(),
-            transport: TransportConfig::default(),
+            reinitialize_timeout: Duration::from_secs(60),
         }
     }
 
@@ -344,10 +385,10 @@ impl ScopedTransport {
         }
     }
 
-    /// The session id the server issued, once `initialize` was answered. A
-    /// credential: see [`SessionId`](crate::transport::SessionId).
-    pub fn session_id(&self) -> Option<crate::transport::SessionId> {
-        self.ctx.wire().ok()?.session_id()
+    /// The session id in use, once the server issued one (or the one
+    /// attached). A credential: see [`SessionId`].
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.engine.generation()?.session_id()
     }
 }
 
@@ -370,323 +411,148 @@ impl ReleaseReport {
     }
 }
 
-impl Ctx {
-    fn wire(&self) -> Result<Arc<StreamableHttp>> {
-        if self.closing.is_cancelled() {
-            return Err(Error::closed());
-        }
-        lock(&self.wire).clone().ok_or_else(Error::closed)
+/// rmcp's `initialize`: the session is opened through the guard stack, and
+/// this returns once the answer's head has arrived; the answer is then read
+/// in the background and handed to rmcp as it comes (a server request before
+/// the response reaches rmcp at once), the response last.
+async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
+    let front = &engine.front;
+    if front.attached {
+        return Err(Error::builder(
+            "this transport is attached to a session the caller owns: start rmcp with \
+             `rmcp::service::serve_directly`, which sends no `initialize`",
+        ));
     }
-
-    fn spawner(&self) -> Result<&Spawner> {
-        self.spawner.get().ok_or_else(|| {
-            Error::protocol(
-                "nothing but `initialize` may be sent before `initialize` is answered: \
-                 start the session with rmcp's `serve`",
-            )
-        })
-    }
-
-    /// Hands a message to rmcp. A response is handed over only while its
-    /// request is pending (once), so a duplicate never reaches rmcp.
-    async fn deliver(&self, message: Message) {
-        if let Message::Response(Response { id: Some(id), .. }) = &message {
-            if !lock(&self.pending).remove(id) {
-                tracing::debug!(%id, "dropped a response to no pending request");
-                return;
-            }
-        }
-        if self.tx.send(message).await.is_err() {
-            tracing::debug!("dropped a server message: the transport is gone");
-        }
-    }
-
-    /// Resolves a pending request with a JSON-RPC error naming `cause`.
-    async fn fail(&self, id: RequestId, cause: &Error) {
-        let response = Message::Response(Response {
-            id: Some(id),
-            outcome: Err(ErrorObject {
-                code: codes::INTERNAL_ERROR,
-                message: cause.to_string(),
-                data: Some(json!({
-                    "transport": "mcp-scoped-http",
-                    "status": cause.status().map(|s| s.as_u16()),
-                })),
-            }),
-        });
-        self.deliver(response).await;
-    }
-
-    /// POSTs a notification or a response; after `notifications/initialized`
-    /// starts the GET listener.
-    async fn post_accepted(self: Arc<Self>, message: Message) -> Result<()> {
-        let wire = self.wire()?;
-        let initialized = message.method() == Some("notifications/initialized");
-        tokio::select! {
-            biased;
-            _ = self.closing.cancelled() => return Err(Error::closed()),
-            posted = wire.post(&message) => { posted?; }
-        }
-        if initialized && self.listen {
-            if let Ok(spawner) = self.spawner() {
-                let ctx = self.clone();
-                spawner.spawn(move |cancel| async move {
-                    tokio::select! {
-                        _ = cancel.cancelled() => {}
-                        _ = ctx.listen(&wire) => {}
-                    }
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// POSTs a request up to its answer's head; the answer is read by a
-    /// background task.
-    async fn request(self: Arc<Self>, request: Request) -> Result<()> {
-        let spawner = self.spawner()?.clone();
-        let wire = self.wire()?;
-        let id = request.id.clone();
-        lock(&self.pending).insert(id.clone());
-        // Unregistered if the POST fails or this future is dropped.
-        let registered = scopeguard::guard(id.clone(), |id| {
-            lock(&self.pending).remove(&id);
-        });
-        let message = Message::Request(request);
-        let stream = tokio::select! {
-            biased;
-            _ = self.closing.cancelled() => return Err(Error::closed()),
-            posted = wire.post(&message) => match posted? {
-                Posted::Stream(stream) => stream,
-                Posted::Accepted => unreachable!("a request is never merely accepted"),
-            },
-        };
-        let ctx = self.clone();
-        let reader_id = id.clone();
-        let spawned = spawner.spawn(move |cancel| async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = ctx.read_answer(&wire, stream, reader_id) => {}
-            }
-        });
-        if !spawned {
-            return Err(Error::closed());
-        }
-        scopeguard::ScopeGuard::into_inner(registered);
-        Ok(())
-    }
-
-    /// Reads one request's answer, handing every message to rmcp; resumes a
-    /// broken SSE answer with `Last-Event-ID`; resolves the request with an
-    /// error if its response never comes.
-    async fn read_answer(&self, wire: &StreamableHttp, mut stream: MessageStream, id: RequestId) {
-        let mut seen = SeenEvents::default();
-        let mut attempts = 0;
-        loop {
-            let mut broke = None;
-            while let Some(item) = stream.next().await {
-                let message = match item {
-                    Ok(message) => message,
-                    // A dropped connection is not a cancellation: resume.
-                    Err(error) if error.is_transport() => {
-                        broke = Some(error);
-                        break;
-                    }
-                    Err(error) => return self.fail(id, &error).await,
-                };
-                if let Some(event) = stream.event_id() {
-                    if !seen.first(event) {
-                        continue;
-                    }
-                }
-                // An error about a message the server could not read, on
-                // this request's own answer: this request's error (rmcp
-                // drops an id-less error).
-                let message = match message {
-                    Message::Response(Response { id: None, outcome }) => {
-                        Message::Response(Response {
-                            id: Some(id.clone()),
-                            outcome: Err(outcome.err().unwrap_or_else(|| ErrorObject {
-                                code: codes::INTERNAL_ERROR,
-                                message: "a response without an id".into(),
-                                data: None,
-                            })),
-                        })
-                    }
-                    other => other,
-                };
-                self.deliver(message).await;
-                if !lock(&self.pending).contains(&id) {
-                    // Answered (here, or on another stream).
-                    return;
-                }
-            }
-            let cause = broke.unwrap_or_else(|| {
-                Error::protocol(format!(
-                    "the answer ended without the response to request {id}"
-                ))
-            });
-            let Some(last_event_id) = stream.last_event_id().map(str::to_owned) else {
-                return self.fail(id, &cause).await;
-            };
-            if attempts == self.resumption.max_attempts {
-                let error = Error::protocol(format!(
-                    "the answer to request {id} broke off; gave up after {attempts} resumptions"
-                ))
-                .with_cleanup(vec![cause]);
-                return self.fail(id, &error).await;
-            }
-            attempts += 1;
-            let wait = stream
-                .retry()
-                .unwrap_or(self.resumption.first_backoff * 2u32.saturating_pow(attempts as u32 - 1))
-                .min(self.resumption.max_wait);
-            tracing::debug!(%id, attempt = attempts, ?wait, "resuming a broken answer");
-            tokio::time::sleep(wait).await;
-            stream = match wire.open_get_stream(Some(&last_event_id)).await {
-                Ok(Some(resumed)) => resumed,
-                Ok(None) => {
-                    let error = Error::protocol(format!(
-                        "the answer to request {id} broke off and cannot be resumed: \
-                         the server has no GET stream (405)"
-                    ));
-                    return self.fail(id, &error).await;
-                }
-                Err(error) => return self.fail(id, &error).await,
-            };
-        }
-    }
-
-    /// Reads the GET stream until the server has none (405), the attempts
-    /// run out, or the transport closes.
-    async fn listen(&self, wire: &StreamableHttp) {
-        let mut last_event_id: Option<String> = None;
-        let mut backoff = LISTEN_FIRST_BACKOFF;
-        for attempt in 1..=LISTEN_ATTEMPTS {
-            match wire.open_get_stream(last_event_id.as_deref()).await {
-                Ok(None) => {
-                    tracing::debug!("the server has no GET stream (405)");
-                    return;
-                }
-                Ok(Some(mut stream)) => {
-                    while let Some(message) = stream.next().await {
-                        match message {
-                            Ok(message) => self.deliver(message).await,
-                            Err(error) => {
-                                tracing::debug!(%error, "the GET stream failed");
-                                break;
-                            }
-                        }
-                    }
-                    last_event_id = stream.last_event_id().map(str::to_owned);
-                    if let Some(retry) = stream.retry() {
-                        backoff = retry.min(LISTEN_MAX_BACKOFF);
-                    }
-                }
-                Err(error) => tracing::debug!(%error, attempt, "opening the GET stream failed"),
-            }
-            if attempt < LISTEN_ATTEMPTS {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(LISTEN_MAX_BACKOFF);
-            }
-        }
-        tracing::debug!("gave up on the GET stream after {LISTEN_ATTEMPTS} attempts");
-    }
-}
-
-/// Sends `initialize` through the guard stack: the server session is pushed
-/// before the POST leaves, and the POST runs as a task the stack holds.
-async fn initialize(
-    ctx: Arc<Ctx>,
-    stack: Arc<tokio::sync::Mutex<Option<GuardStack>>>,
-    request: Request,
-) -> Result<()> {
-    use std::sync::atomic::Ordering;
-    if ctx.initialize_sent.swap(true, Ordering::AcqRel) {
+    if front.initialize_sent.swap(true, Ordering::AcqRel) {
         return Err(Error::protocol(
             "`initialize` was already sent on this transport: one transport, one session",
         ));
     }
-    let wire = ctx.wire()?;
-    let mut guard = tokio::select! {
-        biased;
-        _ = ctx.closing.cancelled() => return Err(Error::closed()),
-        guard = stack.lock_owned() => guard,
-    };
-    let stack = guard.as_mut().ok_or_else(Error::closed)?;
-    // Before the first await that can create it: a session id that arrives
-    // just before a cancellation is still DELETEd.
-    stack.push_server_session(wire.clone(), ctx.delete_timeout);
     let id = request.id.clone();
-    let exchange = tokio::select! {
-        biased;
-        _ = ctx.closing.cancelled() => return Err(Error::closed()),
-        exchange = stack.initialize(request).instrument(tracing::debug_span!("mcp.initialize")) => exchange,
-    };
-    let exchange = match exchange {
-        Ok(exchange) => exchange,
-        // The server's answer, not a failure of the wire: rmcp reports it
-        // as a JSON-RPC error. The session, if one was created, is ours to
-        // DELETE when rmcp drops the transport.
-        Err(error) if error.is_rpc() && error.status().is_none() => {
-            drop(guard);
-            let rpc = error
-                .rpc_error()
-                .cloned()
-                .expect("an rpc error has its object");
-            lock(&ctx.pending).insert(id.clone());
-            ctx.deliver(Message::Response(Response {
-                id: Some(id),
-                outcome: Err(rpc),
-            }))
-            .await;
-            return Ok(());
+    let started = engine.begin_open(request).await?;
+    let generation = started.generation;
+    lock(&front.handshake).opening = Some((generation.clone(), started.opening));
+    let reader_engine = engine.clone();
+    let spawned = engine.spawner().spawn(move |cancel| async move {
+        let engine = reader_engine;
+        let read = async {
+            let outcome = started.waiter.read(&generation, started.answer).await;
+            let answered = match &outcome {
+                Ok(result) => negotiated(result).map(|version| {
+                    generation.wire().set_protocol_version(version);
+                    engine.set_ready(&generation);
+                }),
+                Err(error) => Err(error.duplicate()),
+            };
+            lock(&engine.front.handshake).answered = Some(answered);
+            engine.front.resolve(id, outcome).await;
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = read.instrument(tracing::debug_span!("mcp.initialize")) => {}
         }
-        Err(error) => return Err(error),
-    };
-    let version: ProtocolVersion = exchange.result["protocolVersion"]
-        .as_str()
-        .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?
-        .parse()?;
-    wire.set_protocol_version(version);
-    // Above the server session: stopped before the DELETE.
-    let spawner = stack.push_background();
-    let _ = ctx.spawner.set(spawner);
-    drop(guard);
-    for message in exchange.preceding {
-        ctx.deliver(message).await;
+    });
+    if !spawned {
+        return Err(Error::closed());
     }
-    lock(&ctx.pending).insert(id.clone());
-    ctx.deliver(Message::Response(Response {
-        id: Some(id),
-        outcome: Ok(exchange.result),
-    }))
-    .await;
     Ok(())
 }
 
-/// Event ids already seen on one request's answer. Bounded: the oldest are
-/// forgotten.
-#[derive(Default)]
-struct SeenEvents {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-}
-
-impl SeenEvents {
-    /// True the first time an id is seen.
-    fn first(&mut self, id: &str) -> bool {
-        if self.set.contains(id) {
-            return false;
-        }
-        if self.order.len() == SEEN_EVENTS {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
+/// rmcp's `notifications/initialized`: sent once the `initialize` answer
+/// was good; it completes the handshake and starts the GET listener.
+async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification) -> Result<()> {
+    let front = &engine.front;
+    if front.attached {
+        return Err(Error::builder(
+            "this transport is attached to a session the caller owns, which is already \
+             initialized: `notifications/initialized` is not sent again",
+        ));
+    }
+    let generation = {
+        let handshake = lock(&front.handshake);
+        match &handshake.answered {
+            Some(Ok(())) => {}
+            Some(Err(error)) => return Err(error.duplicate()),
+            None => {
+                return Err(Error::protocol(
+                    "`notifications/initialized` before `initialize` was answered",
+                ));
             }
         }
-        self.order.push_back(id.to_owned());
-        self.set.insert(id.to_owned());
-        true
+        match &handshake.opening {
+            Some((generation, _)) => generation.clone(),
+            None => return Err(Error::protocol("`notifications/initialized` sent twice")),
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => return Err(Error::closed()),
+        sent = engine.notify(&generation, &notification) => sent?,
+    }
+    if let Some((_, opening)) = lock(&front.handshake).opening.take() {
+        opening.established();
+    }
+    engine.start_listener(&generation);
+    Ok(())
+}
+
+/// Any other request of rmcp's: POSTed on the current session up to its
+/// answer's head (a session the server expired is replaced once first), and
+/// the answer read in the background, resolving the request exactly once.
+async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
+    let closing = engine.closing().clone();
+    let mut renewed = false;
+    loop {
+        let generation = tokio::select! {
+            biased;
+            _ = closing.cancelled() => return Err(Error::closed()),
+            generation = engine.current() => generation?,
+        };
+        let waiter = engine.waiter(request.id.clone());
+        let posted = tokio::select! {
+            biased;
+            _ = closing.cancelled() => return Err(Error::closed()),
+            posted = engine.post_request(&generation, &request) => posted,
+        };
+        let answer = match posted {
+            Ok(answer) => answer,
+            Err(error) if error.is_session_expired() && generation.owned() && !renewed => {
+                renewed = true;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let reader_engine = engine.clone();
+        let id = request.id.clone();
+        let spawned = engine.spawner().spawn(move |cancel| async move {
+            let engine = reader_engine;
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                outcome = waiter.read(&generation, answer) => engine.front.resolve(id, outcome).await,
+            }
+        });
+        return if spawned {
+            Ok(())
+        } else {
+            Err(Error::closed())
+        };
+    }
+}
+
+/// A notification or a response of rmcp's, on the current session.
+async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
+    let send = async {
+        let generation = engine.current().await?;
+        match &message {
+            Message::Notification(notification) => engine.notify(&generation, notification).await,
+            Message::Response(response) => engine.respond(&generation, response).await,
+            Message::Request(_) => Err(Error::protocol("a request is not posted as a message")),
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => Err(Error::closed()),
+        sent = send => sent,
     }
 }
 
@@ -737,17 +603,15 @@ impl Transport<RoleClient> for ScopedTransport {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let message = from_rmcp(item);
-        let ctx = self.ctx.clone();
-        // Only `initialize` needs the stack; nothing else may keep it alive.
-        let stack = matches!(&message, Ok(Message::Request(r)) if r.method == "initialize")
-            .then(|| self.stack.clone());
+        let engine = self.engine.clone();
         async move {
             match message? {
-                Message::Request(request) => match stack {
-                    Some(stack) => initialize(ctx, stack, request).await,
-                    None => ctx.request(request).await,
-                },
-                other => ctx.post_accepted(other).await,
+                Message::Request(r) if r.method == "initialize" => initialize(engine, r).await,
+                Message::Request(r) => request(engine, r).await,
+                Message::Notification(n) if n.method == "notifications/initialized" => {
+                    initialized(engine, n).await
+                }
+                other => post(engine, other).await,
             }
         }
     }
@@ -756,7 +620,7 @@ impl Transport<RoleClient> for ScopedTransport {
         loop {
             let message = tokio::select! {
                 biased;
-                _ = self.ctx.closing.cancelled() => return None,
+                _ = self.engine.closing().cancelled() => return None,
                 message = self.incoming.recv() => message?,
             };
             if let Some(message) = to_rmcp(message) {
@@ -765,15 +629,14 @@ impl Transport<RoleClient> for ScopedTransport {
         }
     }
 
-    /// Unwinds the guard stack: tasks, the DELETE, hooks, the owned client.
-    /// Idempotent; never fails (a failed DELETE is in the
+    /// Unwinds the guard stack: tasks, the DELETEs, hooks, the owned
+    /// client. Idempotent; never fails (a failed DELETE is in the
     /// [`ReleaseReport`]). If this future is dropped half-way, the rest is
     /// done by the reaper.
     async fn close(&mut self) -> Result<()> {
-        self.ctx.closing.cancel();
-        drop(lock(&self.ctx.wire).take());
-        let stack = self.stack.lock().await.take();
-        if let Some(mut stack) = stack {
+        self.engine.close();
+        drop(lock(&self.engine.front.handshake).opening.take());
+        if let Some(mut stack) = self.stack.take() {
             let released = stack
                 .unwind()
                 .instrument(tracing::info_span!("mcp.close"))
@@ -789,19 +652,18 @@ impl Transport<RoleClient> for ScopedTransport {
 
 impl Drop for ScopedTransport {
     fn drop(&mut self) {
-        // Nothing new starts; the stack goes with its last handle (here, or
-        // an `initialize` send rmcp dropped with us), handing the DELETE to
-        // the reaper.
-        self.ctx.closing.cancel();
-        drop(lock(&self.ctx.wire).take());
+        // Nothing new starts; the stack's own drop (next) hands the DELETEs
+        // to the reaper.
+        self.engine.close();
+        drop(lock(&self.engine.front.handshake).opening.take());
     }
 }
 
 impl fmt::Debug for ScopedTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScopedTransport")
-            .field("initialized", &self.ctx.spawner.get().is_some())
-            .field("closed", &self.ctx.closing.is_cancelled())
+            .field("open", &self.engine.generation().is_some())
+            .field("closed", &self.engine.closing().is_cancelled())
             .finish_non_exhaustive()
     }
 }

@@ -15,15 +15,16 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{BoxError, Error, Result};
+use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::ledger::{Count, Counters, Field};
 use crate::origin::Origin;
-use crate::transport::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::sync::lock;
 
 type ProviderFuture = Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>>;
 type Provider = dyn Fn() -> ProviderFuture + Send + Sync;
@@ -162,9 +163,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        // Entries are pushed and removed whole: a panic elsewhere cannot
-        // leave the list half-changed.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.entries)
     }
 
     pub(crate) fn register(

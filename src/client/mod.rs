@@ -15,7 +15,7 @@ pub(crate) mod owned;
 pub(crate) mod quickack;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body::Body;
@@ -28,6 +28,7 @@ use owned::OwnedParts;
 
 use crate::error::{BoxError, Error, Result};
 use crate::ledger::{Count, Counters, Field, Ledger};
+use crate::sync::lock;
 
 /// The request body type the client port is called with.
 pub type RequestBody = Full<Bytes>;
@@ -87,7 +88,7 @@ impl HttpClient {
     ///
     /// The service is cloned for every request and only ever called. Redirects
     /// are the service's business: a bare hyper client follows none, and this
-    /// crate refuses the ones it sees (see [`crate::transport`]); a stack with
+    /// crate refuses the ones it sees (see [the crate docs](crate#redirects)); a stack with
     /// its own redirect layer is trusted to apply its own policy.
     pub fn borrowed<S, B>(service: S) -> HttpClient
     where
@@ -198,13 +199,7 @@ impl HttpClient {
         scope: Option<ScopeId>,
     ) -> Result<http::Response<ResponseBody>> {
         self.inner.hooks.apply(&mut request, scope).await?;
-        let service = self
-            .inner
-            .service
-            .lock()
-            // A panic while cloning cannot leave the service half-changed.
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let service = lock(&self.inner.service).clone();
         service.oneshot(request).await.map_err(Error::transport)
     }
 }

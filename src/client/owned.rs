@@ -34,6 +34,10 @@ pub struct HttpClientBuilder {
     extra_roots: Vec<Vec<u8>>,
     #[cfg(feature = "rustls")]
     built_in_roots: bool,
+    /// The TLS configuration, built once for every client this builder (or
+    /// a clone of it) builds; a TLS setter starts a new one.
+    #[cfg(feature = "rustls")]
+    tls: std::sync::Arc<std::sync::OnceLock<rustls::ClientConfig>>,
 }
 
 impl Default for HttpClientBuilder {
@@ -55,6 +59,8 @@ impl HttpClientBuilder {
             extra_roots: Vec::new(),
             #[cfg(feature = "rustls")]
             built_in_roots: true,
+            #[cfg(feature = "rustls")]
+            tls: Default::default(),
         }
     }
 
@@ -101,6 +107,7 @@ impl HttpClientBuilder {
     #[cfg(feature = "rustls")]
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots.push(der.into());
+        self.tls = Default::default();
         self
     }
 
@@ -108,11 +115,12 @@ impl HttpClientBuilder {
     #[cfg(feature = "rustls")]
     pub fn built_in_roots(mut self, enabled: bool) -> Self {
         self.built_in_roots = enabled;
+        self.tls = Default::default();
         self
     }
 
     /// Builds the client. Fails only on an invalid TLS root certificate.
-    pub fn build(self) -> Result<HttpClient> {
+    pub fn build(&self) -> Result<HttpClient> {
         let tasks = TaskTracker::new();
         let client = self.hyper_client(TrackedExecutor {
             tasks: tasks.clone(),
@@ -145,7 +153,7 @@ impl HttpClientBuilder {
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(self.tls_config()?)
+            .with_tls_config(self.tls_config()?.clone())
             .https_or_http()
             .enable_http1()
             .enable_http2()
@@ -162,7 +170,16 @@ impl HttpClientBuilder {
     }
 
     #[cfg(feature = "rustls")]
-    fn tls_config(&self) -> Result<rustls::ClientConfig> {
+    fn tls_config(&self) -> Result<&rustls::ClientConfig> {
+        if let Some(config) = self.tls.get() {
+            return Ok(config);
+        }
+        let config = self.new_tls_config()?;
+        Ok(self.tls.get_or_init(|| config))
+    }
+
+    #[cfg(feature = "rustls")]
+    fn new_tls_config(&self) -> Result<rustls::ClientConfig> {
         use std::sync::Arc;
 
         let mut roots = rustls::RootCertStore::empty();

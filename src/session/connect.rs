@@ -1,6 +1,7 @@
 //! The connector: open, initialize, initialized, listen, discover, with the
 //! guard stack under every step.
 
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -9,17 +10,16 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::discovery::{Discovery, discover};
+use super::discovery::{Discovery, Lister, discover};
+use super::front::SessionFront;
 use super::handlers::Handlers;
-use super::listener;
-use super::shared::{Resumption, Shared, negotiated};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
+use crate::engine::{Endpoint, Engine, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
-use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId};
-use crate::origin::Origin;
+use crate::jsonrpc::{ErrorObject, Message, Notification, Request};
 use crate::scope::{GuardStack, cleanup_errors};
-use crate::transport::{ProtocolVersion, SessionId, StreamableHttp, TransportConfig};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
 
 /// Room for server messages waiting to be taken from
 /// [`Session::notifications`]; more are dropped.
@@ -28,14 +28,20 @@ const NOTIFICATION_BUFFER: usize = 256;
 /// Connects to one MCP server and hands back a [`Session`] holding its
 /// catalog, or an error with nothing left behind.
 ///
+/// Configure it once and connect as often as needed: [`connect`] takes
+/// `&self`, and a `Connector` is cheap to clone (hooks and handlers are
+/// shared, not rebuilt). Each connect gets its own guard stack, and, with
+/// no client lent, its own owned client, dropped with the session.
+///
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
 /// no header hooks; the GET listening stream on for a session we initialize
 /// and off for an attached one; [`Discovery::default`] (everything the
-/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; a
-/// request timeout of 60 s; [`Resumption::default`]; no handlers for server
-/// requests (only `ping` is answered; the others get "method not found", and
-/// no client capabilities are declared); the transport's
-/// [`TransportConfig::default`].
+/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; no
+/// connect timeout; a request timeout of 60 s; [`Resumption::default`]; no
+/// handlers for server requests (only `ping` is answered; the others get
+/// "method not found", and no client capabilities are declared); the
+/// transport's [`TransportConfig::default`]; this crate's name and version
+/// as `clientInfo`.
 ///
 /// # Cancellation
 ///
@@ -43,13 +49,19 @@ const NOTIFICATION_BUFFER: usize = 256;
 /// released at once (tasks aborted, hooks removed, an owned client dropped),
 /// and a server session already created is DELETEd by the reaper (see
 /// [`crate::shutdown`]).
-#[derive(Debug)]
+///
+/// [`connect`]: Connector::connect
+#[derive(Clone)]
 #[must_use]
 pub struct Connector {
-    endpoint: String,
-    client: Option<HttpClient>,
-    builder: HttpClientBuilder,
-    hooks: Vec<Result<HeaderHook>>,
+    // Shared by clones and by connects in flight; a setter on a shared
+    // connector copies it first.
+    config: Arc<Config>,
+}
+
+#[derive(Clone)]
+struct Config {
+    endpoint: Endpoint,
     attach: Option<(SessionId, ProtocolVersion)>,
     listen: Option<bool>,
     discovery: Discovery,
@@ -58,18 +70,38 @@ pub struct Connector {
     request_timeout: Option<Duration>,
     resumption: Resumption,
     handlers: Handlers,
-    transport: TransportConfig,
     client_info: Value,
 }
 
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = &self.config;
+        f.debug_struct("Connector")
+            .field("endpoint", &config.endpoint)
+            .field(
+                "attach",
+                &config.attach.as_ref().map(|(_, version)| version),
+            )
+            .field("listen", &config.listen)
+            .field("discovery", &config.discovery)
+            .field("delete_timeout", &config.delete_timeout)
+            .field("connect_timeout", &config.connect_timeout)
+            .field("request_timeout", &config.request_timeout)
+            .field("resumption", &config.resumption)
+            .field("handlers", &config.handlers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Connector {
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
     /// A connector for `endpoint`, an `http` or `https` URL.
     pub fn new(endpoint: impl Into<String>) -> Self {
-        Connector {
-            endpoint: endpoint.into(),
-            client: None,
-            builder: HttpClientBuilder::new(),
-            hooks: Vec::new(),
+        let config = Config {
+            endpoint: Endpoint::new(endpoint.into()),
             attach: None,
             listen: None,
             discovery: Discovery::default(),
@@ -78,11 +110,13 @@ impl Connector {
             request_timeout: Some(Duration::from_secs(60)),
             resumption: Resumption::default(),
             handlers: Handlers::default(),
-            transport: TransportConfig::default(),
             client_info: json!({
                 "name": env!("CARGO_PKG_NAME"),
                 "version": env!("CARGO_PKG_VERSION"),
             }),
+        };
+        Connector {
+            config: Arc::new(config),
         }
     }
 
@@ -90,31 +124,35 @@ impl Connector {
     /// it is never shut down or changed, and the session's hooks are
     /// removed from it on every way out.
     pub fn client(mut self, client: HttpClient) -> Self {
-        self.client = Some(client);
+        self.config_mut().endpoint.client = Some(client);
         self
     }
 
     /// Settings of the owned client built when no client is lent.
     pub fn client_builder(mut self, builder: HttpClientBuilder) -> Self {
-        self.builder = builder;
+        self.config_mut().endpoint.builder = builder;
         self
     }
 
     /// Adds a header hook for this session's requests (and no one else's).
     pub fn hook(mut self, hook: HeaderHook) -> Self {
-        self.hooks.push(Ok(hook));
+        self.config_mut().endpoint.push_hook(Ok(hook));
         self
     }
 
     /// Adds `Authorization: Bearer <token>` to this session's requests.
     pub fn bearer(mut self, token: &str) -> Self {
-        self.hooks.push(HeaderHook::bearer(token));
+        self.config_mut()
+            .endpoint
+            .push_hook(HeaderHook::bearer(token));
         self
     }
 
     /// Adds one fixed header to this session's requests.
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.hooks.push(HeaderHook::header(name, value));
+        self.config_mut()
+            .endpoint
+            .push_hook(HeaderHook::header(name, value));
         self
     }
 
@@ -122,25 +160,27 @@ impl Connector {
     /// no `initialize`, no `notifications/initialized`, and never a DELETE;
     /// on failure the session is left exactly as it was.
     pub fn attach(mut self, session_id: SessionId, version: ProtocolVersion) -> Self {
-        self.attach = Some((session_id, version));
+        self.config_mut().attach = Some((session_id, version));
         self
     }
 
     /// Whether to open the GET listening stream.
     pub fn listen(mut self, listen: bool) -> Self {
-        self.listen = Some(listen);
+        self.config_mut().listen = Some(listen);
         self
     }
 
     /// What to discover.
     pub fn discovery(mut self, discovery: Discovery) -> Self {
-        self.discovery = discovery;
+        self.config_mut().discovery = discovery;
         self
     }
 
-    /// Bound on the DELETE at close (or in the reaper). Default: 5 s.
+    /// Bound on ending a server session at close (or in the reaper): the
+    /// DELETE, and the wait for an `initialize` still in flight, together.
+    /// Default: 5 s.
     pub fn delete_timeout(mut self, timeout: Duration) -> Self {
-        self.delete_timeout = timeout;
+        self.config_mut().delete_timeout = timeout;
         self
     }
 
@@ -150,22 +190,31 @@ impl Connector {
     /// [`Error::is_timeout`], naming the step it was in
     /// ([`Error::connect_phase`]). Default: none (the caller may also drop the
     /// future; then the reaper does the DELETE).
-    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.connect_timeout = timeout;
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config_mut().connect_timeout = Some(timeout);
         self
     }
 
-    /// The default timeout of a session's requests (not of connect: see
-    /// [`connect_timeout`](Self::connect_timeout)). Default: 60 s; `None`:
-    /// none.
-    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.request_timeout = timeout;
+    /// The default timeout of a session's requests and notifications (not
+    /// of connect: see [`connect_timeout`](Self::connect_timeout)); it also
+    /// bounds opening a new session when one expires, and each page of a
+    /// re-discovery. Default: 60 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config_mut().request_timeout = Some(timeout);
+        self
+    }
+
+    /// No default timeout for requests (see
+    /// [`request_timeout`](Self::request_timeout)); per-request timeouts
+    /// still apply.
+    pub fn no_request_timeout(mut self) -> Self {
+        self.config_mut().request_timeout = None;
         self
     }
 
     /// How a broken SSE answer is resumed.
     pub fn resumption(mut self, resumption: Resumption) -> Self {
-        self.resumption = resumption;
+        self.config_mut().resumption = resumption;
         self
     }
 
@@ -173,7 +222,7 @@ impl Connector {
     /// ...}`), and declares the `roots` capability.
     pub fn roots(mut self, roots: Vec<Value>) -> Self {
         let roots = Value::Array(roots);
-        self.handlers.set_roots(move |_| {
+        self.config_mut().handlers.set_roots(move |_| {
             let roots = roots.clone();
             async move { Ok(json!({ "roots": roots })) }
         });
@@ -188,7 +237,7 @@ impl Connector {
         F: Fn(Value) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = std::result::Result<Value, ErrorObject>> + Send + 'static,
     {
-        self.handlers.set_elicitation(handler);
+        self.config_mut().handlers.set_elicitation(handler);
         self
     }
 
@@ -199,40 +248,42 @@ impl Connector {
         F: Fn(Value) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = std::result::Result<Value, ErrorObject>> + Send + 'static,
     {
-        self.handlers.set_sampling(handler);
+        self.config_mut().handlers.set_sampling(handler);
         self
     }
 
     /// Limits and policies of the wire.
     pub fn transport_config(mut self, config: TransportConfig) -> Self {
-        self.transport = config;
+        self.config_mut().endpoint.transport = config;
         self
     }
 
     /// The `clientInfo` sent in `initialize`. Default: this crate's name and
     /// version.
     pub fn client_info(mut self, name: &str, version: &str) -> Self {
-        self.client_info = json!({ "name": name, "version": version });
+        self.config_mut().client_info = json!({ "name": name, "version": version });
         self
     }
 
-    /// Runs the whole lifecycle: see the type's docs.
-    pub async fn connect(self) -> Result<Session> {
-        let origin = Origin::parse(&self.endpoint)
-            .ok_or_else(|| Error::builder("the endpoint must be an absolute http or https URL"))?;
+    /// Runs the whole lifecycle: see the type's docs. The future owns what
+    /// it needs (the connector may be dropped or changed meanwhile).
+    pub fn connect(&self) -> impl Future<Output = Result<Session>> + Send + use<> {
+        let config = self.config.clone();
+        async move { config.connect().await }
+    }
+}
+
+impl Config {
+    async fn connect(&self) -> Result<Session> {
+        let origin = self.endpoint.origin()?;
         let span = tracing::info_span!("mcp.connect", endpoint = %origin);
         async move {
-            let counters = match &self.client {
-                Some(client) => client.counters().clone(),
-                None => Default::default(),
-            };
             // Declared first so that it is dropped last, after every handle
             // the steps below hold.
-            let mut stack = GuardStack::new(counters);
+            let mut stack = GuardStack::new(self.endpoint.counters());
             let phase = PhaseCell::default();
-            let limit = self.connect_timeout;
             let established = self.establish(&mut stack, &phase);
-            let outcome = match limit {
+            let outcome = match self.connect_timeout {
                 None => established.await,
                 Some(limit) => tokio::time::timeout(limit, established)
                     .await
@@ -251,119 +302,91 @@ impl Connector {
         .await
     }
 
-    async fn establish(self, stack: &mut GuardStack, phase: &PhaseCell) -> Result<Established> {
+    async fn establish(&self, stack: &mut GuardStack, phase: &PhaseCell) -> Result<Established> {
         let mut timings = Timings::default();
-        let (client, client_ownership) = match self.client {
-            Some(client) => (client, Ownership::Borrowed),
-            None => {
-                let client = self.builder.build()?;
-                stack.set_counters(client.counters().clone());
-                stack.push_owned_client(client.clone());
-                (client, Ownership::Owned)
-            }
-        };
-
-        let scope = ScopeId::next();
-        for hook in self.hooks {
-            stack.push_hook(client.add_session_hook(&self.endpoint, scope, hook?)?);
-        }
-
-        let wire = Arc::new(
-            StreamableHttp::new(client, &self.endpoint)?
-                .with_config(self.transport)
-                .with_scope(scope),
-        );
-        stack.push_transport(wire.clone());
+        let (template, client_ownership) = self.endpoint.acquire(stack)?;
 
         let attached = self.attach.is_some();
-        let capabilities = self.handlers.capabilities();
-        let mut first_ids = 0;
-        let (version, init) = match self.attach {
-            Some((id, version)) => {
-                wire.attach(id, version);
-                (version, None)
-            }
+        // Every server session we create is on the stack from before its
+        // `initialize` leaves.
+        let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
+        let spawner = stack.push_background();
+        let (sink, notifications) = mpsc::channel(NOTIFICATION_BUFFER);
+        let listen = self.listen.unwrap_or(!attached);
+        let front = SessionFront::new(
+            self.handlers.clone(),
+            sink,
+            self.discovery.clone(),
+            self.request_timeout,
+        );
+        let settings = Settings {
+            resumption: self.resumption,
+            listen,
+            renew_timeout: self.request_timeout,
+            id_prefix: None,
+        };
+        let engine = Engine::new(front, template, sessions, spawner, settings);
+
+        let (generation, init) = match &self.attach {
+            Some((id, version)) => (engine.attach(id.clone(), *version), None),
             None => {
-                // Before the first await that can create it: a session id
-                // that arrives just before a cancellation is still DELETEd.
-                stack.push_server_session(wire.clone(), self.delete_timeout);
                 phase.set(ConnectPhase::Initialize);
                 let started = Instant::now();
-                first_ids += 1;
-                let init = stack
-                    .initialize(Request {
-                        id: RequestId::Number(first_ids),
-                        method: "initialize".into(),
-                        params: Some(json!({
-                            "protocolVersion": ProtocolVersion::LATEST.as_str(),
-                            "capabilities": capabilities,
-                            "clientInfo": self.client_info,
-                        })),
-                    })
-                    .instrument(tracing::debug_span!("mcp.initialize"))
-                    .await
-                    .map_err(|error| {
-                        // Nothing came back at all: the server was not reached.
-                        let step = if error.is_transport() {
-                            ConnectPhase::Connect
-                        } else {
-                            ConnectPhase::Initialize
-                        };
-                        error.in_phase(step)
-                    })?
-                    .result;
-                let version =
-                    negotiated(&init).map_err(|e| e.in_phase(ConnectPhase::Initialize))?;
-                wire.set_protocol_version(version);
+                let request = Request {
+                    id: engine.next_id(),
+                    method: "initialize".into(),
+                    params: Some(json!({
+                        "protocolVersion": ProtocolVersion::LATEST.as_str(),
+                        "capabilities": self.handlers.capabilities(),
+                        "clientInfo": self.client_info,
+                    })),
+                };
+                let (generation, init) = engine.open(request, false).await.map_err(|error| {
+                    // Nothing came back at all: the server was not reached.
+                    let step = if error.is_transport() {
+                        ConnectPhase::Connect
+                    } else {
+                        ConnectPhase::Initialize
+                    };
+                    error.in_phase(step)
+                })?;
                 timings.initialize = started.elapsed();
 
                 phase.set(ConnectPhase::Initialized);
                 let started = Instant::now();
-                wire.post(&Message::Notification(Notification {
+                let initialized = Notification {
                     method: "notifications/initialized".into(),
                     params: None,
-                }))
-                .instrument(tracing::debug_span!("mcp.initialized"))
-                .await
-                .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
+                };
+                engine
+                    .notify(&generation, &initialized)
+                    .instrument(tracing::debug_span!("mcp.initialized"))
+                    .await
+                    .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
                 timings.initialized = started.elapsed();
-                (version, Some(init))
+                engine.set_ready(&generation);
+                (generation, Some(init))
             }
         };
+        engine.start_listener(&generation);
 
-        let spawner = stack.push_background();
-        let (sink, notifications) = mpsc::channel(NOTIFICATION_BUFFER);
-        let listen = self.listen.unwrap_or(!attached);
+        phase.set(ConnectPhase::Discovery);
+        let started = Instant::now();
+        let server_capabilities = init.as_ref().map(|init| &init["capabilities"]);
+        // Capabilities unknown (attached): "method not found" means "not
+        // offered". No renewal during connect: a 404 fails it.
+        let mut lister = Lister::new(&engine, &self.discovery, None, false, attached);
+        let catalog = discover(&mut lister, server_capabilities)
+            .await
+            .map_err(|e| e.in_phase(ConnectPhase::Discovery))?;
+        engine.front.set_catalog(catalog);
+        timings.discovery = started.elapsed();
+
         let ownership = if attached {
             SessionOwnership::Attached
         } else {
             SessionOwnership::Owned
         };
-        let shared = Arc::new(Shared::new(
-            wire.clone(),
-            self.handlers,
-            sink,
-            spawner,
-            self.resumption,
-            self.discovery,
-            ownership,
-            listen,
-            self.client_info,
-        ));
-        shared.ids.skip(first_ids);
-        if listen {
-            listener::spawn(&shared);
-        }
-
-        phase.set(ConnectPhase::Discovery);
-        let started = Instant::now();
-        let server_capabilities = init.as_ref().map(|init| &init["capabilities"]);
-        let catalog = discover(&shared, &wire, server_capabilities)
-            .await
-            .map_err(|e| e.in_phase(ConnectPhase::Discovery))?;
-        shared.set_catalog(catalog);
-        timings.discovery = started.elapsed();
-
         let info = SessionInfo {
             server_info: init
                 .as_ref()
@@ -372,15 +395,18 @@ impl Connector {
             instructions: init
                 .as_ref()
                 .and_then(|init| init["instructions"].as_str().map(str::to_owned)),
-            protocol_version: version,
-            session_id_issued: wire.session_id().is_some(),
+            protocol_version: generation
+                .wire()
+                .protocol_version()
+                .unwrap_or(ProtocolVersion::LATEST),
+            session_id_issued: generation.session_id().is_some(),
             ownership,
             client_ownership,
             timings,
         };
         Ok(Established {
-            origin: wire.origin().to_string(),
-            shared,
+            origin: generation.wire().origin().to_string(),
+            engine,
             info,
             notifications,
             request_timeout: self.request_timeout,
@@ -412,7 +438,7 @@ impl PhaseCell {
 
 /// What a successful connect hands to [`Session::new`].
 pub(super) struct Established {
-    pub(super) shared: Arc<Shared>,
+    pub(super) engine: Arc<Engine<SessionFront>>,
     pub(super) info: SessionInfo,
     pub(super) notifications: mpsc::Receiver<Message>,
     pub(super) request_timeout: Option<Duration>,

@@ -2,16 +2,16 @@
 
 use std::collections::HashSet;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use std::sync::Arc;
-
-use super::shared::Shared;
+use crate::engine::{Deadline, Engine, Front};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
-use crate::transport::StreamableHttp;
 
 /// What discovery lists, and how far it follows a server's cursors.
 #[derive(Clone, Debug)]
@@ -44,6 +44,7 @@ impl Default for Discovery {
 
 impl Discovery {
     /// Lists nothing: connect ends after the handshake.
+    #[must_use]
     pub fn none() -> Self {
         Discovery {
             tools: false,
@@ -55,30 +56,35 @@ impl Discovery {
     }
 
     /// Sets [`tools`](Self::tools).
+    #[must_use]
     pub fn tools(mut self, list: bool) -> Self {
         self.tools = list;
         self
     }
 
     /// Sets [`prompts`](Self::prompts).
+    #[must_use]
     pub fn prompts(mut self, list: bool) -> Self {
         self.prompts = list;
         self
     }
 
     /// Sets [`resources`](Self::resources).
+    #[must_use]
     pub fn resources(mut self, list: bool) -> Self {
         self.resources = list;
         self
     }
 
     /// Sets [`resource_templates`](Self::resource_templates).
+    #[must_use]
     pub fn resource_templates(mut self, list: bool) -> Self {
         self.resource_templates = list;
         self
     }
 
     /// Sets [`max_pages`](Self::max_pages).
+    #[must_use]
     pub fn max_pages(mut self, pages: usize) -> Self {
         self.max_pages = pages;
         self
@@ -130,6 +136,33 @@ pub(crate) enum ListKind {
 }
 
 impl ListKind {
+    pub(crate) const ALL: [ListKind; 4] = [
+        ListKind::Tools,
+        ListKind::Prompts,
+        ListKind::Resources,
+        ListKind::ResourceTemplates,
+    ];
+
+    /// Whether `discovery` asks for this list.
+    pub(crate) fn wanted(self, discovery: &Discovery) -> bool {
+        match self {
+            ListKind::Tools => discovery.tools,
+            ListKind::Prompts => discovery.prompts,
+            ListKind::Resources => discovery.resources,
+            ListKind::ResourceTemplates => discovery.resource_templates,
+        }
+    }
+
+    /// Whether the server declares the capability (unknown: assumed).
+    pub(crate) fn offered(self, capabilities: Option<&Value>) -> bool {
+        let capability = match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources | ListKind::ResourceTemplates => "resources",
+        };
+        capabilities.is_none_or(|c| c.get(capability).is_some())
+    }
+
     fn method(self) -> &'static str {
         match self {
             ListKind::Tools => "tools/list",
@@ -188,51 +221,48 @@ impl ListKind {
 /// Lists what `capabilities` declares and `discovery` asks for; with
 /// `capabilities` unknown (an attached session), lists everything asked for
 /// and treats "method not found" as "not offered". All or nothing.
-pub(crate) async fn discover(
-    shared: &Arc<Shared>,
-    wire: &StreamableHttp,
+pub(crate) async fn discover<F: Front>(
+    lister: &mut Lister<'_, F>,
     capabilities: Option<&Value>,
 ) -> Result<Catalog> {
-    let discovery = &shared.discovery;
-    let offers = |capability: &str| capabilities.is_none_or(|c| c.get(capability).is_some());
-    let mut lister = Lister::new(shared, wire, capabilities);
+    let discovery = lister.discovery;
     let mut catalog = Catalog::default();
-    if discovery.tools && offers("tools") {
-        catalog.tools = lister.list(ListKind::Tools).await?;
-    }
-    if discovery.prompts && offers("prompts") {
-        catalog.prompts = lister.list(ListKind::Prompts).await?;
-    }
-    if discovery.resources && offers("resources") {
-        catalog.resources = lister.list(ListKind::Resources).await?;
-    }
-    if discovery.resource_templates && offers("resources") {
-        catalog.resource_templates = lister.list(ListKind::ResourceTemplates).await?;
+    for kind in ListKind::ALL {
+        if kind.wanted(discovery) && kind.offered(capabilities) {
+            *kind.field(&mut catalog) = lister.list(kind).await?;
+        }
     }
     catalog.duplicates_dropped = lister.duplicates;
     Ok(catalog)
 }
 
-/// Lists, every page, through a session's exchange engine.
-pub(crate) struct Lister<'a> {
-    shared: &'a Arc<Shared>,
-    wire: &'a StreamableHttp,
+/// Lists, every page, through a front end's engine.
+pub(crate) struct Lister<'a, F> {
+    engine: &'a Arc<Engine<F>>,
+    discovery: &'a Discovery,
+    /// Each page's timeout.
+    page_timeout: Option<Duration>,
+    /// Whether an expired session is replaced (not during connect).
+    renew: bool,
     /// Capabilities unknown: "method not found" on page 1 means "not offered".
     probing: bool,
     duplicates: usize,
 }
 
-impl<'a> Lister<'a> {
+impl<'a, F: Front> Lister<'a, F> {
     pub(crate) fn new(
-        shared: &'a Arc<Shared>,
-        wire: &'a StreamableHttp,
-        capabilities: Option<&Value>,
+        engine: &'a Arc<Engine<F>>,
+        discovery: &'a Discovery,
+        page_timeout: Option<Duration>,
+        renew: bool,
+        probing: bool,
     ) -> Self {
         Lister {
-            shared,
-            wire,
-            probing: capabilities.is_none()
-                && shared.ownership == super::SessionOwnership::Attached,
+            engine,
+            discovery,
+            page_timeout,
+            renew,
+            probing,
             duplicates: 0,
         }
     }
@@ -247,14 +277,15 @@ impl<'a> Lister<'a> {
         let mut names = HashSet::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
-        for page in 1..=self.shared.discovery.max_pages {
+        for page in 1..=self.discovery.max_pages {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
             let request = Request {
-                id: self.shared.ids.next(),
+                id: self.engine.next_id(),
                 method: kind.method().into(),
                 params,
             };
-            let mut result = match self.shared.exchange(self.wire, request).await {
+            let deadline = Deadline::after(self.page_timeout);
+            let mut result = match self.engine.call(&request, deadline, self.renew).await {
                 Ok(result) => result,
                 Err(e)
                     if self.probing
@@ -306,7 +337,7 @@ impl<'a> Lister<'a> {
         Err(Error::limit(format!(
             "{} still had more pages after {}; stopped",
             kind.method(),
-            self.shared.discovery.max_pages
+            self.discovery.max_pages
         )))
     }
 }

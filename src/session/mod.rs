@@ -7,13 +7,11 @@
 
 mod connect;
 mod discovery;
+mod front;
 mod handlers;
-mod listener;
-mod shared;
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -23,15 +21,16 @@ use tracing::Instrument;
 
 pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
-pub use shared::Resumption;
 
 use crate::client::Ownership;
+use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, Notification, Request, RequestId};
+use crate::jsonrpc::{Message, Notification, Request};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
+use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId};
-use shared::Shared;
+use front::SessionFront;
 
 /// Whether we created the server session or the caller lent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -78,21 +77,6 @@ pub struct SessionInfo {
     pub timings: Timings,
 }
 
-/// Request ids of one session: 1, 2, 3, ...
-#[derive(Debug, Default)]
-pub(crate) struct Ids(AtomicI64);
-
-impl Ids {
-    pub(crate) fn next(&self) -> RequestId {
-        RequestId::Number(self.0.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    /// Continues after ids used before this counter existed.
-    pub(crate) fn skip(&self, used: i64) {
-        self.0.fetch_add(used, Ordering::Relaxed);
-    }
-}
-
 /// Per-request settings.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -104,12 +88,14 @@ pub struct RequestOptions {
 
 impl RequestOptions {
     /// This request's timeout.
+    #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(Some(timeout));
         self
     }
 
     /// No timeout for this request.
+    #[must_use]
     pub fn no_timeout(mut self) -> Self {
         self.timeout = Some(None);
         self
@@ -137,7 +123,7 @@ pub struct Page {
 /// the same things: tasks and hooks at once, the DELETE (with the hooks and
 /// client it needs) through the reaper (see [`crate::shutdown`]).
 pub struct Session {
-    shared: Arc<Shared>,
+    engine: Arc<Engine<SessionFront>>,
     stack: Mutex<Option<GuardStack>>,
     info: SessionInfo,
     notifications: Mutex<Option<mpsc::Receiver<Message>>>,
@@ -147,31 +133,15 @@ pub struct Session {
     origin: String,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each of these mutexes guards one `Option` that is only ever taken
-    // whole: a panic elsewhere cannot leave it half-changed.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Sends `notifications/cancelled` for a request whose caller walked away
-/// or whose deadline passed, unless disarmed.
-struct CancelOnDrop<'a> {
-    shared: &'a Arc<Shared>,
-    id: Option<RequestId>,
-    reason: &'static str,
-}
-
-impl CancelOnDrop<'_> {
-    fn disarm(&mut self) {
-        self.id = None;
-    }
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.shared.cancelled(id, self.reason);
-        }
+/// The methods of the lifecycle: the session sends them itself, once, and
+/// a caller sending them would replace the session behind its back.
+fn refuse_lifecycle(method: &str) -> Result<()> {
+    match method {
+        "initialize" | "notifications/initialized" => Err(Error::builder(format!(
+            "`{method}` belongs to the session's lifecycle, which the session runs itself; \
+             open another session with `Connector::connect` instead"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -179,7 +149,7 @@ impl Session {
     fn new(established: connect::Established, stack: GuardStack) -> Self {
         let counters = stack.counters().clone();
         Session {
-            shared: established.shared,
+            engine: established.engine,
             stack: Mutex::new(Some(stack)),
             info: established.info,
             notifications: Mutex::new(Some(established.notifications)),
@@ -195,9 +165,10 @@ impl Session {
     }
 
     /// What the server offers: as discovered at connect, updated when the
-    /// server announces a change (`notifications/*/list_changed`).
+    /// server announces a change (`notifications/*/list_changed`) and after
+    /// an expired session is replaced.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.shared.catalog()
+        self.engine.front.catalog()
     }
 
     /// The negotiated revision.
@@ -206,10 +177,10 @@ impl Session {
     }
 
     /// The current session id, if the server issued one (or the caller
-    /// attached it). It changes if an owned session is re-initialized after
+    /// attached it). It changes if an owned session is replaced after
     /// expiring. A credential: see [`SessionId`].
     pub fn session_id(&self) -> Option<SessionId> {
-        self.shared.wire().ok()?.session_id()
+        self.engine.generation()?.session_id()
     }
 
     /// What the session's client holds right now (hooks, tasks, sessions,
@@ -230,7 +201,7 @@ impl Session {
 
     /// Whether [`close`](Self::close) has begun.
     pub fn is_closed(&self) -> bool {
-        self.shared.spawner.token().is_cancelled()
+        self.engine.closing().is_cancelled()
     }
 
     /// Sends a request and returns its result, with the session's default
@@ -249,10 +220,14 @@ impl Session {
     /// - On timeout, or if this future is dropped, a
     ///   `notifications/cancelled` is sent and a late response is ignored.
     /// - If an owned session has expired (404 to a request with our session
-    ///   id), it is re-initialized once, with one re-initialize however many
-    ///   requests hit the 404 together, discovery re-run, and the request
-    ///   retried; a second 404 is an error. An attached session reports
-    ///   [`Error::is_session_expired`] and is left alone.
+    ///   id), a new session is opened, once, however many requests hit the
+    ///   404 together and whichever of them goes away first; the request is
+    ///   sent again on it; a second 404 is an error. Requests made while
+    ///   the new session opens wait for it, each within its own deadline. An
+    ///   attached session reports [`Error::is_session_expired`] and is left
+    ///   alone.
+    /// - `initialize` and `notifications/initialized` are refused
+    ///   ([`Error::is_builder`]): the session runs its lifecycle itself.
     /// - Once the session is closing: [`Error::is_closed`], at once.
     pub async fn request_with(
         &self,
@@ -260,119 +235,51 @@ impl Session {
         params: Option<Value>,
         options: RequestOptions,
     ) -> Result<Value> {
+        refuse_lifecycle(method)?;
         let timeout = options.timeout.unwrap_or(self.request_timeout);
-        // One deadline for the whole request: its exchanges and a
-        // re-initialize it waits for.
-        let deadline_at = timeout.map(|limit| (limit, tokio::time::Instant::now() + limit));
-        let span = tracing::debug_span!("mcp.request", method);
-        async {
-            let mut retried = false;
-            loop {
-                // Waits for a re-initialize another request is running.
-                let generation = deadline(deadline_at, async {
-                    Ok(*self.shared.generation.lock().await)
-                })
-                .await?;
-                let wire = self.shared.wire()?;
-                let id = self.shared.ids.next();
-                let mut cancel = CancelOnDrop {
-                    shared: &self.shared,
-                    id: (method != "initialize").then(|| id.clone()),
-                    reason: "the caller abandoned the request",
-                };
-                let request = Request {
-                    id,
-                    method: method.into(),
-                    params: params.clone(),
-                };
-                let exchange = self.shared.exchange(&wire, request);
-                let outcome = tokio::select! {
-                    biased;
-                    _ = self.shared.spawner.token().cancelled() => {
-                        cancel.disarm();
-                        return Err(Error::closed());
-                    }
-                    outcome = deadline(deadline_at, exchange) => outcome,
-                };
-                match outcome {
-                    Err(error) if error.is_timeout() => {
-                        cancel.reason = "timed out";
-                        return Err(error);
-                    }
-                    Err(error)
-                        if error.is_session_expired()
-                            && self.info.ownership == SessionOwnership::Owned
-                            && !retried =>
-                    {
-                        // The server forgot the request with the session.
-                        cancel.disarm();
-                        drop(wire);
-                        deadline(deadline_at, self.reinitialize(generation)).await?;
-                        retried = true;
-                    }
-                    outcome => {
-                        cancel.disarm();
-                        return outcome;
-                    }
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Re-initializes an expired owned session, once per generation: the
-    /// first caller does it (as a background task, so that it is never cut
-    /// off half-way), the others wait for it and then retry.
-    async fn reinitialize(&self, seen: u64) -> Result<()> {
-        let mut generation = self.shared.generation.lock().await;
-        if *generation != seen {
-            return Ok(());
-        }
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        let shared = self.shared.clone();
-        let spawned = self.shared.spawner.spawn(move |cancel| async move {
-            let run = async {
-                let wire = shared.wire()?;
-                // The old id is never sent again.
-                wire.forget_session();
-                let (_, init) = shared.initialize(&wire).await?;
-                match discovery::discover(&shared, &wire, Some(&init["capabilities"])).await {
-                    Ok(catalog) => shared.set_catalog(catalog),
-                    Err(error) => tracing::debug!(%error, "re-discovery after re-initialize failed; the previous catalog stays"),
-                }
-                if shared.listen {
-                    listener::spawn(&shared);
-                }
-                Ok(())
-            };
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                outcome = run => {
-                    let _ = done.send(outcome);
-                }
-            }
-        });
-        if !spawned {
-            return Err(Error::closed());
-        }
-        tracing::debug!("the session expired; re-initializing");
-        outcome.await.map_err(|_| Error::closed())??;
-        *generation += 1;
-        Ok(())
-    }
-
-    /// Sends a notification.
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<()> {
-        let wire = self.shared.wire()?;
-        let notification = Message::Notification(Notification {
+        let request = Request {
+            id: self.engine.next_id(),
             method: method.into(),
             params,
-        });
+        };
+        // One deadline for the whole request: its exchanges and a new
+        // session it waits for.
+        let deadline = Deadline::after(timeout);
+        self.engine
+            .call(&request, deadline, true)
+            .instrument(tracing::debug_span!("mcp.request", method))
+            .await
+    }
+
+    /// Sends a notification, within the session's default timeout. Like a
+    /// request, it waits for a new session while an expired one is being
+    /// replaced, and is sent once more if the server expired the session
+    /// under it. `notifications/initialized` is refused (see
+    /// [`request_with`](Self::request_with)).
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<()> {
+        refuse_lifecycle(method)?;
+        let notification = Notification {
+            method: method.into(),
+            params,
+        };
+        let engine = &self.engine;
+        let deadline = Deadline::after(self.request_timeout);
+        let send = async {
+            let mut resent = false;
+            loop {
+                let generation = engine.current().await?;
+                match engine.notify(&generation, &notification).await {
+                    Err(error) if error.is_session_expired() && generation.owned() && !resent => {
+                        resent = true;
+                    }
+                    outcome => return outcome,
+                }
+            }
+        };
         tokio::select! {
             biased;
-            _ = self.shared.spawner.token().cancelled() => Err(Error::closed()),
-            posted = wire.post(&notification) => posted.map(drop),
+            _ = engine.closing().cancelled() => Err(Error::closed()),
+            outcome = deadline.run(send) => outcome,
         }
     }
 
@@ -448,8 +355,7 @@ impl Session {
     /// local cleanup runs regardless. If this future is dropped half-way,
     /// the rest is done by the reaper.
     pub async fn close(&self) -> Released {
-        self.shared.spawner.token().cancel();
-        drop(self.shared.take_wire());
+        self.engine.close();
         let stack = lock(&self.stack).take();
         let Some(mut stack) = stack else {
             return Released {
@@ -464,22 +370,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Our handle on the transport goes before the stack is released.
-        drop(self.shared.take_wire());
-    }
-}
-
-/// Runs `future` until the request's deadline (its timeout and when it
-/// ends), if any.
-async fn deadline<T>(
-    deadline: Option<(Duration, tokio::time::Instant)>,
-    future: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        None => future.await,
-        Some((limit, at)) => tokio::time::timeout_at(at, future)
-            .await
-            .unwrap_or_else(|_| Err(Error::request_timeout(limit))),
+        // Requests still waiting for a session fail; the stack's own drop
+        // (next) releases the rest.
+        self.engine.close();
     }
 }
 

@@ -34,36 +34,37 @@
 //! headers and the session id must not reach it), and so is a 301, 302 or 303,
 //! which clients commonly turn into a GET.
 
+// The decoder's whole API is public with the raw wire; the session uses
+// only part of it.
+#[cfg_attr(not(feature = "wire"), allow(dead_code))]
 pub mod sse;
 
 mod session;
 mod stream;
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
+#[cfg(feature = "wire")]
 use serde_json::Value;
 use tracing::Instrument;
 
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
 pub use stream::MessageStream;
+pub(crate) use stream::ReplayFilter;
 
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
-use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, parse_messages};
+use crate::jsonrpc::{Message, Notification, Request, Response, encode, parse_messages};
 use crate::origin::Origin;
+use crate::sync::lock;
 
-/// The `Mcp-Session-Id` header.
-pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-/// The `MCP-Protocol-Version` header.
-pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-/// The `Last-Event-ID` header, for resuming an SSE stream.
-pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 const ACCEPT_POST: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
 const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
@@ -85,7 +86,8 @@ pub struct TransportConfig {
     /// Bytes of an error body read to find a JSON-RPC error. Default: 64 KiB.
     pub max_error_body: usize,
     /// Messages (notifications, server requests) kept while waiting for the
-    /// response in [`StreamableHttp::request`]. Default: 1024.
+    /// response in the raw wire's `StreamableHttp::request` (feature `wire`),
+    /// and most messages in one batch. Default: 1024.
     pub max_preceding_messages: usize,
 }
 
@@ -134,17 +136,8 @@ impl TransportConfig {
     }
 }
 
-/// What a POST got back.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Posted {
-    /// A notification or response was accepted (any 2xx).
-    Accepted,
-    /// A request was answered with JSON or an SSE stream.
-    Stream(MessageStream),
-}
-
 /// The result of a request, with what the server sent before it.
+#[cfg(feature = "wire")]
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Exchange {
@@ -216,16 +209,19 @@ impl StreamableHttp {
     }
 
     /// The endpoint URL.
+    #[cfg(feature = "wire")]
     pub fn endpoint(&self) -> &Uri {
         &self.endpoint
     }
 
     /// The HTTP client in use.
+    #[cfg(feature = "wire")]
     pub fn client(&self) -> &HttpClient {
         &self.client
     }
 
     /// The configuration in force.
+    #[cfg(feature = "wire")]
     pub fn config(&self) -> &TransportConfig {
         &self.config
     }
@@ -253,56 +249,87 @@ impl StreamableHttp {
         state.version = Some(version);
     }
 
-    /// Forgets the session id and revision without telling the server.
-    pub fn forget_session(&self) {
-        *self.state() = SessionState::default();
+    /// A transport for a new server session on the same endpoint, client,
+    /// configuration and scope: no session id and no revision yet.
+    pub(crate) fn fresh(&self) -> StreamableHttp {
+        StreamableHttp {
+            client: self.client.clone(),
+            endpoint: self.endpoint.clone(),
+            origin: self.origin.clone(),
+            config: self.config.clone(),
+            state: Mutex::default(),
+            scope: self.scope,
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
-        // The state is two plain fields: a panic elsewhere cannot leave it
-        // half-written.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
-    /// POSTs one message.
+    /// POSTs a request and returns its answer, JSON or SSE, as a stream of
+    /// messages.
     ///
     /// For `initialize` no session or version header is sent, and the
-    /// `Mcp-Session-Id` of the answer (validated) becomes the session id, or
-    /// clears it when absent. A request answered 202 or with an empty 2xx is
-    /// a protocol error.
-    pub async fn post(&self, message: &Message) -> Result<Posted> {
-        let rpc_method = message.method().unwrap_or("response");
-        let span = tracing::debug_span!(
-            "mcp.post",
-            endpoint = %self.origin,
-            method = rpc_method,
-        );
-        self.post_inner(message).instrument(span).await
+    /// `Mcp-Session-Id` of a successful answer (validated) becomes the
+    /// session id, or clears it when absent. A request answered 202 or with
+    /// an empty 2xx is a protocol error.
+    pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
+        let is_initialize = request.method == "initialize";
+        let span =
+            tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %request.method);
+        async {
+            let response = self
+                .post_body(encode(request), !is_initialize, is_initialize)
+                .await?;
+            self.read_answer(response).await
+        }
+        .instrument(span)
+        .await
     }
 
-    async fn post_inner(&self, message: &Message) -> Result<Posted> {
-        let is_initialize = matches!(message, Message::Request(r) if r.method == "initialize");
-        let body = Bytes::from(message.to_vec());
-        let headers = self.headers(!is_initialize);
-        let with_session = headers.contains_key(MCP_SESSION_ID);
-        let response = self.send(Method::POST, &headers, Some(body)).await?;
+    /// POSTs a notification; any 2xx accepts it (a body, if any, is not
+    /// read).
+    pub async fn post_notification(&self, notification: &Notification) -> Result<()> {
+        let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %notification.method);
+        self.post_body(encode(notification), true, false)
+            .instrument(span)
+            .await
+            .map(drop)
+    }
+
+    /// POSTs a response (the answer to a server request); any 2xx accepts
+    /// it.
+    pub async fn post_response(&self, response: &Response) -> Result<()> {
+        let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = "response");
+        self.post_body(encode(response), true, false)
+            .instrument(span)
+            .await
+            .map(drop)
+    }
+
+    /// POSTs one encoded message; a success status is returned with its body
+    /// unread, any other becomes an [`Error`].
+    async fn post_body(
+        &self,
+        body: Vec<u8>,
+        with_session: bool,
+        is_initialize: bool,
+    ) -> Result<http::Response<ResponseBody>> {
+        let headers = self.headers(with_session);
+        let sent_session = headers.contains_key(MCP_SESSION_ID);
+        let response = self
+            .send(Method::POST, &headers, Some(Bytes::from(body)))
+            .await?;
         let status = response.status();
         tracing::debug!(status = status.as_u16(), "answered");
-
-        if is_initialize {
-            // Taken only from the answer to initialize, and only on success.
-            if status.is_success() {
-                self.take_session_id(response.headers())?;
-            }
-        }
         if !status.is_success() {
-            return Err(self.error_from(response, with_session).await);
+            return Err(self.error_from(response, sent_session).await);
         }
-        if !matches!(message, Message::Request(_)) {
-            // Done; any body is not ours to read.
-            return Ok(Posted::Accepted);
+        if is_initialize {
+            // Taken only from a successful answer to initialize.
+            self.take_session_id(response.headers())?;
         }
-        self.read_answer(response).await.map(Posted::Stream)
+        Ok(response)
     }
 
     /// POSTs a request and reads its answer up to the response for its id.
@@ -311,38 +338,21 @@ impl StreamableHttp {
     /// [`Exchange::preceding`] (at most
     /// [`TransportConfig::max_preceding_messages`]); responses to other ids
     /// are dropped. A JSON-RPC error response becomes [`Error::is_rpc`].
+    #[cfg(feature = "wire")]
     pub async fn request(&self, request: Request) -> Result<Exchange> {
-        let id = request.id.clone();
-        let stream = match self.post(&Message::Request(request)).await? {
-            Posted::Stream(stream) => stream,
-            Posted::Accepted => unreachable!("a request is never merely accepted"),
-        };
-        self.await_response(stream, &id).await
-    }
-
-    /// Reads an answer up to the response for `id`; see [`request`](Self::request).
-    pub(crate) async fn await_response(
-        &self,
-        mut stream: MessageStream,
-        id: &RequestId,
-    ) -> Result<Exchange> {
+        let mut stream = self.post_request(&request).await?;
         let mut preceding = Vec::new();
         while let Some(message) = stream.next().await {
             match message? {
-                Message::Response(response) if response.id.as_ref() == Some(id) => {
+                Message::Response(response) if response.id.as_ref() == Some(&request.id) => {
                     return response
                         .outcome
                         .map(|result| Exchange { result, preceding })
                         .map_err(Error::rpc);
                 }
-                Message::Response(response) if response.id.is_none() => {
+                Message::Response(Response { id: None, outcome }) => {
                     // An error about a message the server could not read.
-                    let error = response.outcome.err().unwrap_or_else(|| ErrorObject {
-                        code: crate::jsonrpc::codes::INTERNAL_ERROR,
-                        message: "response without id".into(),
-                        data: None,
-                    });
-                    return Err(Error::rpc(error));
+                    return Err(crate::error::idless_response(outcome));
                 }
                 Message::Response(other) => {
                     tracing::debug!(id = ?other.id, "dropped a response to another request");
@@ -359,7 +369,8 @@ impl StreamableHttp {
             }
         }
         Err(Error::protocol(format!(
-            "the answer ended without the response to request {id}"
+            "the answer ended without the response to request {}",
+            request.id
         )))
     }
 
@@ -404,8 +415,8 @@ impl StreamableHttp {
         .await
     }
 
-    /// Ends the session with a DELETE. 2xx, 404 and 405 all mean it is over,
-    /// and the id is forgotten. Without a session id nothing is sent.
+    /// Ends the session with a DELETE. 2xx, 404 and 405 all mean it is
+    /// over, and the id is forgotten. Without a session id nothing is sent.
     pub async fn delete_session(&self) -> Result<SessionEnd> {
         if self.state().id.is_none() {
             return Ok(SessionEnd::NoSession);
@@ -422,7 +433,9 @@ impl StreamableHttp {
                 || status == StatusCode::NOT_FOUND
                 || status == StatusCode::METHOD_NOT_ALLOWED
             {
-                self.forget_session();
+                // Ended: the id is never sent again, not even by a second
+                // DELETE.
+                *self.state() = SessionState::default();
                 Ok(SessionEnd::Ended(status))
             } else {
                 Err(self.error_from(response, true).await)
@@ -454,10 +467,10 @@ impl StreamableHttp {
 
     fn take_session_id(&self, headers: &HeaderMap) -> Result<()> {
         let id = match headers.get(MCP_SESSION_ID) {
-            Some(value) => Some(
-                SessionId::with_max_len(value.as_bytes().to_vec(), self.config.max_session_id_len)
-                    .inspect_err(|_| self.forget_session())?,
-            ),
+            Some(value) => Some(SessionId::with_max_len(
+                value.as_bytes().to_vec(),
+                self.config.max_session_id_len,
+            )?),
             None => None,
         };
         let mut state = self.state();
@@ -672,6 +685,7 @@ fn redirect_target(current: &Uri, headers: &HeaderMap) -> std::result::Result<Ur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderName;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs

@@ -14,7 +14,7 @@
 //! [`SseError::EventTooLarge`] rather than our memory.
 //!
 //! ```
-//! use mcp_scoped_http::transport::sse::SseDecoder;
+//! use mcp_scoped_http::wire::sse::SseDecoder;
 //!
 //! let mut decoder = SseDecoder::new();
 //! decoder.push(b"id: 7\ndata: {\"jsonrpc\":");

@@ -1,7 +1,10 @@
 //! The messages a response (JSON or SSE) or the GET stream carries.
 
-use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -25,7 +28,56 @@ pub struct MessageStream {
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
     /// The id of the event the queued messages came from, if it had one.
-    event_id: Option<String>,
+    event_id: Option<Arc<str>>,
+    /// How many messages of that event have been taken.
+    taken_in_event: usize,
+}
+
+/// Where a message stood on an SSE stream: its event's own id and its
+/// place in that event (a batch holds several), so that a resumed stream's
+/// replay of it can be recognised.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ReplayKey {
+    event_id: Arc<str>,
+    index: usize,
+}
+
+/// The messages already seen on one request's streams, to ignore what a
+/// resumed stream replays. Per message, not per event (a batch's messages
+/// share their event's id), and bounded: it keeps 64-bit hashes of the
+/// newest [`ReplayFilter::CAPACITY`] keys, never the ids themselves.
+pub(crate) struct ReplayFilter {
+    hasher: RandomState,
+    order: VecDeque<u64>,
+    seen: HashSet<u64>,
+}
+
+impl ReplayFilter {
+    /// Keys remembered; older ones are forgotten.
+    pub(crate) const CAPACITY: usize = 1024;
+
+    pub(crate) fn new() -> Self {
+        ReplayFilter {
+            hasher: RandomState::new(),
+            order: VecDeque::new(),
+            seen: HashSet::new(),
+        }
+    }
+
+    /// True the first time a key is seen.
+    pub(crate) fn first(&mut self, key: &ReplayKey) -> bool {
+        let hash = self.hasher.hash_one(key);
+        if !self.seen.insert(hash) {
+            return false;
+        }
+        if self.order.len() == Self::CAPACITY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        self.order.push_back(hash);
+        true
+    }
 }
 
 impl MessageStream {
@@ -36,6 +88,7 @@ impl MessageStream {
             decoder: None,
             failed: false,
             event_id: None,
+            taken_in_event: 0,
         }
     }
 
@@ -46,6 +99,7 @@ impl MessageStream {
             decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
             failed: false,
             event_id: None,
+            taken_in_event: 0,
         }
     }
 
@@ -59,11 +113,14 @@ impl MessageStream {
         self.decoder.as_ref()?.last_event_id()
     }
 
-    /// The id of the SSE event the last message came from, when that event
-    /// had an `id` field of its own (for spotting events a resumed stream
-    /// replays).
-    pub fn event_id(&self) -> Option<&str> {
-        self.event_id.as_deref()
+    /// Where the message last taken stood: its SSE event's own id (when the
+    /// event had an `id` field of its own) and its place in the event.
+    pub(crate) fn replay_key(&self) -> Option<ReplayKey> {
+        let event_id = self.event_id.clone()?;
+        Some(ReplayKey {
+            event_id,
+            index: self.taken_in_event.checked_sub(1)?,
+        })
     }
 
     /// The server's last `retry:` value, the wait before resuming.
@@ -83,6 +140,7 @@ impl MessageStream {
         }
         loop {
             if let Some(message) = self.queue.pop_front() {
+                self.taken_in_event += 1;
                 return Some(Ok(message));
             }
             let decoder = self.decoder.as_mut()?;
@@ -90,7 +148,11 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
-                        self.event_id = event.own_id.then(|| event.id.clone()).flatten();
+                        self.event_id = event
+                            .own_id
+                            .then(|| event.id.as_deref().map(Arc::from))
+                            .flatten();
+                        self.taken_in_event = 0;
                         match parse_messages(event.data.as_bytes()) {
                             Ok(messages) => self.queue.extend(messages),
                             Err(e) => {

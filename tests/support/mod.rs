@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use mcp_scoped_http::Ownership;
-use mcp_scoped_http::jsonrpc::{Message, Notification, Request};
-use mcp_scoped_http::transport::{Exchange, ProtocolVersion, StreamableHttp};
+use mcp_scoped_http::ProtocolVersion;
+use mcp_scoped_http::jsonrpc::{Notification, Request};
+use mcp_scoped_http::wire::{Exchange, StreamableHttp};
 use serde_json::json;
 
 pub use mcp_scoped_http::HttpClient;
@@ -70,11 +71,13 @@ pub async fn handshake_with(wire: &StreamableHttp, version: &str) -> Exchange {
         .parse()
         .expect("supported revision");
     wire.set_protocol_version(negotiated);
-    let initialized = Message::Notification(Notification {
+    let initialized = Notification {
         method: "notifications/initialized".into(),
         params: None,
-    });
-    wire.post(&initialized).await.expect("initialized");
+    };
+    wire.post_notification(&initialized)
+        .await
+        .expect("initialized");
     init
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_scoped_http::Connector;
-use mcp_scoped_http::transport::{ProtocolVersion, SessionId};
+use mcp_scoped_http::{ProtocolVersion, SessionId};
 
 use crate::Failure;
 
@@ -187,9 +187,7 @@ impl Common {
             connector = connector.listen(false);
         }
         if let Some(timeout) = self.timeout {
-            connector = connector
-                .request_timeout(Some(timeout))
-                .delete_timeout(timeout);
+            connector = connector.request_timeout(timeout).delete_timeout(timeout);
         }
         Ok(connector)
     }

@@ -244,7 +244,7 @@ async fn make_churn(
             .connector(&url)
             .unwrap_or_else(|_| Connector::new(url.clone()));
         match common.timeout {
-            Some(limit) => connector.connect_timeout(Some(limit)),
+            Some(limit) => connector.connect_timeout(limit),
             None => connector,
         }
     }))

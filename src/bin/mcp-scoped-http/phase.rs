@@ -54,10 +54,9 @@ pub(crate) async fn connect(
     connector: Connector,
     timeout: Option<std::time::Duration>,
 ) -> Result<Session, Failure> {
-    let connector = connector.connect_timeout(timeout);
     let connector = match timeout {
         // The DELETE of a half-made session is bounded by the same budget.
-        Some(limit) => connector.delete_timeout(limit),
+        Some(limit) => connector.connect_timeout(limit).delete_timeout(limit),
         None => connector,
     };
     connector

@@ -1,0 +1,108 @@
+//! What every front end acquires to reach one endpoint: the client (lent,
+//! or built and owned), the session's header hooks, the transport.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
+use crate::error::{Error, Result};
+use crate::origin::Origin;
+use crate::scope::GuardStack;
+use crate::transport::{StreamableHttp, TransportConfig};
+
+/// The endpoint settings shared by the builders of the front ends
+/// ([`Connector`](crate::Connector), the rmcp adapter's builder).
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    url: String,
+    pub(crate) client: Option<HttpClient>,
+    pub(crate) builder: HttpClientBuilder,
+    hooks: Vec<std::result::Result<HeaderHook, Deferred>>,
+    pub(crate) transport: TransportConfig,
+}
+
+/// A setter's error, reported by every connect.
+struct Deferred(Error);
+
+impl Clone for Deferred {
+    fn clone(&self) -> Self {
+        Deferred(self.0.duplicate())
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn new(url: String) -> Self {
+        Endpoint {
+            url,
+            client: None,
+            builder: HttpClientBuilder::new(),
+            hooks: Vec::new(),
+            transport: TransportConfig::default(),
+        }
+    }
+
+    /// Adds a hook, or the error of building it (reported when acquiring).
+    pub(crate) fn push_hook(&mut self, hook: Result<HeaderHook>) {
+        self.hooks.push(hook.map_err(Deferred));
+    }
+
+    /// The endpoint's origin, the only part of it ever shown.
+    pub(crate) fn origin(&self) -> Result<Origin> {
+        Origin::parse(&self.url)
+            .ok_or_else(|| Error::builder("the endpoint must be an absolute http or https URL"))
+    }
+
+    /// Acquires, each onto `stack` the moment it exists: an owned client
+    /// (unless one is lent), then the hooks (scoped to this session's
+    /// requests), then the transport every server session starts from.
+    pub(crate) fn acquire(
+        &self,
+        stack: &mut GuardStack,
+    ) -> Result<(Arc<StreamableHttp>, Ownership)> {
+        let (client, ownership) = match &self.client {
+            Some(client) => (client.clone(), Ownership::Borrowed),
+            None => {
+                let client = self.builder.build()?;
+                stack.set_counters(client.counters().clone());
+                stack.push_owned_client(client.clone());
+                (client, Ownership::Owned)
+            }
+        };
+        let scope = ScopeId::next();
+        for hook in &self.hooks {
+            let hook = hook.clone().map_err(|deferred| deferred.0)?;
+            stack.push_hook(client.add_session_hook(&self.url, scope, hook)?);
+        }
+        let template = Arc::new(
+            StreamableHttp::new(client, &self.url)?
+                .with_config(self.transport.clone())
+                .with_scope(scope),
+        );
+        stack.push_transport(template.clone());
+        Ok((template, ownership))
+    }
+
+    /// The counters a stack for this endpoint starts with: the lent
+    /// client's, or fresh ones until an owned client exists.
+    pub(crate) fn counters(&self) -> Arc<crate::ledger::Counters> {
+        match &self.client {
+            Some(client) => client.counters().clone(),
+            None => Arc::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The origin only: a path or query may carry secrets.
+        let origin = self
+            .origin()
+            .map_or_else(|_| "<invalid URL>".to_owned(), |origin| origin.to_string());
+        f.debug_struct("Endpoint")
+            .field("origin", &origin)
+            .field("client", &self.client)
+            .field("hooks", &self.hooks.len())
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}

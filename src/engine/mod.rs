@@ -1,0 +1,772 @@
+//! The exchange engine, shared by every front end (a [`Session`], the rmcp
+//! adapter).
+//!
+//! It keeps one server session at a time (a [`Generation`]: its own
+//! transport, with its id and revision) and replaces it, once, when the
+//! server expires it; it sends requests on it and reads their answers
+//! (resumed after a break, replays ignored, responses routed by id wherever
+//! they arrive); it runs the GET listener. What to do with the server's
+//! notifications and requests is the front end's ([`Front`]).
+//!
+//! Every server session it creates is opened through the guard stack's
+//! [`SessionsHandle`], the one place that sends `initialize`, so each is
+//! DELETEd exactly once however the engine's work is cut off.
+//!
+//! [`Session`]: crate::Session
+
+mod answer;
+mod endpoint;
+mod listener;
+
+pub(crate) use endpoint::Endpoint;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Message, Notification, Request, RequestId, Response};
+pub(crate) use crate::scope::Opening;
+use crate::scope::{SessionsHandle, Spawner};
+use crate::sync::lock;
+use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
+
+/// One server session: its transport (carrying its id and revision) and
+/// its place in the line of sessions a front end has had.
+pub(crate) struct Generation {
+    number: u64,
+    wire: Arc<StreamableHttp>,
+    /// Whether we created it: only those are ever replaced.
+    owned: bool,
+}
+
+impl Generation {
+    pub(crate) fn wire(&self) -> &StreamableHttp {
+        &self.wire
+    }
+
+    /// Whether we created this session (and may replace it).
+    pub(crate) fn owned(&self) -> bool {
+        self.owned
+    }
+
+    pub(crate) fn session_id(&self) -> Option<SessionId> {
+        self.wire.session_id()
+    }
+}
+
+/// The session requests go to right now.
+enum Current {
+    /// None yet: the front end has not opened one.
+    Unopened,
+    Ready(Arc<Generation>),
+    /// The server expired the session (`None`), or opening its replacement
+    /// failed (the error): the next request opens a new one.
+    Lost(Option<Error>),
+    /// A new session is being opened.
+    Renewing,
+    Closed,
+}
+
+/// A message from the server that is not a response.
+pub(crate) enum ServerMessage {
+    /// A server request: the front end answers it.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+}
+
+/// What a front end does with the server's traffic.
+pub(crate) trait Front: Send + Sync + Sized + 'static {
+    /// A notification or server request that arrived on `generation`
+    /// (responses go to the requests waiting for them).
+    fn deliver<'a>(
+        engine: &'a Arc<Engine<Self>>,
+        generation: &'a Arc<Generation>,
+        message: ServerMessage,
+    ) -> impl Future<Output = ()> + Send + 'a;
+
+    /// A new session (`generation`, with this `initialize` result) has
+    /// replaced an expired one.
+    fn renewed<'a>(
+        engine: &'a Arc<Engine<Self>>,
+        generation: &'a Arc<Generation>,
+        initialize_result: &'a Value,
+    ) -> impl Future<Output = ()> + Send + 'a;
+}
+
+/// How a broken SSE answer is resumed after it broke off (a network cut,
+/// or the server closing it on purpose to make the client poll).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Resumption {
+    /// GETs with `Last-Event-ID` per request, at most; partial progress does
+    /// not reset the count. Default: 5.
+    pub max_attempts: usize,
+    /// The wait when the server sent no `retry`, doubled per attempt.
+    /// Default: 250 ms.
+    pub first_backoff: Duration,
+    /// The longest wait, whatever the server's `retry` says. Default: 10 s.
+    pub max_wait: Duration,
+}
+
+impl Resumption {
+    /// Sets [`max_attempts`](Self::max_attempts); 0 disables resumption.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: usize) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Sets [`first_backoff`](Self::first_backoff).
+    #[must_use]
+    pub fn first_backoff(mut self, wait: Duration) -> Self {
+        self.first_backoff = wait;
+        self
+    }
+
+    /// Sets [`max_wait`](Self::max_wait).
+    #[must_use]
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+}
+
+impl Default for Resumption {
+    fn default() -> Self {
+        Resumption {
+            max_attempts: 5,
+            first_backoff: Duration::from_millis(250),
+            max_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Waits between attempts: the server's `retry` when it sent one, else a
+/// doubling step; never more than the cap.
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(first: Duration, max: Duration) -> Self {
+        Backoff { next: first, max }
+    }
+
+    pub(crate) fn wait(&mut self, server_retry: Option<Duration>) -> Duration {
+        let wait = server_retry.unwrap_or(self.next).min(self.max);
+        self.next = self.next.saturating_mul(2).min(self.max);
+        wait
+    }
+}
+
+/// A request's deadline: its timeout, and when it ends.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline(Option<(Duration, Instant)>);
+
+impl Deadline {
+    /// From now, `limit` (none: never).
+    pub(crate) fn after(limit: Option<Duration>) -> Self {
+        Deadline(limit.map(|limit| (limit, Instant::now() + limit)))
+    }
+
+    /// Runs `future` until the deadline.
+    pub(crate) async fn run<T>(self, future: impl Future<Output = Result<T>>) -> Result<T> {
+        match self.0 {
+            None => future.await,
+            Some((limit, at)) => tokio::time::timeout_at(at, future)
+                .await
+                .unwrap_or_else(|_| Err(Error::request_timeout(limit))),
+        }
+    }
+}
+
+/// Settings of an [`Engine`].
+pub(crate) struct Settings {
+    pub(crate) resumption: Resumption,
+    /// Whether each session gets a GET listener.
+    pub(crate) listen: bool,
+    /// Bound on opening a replacement session.
+    pub(crate) renew_timeout: Option<Duration>,
+    /// Ids of the engine's own requests: numbers (`None`), or strings with
+    /// this prefix, for a front end whose caller numbers its own.
+    pub(crate) id_prefix: Option<&'static str>,
+}
+
+/// How long a `notifications/cancelled` may take.
+const CANCEL_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The engine of one front end: see the module docs.
+pub(crate) struct Engine<F> {
+    pub(crate) front: F,
+    /// The transport each new session starts from (endpoint, client,
+    /// limits, scope); dropped at close, so that the engine, which may
+    /// outlive its stack, holds no client.
+    template: Mutex<Option<Arc<StreamableHttp>>>,
+    /// Opens server sessions; `None` for an attached session, which is
+    /// never initialized or replaced.
+    sessions: Option<SessionsHandle>,
+    current: watch::Sender<Current>,
+    spawner: Spawner,
+    /// Requests waiting for their response, which may arrive on another
+    /// stream (the GET stream, or another request's answer).
+    pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
+    settings: Settings,
+    /// The `initialize` params repeated to replace an expired session.
+    initialize_params: Mutex<Option<Value>>,
+    /// The newest generation given a listener.
+    listening: AtomicU64,
+    generations: AtomicU64,
+    ids: AtomicI64,
+}
+
+impl<F: Front> Engine<F> {
+    pub(crate) fn new(
+        front: F,
+        template: Arc<StreamableHttp>,
+        sessions: Option<SessionsHandle>,
+        spawner: Spawner,
+        settings: Settings,
+    ) -> Arc<Self> {
+        Arc::new(Engine {
+            front,
+            template: Mutex::new(Some(template)),
+            sessions,
+            current: watch::Sender::new(Current::Unopened),
+            spawner,
+            pending: Mutex::default(),
+            settings,
+            initialize_params: Mutex::default(),
+            listening: AtomicU64::new(0),
+            generations: AtomicU64::new(0),
+            ids: AtomicI64::new(0),
+        })
+    }
+
+    /// A fresh id for a request of the engine or of its front end.
+    pub(crate) fn next_id(&self) -> RequestId {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        match self.settings.id_prefix {
+            None => RequestId::Number(n),
+            Some(prefix) => RequestId::String(format!("{prefix}{n}")),
+        }
+    }
+
+    /// The token cancelled when the front end closes.
+    pub(crate) fn closing(&self) -> &tokio_util::sync::CancellationToken {
+        self.spawner.token()
+    }
+
+    pub(crate) fn spawner(&self) -> &Spawner {
+        &self.spawner
+    }
+
+    /// Uses a session the caller owns: never initialized, replaced or
+    /// DELETEd.
+    pub(crate) fn attach(&self, id: SessionId, version: ProtocolVersion) -> Arc<Generation> {
+        let wire = Arc::new(
+            self.fresh_wire()
+                .expect("attached before anything can close"),
+        );
+        wire.attach(id, version);
+        let generation = Arc::new(Generation {
+            number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+            wire,
+            owned: false,
+        });
+        self.current
+            .send_replace(Current::Ready(generation.clone()));
+        generation
+    }
+
+    /// Starts opening a server session: `initialize` (as `request`) goes
+    /// out through the stack's sessions entry, and this returns once its
+    /// answer's head has arrived (with the session id, if any). The answer
+    /// itself is for the caller to read, with the returned waiter.
+    ///
+    /// The session is on the stack before the POST leaves; until
+    /// [`Opening::established`] is called, dropping the [`Started`] (or
+    /// failing half-way) DELETEs the session the server created, if any.
+    pub(crate) async fn begin_open(self: &Arc<Self>, request: Request) -> Result<Started<F>> {
+        let sessions = self.sessions.as_ref().ok_or_else(|| {
+            Error::builder("an attached session is never initialized by this crate")
+        })?;
+        let wire = Arc::new(self.fresh_wire()?);
+        let number = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let generation = Arc::new(Generation {
+            number,
+            wire: wire.clone(),
+            owned: true,
+        });
+        let waiter = self.waiter(request.id.clone());
+        let params = request.params.clone();
+        let mut opening = sessions.open(number, wire, request)?;
+        let answer = opening.answer().await?;
+        // Repeated to replace the session if the server expires it.
+        *lock(&self.initialize_params) = params;
+        Ok(Started {
+            generation,
+            answer,
+            waiter,
+            opening,
+        })
+    }
+
+    /// Opens a server session: [`begin_open`](Self::begin_open), its answer
+    /// read (server requests on it answered, notifications delivered), the
+    /// revision negotiated, then `notifications/initialized` when
+    /// `send_initialized`. If this future fails or is dropped at any point,
+    /// the session the server created (if any) is DELETEd.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        request: Request,
+        send_initialized: bool,
+    ) -> Result<(Arc<Generation>, Value)> {
+        let started = self
+            .begin_open(request)
+            .instrument(tracing::debug_span!("mcp.initialize"))
+            .await?;
+        let generation = started.generation;
+        let result = started
+            .waiter
+            .read(&generation, started.answer)
+            .instrument(tracing::debug_span!("mcp.initialize"))
+            .await?;
+        let version = negotiated(&result)?;
+        generation.wire.set_protocol_version(version);
+        if send_initialized {
+            let initialized = Notification {
+                method: "notifications/initialized".into(),
+                params: None,
+            };
+            self.notify(&generation, &initialized)
+                .instrument(tracing::debug_span!("mcp.initialized"))
+                .await?;
+        }
+        started.opening.established();
+        Ok((generation, result))
+    }
+
+    /// Makes `generation` the session requests go to.
+    pub(crate) fn set_ready(&self, generation: &Arc<Generation>) {
+        self.current
+            .send_replace(Current::Ready(generation.clone()));
+    }
+
+    /// The session in use, if one is open.
+    pub(crate) fn generation(&self) -> Option<Arc<Generation>> {
+        match &*self.current.borrow() {
+            Current::Ready(generation) => Some(generation.clone()),
+            _ => None,
+        }
+    }
+
+    fn is_current(&self, generation: &Generation) -> bool {
+        matches!(&*self.current.borrow(), Current::Ready(g) if g.number == generation.number)
+    }
+
+    /// The session to send on, waiting while a replacement is opened (and
+    /// starting one if the last was lost). Callers bound the wait.
+    pub(crate) async fn current(self: &Arc<Self>) -> Result<Arc<Generation>> {
+        if let Current::Ready(generation) = &*self.current.borrow() {
+            return Ok(generation.clone());
+        }
+        let mut current = self.current.subscribe();
+        let mut waited = false;
+        loop {
+            let renew = match &*current.borrow_and_update() {
+                Current::Ready(generation) => return Ok(generation.clone()),
+                Current::Closed => return Err(Error::closed()),
+                Current::Unopened => {
+                    return Err(Error::protocol(
+                        "no session is open yet: `initialize` comes first",
+                    ));
+                }
+                Current::Lost(error) if waited => {
+                    return Err(error.as_ref().map_or_else(
+                        || {
+                            Error::protocol("the new session expired too before it could be used")
+                                .with_session_expired()
+                        },
+                        Error::duplicate,
+                    ));
+                }
+                Current::Lost(_) => true,
+                Current::Renewing => false,
+            };
+            if renew {
+                self.renew();
+            }
+            waited = true;
+            if current.changed().await.is_err() {
+                return Err(Error::closed());
+            }
+        }
+    }
+
+    /// The server answered 404 to a request that carried `generation`'s
+    /// session id: it has ended that session. One we created is settled
+    /// (no DELETE is owed) and will be replaced by the next request; the
+    /// caller's own is left as it is, and the error reported.
+    pub(crate) fn expired(&self, generation: &Generation) {
+        if !generation.owned {
+            return;
+        }
+        if let Some(sessions) = &self.sessions {
+            sessions.expired(generation.number);
+        }
+        self.current.send_if_modified(|current| match current {
+            Current::Ready(g) if g.number == generation.number => {
+                *current = Current::Lost(None);
+                true
+            }
+            _ => false,
+        });
+    }
+
+    fn check_expiry(&self, generation: &Generation, error: &Error) {
+        if error.is_session_expired() {
+            self.expired(generation);
+        }
+    }
+
+    /// Starts opening a replacement for a lost session, unless one is
+    /// being opened: single flight, owned by a background task, not by the
+    /// request that noticed.
+    fn renew(self: &Arc<Self>) {
+        let started = self.current.send_if_modified(|current| {
+            let lost = matches!(current, Current::Lost(_));
+            if lost {
+                *current = Current::Renewing;
+            }
+            lost
+        });
+        if !started {
+            return;
+        }
+        let engine = self.clone();
+        let spawned = self.spawner.spawn(move |cancel| async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = engine.run_renewal() => {}
+            }
+        });
+        if !spawned {
+            self.current.send_replace(Current::Closed);
+        }
+    }
+
+    async fn run_renewal(self: &Arc<Self>) {
+        tracing::debug!("the session expired; opening a new one");
+        let params = lock(&self.initialize_params).clone();
+        let request = Request {
+            id: self.next_id(),
+            method: "initialize".into(),
+            params,
+        };
+        let open = Deadline::after(self.settings.renew_timeout).run(self.open(request, true));
+        match open.await {
+            Ok((generation, result)) => {
+                self.set_ready(&generation);
+                self.start_listener(&generation);
+                F::renewed(self, &generation, &result).await;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "opening a new session failed");
+                self.current.send_replace(Current::Lost(Some(error)));
+            }
+        }
+    }
+
+    /// A transport for a new session, until close.
+    fn fresh_wire(&self) -> Result<StreamableHttp> {
+        lock(&self.template)
+            .as_ref()
+            .map(|template| template.fresh())
+            .ok_or_else(Error::closed)
+    }
+
+    /// Ends the engine's work: requests waiting for a session fail with
+    /// [`Error::is_closed`], background tasks are told to stop, and the
+    /// engine lets go of its transports (the stack releases the client).
+    pub(crate) fn close(&self) {
+        self.spawner.token().cancel();
+        self.current.send_replace(Current::Closed);
+        drop(lock(&self.template).take());
+    }
+
+    /// Registers a request's id, so that its response is taken wherever it
+    /// arrives. Register before the request is sent.
+    pub(crate) fn waiter(self: &Arc<Self>, id: RequestId) -> Waiter<F> {
+        let (deliver, delivered) = oneshot::channel();
+        lock(&self.pending).insert(id.clone(), deliver);
+        Waiter {
+            engine: self.clone(),
+            id,
+            delivered,
+        }
+    }
+
+    /// POSTs a request on `generation`; a 404 to it settles the session as
+    /// expired.
+    pub(crate) async fn post_request(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        request: &Request,
+    ) -> Result<MessageStream> {
+        generation
+            .wire
+            .post_request(request)
+            .await
+            .inspect_err(|error| self.check_expiry(generation, error))
+    }
+
+    /// Sends `request` on `generation` and reads its answer until its
+    /// response.
+    pub(crate) async fn exchange(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        request: &Request,
+    ) -> Result<Value> {
+        self.waiter(request.id.clone())
+            .read_when(generation, self.post_request(generation, request))
+            .await
+    }
+
+    /// A request on the current session, within `deadline`: an owned
+    /// session that the server has expired is replaced once (when `renew`)
+    /// and the request sent again. If this future is dropped, or the
+    /// deadline passes, a `notifications/cancelled` is sent.
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        request: &Request,
+        deadline: Deadline,
+        renew: bool,
+    ) -> Result<Value> {
+        let closing = self.closing().clone();
+        let mut renewed = !renew;
+        loop {
+            let generation = tokio::select! {
+                biased;
+                _ = closing.cancelled() => return Err(Error::closed()),
+                generation = deadline.run(self.current()) => generation?,
+            };
+            let mut cancel = CancelOnDrop {
+                engine: self,
+                generation: &generation,
+                id: Some(request.id.clone()),
+                reason: "the caller abandoned the request",
+            };
+            let outcome = tokio::select! {
+                biased;
+                _ = closing.cancelled() => {
+                    cancel.disarm();
+                    return Err(Error::closed());
+                }
+                outcome = deadline.run(self.exchange(&generation, request)) => outcome,
+            };
+            match outcome {
+                Err(error) if error.is_timeout() => {
+                    cancel.reason = "timed out";
+                    return Err(error);
+                }
+                Err(error) if error.is_session_expired() && generation.owned && !renewed => {
+                    // The server forgot the request with the session.
+                    cancel.disarm();
+                    renewed = true;
+                }
+                outcome => {
+                    cancel.disarm();
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// POSTs a notification on `generation`.
+    pub(crate) async fn notify(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        notification: &Notification,
+    ) -> Result<()> {
+        generation
+            .wire
+            .post_notification(notification)
+            .await
+            .inspect_err(|error| self.check_expiry(generation, error))
+    }
+
+    /// POSTs the answer to a server request on the session that asked.
+    pub(crate) async fn respond(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        response: &Response,
+    ) -> Result<()> {
+        generation
+            .wire
+            .post_response(response)
+            .await
+            .inspect_err(|error| self.check_expiry(generation, error))
+    }
+
+    /// Tells the server of `generation` that request `id` was abandoned
+    /// (never for `initialize`); nothing when that session is gone.
+    pub(crate) fn cancelled(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        id: RequestId,
+        reason: &'static str,
+    ) {
+        if !self.is_current(generation) {
+            return;
+        }
+        let engine = self.clone();
+        let generation = generation.clone();
+        self.spawner.spawn(move |cancel| async move {
+            let notice = Notification {
+                method: "notifications/cancelled".into(),
+                params: Some(json!({ "requestId": id, "reason": reason })),
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::timeout(CANCEL_NOTICE_TIMEOUT, engine.notify(&generation, &notice)) => {}
+            }
+        });
+    }
+
+    /// Routes one message from `generation`: a response to the request
+    /// waiting for it, anything else to the front end.
+    pub(crate) async fn route(self: &Arc<Self>, generation: &Arc<Generation>, message: Message) {
+        let message = match message {
+            Message::Response(response) => {
+                let waiting = response
+                    .id
+                    .as_ref()
+                    .and_then(|id| lock(&self.pending).remove(id));
+                match waiting {
+                    // The request may have just ended: then it is dropped.
+                    Some(deliver) => drop(deliver.send(response)),
+                    None => {
+                        tracing::debug!(id = ?response.id, "dropped a response to no request of ours");
+                    }
+                }
+                return;
+            }
+            Message::Request(request) => ServerMessage::Request(request),
+            Message::Notification(notification) => ServerMessage::Notification(notification),
+        };
+        F::deliver(self, generation, message).await;
+    }
+
+    /// Starts the GET listener of `generation` (one per session), if the
+    /// engine listens.
+    pub(crate) fn start_listener(self: &Arc<Self>, generation: &Arc<Generation>) {
+        if !self.settings.listen
+            || self
+                .listening
+                .fetch_max(generation.number, Ordering::AcqRel)
+                >= generation.number
+        {
+            return;
+        }
+        let engine = self.clone();
+        let generation = generation.clone();
+        self.spawner.spawn(move |cancel| async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = listener::listen(&engine, &generation) => {}
+            }
+        });
+    }
+}
+
+/// A server session whose `initialize` answer has begun to arrive.
+pub(crate) struct Started<F> {
+    pub(crate) generation: Arc<Generation>,
+    /// The answer to `initialize`, to read with `waiter`.
+    pub(crate) answer: MessageStream,
+    pub(crate) waiter: Waiter<F>,
+    /// Ends the session unless established.
+    pub(crate) opening: Opening,
+}
+
+/// A request registered for its response; unregistered when dropped.
+pub(crate) struct Waiter<F> {
+    engine: Arc<Engine<F>>,
+    id: RequestId,
+    delivered: oneshot::Receiver<Response>,
+}
+
+impl<F: Front> Waiter<F> {
+    /// Reads `answer` (resuming it if it breaks off) until the response,
+    /// or takes the response from another stream if it arrives there first.
+    pub(crate) async fn read(
+        self,
+        generation: &Arc<Generation>,
+        answer: MessageStream,
+    ) -> Result<Value> {
+        self.read_when(generation, async { Ok(answer) }).await
+    }
+
+    /// Like [`read`](Self::read), with the answer still to come: the
+    /// response may arrive on another stream before it does.
+    pub(crate) async fn read_when(
+        mut self,
+        generation: &Arc<Generation>,
+        answer: impl Future<Output = Result<MessageStream>>,
+    ) -> Result<Value> {
+        let engine = &self.engine;
+        let id = &self.id;
+        tokio::select! {
+            outcome = async { answer::read(engine, generation, answer.await?, id).await } => outcome,
+            // A dropped sender (never, while registered) disables this arm.
+            Ok(response) = &mut self.delivered => response.outcome.map_err(Error::rpc),
+        }
+    }
+}
+
+impl<F> Drop for Waiter<F> {
+    fn drop(&mut self) {
+        lock(&self.engine.pending).remove(&self.id);
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller walked away
+/// or whose deadline passed, unless disarmed.
+struct CancelOnDrop<'a, F: Front> {
+    engine: &'a Arc<Engine<F>>,
+    generation: &'a Arc<Generation>,
+    id: Option<RequestId>,
+    reason: &'static str,
+}
+
+impl<F: Front> CancelOnDrop<'_, F> {
+    fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl<F: Front> Drop for CancelOnDrop<'_, F> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.engine.cancelled(self.generation, id, self.reason);
+        }
+    }
+}
+
+/// The revision the server answered, if we speak it.
+pub(crate) fn negotiated(initialize_result: &Value) -> Result<ProtocolVersion> {
+    let answered = initialize_result["protocolVersion"]
+        .as_str()
+        .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
+    answered.parse()
+}

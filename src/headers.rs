@@ -1,0 +1,10 @@
+//! The protocol's own header names: set by the wire, never by a hook.
+
+use http::HeaderName;
+
+/// The `Mcp-Session-Id` header.
+pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+/// The `MCP-Protocol-Version` header.
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// The `Last-Event-ID` header, for resuming an SSE stream.
+pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");

@@ -1,0 +1,260 @@
+//! What a [`Session`](super::Session) does with the server's traffic: it
+//! answers server requests through the caller's handlers, hands
+//! notifications to the caller, and keeps the catalog current.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::discovery::{Catalog, Discovery, ListKind, Lister};
+use super::handlers::Handlers;
+use crate::engine::{Engine, Front, Generation, ServerMessage};
+use crate::jsonrpc::{Message, Response};
+use crate::sync::lock;
+
+/// A session's front end of the engine.
+pub(crate) struct SessionFront {
+    pub(crate) handlers: Handlers,
+    sink: mpsc::Sender<Message>,
+    catalog: Mutex<Arc<Catalog>>,
+    pub(crate) discovery: Discovery,
+    /// Bound on each page of a re-discovery.
+    request_timeout: Option<Duration>,
+    /// Per list kind: at most one re-discovery at a time.
+    rediscovery: [Rerun; 4],
+}
+
+impl SessionFront {
+    pub(crate) fn new(
+        handlers: Handlers,
+        sink: mpsc::Sender<Message>,
+        discovery: Discovery,
+        request_timeout: Option<Duration>,
+    ) -> Self {
+        SessionFront {
+            handlers,
+            sink,
+            catalog: Mutex::new(Arc::new(Catalog::default())),
+            discovery,
+            request_timeout,
+            rediscovery: Default::default(),
+        }
+    }
+
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
+        lock(&self.catalog).clone()
+    }
+
+    pub(crate) fn set_catalog(&self, catalog: Catalog) {
+        *lock(&self.catalog) = Arc::new(catalog);
+    }
+
+    /// Re-runs discovery of one list in the background: at most one run per
+    /// kind at a time (a change during a run owes one more run); each page
+    /// bounded by the request timeout; a failed run keeps the previous list.
+    pub(crate) fn rediscover(engine: &Arc<Engine<SessionFront>>, kind: ListKind) {
+        let rerun = &engine.front.rediscovery[kind.index()];
+        if !rerun.request() {
+            return;
+        }
+        let task_engine = engine.clone();
+        let spawned = engine.spawner().spawn(move |cancel| async move {
+            let engine = task_engine;
+            let front = &engine.front;
+            loop {
+                let mut lister = Lister::new(
+                    &engine,
+                    &front.discovery,
+                    front.request_timeout,
+                    true,
+                    false,
+                );
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    listed = lister.list(kind) => match listed {
+                        Ok(list) => {
+                            let mut catalog = (*front.catalog()).clone();
+                            *kind.field(&mut catalog) = list;
+                            front.set_catalog(catalog);
+                        }
+                        Err(error) => tracing::debug!(%error, "re-discovery failed; the previous list stays"),
+                    },
+                }
+                if !front.rediscovery[kind.index()].finished() {
+                    return;
+                }
+            }
+        });
+        if !spawned {
+            rerun.abandon();
+        }
+    }
+}
+
+impl Front for SessionFront {
+    async fn deliver(
+        engine: &Arc<Engine<Self>>,
+        generation: &Arc<Generation>,
+        message: ServerMessage,
+    ) {
+        match message {
+            ServerMessage::Request(request) => {
+                // Answered on the session that asked, with its headers.
+                let span = tracing::debug_span!("mcp.answer", method = %request.method);
+                async {
+                    let outcome = engine
+                        .front
+                        .handlers
+                        .answer(&request.method, request.params)
+                        .await;
+                    let response = Response {
+                        id: Some(request.id),
+                        outcome,
+                    };
+                    if let Err(error) = engine.respond(generation, &response).await {
+                        tracing::debug!(%error, "answering a server request failed");
+                    }
+                }
+                .instrument(span)
+                .await;
+            }
+            ServerMessage::Notification(notification) => {
+                for kind in ListKind::changed_by(&notification.method).unwrap_or_default() {
+                    SessionFront::rediscover(engine, *kind);
+                }
+                if engine
+                    .front
+                    .sink
+                    .try_send(Message::Notification(notification))
+                    .is_err()
+                {
+                    tracing::debug!("dropped a notification: nobody is reading");
+                }
+            }
+        }
+    }
+
+    fn renewed<'a>(
+        engine: &'a Arc<Engine<Self>>,
+        _generation: &'a Arc<Generation>,
+        initialize_result: &'a Value,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        // The new session may offer something else: list it again.
+        let capabilities = initialize_result.get("capabilities");
+        for kind in ListKind::ALL {
+            if kind.wanted(&engine.front.discovery) && kind.offered(capabilities) {
+                SessionFront::rediscover(engine, kind);
+            }
+        }
+        std::future::ready(())
+    }
+}
+
+/// A background job run at most once at a time; asked for while it runs,
+/// it runs once more.
+#[derive(Debug, Default)]
+pub(crate) struct Rerun(Mutex<RunState>);
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum RunState {
+    #[default]
+    Idle,
+    Running,
+    /// Running, with one more run owed.
+    RunningAgain,
+}
+
+impl Rerun {
+    /// Asks for a run; true when the caller must start one (it was idle).
+    pub(crate) fn request(&self) -> bool {
+        let mut state = lock(&self.0);
+        let start = *state == RunState::Idle;
+        *state = if start {
+            RunState::Running
+        } else {
+            RunState::RunningAgain
+        };
+        start
+    }
+
+    /// A run ended; true when another is owed (the runner goes on).
+    pub(crate) fn finished(&self) -> bool {
+        let mut state = lock(&self.0);
+        let again = *state == RunState::RunningAgain;
+        *state = if again {
+            RunState::Running
+        } else {
+            RunState::Idle
+        };
+        again
+    }
+
+    /// The run asked for could not start.
+    pub(crate) fn abandon(&self) {
+        *lock(&self.0) = RunState::Idle;
+    }
+
+    #[cfg(test)]
+    fn is_idle(&self) -> bool {
+        *lock(&self.0) == RunState::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::Rerun;
+
+    /// The lost wakeup: a request made while a run is ending must still be
+    /// served by a run that starts after it. A notifier thread asks
+    /// 200,000 times, each time after bumping an epoch; a runner thread
+    /// runs whenever it is told to start, and each run records the epoch it
+    /// saw. Once the notifier is done and the job is idle again, the last
+    /// epoch must have been seen by a run.
+    #[test]
+    fn a_request_while_a_run_ends_is_never_lost() {
+        const ASKS: u64 = 200_000;
+        let rerun = Arc::new(Rerun::default());
+        let epoch = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(AtomicU64::new(0));
+        let (start, started) = mpsc::channel::<()>();
+        let runner = {
+            let (rerun, epoch, seen) = (rerun.clone(), epoch.clone(), seen.clone());
+            std::thread::spawn(move || {
+                while started.recv().is_ok() {
+                    loop {
+                        seen.store(epoch.load(Ordering::SeqCst), Ordering::SeqCst);
+                        if !rerun.finished() {
+                            break;
+                        }
+                    }
+                }
+            })
+        };
+        for ask in 1..=ASKS {
+            epoch.store(ask, Ordering::SeqCst);
+            if rerun.request() {
+                start.send(()).unwrap();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !rerun.is_idle() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        drop(start);
+        runner.join().unwrap();
+        assert!(rerun.is_idle(), "a run is owed but no runner is left");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            ASKS,
+            "the last request was never served"
+        );
+    }
+}
