@@ -4,7 +4,7 @@
 //! the caller's, who ends it when it chooses.
 //!
 //! ```text
-//! cargo run --example attach --features testkit
+//! cargo run --example attach --features testkit,wire
 //! ```
 
 use mcp_scoped_http::jsonrpc::{Notification, Request};

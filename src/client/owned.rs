@@ -64,16 +64,27 @@ impl HttpClientBuilder {
         }
     }
 
-    /// Time allowed for the TCP connect. Default: 10 s. `None`: no limit.
-    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.connect_timeout = timeout;
+    /// Time allowed for the TCP connect. Default: 10 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// No limit on the TCP connect (the system's own applies).
+    pub fn no_connect_timeout(mut self) -> Self {
+        self.connect_timeout = None;
         self
     }
 
     /// How long an idle pooled connection is kept. Default: 30 s.
-    /// `None`: until the server closes it.
-    pub fn pool_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.pool_idle_timeout = timeout;
+    pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.pool_idle_timeout = Some(timeout);
+        self
+    }
+
+    /// Idle pooled connections are kept until the server closes them.
+    pub fn no_pool_idle_timeout(mut self) -> Self {
+        self.pool_idle_timeout = None;
         self
     }
 
@@ -83,9 +94,15 @@ impl HttpClientBuilder {
         self
     }
 
-    /// TCP keepalive probe interval. Default: 60 s. `None`: off.
-    pub fn tcp_keepalive(mut self, interval: Option<Duration>) -> Self {
-        self.tcp_keepalive = interval;
+    /// TCP keepalive probe interval. Default: 60 s.
+    pub fn tcp_keepalive(mut self, interval: Duration) -> Self {
+        self.tcp_keepalive = Some(interval);
+        self
+    }
+
+    /// No TCP keepalive probes.
+    pub fn no_tcp_keepalive(mut self) -> Self {
+        self.tcp_keepalive = None;
         self
     }
 

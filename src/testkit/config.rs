@@ -117,91 +117,109 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     /// Sets the number of tools.
+    #[must_use]
     pub fn with_tools(mut self, n: usize) -> Self {
         self.tools = n;
         self
     }
     /// Sets the page size of list methods (0: no pagination).
+    #[must_use]
     pub fn with_page_size(mut self, n: usize) -> Self {
         self.page_size = n;
         self
     }
     /// Sets the number of prompts.
+    #[must_use]
     pub fn with_prompts(mut self, n: usize) -> Self {
         self.prompts = n;
         self
     }
     /// Sets the number of resources.
+    #[must_use]
     pub fn with_resources(mut self, n: usize) -> Self {
         self.resources = n;
         self
     }
     /// Sets the number of resource templates.
+    #[must_use]
     pub fn with_resource_templates(mut self, n: usize) -> Self {
         self.resource_templates = n;
         self
     }
     /// Sets the response mode.
+    #[must_use]
     pub fn with_response_mode(mut self, mode: ResponseMode) -> Self {
         self.response_mode = mode;
         self
     }
     /// Sets whether the server issues and checks session ids.
+    #[must_use]
     pub fn with_stateful(mut self, stateful: bool) -> Self {
         self.stateful = stateful;
         self
     }
     /// Sets what a GET does.
+    #[must_use]
     pub fn with_listen(mut self, listen: ListenMode) -> Self {
         self.listen = listen;
         self
     }
     /// Sets the endpoint path (must start with `/`).
+    #[must_use]
     pub fn with_path(mut self, path: impl Into<String>) -> Self {
         self.path = path.into();
         self
     }
     /// Sets `serverInfo.name`.
+    #[must_use]
     pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
         self.server_name = name.into();
         self
     }
     /// Sets `serverInfo.version`.
+    #[must_use]
     pub fn with_server_version(mut self, version: impl Into<String>) -> Self {
         self.server_version = version.into();
         self
     }
     /// Sets how many notifications precede each SSE response.
+    #[must_use]
     pub fn with_notifications_before_response(mut self, n: usize) -> Self {
         self.notifications_before_response = n;
         self
     }
     /// Sets whether SSE streams start with a priming event.
+    #[must_use]
     pub fn with_priming_event(mut self, on: bool) -> Self {
         self.priming_event = on;
         self
     }
     /// Sets the status of a successful DELETE.
+    #[must_use]
     pub fn with_delete_status(mut self, status: u16) -> Self {
         self.delete_status = status;
         self
     }
     /// Serves `https://` with this identity.
+    #[must_use]
     pub fn with_tls(mut self, tls: TlsIdentity) -> Self {
         self.tls = Some(tls);
         self
     }
     /// Sets whether requests are recorded.
+    #[must_use]
     pub fn with_record_requests(mut self, record: bool) -> Self {
         self.record_requests = record;
         self
     }
     /// Adds a scripted fault (after those already configured).
+    #[must_use]
     pub fn with_fault(mut self, fault: Fault) -> Self {
         self.faults.push(fault);
         self
     }
     /// Replaces the scripted faults.
+    #[must_use]
     pub fn with_faults(mut self, faults: Vec<Fault>) -> Self {
         self.faults = faults;
         self

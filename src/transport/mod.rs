@@ -106,30 +106,35 @@ impl Default for TransportConfig {
 
 impl TransportConfig {
     /// Sets [`max_json_body`](Self::max_json_body).
+    #[must_use]
     pub fn max_json_body(mut self, bytes: usize) -> Self {
         self.max_json_body = bytes;
         self
     }
 
     /// Sets [`max_sse_event`](Self::max_sse_event).
+    #[must_use]
     pub fn max_sse_event(mut self, bytes: usize) -> Self {
         self.max_sse_event = bytes;
         self
     }
 
     /// Sets [`max_session_id_len`](Self::max_session_id_len).
+    #[must_use]
     pub fn max_session_id_len(mut self, bytes: usize) -> Self {
         self.max_session_id_len = bytes;
         self
     }
 
     /// Sets [`max_redirects`](Self::max_redirects).
+    #[must_use]
     pub fn max_redirects(mut self, hops: usize) -> Self {
         self.max_redirects = hops;
         self
     }
 
     /// Sets [`max_preceding_messages`](Self::max_preceding_messages).
+    #[must_use]
     pub fn max_preceding_messages(mut self, count: usize) -> Self {
         self.max_preceding_messages = count;
         self
