@@ -186,3 +186,80 @@ fn shutdown_waits_for_every_pending_reap() {
     assert_eq!(server.stats().deletes, 5);
     assert_eq!(server.stats().live_sessions, 0);
 }
+
+/// A reap handed to a runtime that nobody drives any more (its `block_on`
+/// returned, the runtime itself is kept) never runs: `shutdown()`, awaited
+/// elsewhere, must not wait for it forever, only until its own bound.
+#[test]
+fn shutdown_does_not_wait_forever_for_a_reap_nobody_runs() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = server();
+    let idle = runtime();
+    let session = idle
+        .block_on(
+            Connector::new(server.url())
+                .delete_timeout(Duration::from_millis(500))
+                .connect(),
+        )
+        .expect("connect");
+    // Dropped inside the runtime: the reaper task is spawned there, and
+    // the runtime is never driven again.
+    idle.block_on(async move { drop(session) });
+    assert_eq!(ledger().pending_reaps, 1, "a reap is pending");
+    let waited = within(Duration::from_secs(20), || {
+        let started = std::time::Instant::now();
+        runtime().block_on(mcp_scoped_http::shutdown());
+        started.elapsed()
+    });
+    assert!(
+        waited < Duration::from_secs(10),
+        "shutdown waited {waited:?} for a reap that never runs"
+    );
+    assert_eq!(server.stats().deletes, 0, "that reap never ran");
+    // Driven again, the runtime finishes the reap.
+    let reaped = idle.block_on(eventually(Duration::from_secs(10), || {
+        ledger().pending_reaps == 0
+    }));
+    assert!(reaped);
+    assert_eq!(server.stats().deletes, 1);
+    assert_eq!(ledger().pending_reaps, 0);
+}
+
+/// The DELETE timeout bounds a reap as a whole: the wait for an
+/// `initialize` still in flight and the DELETE after it share it (it used
+/// to be one of each).
+#[test]
+fn a_reap_takes_at_most_one_delete_timeout() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const LIMIT: Duration = Duration::from_millis(1000);
+    let server = TestServer::start(
+        ServerConfig::default()
+            // initialize answers after most of the limit; the DELETE hangs.
+            .with_fault(Fault::on_rpc(
+                "initialize",
+                FaultAction::Delay(Duration::from_millis(800)),
+            ))
+            .with_fault(Fault::on_http(http::Method::DELETE, FaultAction::Hang)),
+    );
+    let rt = runtime();
+    let waited = rt.block_on(async {
+        let connect = Connector::new(server.url()).delete_timeout(LIMIT).connect();
+        // Dropped while initialize is in flight: the reaper waits for its
+        // answer, then DELETEs.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), connect)
+                .await
+                .is_err()
+        );
+        let started = std::time::Instant::now();
+        mcp_scoped_http::shutdown().await;
+        started.elapsed()
+    });
+    assert_eq!(server.stats().sessions_created, 1);
+    assert_eq!(server.stats().deletes, 1, "the DELETE was sent");
+    assert!(
+        waited < LIMIT + Duration::from_millis(600),
+        "the reap took {waited:?}, more than one DELETE timeout ({LIMIT:?})"
+    );
+    assert_eq!(ledger().pending_reaps, 0);
+}
