@@ -137,7 +137,6 @@ const SEEN_EVENTS: usize = 1024;
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
 /// no header hooks; a DELETE timeout of 5 s; the GET listening stream on;
 /// [`Resumption::default`]; [`TransportConfig::default`].
-#[derive(Debug)]
 #[must_use]
 pub struct ScopedTransportBuilder {
     endpoint: String,
@@ -148,6 +147,19 @@ pub struct ScopedTransportBuilder {
     listen: bool,
     resumption: Resumption,
     transport: TransportConfig,
+}
+
+impl fmt::Debug for ScopedTransportBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The origin only: a path or query may carry secrets.
+        let origin = Origin::parse(&self.endpoint).map(|o| o.to_string());
+        f.debug_struct("ScopedTransportBuilder")
+            .field("endpoint", &origin.as_deref().unwrap_or("<invalid>"))
+            .field("client", &self.client)
+            .field("hooks", &self.hooks)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ScopedTransportBuilder {

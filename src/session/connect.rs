@@ -43,7 +43,6 @@ const NOTIFICATION_BUFFER: usize = 256;
 /// released at once (tasks aborted, hooks removed, an owned client dropped),
 /// and a server session already created is DELETEd by the reaper (see
 /// [`crate::shutdown`]).
-#[derive(Debug)]
 #[must_use]
 pub struct Connector {
     endpoint: String,
@@ -385,6 +384,20 @@ impl Connector {
             notifications,
             request_timeout: self.request_timeout,
         })
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The origin only: a path or query may carry secrets.
+        let origin = Origin::parse(&self.endpoint).map(|o| o.to_string());
+        f.debug_struct("Connector")
+            .field("endpoint", &origin.as_deref().unwrap_or("<invalid>"))
+            .field("client", &self.client)
+            .field("hooks", &self.hooks)
+            .field("attach", &self.attach.is_some())
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
     }
 }
 
