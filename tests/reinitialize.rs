@@ -233,14 +233,19 @@ fn f34_a_reinitialize_cut_off_while_the_server_holds_its_head_leaks_no_session()
 /// How the request running the re-initialize goes away.
 #[derive(Clone, Copy, Debug)]
 enum Gone {
+    /// Dropped while the head is held; B's 404 comes while it is held.
     Dropped,
+    /// Timed out while the head is held; B's 404 comes while it is held.
     TimedOut,
+    /// Dropped while the head is held; B's 404 comes only after the
+    /// re-initialize has finished (the 404 of an older session).
+    DroppedBeforeALate404,
 }
 
 #[test]
 fn f35_when_the_request_that_started_a_reinitialize_goes_away_the_others_share_it() {
     scenario(async {
-        for gone in [Gone::Dropped, Gone::TimedOut] {
+        for gone in [Gone::Dropped, Gone::TimedOut, Gone::DroppedBeforeALate404] {
             for borrowed in [false, true] {
                 let what = format!("{gone:?}, {}", who(borrowed));
                 let (server, caller, baseline) =
@@ -255,11 +260,12 @@ fn f35_when_the_request_that_started_a_reinitialize_goes_away_the_others_share_i
                 // B: in flight on the old session, answered (404) late. A:
                 // finds the session expired at once and starts the
                 // re-initialize, whose head the server holds 800 ms. B's 404
-                // comes while it is held.
-                server.push_fault(
-                    Fault::on_rpc("tools/call", FaultAction::Delay(Duration::from_millis(200)))
-                        .times(1),
-                );
+                // comes while it is held, or well after.
+                let b_late = match gone {
+                    Gone::DroppedBeforeALate404 => Duration::from_millis(1500),
+                    _ => Duration::from_millis(200),
+                };
+                server.push_fault(Fault::on_rpc("tools/call", FaultAction::Delay(b_late)).times(1));
                 server.push_fault(Fault::on_rpc("tools/call", FaultAction::ExpireSession).times(1));
                 server.push_fault(
                     Fault::on_rpc(
@@ -278,13 +284,15 @@ fn f35_when_the_request_that_started_a_reinitialize_goes_away_the_others_share_i
                 });
                 assert!(eventually(PROMPT, || seen(&server, "tools/call").len() == 1).await);
                 let options = match gone {
-                    Gone::Dropped => RequestOptions::default().no_timeout(),
+                    Gone::Dropped | Gone::DroppedBeforeALate404 => {
+                        RequestOptions::default().no_timeout()
+                    }
                     Gone::TimedOut => RequestOptions::default().timeout(INSIDE_HOLD),
                 };
                 let mut a = Box::pin(session.request_with("tools/call", call_params("a"), options));
                 pend_until(&mut a, &what, || server.stats().sessions_created == 2).await;
                 match gone {
-                    Gone::Dropped => drop(a),
+                    Gone::Dropped | Gone::DroppedBeforeALate404 => drop(a),
                     Gone::TimedOut => {
                         let error = tokio::time::timeout(PROMPT, a)
                             .await
