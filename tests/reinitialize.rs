@@ -138,6 +138,9 @@ enum Cut {
     /// The request's own timeout (`RequestOptions::timeout`) passes; then
     /// the session is closed at once.
     RequestTimeout,
+    /// The session's default timeout (`Connector::request_timeout`)
+    /// passes; then the session is closed at once.
+    ConnectorTimeout,
     /// The waiting request future dropped; then the session is closed at
     /// once.
     DropRequest,
@@ -156,16 +159,18 @@ fn f34_a_reinitialize_cut_off_while_the_server_holds_its_head_leaks_no_session()
             Cut::Close,
             Cut::DropSession,
             Cut::RequestTimeout,
+            Cut::ConnectorTimeout,
             Cut::DropRequest,
         ] {
             for borrowed in [false, true] {
                 let what = format!("{cut:?}, {}", who(borrowed));
                 let (server, caller, baseline) =
                     support::baseline::scene(TestServer::start(ServerConfig::default())).await;
-                let session = connector(&server, &caller, borrowed)
-                    .connect()
-                    .await
-                    .expect("connect");
+                let mut connector = connector(&server, &caller, borrowed);
+                if let Cut::ConnectorTimeout = cut {
+                    connector = connector.request_timeout(Some(INSIDE_HOLD));
+                }
+                let session = connector.connect().await.expect("connect");
                 let old = session.session_id().expect("a session id");
                 server
                     .push_fault(Fault::on_rpc("initialize", FaultAction::HoldHead(HOLD)).times(1));
@@ -173,6 +178,7 @@ fn f34_a_reinitialize_cut_off_while_the_server_holds_its_head_leaks_no_session()
 
                 let options = match cut {
                     Cut::RequestTimeout => RequestOptions::default().timeout(INSIDE_HOLD),
+                    Cut::ConnectorTimeout => RequestOptions::default(),
                     _ => RequestOptions::default().no_timeout(),
                 };
                 let started = Instant::now();
@@ -196,7 +202,7 @@ fn f34_a_reinitialize_cut_off_while_the_server_holds_its_head_leaks_no_session()
                         drop(call);
                         drop(session);
                     }
-                    Cut::RequestTimeout => {
+                    Cut::RequestTimeout | Cut::ConnectorTimeout => {
                         let error = tokio::time::timeout(PROMPT, call)
                             .await
                             .expect("the request's timeout fires")
