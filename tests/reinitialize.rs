@@ -375,6 +375,14 @@ async fn expiring_session(server: &TestServer, caller: &Caller, borrowed: bool) 
 /// Far above the polls a re-initializing request takes here.
 const MAX_POLLS: usize = 500;
 
+// The two poll-count tests pass on the current session core: it runs the
+// re-initialize as a background task that the request only waits on, so
+// the wake after the K-th poll comes once that task has finished, and no
+// K lands inside it. They stay as the structural guard for any shape of
+// the core (one where the request drives the re-initialize itself, or
+// where a guard entry owns it). The deadline and server-step sweeps after
+// them cut inside the re-initialize whatever drives it, and fail today.
+
 #[test]
 fn dropping_a_reinitializing_request_after_any_number_of_polls_leaks_no_session() {
     scenario(async {
