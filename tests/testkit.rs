@@ -1206,3 +1206,122 @@ async fn server_request_unanswered_gets_error_after_10s() {
     assert_eq!(v["error"]["message"], "no answer to the server request");
     assert!(server.client_answers().is_empty());
 }
+
+#[tokio::test]
+async fn hold_head_mints_the_session_on_receipt_and_sends_the_head_late() {
+    let hold = Duration::from_millis(300);
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_fault(Fault::on_rpc("initialize", FaultAction::HoldHead(hold)).times(1)),
+    );
+    let url = server.url();
+    let c = client();
+    let started = Instant::now();
+    let pending = tokio::spawn({
+        let c = c.clone();
+        let url = url.clone();
+        async move { send(&c, post(&url, None, &init_msg("2025-11-25"))).await }
+    });
+    // The session exists while the head is still held.
+    wait_until(|| server.stats().live_sessions == 1).await;
+    assert!(!pending.is_finished(), "the head is held");
+    let log = server.session_log();
+    assert_eq!(log.len(), 1);
+    assert!(log[0].live && !log[0].expired && log[0].deletes == 0);
+    let r = pending.await.unwrap().unwrap();
+    assert!(started.elapsed() >= hold);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("mcp-session-id"), Some(log[0].id.as_str()));
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
+
+    // A notifications/cancelled ends the wait, as for Delay.
+    let sid = log[0].id.clone();
+    server
+        .push_fault(Fault::on_rpc("ping", FaultAction::HoldHead(Duration::from_secs(60))).times(1));
+    let held = tokio::spawn({
+        let c = c.clone();
+        let url = url.clone();
+        let sid = sid.clone();
+        async move { send(&c, post(&url, Some(&sid), &rpc(7, "ping", json!({})))).await }
+    });
+    wait_until(|| {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.rpc_method.as_deref() == Some("ping"))
+    })
+    .await;
+    let r = send(&c, post(&url, Some(&sid), &cancel_msg(json!(7))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202);
+    let outcome = timeout(LIMIT, held)
+        .await
+        .expect("the cancel ended the hold");
+    // JSON mode: the body fails (no JSON-RPC response).
+    assert!(outcome.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn session_log_counts_deletes_and_expiry_per_session() {
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let c = client();
+    let a = initialize(&c, &url).await;
+    let b = initialize(&c, &url).await;
+    let d = initialize(&c, &url).await;
+    let del = |s: &str| {
+        Request::delete(&url)
+            .header("mcp-session-id", s)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(send(&c, del(&a)).await.unwrap().status, 200);
+    assert_eq!(send(&c, del(&a)).await.unwrap().status, 404);
+    assert!(server.expire_session(&b));
+    assert!(!server.expire_session(&b), "already gone");
+    assert_eq!(send(&c, del(&b)).await.unwrap().status, 404);
+    let r = send(&c, post(&url, Some(&b), &rpc(2, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "expired");
+
+    let log = server.session_log();
+    let ids: Vec<&str> = log.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [a.as_str(), b.as_str(), d.as_str()]);
+    assert_eq!(
+        log.iter()
+            .map(|r| (r.deletes, r.expired, r.live))
+            .collect::<Vec<_>>(),
+        [(2, false, false), (1, true, false), (0, false, true)]
+    );
+
+    // ExpireSession: the next matching request finds its session gone.
+    server.push_fault(Fault::on_rpc("ping", FaultAction::ExpireSession).times(1));
+    let r = send(&c, post(&url, Some(&d), &rpc(3, "ping", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["code"], -32001);
+    let r = send(&c, post(&url, Some(&d), &rpc(4, "tools/list", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "the session is over, not only that request");
+    let last = server.session_log().pop().unwrap();
+    assert!(last.expired && !last.live && last.deletes == 0);
+
+    // expire_sessions marks every live session, and only those.
+    let e = initialize(&c, &url).await;
+    server.expire_sessions();
+    let log = server.session_log();
+    assert_eq!(log.last().unwrap().id, e);
+    assert!(log.last().unwrap().expired);
+    assert!(!log[0].expired, "a deleted session is not marked expired");
+
+    // Records of sessions that are over go with the requests; live ones stay.
+    let f = initialize(&c, &url).await;
+    server.clear_requests();
+    let log = server.session_log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].id, f);
+}

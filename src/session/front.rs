@@ -52,6 +52,13 @@ impl SessionFront {
         *lock(&self.catalog) = Arc::new(catalog);
     }
 
+    /// Replaces one list, under the lock: runs of different kinds ending
+    /// together never undo each other.
+    fn set_list(&self, kind: ListKind, list: Vec<Value>) {
+        let mut catalog = lock(&self.catalog);
+        *kind.field(Arc::make_mut(&mut catalog)) = list;
+    }
+
     /// Re-runs discovery of one list in the background: at most one run per
     /// kind at a time (a change during a run owes one more run); each page
     /// bounded by the request timeout; a failed run keeps the previous list.
@@ -75,11 +82,7 @@ impl SessionFront {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     listed = lister.list(kind) => match listed {
-                        Ok(list) => {
-                            let mut catalog = (*front.catalog()).clone();
-                            *kind.field(&mut catalog) = list;
-                            front.set_catalog(catalog);
-                        }
+                        Ok(list) => front.set_list(kind, list),
                         Err(error) => tracing::debug!(%error, "re-discovery failed; the previous list stays"),
                     },
                 }

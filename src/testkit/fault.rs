@@ -143,6 +143,14 @@ pub enum FaultAction {
     /// Wait this long, then answer normally. A `notifications/cancelled`
     /// ends the wait as for [`FaultAction::Hang`].
     Delay(Duration),
+    /// Answer normally, but computed when the request arrives, and send the
+    /// response head only after this long: an `initialize` mints and
+    /// registers its session at once, and the client learns its id only
+    /// when the head comes (a server that creates the session, then holds
+    /// the head). A `notifications/cancelled` ends the wait as for
+    /// [`FaultAction::Hang`] (the session stays, its id untold); shutdown
+    /// ends it with no answer.
+    HoldHead(Duration),
     /// `initialize` answers with this raw `Mcp-Session-Id` value (which may
     /// hold obs-text, spaces, or be very long). Bytes that cannot be a header
     /// value at all (controls) make the answer a 500.
@@ -210,6 +218,13 @@ pub enum FaultAction {
         /// Its `params`.
         params: serde_json::Value,
     },
+    /// Ends the request's session (the one its `Mcp-Session-Id` names), as
+    /// [`TestServer::expire_session`](super::TestServer::expire_session)
+    /// does, then answers as for any unknown session: `404` with an id-less
+    /// JSON-RPC error. With `times(1)` on a method, the next such request
+    /// finds its session expired: a deterministic way to make a client
+    /// re-initialize mid-session. Without a session header: the same 404.
+    ExpireSession,
 }
 
 impl FaultAction {

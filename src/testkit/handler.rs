@@ -30,7 +30,8 @@ use super::fault::{self, FaultAction};
 use super::mcp::{self, Answer, Kind};
 use super::sse::{self, ChanBody};
 use super::{
-    ChunkSender, CountGuard, Inflight, Listener, PendingAnswer, RecordedRequest, Replay, Shared,
+    ChunkSender, CountGuard, Inflight, Listener, PendingAnswer, RecordedRequest, Replay,
+    SessionRecord, Shared,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -152,7 +153,10 @@ impl Drop for InflightGuard {
 fn cancellable(action: &FaultAction) -> bool {
     matches!(
         action,
-        FaultAction::Hang | FaultAction::Delay(_) | FaultAction::ServerRequest { .. }
+        FaultAction::Hang
+            | FaultAction::Delay(_)
+            | FaultAction::HoldHead(_)
+            | FaultAction::ServerRequest { .. }
     )
 }
 
@@ -180,6 +184,11 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
         let page = rpc_method
             .as_deref()
             .and_then(|m| mcp::page_of(st.catalog, m, first.and_then(|f| f.get("params"))));
+        if req.method == Method::DELETE {
+            if let Some(id) = req.header(SESSION_HEADER) {
+                st.note_delete(id);
+            }
+        }
         if cfg.record_requests {
             st.requests.push(RecordedRequest {
                 method: req.method.clone(),
@@ -500,7 +509,12 @@ fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
 }
 
 fn register_session(shared: &Shared, id: String) {
-    shared.state().sessions.insert(id);
+    let mut st = shared.state();
+    if shared.config.record_requests {
+        st.session_log.push(SessionRecord::minted(id.clone()));
+    }
+    st.sessions.insert(id);
+    drop(st);
     shared
         .counters
         .sessions_created
@@ -666,12 +680,9 @@ fn delete(shared: &Arc<Shared>, req: &Req) -> Resp {
         return rpc_error_response(400, "missing Mcp-Session-Id");
     };
     let mut st = shared.state();
-    if !st.sessions.remove(id) {
+    if !st.end_session(id) {
         return rpc_error_response(404, "session not found");
     }
-    // Dropping the senders ends that session's listening streams.
-    st.listeners.retain(|l| l.session.as_deref() != Some(id));
-    st.replays.retain(|_, r| r.session.as_deref() != Some(id));
     empty(shared.config.delete_status)
 }
 
@@ -731,6 +742,21 @@ async fn apply(
                 _ = cancel.cancelled() => cancelled_response(shared),
                 _ = shared.shutdown.cancelled() => return Err("testkit: shutting down".into()),
             }
+        }
+        FaultAction::HoldHead(d) => {
+            // Computed now: an `initialize` mints its session before the wait.
+            let resp = normal(shared, req);
+            tokio::select! {
+                _ = tokio::time::sleep(d) => resp,
+                _ = cancel.cancelled() => cancelled_response(shared),
+                _ = shared.shutdown.cancelled() => return Err("testkit: shutting down".into()),
+            }
+        }
+        FaultAction::ExpireSession => {
+            if let Some(id) = req.header(SESSION_HEADER) {
+                shared.state().expire(id);
+            }
+            rpc_error_response(404, "session not found")
         }
         FaultAction::Redirect { status, location } => {
             let location = location.replace("{self}", &shared.origin);

@@ -67,6 +67,36 @@ impl RecordedRequest {
     }
 }
 
+/// What became of one session the server minted, per
+/// [`TestServer::session_log`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionRecord {
+    /// The session id, as sent in `Mcp-Session-Id` (lossily decoded if a
+    /// [`FaultAction::SessionId`] made it no UTF-8).
+    pub id: String,
+    /// DELETE requests that carried this id, whatever their outcome (a
+    /// second DELETE of a session is answered 404, and still counts).
+    pub deletes: usize,
+    /// Whether the server itself ended it while it was live
+    /// ([`TestServer::expire_sessions`], [`TestServer::expire_session`],
+    /// [`FaultAction::ExpireSession`]).
+    pub expired: bool,
+    /// Whether it is live now (neither deleted nor expired).
+    pub live: bool,
+}
+
+impl SessionRecord {
+    fn minted(id: String) -> Self {
+        SessionRecord {
+            id,
+            deletes: 0,
+            expired: false,
+            live: true,
+        }
+    }
+}
+
 /// Counters of a [`TestServer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -136,6 +166,8 @@ struct State {
     faults: Vec<ActiveFault>,
     /// Live sessions.
     sessions: HashSet<String>,
+    /// Every session minted, in order (`live` is filled in when read).
+    session_log: Vec<SessionRecord>,
     listeners: Vec<Listener>,
     replays: HashMap<String, Replay>,
     /// The catalog served now.
@@ -171,6 +203,38 @@ struct Shared {
     next_server_request: AtomicU64,
     next_inflight: AtomicU64,
     shutdown: CancellationToken,
+}
+
+impl State {
+    /// Counts a DELETE that carried `id` in the session log.
+    fn note_delete(&mut self, id: &str) {
+        if let Some(record) = self.session_log.iter_mut().rev().find(|r| r.id == id) {
+            record.deletes += 1;
+        }
+    }
+
+    /// Ends a live session: later requests with its id get 404, its
+    /// listening streams end (their senders are dropped), its replays go.
+    /// Returns whether it was live.
+    fn end_session(&mut self, id: &str) -> bool {
+        if !self.sessions.remove(id) {
+            return false;
+        }
+        self.listeners.retain(|l| l.session.as_deref() != Some(id));
+        self.replays.retain(|_, r| r.session.as_deref() != Some(id));
+        true
+    }
+
+    /// Ends a live session as if it had expired, and logs it so.
+    fn expire(&mut self, id: &str) -> bool {
+        if !self.end_session(id) {
+            return false;
+        }
+        if let Some(record) = self.session_log.iter_mut().rev().find(|r| r.id == id) {
+            record.expired = true;
+        }
+        true
+    }
 }
 
 impl Shared {
@@ -240,6 +304,7 @@ impl TestServer {
                 requests: Vec::new(),
                 faults,
                 sessions: HashSet::new(),
+                session_log: Vec::new(),
                 listeners: Vec::new(),
                 replays: HashMap::new(),
                 catalog,
@@ -292,10 +357,34 @@ impl TestServer {
         self.shared.state().requests.clone()
     }
 
-    /// Forgets the recorded requests.
+    /// Forgets the recorded requests, and the [`session_log`](Self::session_log)
+    /// records of sessions that are over (live ones stay).
     pub fn clear_requests(&self) {
+        let mut st = self.shared.state();
         // Freed, not just emptied: long churn runs clear between rounds.
-        drop(std::mem::take(&mut self.shared.state().requests));
+        drop(std::mem::take(&mut st.requests));
+        let State {
+            session_log,
+            sessions,
+            ..
+        } = &mut *st;
+        session_log.retain(|r| sessions.contains(&r.id));
+        session_log.shrink_to_fit();
+    }
+
+    /// Every session `initialize` minted, in order: how many DELETEs
+    /// carried its id, whether the server expired it, whether it is live.
+    /// Kept, like the requests, only while
+    /// [`ServerConfig::record_requests`] is on.
+    pub fn session_log(&self) -> Vec<SessionRecord> {
+        let st = self.shared.state();
+        st.session_log
+            .iter()
+            .map(|r| SessionRecord {
+                live: st.sessions.contains(&r.id),
+                ..r.clone()
+            })
+            .collect()
     }
 
     /// Current counters.
@@ -326,9 +415,26 @@ impl TestServer {
     /// their ids get 404, and their listening streams end.
     pub fn expire_sessions(&self) {
         let mut st = self.shared.state();
+        let State {
+            session_log,
+            sessions,
+            ..
+        } = &mut *st;
+        for record in session_log.iter_mut() {
+            if sessions.contains(&record.id) {
+                record.expired = true;
+            }
+        }
         st.sessions.clear();
         st.listeners.clear();
         st.replays.clear();
+    }
+
+    /// Ends one session as if it had expired, like
+    /// [`expire_sessions`](Self::expire_sessions) for that id alone (see
+    /// also [`FaultAction::ExpireSession`]). Returns whether it was live.
+    pub fn expire_session(&self, id: &str) -> bool {
+        self.shared.state().expire(id)
     }
 
     /// Sends a JSON-RPC message (notification or server-to-client request) as

@@ -49,7 +49,12 @@ pub struct Caller {
 impl Caller {
     pub fn new() -> Caller {
         let executor = CountingExecutor::default();
-        let raw = Client::builder(executor.clone()).build_http();
+        // No idle timeout: the pool then runs no idle-interval task, so
+        // every live task of the caller's is a connection (two descriptors,
+        // its end and the in-process server's), as the fd check assumes.
+        let raw = Client::builder(executor.clone())
+            .pool_idle_timeout(None)
+            .build_http();
         let client = HttpClient::borrowed(raw.clone());
         Caller {
             raw,
@@ -209,6 +214,10 @@ impl Baseline {
 pub async fn scene(server: TestServer) -> (TestServer, Caller, Baseline) {
     let caller = Caller::new();
     caller.own_request(&server).await;
+    // The pool may still run a short task for that connection (waiting for
+    // it to be ready again); on a multi-threaded runtime it can still be
+    // alive here, and would be taken for a connection (two descriptors).
+    super::eventually(Duration::from_secs(5), || caller.live_tasks() <= 1).await;
     let baseline = Baseline::take(Some(&caller));
     (server, caller, baseline)
 }

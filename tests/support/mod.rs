@@ -17,7 +17,7 @@ pub use mcp_scoped_http::HttpClient;
 #[allow(unused_imports)]
 pub use mcp_scoped_http::testkit::{
     Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode, ServerConfig,
-    TestServer,
+    SessionRecord, TestServer,
 };
 
 /// The caller's own client, as a borrowed client is usually made: a bare
@@ -140,4 +140,53 @@ pub fn scenario(test: impl std::future::Future<Output = ()>) {
         .build()
         .expect("a runtime")
         .block_on(test);
+}
+
+/// Whether every session the server minted is settled: DELETEd exactly
+/// once, or expired by the server itself (and then DELETEd at most once);
+/// none is left live.
+pub fn sessions_settled(log: &[SessionRecord]) -> bool {
+    log.iter().all(|r| {
+        !r.live
+            && if r.expired {
+                r.deletes <= 1
+            } else {
+                r.deletes == 1
+            }
+    })
+}
+
+/// Asserts that every session the server minted was DELETEd exactly once,
+/// except those the server expired itself (DELETEd at most once), and that
+/// none is live. Polls for a bounded while first, so that a DELETE still on
+/// its way (a reaper's) counts; call it after `mcp_scoped_http::shutdown()`.
+/// Returns the log.
+pub async fn assert_each_session_deleted_once(
+    server: &TestServer,
+    context: &str,
+) -> Vec<SessionRecord> {
+    eventually(Duration::from_secs(3), || {
+        sessions_settled(&server.session_log())
+    })
+    .await;
+    let log = server.session_log();
+    let unsettled: Vec<&SessionRecord> = log
+        .iter()
+        .filter(|r| !sessions_settled(std::slice::from_ref(*r)))
+        .collect();
+    assert!(
+        unsettled.is_empty(),
+        "{context}: sessions not DELETEd exactly once (expired ones excepted): {unsettled:?} \
+         (of {} minted: {log:?})",
+        log.len()
+    );
+    log
+}
+
+/// How many DELETEs the server saw for the sessions it minted, once
+/// [`assert_each_session_deleted_once`] has held: one per session it did
+/// not expire, and at most one per session it did (a client that never saw
+/// the 404 still ends its session). The `deletes` of the baseline check.
+pub fn deletes_owed(log: &[SessionRecord]) -> usize {
+    log.iter().map(|r| r.deletes).sum()
 }
