@@ -453,6 +453,10 @@ async fn run_session(
                 _ => Instant::now() + timeout,
             };
             if tokio::time::timeout_at(deadline, &mut post).await.is_err() {
+                // The server may hold a session we can never name: counted
+                // like a DELETE no runtime could send.
+                ledger::count_abandoned_delete();
+                tracing::warn!("initialize was cut off before its answer; a session may be left to expire");
                 return settle(SessionRelease::DeleteFailed(Error::timeout(format!(
                     "initialize was not answered within {timeout:?}: whether the server \
                      created a session is unknown"

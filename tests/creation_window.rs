@@ -90,3 +90,47 @@ fn a_reinitialize_cut_by_a_deadline_after_the_server_created_the_session_still_d
         }
     });
 }
+
+/// The head is held past the DELETE timeout: the session the server
+/// created can never be named. It is not silently forgotten: the release
+/// reports it, and it is counted with the DELETEs no one could send.
+#[test]
+fn a_head_held_past_the_delete_timeout_is_counted_as_abandoned() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let what = if borrowed { "borrowed" } else { "owned" };
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc("initialize", FaultAction::HoldHead(Duration::from_secs(3)))
+                        .times(1),
+                ),
+            ))
+            .await;
+            let abandoned = mcp_scoped_http::abandoned_deletes();
+            let error = connector(&server, &caller, borrowed)
+                .delete_timeout(Duration::from_millis(300))
+                .connect_timeout(DEADLINE)
+                .connect()
+                .await
+                .expect_err("the connect timeout passes while the head is held");
+            assert!(error.is_timeout(), "{what}: {error}");
+            let cleanup = error.cleanup_errors();
+            assert_eq!(cleanup.len(), 1, "{what}: the release reports it: {error}");
+            assert!(cleanup[0].is_timeout(), "{what}: {}", cleanup[0]);
+            assert_eq!(
+                mcp_scoped_http::abandoned_deletes(),
+                abandoned + 1,
+                "{what}: counted as abandoned"
+            );
+            assert_eq!(server.stats().sessions_created, 1, "{what}");
+            assert_eq!(
+                server.stats().deletes,
+                0,
+                "{what}: never named, never DELETEd"
+            );
+            // The server's own session outlives the test's interest in it.
+            server.expire_sessions();
+            baseline.check(&server, 0).await;
+        }
+    });
+}

@@ -159,7 +159,10 @@ impl Session {
         }
     }
 
-    /// What the handshake told us.
+    /// What the handshake at connect told us (a session that replaced an
+    /// expired one keeps the first one's info; see
+    /// [`protocol_version`](Self::protocol_version) and
+    /// [`session_id`](Self::session_id) for the session in use).
     pub fn info(&self) -> &SessionInfo {
         &self.info
     }
@@ -171,9 +174,14 @@ impl Session {
         self.engine.front.catalog()
     }
 
-    /// The negotiated revision.
+    /// The revision negotiated with the server session in use (it may
+    /// differ from [`SessionInfo::protocol_version`] after an expired
+    /// session was replaced).
     pub fn protocol_version(&self) -> ProtocolVersion {
-        self.info.protocol_version
+        self.engine
+            .generation()
+            .and_then(|generation| generation.wire().protocol_version())
+            .unwrap_or(self.info.protocol_version)
     }
 
     /// The current session id, if the server issued one (or the caller
