@@ -48,16 +48,22 @@
 //! # The guard stack and the cleanup order
 //!
 //! A session pushes each resource the moment it exists: the owned client,
-//! its hooks, the transport, the server session (before `initialize` is
-//! sent), background tasks (the GET listener). Release is the exact
-//! reverse:
+//! its hooks, the transport, the entry of the server sessions it creates,
+//! background tasks (the GET listener, re-initialize, re-discovery).
+//! Release is the exact reverse:
 //!
 //! 1. background tasks are cancelled and joined;
-//! 2. the server session is DELETEd (bounded by
-//!    [`Connector::delete_timeout`]) while our hooks and the client are
-//!    still alive, so the DELETE is authenticated;
+//! 2. every server session we created and the server has not ended is
+//!    DELETEd (bounded by [`Connector::delete_timeout`]) while our hooks
+//!    and the client are still alive, so the DELETE is authenticated;
 //! 3. the hooks are removed from the client;
 //! 4. an owned client is dropped, last.
+//!
+//! Every server session goes through the stack's sessions entry, the one
+//! place in the crate that sends `initialize`: the first one at connect,
+//! and each one that replaces an expired session (the rmcp adapter's
+//! included). It is on the stack from before its `initialize` leaves until
+//! its DELETE has been answered or has timed out.
 //!
 //! # Cancel safety
 //!
@@ -66,10 +72,13 @@
 //! [`Session`] itself, releases at once what can be released without
 //! waiting (tasks are aborted; with no DELETE owed, everything), and hands
 //! the rest of the stack, hooks and client included, to a reaper task that
-//! sends the DELETE. The two exchanges that decide a server session, the
-//! `initialize` POST (up to the response head that carries the session id)
-//! and the DELETE, run as tasks held by the stack, so a caller walking away
-//! never cuts one off: the reaper finishes them, within the DELETE timeout.
+//! sends the DELETEs. Each server session runs as a task held by the stack,
+//! which sends its `initialize` (up to the response head that carries the
+//! session id) and, when told, its DELETE, so a caller walking away never
+//! cuts either off: the wait for `initialize` and the DELETE share one
+//! bound, the DELETE timeout. A session whose `initialize` head does not
+//! come within it cannot be named: it is reported and counted in
+//! [`abandoned_deletes`].
 //!
 //! # What `Drop` can and cannot do
 //!
@@ -104,18 +113,33 @@
 //!   (or a bounded backoff), up to a capped number of attempts that partial
 //!   progress does not reset; replayed events are ignored. A dropped
 //!   connection is not a cancellation.
-//! - **Expiry.** A 404 to a request that carried our session id: an owned
-//!   session re-initializes once (single flight), re-runs discovery and
-//!   retries; the old id is never sent again; a second 404 is an error. An
-//!   attached session reports [`Error::is_session_expired`] and is left
-//!   alone.
+//! - **Expiry.** A 404 to a request that carried our session id means the
+//!   server ended that session: it is not DELETEd. An owned session is
+//!   replaced by a new one, opened once however many requests met the 404
+//!   and whichever of them goes away first (the opening belongs to a
+//!   background task, not to a request); the request is sent again on it
+//!   and a second 404 is an error. Everything that needs a session
+//!   (requests, notifications, answers to server requests, re-discovery,
+//!   the listener) waits for the new one, each within its own deadline, and
+//!   never goes out without a session id; each session has its own GET
+//!   listener and its own `Last-Event-ID`. After a new session, the catalog
+//!   is listed again. An attached session reports
+//!   [`Error::is_session_expired`] and is left alone.
+//! - **The lifecycle is the session's.** [`Session::request`] and
+//!   [`Session::notify`] refuse `initialize` and
+//!   `notifications/initialized` ([`Error::is_builder`]).
 //! - **Timeouts and cancellation.** A per-session default
 //!   ([`Connector::request_timeout`]) and per-request timeouts
-//!   ([`session::RequestOptions`]). A request that times out, or whose future
+//!   ([`RequestOptions`]). A request that times out, or whose future
 //!   is dropped, is announced with `notifications/cancelled` (never for
 //!   `initialize`); its late response is ignored.
 //! - **`list_changed`** triggers a background re-discovery of that list: at
-//!   most one per kind in flight; a failed one keeps the previous catalog.
+//!   most one per kind in flight (a change during a run owes one more run),
+//!   each page bounded by the request timeout; a failed one keeps the
+//!   previous list.
+//! - **Memory** is bounded by the configured limits ([`TransportConfig`]),
+//!   whatever the server sends: SSE lines, events, ids, batches and the
+//!   replay filter are all counted against them.
 //!
 //! # A borrowed client shared by sessions
 //!
