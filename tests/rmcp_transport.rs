@@ -822,3 +822,170 @@ fn an_id_less_error_on_a_calls_answer_resolves_that_call() {
         }
     });
 }
+
+// --------------------------------------- expiry, attach, initialize streamed
+
+/// The server expires the session rmcp's handshake created: the transport
+/// opens a new one through the guard stack (rmcp never sees it), the call
+/// that met the 404 is sent again and succeeds, and at the end every
+/// session the server created is ended exactly once.
+#[test]
+fn an_expired_session_is_replaced_and_the_call_goes_through() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("serve");
+            let first = seen(&world.server, "initialize");
+            world.server.expire_sessions();
+            call(&client, "tool-001").await;
+            let initializes = seen(&world.server, "initialize");
+            assert_eq!(initializes.len(), 2, "{}: one new session", mode(borrowed));
+            // rmcp's own initialize params, our own id: rmcp saw no answer.
+            assert_eq!(
+                initializes[1].body.as_ref().unwrap()["params"],
+                first[0].body.as_ref().unwrap()["params"]
+            );
+            assert!(initializes[1].body.as_ref().unwrap()["id"].is_string());
+            assert!(initializes[1].header("mcp-session-id").is_none());
+            // The new session got its handshake and its listener.
+            assert_eq!(seen(&world.server, "notifications/initialized").len(), 2);
+            assert!(
+                eventually(HUNG, || world.server.stats().listen_streams_open == 1).await,
+                "{}: a listener on the new session",
+                mode(borrowed)
+            );
+            let released = cancel(client, report).await;
+            deleted(&released);
+            assert!(
+                matches!(released.earlier_sessions[..], [SessionRelease::Expired]),
+                "{released:?}"
+            );
+            assert_each_session_deleted_once(&world.server, mode(borrowed)).await;
+            world.deletes_are_authenticated();
+            world.check(1).await;
+        }
+    });
+}
+
+/// Attached to a session the caller owns, rmcp runs without a handshake
+/// (`serve_directly`): no initialize, no DELETE, and the caller's session
+/// still works afterwards.
+#[test]
+fn an_attached_transport_runs_rmcp_on_the_callers_session() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let owner = mcp_scoped_http::Connector::new(world.server.url())
+                .listen(false)
+                .connect()
+                .await
+                .expect("the caller's own session");
+            let id = owner.session_id().expect("an id");
+            let (transport, report) =
+                world.transport_with(borrowed, |b| b.attach(id.clone(), owner.protocol_version()));
+            assert_eq!(transport.session_id(), Some(id.clone()));
+            let client = rmcp::service::serve_directly((), transport, None);
+            let tools = tokio::time::timeout(HUNG, client.peer().list_all_tools())
+                .await
+                .expect("hung")
+                .expect("tools/list on the caller's session");
+            assert_eq!(tools.len(), 3);
+            call(&client, "tool-000").await;
+            assert_eq!(
+                seen(&world.server, "initialize").len(),
+                1,
+                "never initialized"
+            );
+            for post in seen_http(&world.server, Method::POST).iter().skip(2) {
+                assert_eq!(post.header("mcp-session-id"), Some(id.expose()));
+            }
+            let released = cancel(client, report).await;
+            assert!(
+                matches!(released.session, SessionRelease::NotOwned),
+                "{released:?}"
+            );
+            assert_eq!(
+                world.server.stats().deletes,
+                0,
+                "the caller's session stays"
+            );
+            owner
+                .call_tool("tool-002", json!({}))
+                .await
+                .expect("still works");
+            owner.close().await;
+            world.check(1).await;
+        }
+    });
+}
+
+/// `serve` (which sends `initialize`) on an attached transport is refused:
+/// the caller's session is never replaced.
+#[test]
+fn initialize_on_an_attached_transport_is_refused() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let owner = mcp_scoped_http::Connector::new(world.server.url())
+            .listen(false)
+            .connect()
+            .await
+            .unwrap();
+        let id = owner.session_id().unwrap();
+        let (transport, _report) =
+            world.transport_with(true, |b| b.attach(id.clone(), owner.protocol_version()));
+        let error = serve_fails(transport).await;
+        let cause = ours(&error);
+        assert!(cause.is_builder(), "{error}");
+        assert!(cause.to_string().contains("serve_directly"), "{cause}");
+        assert_eq!(seen(&world.server, "initialize").len(), 1);
+        assert_eq!(owner.session_id(), Some(id));
+        owner.close().await;
+        world.check(1).await;
+    });
+}
+
+/// A server that asks rmcp something (a `ping`) on the `initialize` answer
+/// and waits for the reply before sending the result: the answer is handed
+/// to rmcp as it comes, so rmcp replies and the handshake completes, at
+/// once, not after the server gives up.
+#[test]
+fn a_server_request_before_the_initialize_result_is_answered_at_once() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "initialize",
+                        FaultAction::ServerRequest {
+                            method: "ping".into(),
+                            params: json!({}),
+                        },
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let started = std::time::Instant::now();
+            let client = serve(transport).await.expect("serve");
+            // The server gives up on its ping after 10 s.
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{}: waited {:?}",
+                mode(borrowed),
+                started.elapsed()
+            );
+            let answers = world.server.client_answers();
+            assert_eq!(answers.len(), 1, "rmcp answered the ping: {answers:?}");
+            let answer = seen_http(&world.server, Method::POST)
+                .into_iter()
+                .find(|r| r.rpc_method.is_none())
+                .expect("the ping's answer was POSTed");
+            assert!(answer.header("mcp-session-id").is_some(), "on the session");
+            call(&client, "tool-000").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}

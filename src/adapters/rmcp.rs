@@ -432,16 +432,17 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
     let started = engine.begin_open(request).await?;
     let generation = started.generation;
     lock(&front.handshake).opening = Some((generation.clone(), started.opening));
+    // The session id is known: rmcp's answers to server requests on the
+    // `initialize` answer (a `ping`) go to this session.
+    engine.set_ready(&generation);
     let reader_engine = engine.clone();
     let spawned = engine.spawner().spawn(move |cancel| async move {
         let engine = reader_engine;
         let read = async {
             let outcome = started.waiter.read(&generation, started.answer).await;
             let answered = match &outcome {
-                Ok(result) => negotiated(result).map(|version| {
-                    generation.wire().set_protocol_version(version);
-                    engine.set_ready(&generation);
-                }),
+                Ok(result) => negotiated(result)
+                    .map(|version| generation.wire().set_protocol_version(version)),
                 Err(error) => Err(error.duplicate()),
             };
             lock(&engine.front.handshake).answered = Some(answered);
