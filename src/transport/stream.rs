@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -14,10 +15,12 @@ use crate::jsonrpc::{Message, parse_messages};
 /// The server's messages on one HTTP response, in the order sent.
 ///
 /// For an `application/json` answer they are all there already. For an SSE
-/// stream they are decoded as the body arrives, with memory bounded by the
-/// configured event size. Events that carry no data (priming events: an id
-/// and an empty `data`) and events of a type other than `message` yield no
-/// message, but their `id` and `retry` are kept for resumption.
+/// stream they are decoded as the body arrives, one event at a time, with
+/// memory bounded by the configured event size: the next body frame is read
+/// only once every event of the last one has been taken. Events that carry
+/// no data (priming events: an id and an empty `data`) and events of a type
+/// other than `message` yield no message, but their `id` and `retry` are
+/// kept for resumption.
 pub struct MessageStream {
     queue: VecDeque<Message>,
     body: Option<ResponseBody>,
@@ -25,7 +28,7 @@ pub struct MessageStream {
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
     /// The id of the event the queued messages came from, if it had one.
-    event_id: Option<String>,
+    event_id: Option<Arc<str>>,
 }
 
 impl MessageStream {
@@ -106,13 +109,14 @@ impl MessageStream {
                 Ok(None) => {}
                 Err(e) => return self.fail(sse_error(e)),
             }
-            // Every complete event is out; an unterminated last one is
+            // Every event pushed is out (the decoder holds nothing ready):
+            // only now read the next frame. An unterminated last event is
             // discarded at the end, as the SSE spec says.
             let body = self.body.as_mut()?;
             match body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        decoder.push(&data);
+                        decoder.push_bytes(data);
                     }
                 }
                 Some(Err(e)) => {
