@@ -55,7 +55,9 @@ pub use stream::MessageStream;
 
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
-use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, parse_messages};
+use crate::jsonrpc::{
+    ErrorObject, Message, Request, RequestId, parse_messages, parse_messages_bounded,
+};
 use crate::origin::Origin;
 
 /// The `Mcp-Session-Id` header.
@@ -87,6 +89,12 @@ pub struct TransportConfig {
     /// Messages (notifications, server requests) kept while waiting for the
     /// response in [`StreamableHttp::request`]. Default: 1024.
     pub max_preceding_messages: usize,
+    /// Most messages in one batch, which servers that negotiated 2025-03-26
+    /// may send: a JSON answer that is an array, or one SSE event whose data
+    /// is. A larger batch is refused when its message past the limit is
+    /// reached, before it is built, so that a body or event of many tiny
+    /// messages does not expand into as many values. Default: 1024.
+    pub max_batch_messages: usize,
 }
 
 impl Default for TransportConfig {
@@ -98,6 +106,7 @@ impl Default for TransportConfig {
             max_redirects: 5,
             max_error_body: 64 * 1024,
             max_preceding_messages: 1024,
+            max_batch_messages: 1024,
         }
     }
 }
@@ -130,6 +139,12 @@ impl TransportConfig {
     /// Sets [`max_preceding_messages`](Self::max_preceding_messages).
     pub fn max_preceding_messages(mut self, count: usize) -> Self {
         self.max_preceding_messages = count;
+        self
+    }
+
+    /// Sets [`max_batch_messages`](Self::max_batch_messages).
+    pub fn max_batch_messages(mut self, count: usize) -> Self {
+        self.max_batch_messages = count;
         self
     }
 }
@@ -394,6 +409,7 @@ impl StreamableHttp {
                 Some(Media::EventStream) => Ok(Some(MessageStream::from_sse(
                     response.into_body(),
                     self.config.max_sse_event,
+                    self.config.max_batch_messages,
                 ))),
                 _ => Err(Error::protocol(
                     "the GET stream was answered without Content-Type: text/event-stream",
@@ -519,14 +535,15 @@ impl StreamableHttp {
         match media_type(response.headers()) {
             Some(Media::Json) => {
                 let bytes = read_limited(response, self.config.max_json_body, "JSON body").await?;
-                let messages = parse_messages(strip_bom(&bytes)).map_err(|e| {
-                    Error::protocol("the JSON answer is not a JSON-RPC message").with_source(e)
-                })?;
+                let messages =
+                    parse_messages_bounded(strip_bom(&bytes), self.config.max_batch_messages)
+                        .map_err(|e| stream::parse_error(e, "the JSON answer"))?;
                 Ok(MessageStream::from_messages(messages))
             }
             Some(Media::EventStream) => Ok(MessageStream::from_sse(
                 response.into_body(),
                 self.config.max_sse_event,
+                self.config.max_batch_messages,
             )),
             Some(Media::Other) => Err(Error::protocol(format!(
                 "a request was answered HTTP {} with an unexpected Content-Type \

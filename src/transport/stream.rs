@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use super::sse::{SseDecoder, SseError};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, parse_messages};
+use crate::jsonrpc::{Message, ParseError, parse_messages_bounded};
 
 /// The server's messages on one HTTP response, in the order sent.
 ///
@@ -19,14 +19,18 @@ use crate::jsonrpc::{Message, parse_messages};
 /// memory bounded by the configured event size: the next body frame is read
 /// only once every event of the last one has been taken. Events that carry
 /// no data (priming events: an id and an empty `data`) and events of a type
-/// other than `message` yield no message, but their `id` and `retry` are
-/// kept for resumption.
+/// other than `message` yield no message, but their `id` and `retry` are kept
+/// for resumption. A batch (a JSON array, in a JSON body or in one event) of
+/// more messages than [`TransportConfig::max_batch_messages`] is refused.
+///
+/// [`TransportConfig::max_batch_messages`]: super::TransportConfig::max_batch_messages
 pub struct MessageStream {
     queue: VecDeque<Message>,
     body: Option<ResponseBody>,
     // Boxed: the decoder is large and a JSON answer never needs one.
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
+    max_batch: usize,
     /// The id of the event the queued messages came from, if it had one.
     event_id: Option<Arc<str>>,
 }
@@ -38,16 +42,20 @@ impl MessageStream {
             body: None,
             decoder: None,
             failed: false,
+            max_batch: usize::MAX,
             event_id: None,
         }
     }
 
-    pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize) -> Self {
+    /// An SSE answer: events of at most `max_event_size` bytes, batches of
+    /// at most `max_batch` messages.
+    pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize, max_batch: usize) -> Self {
         MessageStream {
             queue: VecDeque::new(),
             body: Some(body),
             decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
             failed: false,
+            max_batch,
             event_id: None,
         }
     }
@@ -77,9 +85,9 @@ impl MessageStream {
     /// The next message; `None` once the response has ended.
     ///
     /// An error ends the stream: a broken connection, an event over the size
-    /// limit, an event that is not JSON-RPC. After an error `next` returns
-    /// `None`; [`last_event_id`](Self::last_event_id) still tells where the
-    /// stream broke.
+    /// limit, a batch over its limit, an event that is not JSON-RPC. After an
+    /// error `next` returns `None`; [`last_event_id`](Self::last_event_id)
+    /// still tells where the stream broke.
     pub async fn next(&mut self) -> Option<Result<Message>> {
         if self.failed {
             return None;
@@ -93,15 +101,12 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
-                        self.event_id = event.own_id.then(|| event.id.clone()).flatten();
-                        match parse_messages(event.data.as_bytes()) {
-                            Ok(messages) => self.queue.extend(messages),
-                            Err(e) => {
-                                return self.fail(
-                                    Error::protocol("an SSE event is not a JSON-RPC message")
-                                        .with_source(e),
-                                );
+                        match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
+                            Ok(messages) => {
+                                self.queue.extend(messages);
+                                self.event_id = event.id.filter(|_| event.own_id);
                             }
+                            Err(e) => return self.fail(parse_error(e, "an SSE event")),
                         }
                     }
                     continue;
@@ -135,6 +140,18 @@ impl MessageStream {
         self.queue.clear();
         self.failed = true;
         Some(Err(error))
+    }
+}
+
+/// The error for a body (`what`) that is not a JSON-RPC message or batch.
+pub(crate) fn parse_error(error: ParseError, what: &str) -> Error {
+    match error {
+        ParseError::TooMany { max } => {
+            Error::limit(format!("{what} holds a batch of more than {max} messages"))
+        }
+        ParseError::Json(e) => {
+            Error::protocol(format!("{what} is not a JSON-RPC message")).with_source(e)
+        }
     }
 }
 
