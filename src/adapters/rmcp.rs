@@ -102,7 +102,7 @@
 //! [`RunningService`]: rmcp::service::RunningService
 
 use std::borrow::Cow;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -121,16 +121,15 @@ use crate::jsonrpc::{ErrorObject, Message, Request, RequestId, Response, codes};
 use crate::origin::Origin;
 use crate::scope::{GuardStack, Released, Spawner};
 use crate::session::Resumption;
-use crate::transport::{MessageStream, Posted, ProtocolVersion, StreamableHttp, TransportConfig};
+use crate::transport::{
+    MessageStream, Posted, ProtocolVersion, ReplayFilter, StreamableHttp, TransportConfig,
+};
 
 /// GET attempts of the listening stream: the first, and reconnects after it
 /// ends or fails. A 405 ends it at once.
 const LISTEN_ATTEMPTS: usize = 3;
 const LISTEN_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const LISTEN_MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// Event ids remembered per request answer, to drop what a resumed stream
-/// replays; the oldest are forgotten.
-const SEEN_EVENTS: usize = 1024;
 
 /// Builds a [`ScopedTransport`].
 ///
@@ -480,7 +479,7 @@ impl Ctx {
     /// broken SSE answer with `Last-Event-ID`; resolves the request with an
     /// error if its response never comes.
     async fn read_answer(&self, wire: &StreamableHttp, mut stream: MessageStream, id: RequestId) {
-        let mut seen = SeenEvents::default();
+        let mut seen = ReplayFilter::new();
         let mut attempts = 0;
         loop {
             let mut broke = None;
@@ -494,8 +493,8 @@ impl Ctx {
                     }
                     Err(error) => return self.fail(id, &error).await,
                 };
-                if let Some(event) = stream.event_id() {
-                    if !seen.first(event) {
+                if let Some(key) = stream.replay_key() {
+                    if !seen.first(key) {
                         continue;
                     }
                 }
@@ -663,31 +662,6 @@ async fn initialize(
     }))
     .await;
     Ok(())
-}
-
-/// Event ids already seen on one request's answer. Bounded: the oldest are
-/// forgotten.
-#[derive(Default)]
-struct SeenEvents {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-}
-
-impl SeenEvents {
-    /// True the first time an id is seen.
-    fn first(&mut self, id: &str) -> bool {
-        if self.set.contains(id) {
-            return false;
-        }
-        if self.order.len() == SEEN_EVENTS {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-        self.order.push_back(id.to_owned());
-        self.set.insert(id.to_owned());
-        true
-    }
 }
 
 /// rmcp's message as ours.

@@ -1,7 +1,7 @@
 //! The state a session shares with its background tasks, and the exchange
 //! engine every request goes through.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use super::{Catalog, Ids, SessionOwnership};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId, Response};
 use crate::scope::Spawner;
-use crate::transport::{ProtocolVersion, StreamableHttp};
+use crate::transport::{ProtocolVersion, ReplayFilter, StreamableHttp};
 
 /// How a request's SSE answer is resumed after it broke off (a network cut,
 /// or the server closing it on purpose to make the client poll).
@@ -60,39 +60,6 @@ impl Default for Resumption {
             first_backoff: Duration::from_millis(250),
             max_wait: Duration::from_secs(10),
         }
-    }
-}
-
-/// Event ids already seen on one request's streams, to ignore what a
-/// resumed stream replays. Bounded: the oldest are forgotten.
-struct SeenEvents {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-}
-
-const SEEN_EVENTS: usize = 1024;
-
-impl SeenEvents {
-    fn new() -> Self {
-        SeenEvents {
-            order: VecDeque::new(),
-            set: HashSet::new(),
-        }
-    }
-
-    /// True the first time an id is seen.
-    fn first(&mut self, id: &str) -> bool {
-        if self.set.contains(id) {
-            return false;
-        }
-        if self.order.len() == SEEN_EVENTS {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-        self.order.push_back(id.to_owned());
-        self.set.insert(id.to_owned());
-        true
     }
 }
 
@@ -218,7 +185,7 @@ impl Shared {
                 unreachable!("a request is never merely accepted")
             }
         };
-        let mut seen = SeenEvents::new();
+        let mut seen = ReplayFilter::new();
         let mut attempts = 0;
         loop {
             let mut broke = None;
@@ -232,8 +199,8 @@ impl Shared {
                     }
                     Err(error) => return Err(error),
                 };
-                if let Some(event) = stream.event_id() {
-                    if !seen.first(event) {
+                if let Some(key) = stream.replay_key() {
+                    if !seen.first(key) {
                         continue;
                     }
                 }

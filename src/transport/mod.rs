@@ -36,6 +36,7 @@
 
 pub mod sse;
 
+mod replay;
 mod session;
 mod stream;
 
@@ -50,6 +51,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tracing::Instrument;
 
+pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
 pub use stream::MessageStream;
 

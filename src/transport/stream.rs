@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 
+use super::replay::ReplayKey;
 use super::sse::{SseDecoder, SseError};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
@@ -31,8 +32,12 @@ pub struct MessageStream {
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
     max_batch: usize,
-    /// The id of the event the queued messages came from, if it had one.
+    /// The own id of the event the queued messages came from, if it had one.
     event_id: Option<Arc<str>>,
+    /// The index in that event of the message at the front of the queue.
+    next_index: usize,
+    /// Where the message `next` returned last came from.
+    replay_key: Option<ReplayKey>,
 }
 
 impl MessageStream {
@@ -44,6 +49,8 @@ impl MessageStream {
             failed: false,
             max_batch: usize::MAX,
             event_id: None,
+            next_index: 0,
+            replay_key: None,
         }
     }
 
@@ -57,6 +64,8 @@ impl MessageStream {
             failed: false,
             max_batch,
             event_id: None,
+            next_index: 0,
+            replay_key: None,
         }
     }
 
@@ -71,10 +80,18 @@ impl MessageStream {
     }
 
     /// The id of the SSE event the last message came from, when that event
-    /// had an `id` field of its own (for spotting events a resumed stream
-    /// replays).
+    /// had an `id` field of its own. One event may hold several messages (a
+    /// batch), which share it.
     pub fn event_id(&self) -> Option<&str> {
-        self.event_id.as_deref()
+        self.replay_key.as_ref().map(|key| &*key.event_id)
+    }
+
+    /// Where the message [`next`](Self::next) returned last came from: its
+    /// event's own id and its index in that event, for spotting what a
+    /// resumed stream replays (see [`ReplayFilter`](super::ReplayFilter)).
+    /// `None` for a JSON answer, and for an event without an `id` field.
+    pub(crate) fn replay_key(&self) -> Option<&ReplayKey> {
+        self.replay_key.as_ref()
     }
 
     /// The server's last `retry:` value, the wait before resuming.
@@ -94,6 +111,11 @@ impl MessageStream {
         }
         loop {
             if let Some(message) = self.queue.pop_front() {
+                self.replay_key = self.event_id.clone().map(|event_id| ReplayKey {
+                    event_id,
+                    index: self.next_index,
+                });
+                self.next_index += 1;
                 return Some(Ok(message));
             }
             let decoder = self.decoder.as_mut()?;
@@ -105,6 +127,7 @@ impl MessageStream {
                             Ok(messages) => {
                                 self.queue.extend(messages);
                                 self.event_id = event.id.filter(|_| event.own_id);
+                                self.next_index = 0;
                             }
                             Err(e) => return self.fail(parse_error(e, "an SSE event")),
                         }
