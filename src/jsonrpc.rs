@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use serde::de::Error as _;
+use serde::de::{DeserializeSeed as _, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -181,6 +181,94 @@ pub fn parse_messages(bytes: &[u8]) -> Result<Vec<Message>, serde_json::Error> {
         Ok(batch)
     } else {
         Ok(vec![serde_json::from_slice(bytes)?])
+    }
+}
+
+/// Why [`parse_messages_bounded`] refused a body.
+#[derive(Debug)]
+pub(crate) enum ParseError {
+    /// A batch of more messages than allowed.
+    TooMany {
+        /// The most allowed.
+        max: usize,
+    },
+    /// Not JSON, or not JSON-RPC messages.
+    Json(serde_json::Error),
+}
+
+/// Like [`parse_messages`], but a batch of more than `max` messages is
+/// refused when its message `max + 1` is reached, before that one or any
+/// later one is built: a body of many tiny messages does not expand into as
+/// many values.
+pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Vec<Message>, ParseError> {
+    let first = bytes
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+        .unwrap_or(b'{');
+    if first != b'[' {
+        return serde_json::from_slice(bytes)
+            .map(|message| vec![message])
+            .map_err(ParseError::Json);
+    }
+    let mut too_many = false;
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let batch = BoundedBatch {
+        max,
+        too_many: &mut too_many,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|batch| deserializer.end().map(|()| batch));
+    match batch {
+        Err(_) if too_many => Err(ParseError::TooMany { max }),
+        Err(error) => Err(ParseError::Json(error)),
+        Ok(batch) if batch.is_empty() => Err(ParseError::Json(serde_json::Error::custom(
+            "empty JSON-RPC batch",
+        ))),
+        Ok(batch) => Ok(batch),
+    }
+}
+
+/// Reads a JSON array of at most `max` messages.
+struct BoundedBatch<'a> {
+    max: usize,
+    too_many: &'a mut bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BoundedBatch<'_> {
+    type Value = Vec<Message>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BoundedBatch<'_> {
+    type Value = Vec<Message>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut batch = Vec::new();
+        loop {
+            if batch.len() == self.max {
+                // One more element, skipped unbuilt, is one too many.
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    *self.too_many = true;
+                    return Err(A::Error::custom("too many messages in a JSON-RPC batch"));
+                }
+                return Ok(batch);
+            }
+            match seq.next_element::<Message>()? {
+                Some(message) => batch.push(message),
+                None => return Ok(batch),
+            }
+        }
     }
 }
 
@@ -494,5 +582,43 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn bounded_batches_stop_at_the_bound() {
+        let batch = br#"[{"method":"a"},{"method":"b"},{"id":1,"result":{}}]"#;
+        assert_eq!(parse_messages_bounded(batch, 3).unwrap().len(), 3);
+        assert!(matches!(
+            parse_messages_bounded(batch, 2),
+            Err(ParseError::TooMany { max: 2 })
+        ));
+        // One message is no batch, whatever the bound.
+        assert_eq!(
+            parse_messages_bounded(br#" {"method":"a"}"#, 0)
+                .unwrap()
+                .len(),
+            1
+        );
+        for bad in [
+            &b"[]"[..],
+            b"[{\"method\":\"a\"}] x",
+            b"[{\"x\":1}]",
+            b"[1,",
+        ] {
+            assert!(
+                matches!(parse_messages_bounded(bad, 8), Err(ParseError::Json(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Refused at message max + 1, before the rest is read: trailing
+        // garbage after it is not even seen.
+        let mut huge = b"[".to_vec();
+        huge.extend_from_slice(&br#"{"method":"n"},"#.repeat(10_000));
+        huge.extend_from_slice(b"not json");
+        assert!(matches!(
+            parse_messages_bounded(&huge, 1024),
+            Err(ParseError::TooMany { max: 1024 })
+        ));
     }
 }

@@ -122,6 +122,60 @@ async fn defaults_are_documented_values() {
     assert_eq!(config.max_json_body, 8 * 1024 * 1024);
     assert_eq!(config.max_sse_event, 8 * 1024 * 1024);
     assert_eq!(config.max_session_id_len, 512);
+    assert_eq!(config.max_batch_messages, 1024);
+}
+
+#[tokio::test]
+async fn a_batch_over_its_limit_is_refused_in_a_json_body_and_in_an_sse_event() {
+    let server = TestServer::start(ServerConfig::default());
+    let wire = wire(HttpClient::owned().unwrap(), &server)
+        .with_config(TransportConfig::default().max_batch_messages(4));
+    handshake(&wire).await;
+    let batch = |notes: usize| {
+        let mut messages = vec![r#"{"jsonrpc":"2.0","method":"notifications/message"}"#; notes];
+        messages.push(r#"{"jsonrpc":"2.0","id":{id},"result":{}}"#);
+        format!("[{}]", messages.join(","))
+    };
+    for (content_type, body) in [
+        ("application/json", batch(3)),
+        (
+            "text/event-stream",
+            format!("id: 1\ndata: {}\n\n", batch(3)),
+        ),
+    ] {
+        server.push_fault(
+            Fault::on_rpc("tools/list", FaultAction::raw(200, content_type, &body)).times(1),
+        );
+        let exchange = wire.request(request(2, "tools/list", None)).await.unwrap();
+        assert_eq!(
+            exchange.preceding.len(),
+            3,
+            "{content_type}: up to the limit"
+        );
+    }
+    for (content_type, body) in [
+        ("application/json", batch(4)),
+        (
+            "text/event-stream",
+            format!("id: 1\ndata: {}\n\n", batch(4)),
+        ),
+    ] {
+        server.push_fault(
+            Fault::on_rpc("tools/list", FaultAction::raw(200, content_type, &body)).times(1),
+        );
+        let error = wire
+            .request(request(3, "tools/list", None))
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_limit()
+                && error
+                    .to_string()
+                    .contains("a batch of more than 4 messages"),
+            "{content_type}: {error}"
+        );
+    }
+    wire.request(request(4, "tools/list", None)).await.unwrap();
 }
 
 #[tokio::test]

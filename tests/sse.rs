@@ -202,11 +202,11 @@ fn event_of(
         (
             &decoded.event,
             &decoded.data,
-            &decoded.id,
+            decoded.id.as_deref(),
             decoded.own_id,
             decoded.retry
         ),
-        (&event, &data, &id, own_id, retry)
+        (&event, &data, id.as_deref(), own_id, retry)
     );
     decoded
 }
@@ -309,6 +309,54 @@ proptest! {
             }
         }
         prop_assert_eq!(errors, 1);
+    }
+}
+
+/// Tiny events a hostile server repeats: each with an id of its own, or
+/// carrying the last one over (with data, empty, or a type only).
+fn tiny_event() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "id: 7\n\n",
+        "id:8\ndata:x\n\n",
+        "event\n\n",
+        "data:{}\n\n",
+        "id\n\n",
+        "retry:1\n\n",
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// However many events a chunk holds, and whatever id they carry over,
+    /// the decoder holds at most the limit and the chunk pushed last.
+    #[test]
+    fn many_tiny_id_carrying_events_in_large_chunks_are_bounded(
+        limit in 64usize..16 * 1024,
+        chunk in 1024usize..64 * 1024,
+        id_share in 0.0f64..1.0,
+        units in prop::collection::vec(tiny_event(), 1..4),
+    ) {
+        // A long id first (up to the limit), which the events carry over.
+        let id_len = ((limit - 8) as f64 * id_share) as usize;
+        let mut stream = format!("id: {}\n\n", "i".repeat(id_len)).into_bytes();
+        let unit: String = units.concat();
+        let per_unit = unit.matches("\n\n").count();
+        let repeat = 8 * chunk / unit.len();
+        stream.extend_from_slice(unit.repeat(repeat).as_bytes());
+        let mut decoder = SseDecoder::with_max_event_size(limit);
+        let mut events = 0;
+        for piece in stream.chunks(chunk) {
+            decoder.push(piece);
+            prop_assert!(decoder.buffered_len() <= limit + chunk, "{} after a push", decoder.buffered_len());
+            while let Some(event) = decoder.next_event().transpose() {
+                prop_assert!(event.is_ok());
+                events += 1;
+                prop_assert!(decoder.buffered_len() <= limit + chunk, "{}", decoder.buffered_len());
+            }
+        }
+        prop_assert_eq!(decoder.finish(), Ok(None));
+        prop_assert_eq!(events, 1 + per_unit * repeat);
     }
 }
 

@@ -38,7 +38,7 @@ pub(super) async fn read<F: Front>(
                 }
                 Err(error) => return Err(error),
             };
-            if stream.replay_key().is_some_and(|key| !replays.first(&key)) {
+            if stream.replay_key().is_some_and(|key| !replays.first(key)) {
                 continue;
             }
             match message {

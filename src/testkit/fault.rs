@@ -225,6 +225,44 @@ pub enum FaultAction {
     /// finds its session expired: a deterministic way to make a client
     /// re-initialize mid-session. Without a session header: the same 404.
     ExpireSession,
+    /// `200 text/event-stream` with a hostile body generated as it is sent:
+    /// `prefix`, then `unit` `repeat` times, then `suffix`, in frames (HTTP/1.1
+    /// chunks) of at most `frame` bytes; the prefix, the repeated part and
+    /// the suffix each start a new frame. The body is never built whole (it
+    /// may be many gigabytes: memory is about `frame` plus twice `unit`), and
+    /// it stops when the client goes away. For example a long `id:` line,
+    /// then `event\n\n` blocks, each of which dispatches an event that
+    /// carries that id over. Applies to any request (POST, GET).
+    SseFlood {
+        /// Sent first, e.g. `id: ` and a long id and a line end.
+        prefix: Bytes,
+        /// Sent `repeat` times after the prefix.
+        unit: Bytes,
+        /// How many times `unit` is sent.
+        repeat: usize,
+        /// Sent last, e.g. the end of a batch and a blank line.
+        suffix: Bytes,
+        /// The largest frame, in bytes (0 counts as 1).
+        frame: usize,
+    },
+    /// On a POSTed request (in either response mode): an SSE answer (after
+    /// the priming event, if configured) whose messages come in ONE event
+    /// with an id, as a JSON batch, which a server that negotiated
+    /// 2025-03-26 may send: a `notifications/message` (`"note 1"`), then
+    /// the normal answer's messages, the response last. The stream then
+    /// ends.
+    ///
+    /// With `replay`, the response is held back and the stream is cut after
+    /// a first such event, which holds `"note 1"` and `"note 2"`. A later GET
+    /// with that event's id as `Last-Event-ID` (and the same session) gets
+    /// that event again, same id and data, as a server that delivers at
+    /// least once may replay it, then one more event with an id holding the
+    /// batch `["note 3", ..., response]`. Requests that are no POST answer
+    /// normally.
+    SseBatchEvent {
+        /// Cut after a first batch event and replay it on the resuming GET.
+        replay: bool,
+    },
 }
 
 impl FaultAction {

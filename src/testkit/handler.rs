@@ -637,12 +637,11 @@ fn get(shared: &Arc<Shared>, req: &Req) -> Resp {
             if let Some(resp) = session_error(shared, req) {
                 return resp;
             }
-            let events = replay
+            let fresh = replay
                 .messages
                 .iter()
-                .map(|m| sse::event(Some(&shared.event_id()), None, &m.to_string()))
-                .collect();
-            return sse_response(events);
+                .map(|m| sse::event(Some(&shared.event_id()), None, &m.to_string()));
+            return sse_response(replay.events.into_iter().chain(fresh).collect());
         }
     }
     if shared.config.listen == ListenMode::Unsupported {
@@ -766,6 +765,18 @@ async fn apply(
             resp
         }
         FaultAction::SseNeverEndingLine => never_ending_line(shared),
+        FaultAction::SseFlood {
+            prefix,
+            unit,
+            repeat,
+            suffix,
+            frame,
+        } => {
+            let mut resp =
+                Response::new(boxed(FloodBody::new(prefix, unit, repeat, suffix, frame)));
+            sse_headers(resp.headers_mut());
+            resp
+        }
         FaultAction::Raw {
             status,
             content_type,
@@ -844,6 +855,12 @@ async fn apply(
             let outcome = post(shared, req, &Overrides::default());
             server_request(shared, req, outcome, &method, &params, inflight)
         }
+        FaultAction::SseBatchEvent { replay } => sse_batch_event(
+            shared,
+            req,
+            post(shared, req, &Overrides::default()),
+            replay,
+        ),
     };
     Ok(resp)
 }
@@ -1011,6 +1028,7 @@ fn sse_cut_after_event(
         event_id.clone(),
         Replay {
             session: replay_session,
+            events: Vec::new(),
             messages,
         },
     );
@@ -1019,6 +1037,153 @@ fn sse_cut_after_event(
         resp.headers_mut().insert(SESSION_HEADER, session);
     }
     resp
+}
+
+/// [`FaultAction::SseBatchEvent`].
+fn sse_batch_event(shared: &Shared, req: &Req, outcome: Outcome, replay: bool) -> Resp {
+    let (answers, session) = match outcome {
+        Outcome::Http(resp) => return resp,
+        Outcome::Messages {
+            answers, session, ..
+        } => (answers, session),
+    };
+    let answer = answers
+        .into_iter()
+        .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response)));
+    let batch_event = |messages: Vec<Value>| {
+        sse::event(
+            Some(&shared.event_id()),
+            None,
+            &Value::Array(messages).to_string(),
+        )
+    };
+    let mut events = Vec::new();
+    if shared.config.priming_event {
+        events.push(sse::event(Some(&shared.event_id()), None, ""));
+    }
+    if replay {
+        let first = batch_event(vec![mcp::log_notification(1), mcp::log_notification(2)]);
+        let last = batch_event(
+            std::iter::once(mcp::log_notification(3))
+                .chain(answer)
+                .collect(),
+        );
+        // The replay is keyed by the first event's id, which is the
+        // `Last-Event-ID` a client resuming after it sends.
+        let id = event_id_of(&first);
+        let replay_session = match &session {
+            Some(v) => Some(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            None => req.header(SESSION_HEADER).map(str::to_owned),
+        };
+        shared.state().replays.insert(
+            id,
+            Replay {
+                session: replay_session,
+                events: vec![first.clone(), last],
+                messages: Vec::new(),
+            },
+        );
+        events.push(first);
+    } else {
+        events.push(batch_event(
+            std::iter::once(mcp::log_notification(1))
+                .chain(answer)
+                .collect(),
+        ));
+    }
+    let mut resp = sse_response(events);
+    if let Some(session) = session {
+        resp.headers_mut().insert(SESSION_HEADER, session);
+    }
+    resp
+}
+
+/// The id of an event [`sse::event`] encoded with one.
+fn event_id_of(event: &[u8]) -> String {
+    let line = event.split(|&b| b == b'\n').next().unwrap_or_default();
+    let id = line.strip_prefix(b"id: ").unwrap_or_default();
+    String::from_utf8_lossy(id).into_owned()
+}
+
+/// [`FaultAction::SseFlood`]'s body: each frame is made when hyper asks for
+/// it, as a view of the prefix, of one buffer of repeated units, or of the
+/// suffix; so nothing is copied per frame and the whole body never exists.
+struct FloodBody {
+    prefix: Bytes,
+    /// `unit` repeated to at least `frame + unit.len()` bytes: any frame of
+    /// the repeated part is a slice of it.
+    pattern: Bytes,
+    unit_len: usize,
+    /// Where in `pattern` the next frame of the repeated part starts.
+    offset: usize,
+    /// Bytes of the repeated part still to send.
+    remaining: usize,
+    suffix: Bytes,
+    frame: usize,
+}
+
+impl FloodBody {
+    fn new(prefix: Bytes, unit: Bytes, repeat: usize, suffix: Bytes, frame: usize) -> Self {
+        let frame = frame.max(1);
+        let remaining = if unit.is_empty() {
+            0
+        } else {
+            unit.len().saturating_mul(repeat)
+        };
+        let copies = if unit.is_empty() {
+            0
+        } else {
+            frame.min(remaining) / unit.len() + 2
+        };
+        FloodBody {
+            prefix,
+            pattern: Bytes::from(unit.repeat(copies)),
+            unit_len: unit.len(),
+            offset: 0,
+            remaining,
+            suffix,
+            frame,
+        }
+    }
+
+    fn next_frame(&mut self) -> Option<Bytes> {
+        if !self.prefix.is_empty() {
+            let n = self.frame.min(self.prefix.len());
+            return Some(self.prefix.split_to(n));
+        }
+        if self.remaining > 0 {
+            let n = self.frame.min(self.remaining);
+            let frame = self.pattern.slice(self.offset..self.offset + n);
+            self.offset = (self.offset + n) % self.unit_len;
+            self.remaining -= n;
+            return Some(frame);
+        }
+        if !self.suffix.is_empty() {
+            let n = self.frame.min(self.suffix.len());
+            return Some(self.suffix.split_to(n));
+        }
+        None
+    }
+}
+
+impl Body for FloodBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        Poll::Ready(
+            self.get_mut()
+                .next_frame()
+                .map(|data| Ok(Frame::data(data))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.remaining == 0 && self.suffix.is_empty()
+    }
 }
 
 fn never_ending_line(shared: &Arc<Shared>) -> Resp {
@@ -1100,6 +1265,53 @@ mod tests {
     fn replaces_id_placeholder() {
         assert_eq!(&replace_bytes(b"a{id}b{id}", b"{id}", b"7")[..], b"a7b7");
         assert_eq!(&replace_bytes(b"{i", b"{id}", b"7")[..], b"{i");
+    }
+
+    #[test]
+    fn a_flood_is_its_parts_in_frames_of_at_most_the_size() {
+        for (unit, repeat, frame) in [
+            ("abc", 10, 4),
+            ("abc", 10, 3),
+            ("x", 5, 100),
+            ("", 9, 2),
+            ("ab", 0, 1),
+            ("ab", 3, 0),
+        ] {
+            let mut body = FloodBody::new(
+                Bytes::from_static(b"PREFIX"),
+                Bytes::from(unit),
+                repeat,
+                Bytes::from_static(b"END"),
+                frame,
+            );
+            let mut all = Vec::new();
+            while let Some(frame_bytes) = body.next_frame() {
+                assert!(!frame_bytes.is_empty());
+                assert!(frame_bytes.len() <= frame.max(1));
+                all.extend_from_slice(&frame_bytes);
+            }
+            assert!(body.is_end_stream());
+            let want = format!("PREFIX{}END", unit.repeat(repeat));
+            assert_eq!(
+                String::from_utf8(all).unwrap(),
+                want,
+                "{unit:?} x{repeat} in {frame}"
+            );
+        }
+        // Built lazily: a flood of gigabytes holds about a frame.
+        let body = FloodBody::new(
+            Bytes::new(),
+            Bytes::from_static(b"event\n\n"),
+            1 << 40,
+            Bytes::new(),
+            16 * 1024,
+        );
+        assert!(body.pattern.len() <= 16 * 1024 + 2 * 7);
+    }
+
+    #[test]
+    fn the_id_of_an_encoded_event() {
+        assert_eq!(event_id_of(&sse::event(Some("ev-9"), None, "[]")), "ev-9");
     }
 
     #[test]

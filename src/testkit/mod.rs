@@ -141,6 +141,9 @@ struct Listener {
 /// A response kept for replay on a GET with `Last-Event-ID`.
 struct Replay {
     session: Option<String>,
+    /// Events sent as they are, first.
+    events: Vec<Bytes>,
+    /// Messages sent after them, one event (with a fresh id) each.
     messages: Vec<serde_json::Value>,
 }
 

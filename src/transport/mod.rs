@@ -39,6 +39,7 @@
 #[cfg_attr(not(feature = "wire"), allow(dead_code))]
 pub mod sse;
 
+mod replay;
 mod session;
 mod stream;
 
@@ -54,13 +55,15 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tracing::Instrument;
 
+pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
 pub use stream::MessageStream;
-pub(crate) use stream::ReplayFilter;
 
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
-use crate::jsonrpc::{Message, Notification, Request, Response, encode, parse_messages};
+use crate::jsonrpc::{
+    Message, Notification, Request, Response, encode, parse_messages, parse_messages_bounded,
+};
 use crate::origin::Origin;
 use crate::sync::lock;
 
@@ -86,9 +89,15 @@ pub struct TransportConfig {
     /// Bytes of an error body read to find a JSON-RPC error. Default: 64 KiB.
     pub max_error_body: usize,
     /// Messages (notifications, server requests) kept while waiting for the
-    /// response in the raw wire's `StreamableHttp::request` (feature `wire`),
-    /// and most messages in one batch. Default: 1024.
+    /// response in the raw wire's `StreamableHttp::request` (feature
+    /// `wire`). Default: 1024.
     pub max_preceding_messages: usize,
+    /// Most messages in one batch, which servers that negotiated 2025-03-26
+    /// may send: a JSON answer that is an array, or one SSE event whose data
+    /// is. A larger batch is refused when its message past the limit is
+    /// reached, before it is built, so that a body or event of many tiny
+    /// messages does not expand into as many values. Default: 1024.
+    pub max_batch_messages: usize,
 }
 
 impl Default for TransportConfig {
@@ -100,6 +109,7 @@ impl Default for TransportConfig {
             max_redirects: 5,
             max_error_body: 64 * 1024,
             max_preceding_messages: 1024,
+            max_batch_messages: 1024,
         }
     }
 }
@@ -137,6 +147,13 @@ impl TransportConfig {
     #[must_use]
     pub fn max_preceding_messages(mut self, count: usize) -> Self {
         self.max_preceding_messages = count;
+        self
+    }
+
+    /// Sets [`max_batch_messages`](Self::max_batch_messages).
+    #[must_use]
+    pub fn max_batch_messages(mut self, count: usize) -> Self {
+        self.max_batch_messages = count;
         self
     }
 }
@@ -410,6 +427,7 @@ impl StreamableHttp {
                 Some(Media::EventStream) => Ok(Some(MessageStream::from_sse(
                     response.into_body(),
                     self.config.max_sse_event,
+                    self.config.max_batch_messages,
                 ))),
                 _ => Err(Error::protocol(
                     "the GET stream was answered without Content-Type: text/event-stream",
@@ -537,14 +555,15 @@ impl StreamableHttp {
         match media_type(response.headers()) {
             Some(Media::Json) => {
                 let bytes = read_limited(response, self.config.max_json_body, "JSON body").await?;
-                let messages = parse_messages(strip_bom(&bytes)).map_err(|e| {
-                    Error::protocol("the JSON answer is not a JSON-RPC message").with_source(e)
-                })?;
+                let messages =
+                    parse_messages_bounded(strip_bom(&bytes), self.config.max_batch_messages)
+                        .map_err(|e| stream::parse_error(e, "the JSON answer"))?;
                 Ok(MessageStream::from_messages(messages))
             }
             Some(Media::EventStream) => Ok(MessageStream::from_sse(
                 response.into_body(),
                 self.config.max_sse_event,
+                self.config.max_batch_messages,
             )),
             Some(Media::Other) => Err(Error::protocol(format!(
                 "a request was answered HTTP {} with an unexpected Content-Type \

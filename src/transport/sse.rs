@@ -4,14 +4,17 @@
 //!
 //! [`SseDecoder`] does no I/O: the caller pushes body chunks as they arrive
 //! with [`SseDecoder::push`] and takes events out with
-//! [`SseDecoder::next_event`]. Chunks may be split at any byte, including
-//! between the CR and LF of a CRLF line end and inside a multi-byte UTF-8
-//! character; the result does not depend on how the stream is chunked.
+//! [`SseDecoder::next_event`]; events are decoded one at a time as they are
+//! taken. Chunks may be split at any byte, including between the CR and LF
+//! of a CRLF line end and inside a multi-byte UTF-8 character; the result does
+//! not depend on how the stream is chunked.
 //!
-//! The memory the decoder holds for one event is bounded by a configurable
-//! limit ([`SseDecoder::with_max_event_size`]): a server that sends a line
-//! that never ends, or an event of endless `data:` lines, gets
-//! [`SseError::EventTooLarge`] rather than our memory.
+//! The memory the decoder holds is bounded by a configurable limit
+//! ([`SseDecoder::with_max_event_size`]) and the size of the chunk pushed
+//! last: a server that sends a line that never ends, or an event of endless
+//! `data:` lines, gets [`SseError::EventTooLarge`] rather than our memory;
+//! one that sends a long `id:` and then many events that carry it over costs
+//! that id once, not once per event.
 //!
 //! ```
 //! use mcp_scoped_http::wire::sse::SseDecoder;
@@ -26,14 +29,20 @@
 //! assert_eq!(decoder.last_event_id(), Some("7"));
 //! ```
 
-use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use memchr::{memchr, memchr2};
 
 /// The UTF-8 encoding of U+FEFF, which the stream may start with.
 const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
+
+/// Buffers whose capacity grew past this are released after use rather than
+/// kept for the next line or event: one long line must not pin its memory
+/// for the rest of the stream.
+const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Incremental decoder: push bytes as they arrive, take events out.
 ///
@@ -52,31 +61,45 @@ const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 ///
 /// # Memory
 ///
+/// Events are decoded as they are taken: [`push`](Self::push) decodes up to
+/// the end of the first event and keeps the rest of the chunk as it is;
+/// [`next_event`](Self::next_event) returns that event and decodes the next
+/// one from what is left. So at most one decoded event is ever held, however
+/// many a chunk holds. Push the next chunk once `next_event` has returned
+/// `Ok(None)` (then everything pushed is decoded); a push before that adds
+/// its bytes to the input still pending.
+///
 /// The bytes held for the event being decoded (its data with the joining
 /// newlines, its event type, and the unterminated line being read, field name
 /// included) never exceed the limit: the byte that would pass it produces
-/// [`SseError::EventTooLarge`] instead of being stored. Events decoded but not
-/// yet taken by [`next_event`](Self::next_event) are held too, so call it after
-/// each [`push`](Self::push) until it returns `Ok(None)`.
+/// [`SseError::EventTooLarge`] instead of being stored. An `id` is held once
+/// however many events carry it over (it is shared, see [`SseEvent::id`]);
+/// being read on one line, it is within the limit too. So, used as above, the
+/// decoder holds at most the chunk pushed last, the limit, the stream's last
+/// event id and a new one the current block sets
+/// ([`buffered_len`](Self::buffered_len) counts them all).
 ///
 /// # Errors and recovery
 ///
-/// An error is queued in stream order with the events, and returned by
-/// `next_event`. The decoder then discards the rest of the offending event, up
-/// to and including the next blank line, and goes on decoding after it; the
-/// caller will normally stop at the first error instead.
+/// An error is returned by `next_event` in stream order with the events. The
+/// decoder then discards the rest of the offending event, up to and including
+/// the next blank line, and goes on decoding after it; the caller will
+/// normally stop at the first error instead.
 pub struct SseDecoder {
     max: usize,
-    /// The unterminated line carried over from earlier chunks.
+    /// Bytes pushed; those from `pos` on are not decoded yet.
+    input: Bytes,
+    pos: usize,
+    /// The unterminated line carried over from earlier input.
     line: Vec<u8>,
     /// The data buffer: each `data` value followed by LF.
     data: String,
     /// The event type buffer.
     event_type: String,
     /// The spec's "last event ID buffer": set by `id` fields of this block.
-    id_buffer: Option<String>,
+    id_buffer: Option<Arc<str>>,
     /// The spec's "last event ID string": `id_buffer` as of the last dispatch.
-    last_event_id: Option<String>,
+    last_event_id: Option<Arc<str>>,
     /// A valid `retry` of the block being read.
     block_retry: Option<Duration>,
     /// Whether the block being read has an `id` field of its own.
@@ -85,7 +108,7 @@ pub struct SseDecoder {
     retry: Option<Duration>,
     /// Whether a `data`, `id`, `event` or `retry` field appeared in the block.
     seen_field: bool,
-    /// The last line ended with a CR at the very end of a chunk: an LF that
+    /// The last line ended with a CR at the very end of the input: an LF that
     /// starts the next chunk belongs to it.
     after_cr: bool,
     /// `Some(n)`: at the stream's start, `n` bytes of a BOM seen so far.
@@ -94,10 +117,8 @@ pub struct SseDecoder {
     discarding: bool,
     /// While discarding: the line being skipped has bytes.
     discard_line_nonempty: bool,
-    /// Events and errors decoded, in stream order, not yet taken.
-    ready: VecDeque<Result<SseEvent, SseError>>,
-    /// Bytes held by the events in `ready`.
-    ready_bytes: usize,
+    /// The event or error decoded and not taken yet; decoding stops there.
+    ready: Option<Result<SseEvent, SseError>>,
 }
 
 impl SseDecoder {
@@ -118,6 +139,8 @@ impl SseDecoder {
     pub fn with_max_event_size(max: usize) -> Self {
         Self {
             max,
+            input: Bytes::new(),
+            pos: 0,
             line: Vec::new(),
             data: String::new(),
             event_type: String::new(),
@@ -131,61 +154,122 @@ impl SseDecoder {
             bom: Some(0),
             discarding: false,
             discard_line_nonempty: false,
-            ready: VecDeque::new(),
-            ready_bytes: 0,
+            ready: None,
         }
     }
 
     /// Feeds the next bytes of the stream.
     ///
-    /// Complete lines are decoded at once, straight from `chunk`; only an
-    /// unterminated last line is copied, and only up to the limit. Events and
-    /// errors are queued for [`next_event`](Self::next_event).
+    /// The bytes are decoded up to the end of the first event (or error) in
+    /// them, which [`next_event`](Self::next_event) then returns; the rest is
+    /// kept as it is, and decoded as events are taken. Push the next chunk
+    /// once `next_event` has returned `Ok(None)`, so that the input pending
+    /// is never more than one chunk.
     pub fn push(&mut self, chunk: &[u8]) {
-        let mut input = chunk;
-        if let Some(mut seen) = self.bom {
-            let mut i = 0;
-            while usize::from(seen) < BOM.len()
-                && i < input.len()
-                && input[i] == BOM[usize::from(seen)]
-            {
-                seen += 1;
-                i += 1;
-            }
-            if usize::from(seen) == BOM.len() {
-                self.bom = None;
-                input = &input[i..];
-            } else if i == input.len() {
-                // Everything so far may still be a BOM: wait for more.
-                self.bom = Some(seen);
-                return;
-            } else {
-                // Not a BOM: the bytes held back are stream content.
-                self.bom = None;
-                self.feed(&BOM[..usize::from(seen)]);
-                input = &input[i..];
-            }
+        let Some(chunk) = self.skip_bom(chunk) else {
+            return;
+        };
+        if !self.idle() {
+            self.append(chunk);
+            return self.decode_if_idle();
         }
-        self.feed(input);
+        // Straight from the chunk; only what follows the first event is
+        // copied, to be decoded as events are taken.
+        let rest = &chunk[self.decode_from(chunk)..];
+        if !rest.is_empty() {
+            self.input = Bytes::copy_from_slice(rest);
+            self.pos = 0;
+        }
     }
 
-    /// Takes the next decoded event, or the next error, in stream order.
-    ///
-    /// `Ok(None)` means more bytes are needed.
-    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
-        match self.ready.pop_front() {
-            None => Ok(None),
-            Some(Ok(event)) => {
-                self.ready_bytes -= event.held_bytes();
-                Ok(Some(event))
-            }
-            Some(Err(error)) => Err(error),
+    /// Like [`push`](Self::push), without copying a chunk the caller already
+    /// owns as [`Bytes`] (a body frame).
+    pub(crate) fn push_bytes(&mut self, chunk: Bytes) {
+        let Some(rest) = self.skip_bom(&chunk) else {
+            return;
+        };
+        if !self.idle() {
+            self.append(rest);
+            return self.decode_if_idle();
         }
+        let start = chunk.len() - rest.len();
+        let pos = start + self.decode_from(rest);
+        if pos < chunk.len() {
+            self.input = chunk;
+            self.pos = pos;
+        }
+    }
+
+    /// Whether nothing is pending: no input left, no event ready.
+    fn idle(&self) -> bool {
+        self.ready.is_none() && self.pending().is_empty()
+    }
+
+    /// Decodes up to the next event, unless one is ready already.
+    fn decode_if_idle(&mut self) {
+        if self.ready.is_none() {
+            self.decode();
+        }
+    }
+
+    /// The input not decoded yet.
+    fn pending(&self) -> &[u8] {
+        &self.input[self.pos..]
+    }
+
+    /// Adds `more` to the pending input.
+    fn append(&mut self, more: &[u8]) {
+        let mut input = BytesMut::with_capacity(self.pending().len() + more.len());
+        input.extend_from_slice(self.pending());
+        input.extend_from_slice(more);
+        self.input = input.freeze();
+        self.pos = 0;
+    }
+
+    /// At the stream's start, takes a BOM off `chunk`: the rest of the chunk,
+    /// or `None` while all bytes so far may still be a BOM. Bytes held back
+    /// that turn out not to be a BOM go to the pending input first.
+    fn skip_bom<'c>(&mut self, chunk: &'c [u8]) -> Option<&'c [u8]> {
+        let Some(mut seen) = self.bom else {
+            return Some(chunk);
+        };
+        let mut i = 0;
+        while usize::from(seen) < BOM.len() && i < chunk.len() && chunk[i] == BOM[usize::from(seen)]
+        {
+            seen += 1;
+            i += 1;
+        }
+        if usize::from(seen) == BOM.len() {
+            self.bom = None;
+            Some(&chunk[i..])
+        } else if i == chunk.len() {
+            // Everything so far may still be a BOM: wait for more.
+            self.bom = Some(seen);
+            None
+        } else {
+            // Not a BOM: the bytes held back are stream content.
+            self.bom = None;
+            let held_back = &BOM[..usize::from(seen)];
+            if !held_back.is_empty() {
+                self.append(held_back);
+            }
+            Some(&chunk[i..])
+        }
+    }
+
+    /// Takes the next event, or the next error, in stream order, decoding
+    /// the pending input up to its end.
+    ///
+    /// `Ok(None)` means more bytes are needed: everything pushed so far is
+    /// decoded.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
+        self.decode_if_idle();
+        self.ready.take().transpose()
     }
 
     /// Ends the stream.
     ///
-    /// While events or errors are queued this returns them, like
+    /// While pushed bytes hold events or errors this returns them, like
     /// [`next_event`](Self::next_event): call it until it returns `Ok(None)`.
     /// Then, as the HTML standard says, an event not yet ended by a blank line
     /// is discarded, and so is a last line without a line end (it is never
@@ -194,8 +278,8 @@ impl SseDecoder {
     /// for a new stream, keeping [`last_event_id`](Self::last_event_id) and
     /// [`retry`](Self::retry).
     pub fn finish(&mut self) -> Result<Option<SseEvent>, SseError> {
-        if !self.ready.is_empty() {
-            return self.next_event();
+        if let Some(result) = self.next_event().transpose() {
+            return result.map(Some);
         }
         self.line = Vec::new();
         self.reset_block();
@@ -214,16 +298,30 @@ impl SseDecoder {
     }
 
     /// The reconnection time from the last valid `retry` field (ASCII digits
-    /// only, in milliseconds), updated as soon as that field is read.
+    /// only, in milliseconds), updated as soon as that field is decoded.
     pub fn retry(&self) -> Option<Duration> {
         self.retry
     }
 
-    /// The bytes the decoder holds: the event being decoded and the
-    /// unterminated line (together at most the limit), plus the events decoded
-    /// and not yet taken by [`next_event`](Self::next_event).
+    /// Every byte the decoder holds: the input pushed and not decoded yet;
+    /// the event being decoded and the unterminated line (together at most
+    /// the limit); the stream's last event id, and a new id the block being
+    /// read has set; and the event decoded and not taken yet by
+    /// [`next_event`](Self::next_event) (its id is the last event id, shared).
     pub fn buffered_len(&self) -> usize {
-        self.held() + self.ready_bytes
+        let new_id = match (&self.id_buffer, &self.last_event_id) {
+            (Some(new), Some(last)) if Arc::ptr_eq(new, last) => 0,
+            (new, _) => new.as_ref().map_or(0, |id| id.len()),
+        };
+        let ready = match &self.ready {
+            Some(Ok(event)) => event.data.len() + event.event.as_ref().map_or(0, String::len),
+            _ => 0,
+        };
+        self.pending().len()
+            + self.held()
+            + self.last_event_id.as_ref().map_or(0, |id| id.len())
+            + new_id
+            + ready
     }
 
     /// The bytes held for the event being decoded, checked against the limit.
@@ -231,37 +329,59 @@ impl SseDecoder {
         self.line.len() + self.data.len() + self.event_type.len()
     }
 
-    /// Splits `input` into lines; its BOM is already handled.
-    fn feed(&mut self, mut input: &[u8]) {
-        if input.is_empty() {
+    /// Decodes the pending input up to the next event; see
+    /// [`decode_from`](Self::decode_from).
+    fn decode(&mut self) {
+        if self.pending().is_empty() {
             return;
         }
-        if self.after_cr {
-            self.after_cr = false;
-            if input[0] == b'\n' {
-                input = &input[1..];
-            }
+        // Taken out, as decoding needs `self` too; put back (a move, not a
+        // copy) if an event stops it before the end.
+        let input = std::mem::take(&mut self.input);
+        let pos = self.pos + self.decode_from(&input[self.pos..]);
+        if pos < input.len() {
+            self.input = input;
+            self.pos = pos;
+        } else {
+            // All decoded: the chunk is released.
+            self.pos = 0;
         }
-        while let Some(end) = memchr2(b'\n', b'\r', input) {
+    }
+
+    /// Decodes `input` line by line until an event or an error is ready, or
+    /// `input` is used up; returns how many bytes it used. The BOM is already
+    /// handled.
+    fn decode_from(&mut self, input: &[u8]) -> usize {
+        let mut rest = input;
+        while self.ready.is_none() && !rest.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest[0] == b'\n' {
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
+            let Some(end) = memchr2(b'\n', b'\r', rest) else {
+                self.hold(rest);
+                rest = &[];
+                break;
+            };
             let mut next = end + 1;
-            if input[end] == b'\r' {
-                match input.get(next) {
+            if rest[end] == b'\r' {
+                match rest.get(next) {
                     Some(b'\n') => next += 1,
                     Some(_) => {}
                     None => self.after_cr = true,
                 }
             }
-            self.end_line(&input[..end]);
-            input = &input[next..];
+            self.end_line(&rest[..end]);
+            rest = &rest[next..];
         }
-        self.hold(input);
+        input.len() - rest.len()
     }
 
     /// Keeps the start of a line whose end has not arrived yet.
     fn hold(&mut self, part: &[u8]) {
-        if part.is_empty() {
-            return;
-        }
         if self.discarding {
             self.discard_line_nonempty = true;
         } else if self.held() + part.len() > self.max {
@@ -272,7 +392,7 @@ impl SseDecoder {
         }
     }
 
-    /// A line end arrived; `tail` is the part of the line in this chunk.
+    /// A line end arrived; `tail` is the part of the line in this input.
     fn end_line(&mut self, tail: &[u8]) {
         if self.discarding {
             let blank = tail.is_empty() && !self.discard_line_nonempty;
@@ -291,9 +411,31 @@ impl SseDecoder {
         } else {
             let mut line = std::mem::take(&mut self.line);
             line.extend_from_slice(tail);
+            if line.capacity() > KEEP_CAPACITY && self.data.is_empty() {
+                if let Some(value) = data_value_start(&line) {
+                    // A long first `data` line, the usual shape of a large
+                    // message: its buffer becomes the data, not copied.
+                    line.drain(..value);
+                    return self.start_data(line);
+                }
+            }
             self.process_line(&line);
-            line.clear();
-            self.line = line;
+            if line.capacity() <= KEEP_CAPACITY {
+                line.clear();
+                self.line = line;
+            }
+        }
+    }
+
+    /// The first `data` value of the block, `value`, as the data buffer.
+    fn start_data(&mut self, value: Vec<u8>) {
+        match String::from_utf8(value) {
+            Ok(mut data) => {
+                self.seen_field = true;
+                data.push('\n');
+                self.data = data;
+            }
+            Err(_) => self.fail(SseError::InvalidUtf8),
         }
     }
 
@@ -327,7 +469,7 @@ impl SseDecoder {
                     return self.fail(SseError::InvalidUtf8);
                 };
                 self.seen_field = true;
-                self.event_type.clear();
+                clear(&mut self.event_type);
                 self.event_type.push_str(value);
             }
             b"id" => {
@@ -336,7 +478,7 @@ impl SseDecoder {
                 };
                 self.seen_field = true;
                 if !value.contains('\0') {
-                    self.id_buffer = (!value.is_empty()).then(|| value.to_owned());
+                    self.id_buffer = (!value.is_empty()).then(|| Arc::from(value));
                     self.block_id = true;
                 }
             }
@@ -361,7 +503,7 @@ impl SseDecoder {
     /// A blank line: dispatches the block, if it had a field.
     fn dispatch(&mut self) {
         if !self.seen_field {
-            self.event_type.clear();
+            clear(&mut self.event_type);
             return;
         }
         let mut data = std::mem::take(&mut self.data);
@@ -369,23 +511,24 @@ impl SseDecoder {
             data.pop();
         }
         let event = (!self.event_type.is_empty()).then(|| std::mem::take(&mut self.event_type));
+        // Shared, not copied: a long id costs its bytes once, however many
+        // events carry it.
         self.last_event_id.clone_from(&self.id_buffer);
-        let event = SseEvent {
+        self.ready = Some(Ok(SseEvent {
             event,
             data,
             id: self.last_event_id.clone(),
             own_id: std::mem::take(&mut self.block_id),
             retry: self.block_retry.take(),
-        };
+        }));
         self.seen_field = false;
-        self.event_type.clear();
-        self.ready_bytes += event.held_bytes();
-        self.ready.push_back(Ok(event));
+        clear(&mut self.event_type);
     }
 
-    /// Queues `error`, drops the block being read and skips to its end.
+    /// Makes `error` the next result, drops the block being read and skips
+    /// to its end.
     fn fail(&mut self, error: SseError) {
-        self.ready.push_back(Err(error));
+        self.ready = Some(Err(error));
         self.line = Vec::new();
         self.reset_block();
         self.discarding = true;
@@ -403,6 +546,22 @@ impl SseDecoder {
     }
 }
 
+/// Where the value of a `data` field's line starts, if it is one with a
+/// colon (as [`SseDecoder::process_line`] reads it).
+fn data_value_start(line: &[u8]) -> Option<usize> {
+    let rest = line.strip_prefix(b"data:")?;
+    Some(if rest.starts_with(b" ") { 6 } else { 5 })
+}
+
+/// Empties `buffer`, releasing its memory if it grew large.
+fn clear(buffer: &mut String) {
+    if buffer.capacity() > KEEP_CAPACITY {
+        *buffer = String::new();
+    } else {
+        buffer.clear();
+    }
+}
+
 impl Default for SseDecoder {
     fn default() -> Self {
         Self::new()
@@ -415,7 +574,7 @@ impl fmt::Debug for SseDecoder {
         f.debug_struct("SseDecoder")
             .field("max_event_size", &self.max)
             .field("buffered_len", &self.buffered_len())
-            .field("queued", &self.ready.len())
+            .field("ready", &self.ready.is_some())
             .field("last_event_id", &self.last_event_id)
             .field("retry", &self.retry)
             .field("discarding", &self.discarding)
@@ -432,8 +591,10 @@ pub struct SseEvent {
     /// The `data` lines joined with LF (no trailing LF); empty if none.
     pub data: String,
     /// The stream's last event id as of this event (it carries over from
-    /// earlier events when this one has no `id` field).
-    pub id: Option<String>,
+    /// earlier events when this one has no `id` field). Shared with the
+    /// decoder and with the other events that carry it: cloning it is cheap
+    /// whatever its length.
+    pub id: Option<Arc<str>>,
     /// Whether this event has an `id` field of its own (then `id` is its
     /// id), rather than carrying an earlier event's over.
     pub own_id: bool,
@@ -446,13 +607,6 @@ impl SseEvent {
     /// `id` with empty `data`) and for `id`-, `event`- or `retry`-only blocks.
     pub fn has_data(&self) -> bool {
         !self.data.is_empty()
-    }
-
-    /// The bytes this event holds, for [`SseDecoder::buffered_len`].
-    fn held_bytes(&self) -> usize {
-        self.data.len()
-            + self.event.as_ref().map_or(0, String::len)
-            + self.id.as_ref().map_or(0, String::len)
     }
 }
 
@@ -716,14 +870,15 @@ mod tests {
         for start in [&b":"[..], b"x", b"data", b""] {
             let mut decoder = SseDecoder::with_max_event_size(100);
             decoder.push(start);
+            let mut results = Vec::new();
             for _ in 0..100 {
                 decoder.push(&[b'y'; 7]);
                 assert!(decoder.buffered_len() <= 100);
+                while let Some(result) = decoder.next_event().transpose() {
+                    results.push(result);
+                }
             }
-            assert_eq!(
-                decoder.next_event(),
-                Err(SseError::EventTooLarge { limit: 100 })
-            );
+            assert_eq!(results, [Err(SseError::EventTooLarge { limit: 100 })]);
         }
     }
 
@@ -835,5 +990,106 @@ mod tests {
         assert_eq!((second.id.as_deref(), second.own_id), (Some("1"), false));
         // An empty `id` clears the last event id, and is the event's own.
         assert_eq!((third.id.as_deref(), third.own_id), (None, true));
+    }
+    #[test]
+    fn a_long_id_is_shared_by_the_events_that_carry_it() {
+        let id = "i".repeat(64 * 1024);
+        let mut decoder = SseDecoder::new();
+        decoder.push(format!("id: {id}\n\n").as_bytes());
+        let first = decoder.next_event().unwrap().unwrap();
+        let mut events = vec![first];
+        decoder.push(&b"event\n\ndata: x\n\n".repeat(100));
+        while let Some(event) = decoder.next_event().unwrap() {
+            events.push(event);
+        }
+        assert_eq!(events.len(), 201);
+        let shared = events[0].id.clone().unwrap();
+        assert_eq!(&*shared, id);
+        for event in &events {
+            assert!(Arc::ptr_eq(event.id.as_ref().unwrap(), &shared), "a copy");
+        }
+        // Held once: by the decoder, not per event.
+        assert_eq!(decoder.buffered_len(), id.len());
+    }
+
+    #[test]
+    fn events_are_decoded_as_they_are_taken() {
+        let chunk = b"id: 1\ndata: x\n\n".repeat(1000);
+        let mut decoder = SseDecoder::with_max_event_size(64);
+        decoder.push(&chunk);
+        // One event decoded, the rest of the chunk kept as it is.
+        assert!(decoder.ready.is_some());
+        assert_eq!(decoder.pending().len(), chunk.len() - 15);
+        assert!(decoder.buffered_len() <= chunk.len());
+        let mut taken = 0;
+        while let Some(event) = decoder.next_event().unwrap() {
+            assert_eq!(event.data, "x");
+            taken += 1;
+            assert!(decoder.buffered_len() <= chunk.len() - 15 * taken + 2);
+        }
+        assert_eq!(taken, 1000);
+        assert_eq!(decoder.buffered_len(), 1, "the last event id");
+    }
+
+    #[test]
+    fn buffers_that_grew_large_are_released() {
+        let mut decoder = SseDecoder::new();
+        let long = "v".repeat(1024 * 1024);
+        decoder.push(format!("event: {long}").as_bytes());
+        decoder.push(format!("\nevent\ndata: {long}").as_bytes());
+        decoder.push(b"\n\n");
+        let event = decoder.next_event().unwrap().unwrap();
+        assert_eq!(event.event, None);
+        assert_eq!(event.data.len(), long.len());
+        assert!(decoder.line.capacity() <= KEEP_CAPACITY);
+        assert!(decoder.event_type.capacity() <= KEEP_CAPACITY);
+        assert!(decoder.data.capacity() <= KEEP_CAPACITY);
+    }
+
+    #[test]
+    fn bytes_pushed_as_bytes_decode_alike() {
+        let input = b"\xEF\xBB\xBFid: 1\ndata: a\r\n\r\ndata: b\n\n";
+        let mut decoder = SseDecoder::new();
+        let mut out = Vec::new();
+        for piece in [&input[..1], &input[1..9], &input[9..22], &input[22..]] {
+            decoder.push_bytes(Bytes::copy_from_slice(piece));
+            while let Some(event) = decoder.next_event().unwrap() {
+                out.push(event);
+            }
+        }
+        assert_eq!(
+            out,
+            decode(&[input])
+                .into_iter()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(out.len(), 2);
+    }
+    #[test]
+    fn a_long_data_line_carried_over_chunks_decodes_as_a_whole_one() {
+        let long = "é".repeat(50 * 1024);
+        for (input, want) in [
+            (format!("data: {long}\ndata: b\n\n"), format!("{long}\nb")),
+            (format!("data:{long}\n\n"), long.clone()),
+            (format!("data:  {long}\r\n\r\n"), format!(" {long}")),
+            (format!("data: a\ndata: {long}\n\n"), format!("a\n{long}")),
+            (format!("event: x\ndata: {long}\n\n"), long.clone()),
+        ] {
+            let input = input.as_bytes();
+            let whole = decode(&[input]);
+            assert_eq!(whole.len(), 1);
+            assert_eq!(whole[0].as_ref().unwrap().data, want);
+            for cut in [1, 7, 4096, input.len() / 2 + 1, input.len() - 3] {
+                let chunks: Vec<&[u8]> = input.chunks(cut).collect();
+                assert_eq!(decode(&chunks), whole, "chunks of {cut}");
+            }
+        }
+        // Invalid UTF-8 in a long line is an error, and the event is skipped.
+        let mut input = b"data: ".to_vec();
+        input.extend_from_slice(&[b'x'; 100 * 1024]);
+        input.extend_from_slice(b"\xFF\ndata: skipped\n\ndata: ok\n\n");
+        let chunks: Vec<&[u8]> = input.chunks(8192).collect();
+        assert_eq!(decode(&chunks), [Err(SseError::InvalidUtf8), msg("ok")]);
     }
 }

@@ -1,83 +1,43 @@
 //! The messages a response (JSON or SSE) or the GET stream carries.
 
-use std::collections::hash_map::RandomState;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
 
+use super::replay::ReplayKey;
 use super::sse::{SseDecoder, SseError};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, parse_messages};
+use crate::jsonrpc::{Message, ParseError, parse_messages_bounded};
 
 /// The server's messages on one HTTP response, in the order sent.
 ///
 /// For an `application/json` answer they are all there already. For an SSE
-/// stream they are decoded as the body arrives, with memory bounded by the
-/// configured event size. Events that carry no data (priming events: an id
-/// and an empty `data`) and events of a type other than `message` yield no
-/// message, but their `id` and `retry` are kept for resumption.
+/// stream they are decoded as the body arrives, one event at a time, with
+/// memory bounded by the configured event size: the next body frame is read
+/// only once every event of the last one has been taken. Events that carry
+/// no data (priming events: an id and an empty `data`) and events of a type
+/// other than `message` yield no message, but their `id` and `retry` are kept
+/// for resumption. A batch (a JSON array, in a JSON body or in one event) of
+/// more messages than [`TransportConfig::max_batch_messages`] is refused.
+///
+/// [`TransportConfig::max_batch_messages`]: super::TransportConfig::max_batch_messages
 pub struct MessageStream {
     queue: VecDeque<Message>,
     body: Option<ResponseBody>,
     // Boxed: the decoder is large and a JSON answer never needs one.
     decoder: Option<Box<SseDecoder>>,
     failed: bool,
-    /// The id of the event the queued messages came from, if it had one.
+    max_batch: usize,
+    /// The own id of the event the queued messages came from, if it had one.
     event_id: Option<Arc<str>>,
-    /// How many messages of that event have been taken.
-    taken_in_event: usize,
-}
-
-/// Where a message stood on an SSE stream: its event's own id and its
-/// place in that event (a batch holds several), so that a resumed stream's
-/// replay of it can be recognised.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct ReplayKey {
-    event_id: Arc<str>,
-    index: usize,
-}
-
-/// The messages already seen on one request's streams, to ignore what a
-/// resumed stream replays. Per message, not per event (a batch's messages
-/// share their event's id), and bounded: it keeps 64-bit hashes of the
-/// newest [`ReplayFilter::CAPACITY`] keys, never the ids themselves.
-pub(crate) struct ReplayFilter {
-    hasher: RandomState,
-    order: VecDeque<u64>,
-    seen: HashSet<u64>,
-}
-
-impl ReplayFilter {
-    /// Keys remembered; older ones are forgotten.
-    pub(crate) const CAPACITY: usize = 1024;
-
-    pub(crate) fn new() -> Self {
-        ReplayFilter {
-            hasher: RandomState::new(),
-            order: VecDeque::new(),
-            seen: HashSet::new(),
-        }
-    }
-
-    /// True the first time a key is seen.
-    pub(crate) fn first(&mut self, key: &ReplayKey) -> bool {
-        let hash = self.hasher.hash_one(key);
-        if !self.seen.insert(hash) {
-            return false;
-        }
-        if self.order.len() == Self::CAPACITY {
-            if let Some(oldest) = self.order.pop_front() {
-                self.seen.remove(&oldest);
-            }
-        }
-        self.order.push_back(hash);
-        true
-    }
+    /// The index in that event of the message at the front of the queue.
+    next_index: usize,
+    /// Where the message `next` returned last came from.
+    replay_key: Option<ReplayKey>,
 }
 
 impl MessageStream {
@@ -87,19 +47,25 @@ impl MessageStream {
             body: None,
             decoder: None,
             failed: false,
+            max_batch: usize::MAX,
             event_id: None,
-            taken_in_event: 0,
+            next_index: 0,
+            replay_key: None,
         }
     }
 
-    pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize) -> Self {
+    /// An SSE answer: events of at most `max_event_size` bytes, batches of
+    /// at most `max_batch` messages.
+    pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize, max_batch: usize) -> Self {
         MessageStream {
             queue: VecDeque::new(),
             body: Some(body),
             decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
             failed: false,
+            max_batch,
             event_id: None,
-            taken_in_event: 0,
+            next_index: 0,
+            replay_key: None,
         }
     }
 
@@ -113,14 +79,20 @@ impl MessageStream {
         self.decoder.as_ref()?.last_event_id()
     }
 
-    /// Where the message last taken stood: its SSE event's own id (when the
-    /// event had an `id` field of its own) and its place in the event.
-    pub(crate) fn replay_key(&self) -> Option<ReplayKey> {
-        let event_id = self.event_id.clone()?;
-        Some(ReplayKey {
-            event_id,
-            index: self.taken_in_event.checked_sub(1)?,
-        })
+    /// The id of the SSE event the last message came from, when that event
+    /// had an `id` field of its own. One event may hold several messages (a
+    /// batch), which share it.
+    #[cfg(feature = "wire")]
+    pub fn event_id(&self) -> Option<&str> {
+        self.replay_key.as_ref().map(|key| &*key.event_id)
+    }
+
+    /// Where the message [`next`](Self::next) returned last came from: its
+    /// event's own id and its index in that event, for spotting what a
+    /// resumed stream replays (see [`ReplayFilter`](super::ReplayFilter)).
+    /// `None` for a JSON answer, and for an event without an `id` field.
+    pub(crate) fn replay_key(&self) -> Option<&ReplayKey> {
+        self.replay_key.as_ref()
     }
 
     /// The server's last `retry:` value, the wait before resuming.
@@ -131,16 +103,20 @@ impl MessageStream {
     /// The next message; `None` once the response has ended.
     ///
     /// An error ends the stream: a broken connection, an event over the size
-    /// limit, an event that is not JSON-RPC. After an error `next` returns
-    /// `None`; [`last_event_id`](Self::last_event_id) still tells where the
-    /// stream broke.
+    /// limit, a batch over its limit, an event that is not JSON-RPC. After an
+    /// error `next` returns `None`; [`last_event_id`](Self::last_event_id)
+    /// still tells where the stream broke.
     pub async fn next(&mut self) -> Option<Result<Message>> {
         if self.failed {
             return None;
         }
         loop {
             if let Some(message) = self.queue.pop_front() {
-                self.taken_in_event += 1;
+                self.replay_key = self.event_id.clone().map(|event_id| ReplayKey {
+                    event_id,
+                    index: self.next_index,
+                });
+                self.next_index += 1;
                 return Some(Ok(message));
             }
             let decoder = self.decoder.as_mut()?;
@@ -148,19 +124,13 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
-                        self.event_id = event
-                            .own_id
-                            .then(|| event.id.as_deref().map(Arc::from))
-                            .flatten();
-                        self.taken_in_event = 0;
-                        match parse_messages(event.data.as_bytes()) {
-                            Ok(messages) => self.queue.extend(messages),
-                            Err(e) => {
-                                return self.fail(
-                                    Error::protocol("an SSE event is not a JSON-RPC message")
-                                        .with_source(e),
-                                );
+                        match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
+                            Ok(messages) => {
+                                self.queue.extend(messages);
+                                self.event_id = event.id.filter(|_| event.own_id);
+                                self.next_index = 0;
                             }
+                            Err(e) => return self.fail(parse_error(e, "an SSE event")),
                         }
                     }
                     continue;
@@ -168,13 +138,14 @@ impl MessageStream {
                 Ok(None) => {}
                 Err(e) => return self.fail(sse_error(e)),
             }
-            // Every complete event is out; an unterminated last one is
+            // Every event pushed is out (the decoder holds nothing ready):
+            // only now read the next frame. An unterminated last event is
             // discarded at the end, as the SSE spec says.
             let body = self.body.as_mut()?;
             match body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        decoder.push(&data);
+                        decoder.push_bytes(data);
                     }
                 }
                 Some(Err(e)) => {
@@ -193,6 +164,18 @@ impl MessageStream {
         self.queue.clear();
         self.failed = true;
         Some(Err(error))
+    }
+}
+
+/// The error for a body (`what`) that is not a JSON-RPC message or batch.
+pub(crate) fn parse_error(error: ParseError, what: &str) -> Error {
+    match error {
+        ParseError::TooMany { max } => {
+            Error::limit(format!("{what} holds a batch of more than {max} messages"))
+        }
+        ParseError::Json(e) => {
+            Error::protocol(format!("{what} is not a JSON-RPC message")).with_source(e)
+        }
     }
 }
 

@@ -1,0 +1,318 @@
+//! Resident memory under hostile SSE streams (F37), with the default limits
+//! (8 MiB per SSE event, 8 MiB per JSON body): a server that sends a long
+//! `id:` line and then many events that carry it over, one huge frame of
+//! tiny events, or a batch of tiny messages near the event limit gets a
+//! clear error, and the process's peak resident memory stays under
+//! [`PEAK_LIMIT`], bounded by the limits rather than by their product with
+//! the number of events.
+//!
+//! Each attack goes through a real session (`Connector::new(url).connect()`)
+//! against the test kit, whose `tools/call` answers with the flood. Peak
+//! resident memory is the kernel's high-water mark (`VmHWM`), reset before
+//! the attack through `/proc/self/clear_refs`; where that is not allowed, a
+//! thread samples `VmRSS` while the attack runs.
+//!
+//! The peak is the whole process's, and memory an earlier attack freed may
+//! stay resident (the allocator keeps it), so each attack runs alone in a
+//! process of its own: the test re-runs this test binary for just that test
+//! (and, inside it, through `scenario`, like every other scenario).
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mcp_scoped_http::Connector;
+use mcp_scoped_http::Resumption;
+use serde_json::json;
+use support::*;
+
+const MIB: usize = 1024 * 1024;
+/// The peak resident memory of the whole test process allowed during an
+/// attack: the limits (8 MiB) a few times over, the test server in the same
+/// process included. Before the fix, each attack below took hundreds of MiB
+/// or more.
+const PEAK_LIMIT: usize = 64 * MIB;
+/// Each attack must end (with an error) within this; it takes well under a
+/// second.
+const DEADLINE: Duration = Duration::from_secs(30);
+/// The default event limit, which the attacks are sized against.
+const EVENT_LIMIT: usize = 8 * MIB;
+/// Set in the process that runs one attack: the name of its test.
+const CHILD: &str = "MCP_SCOPED_HTTP_MEMORY_ATTACK";
+/// What the attack's process prints once the attack has run.
+const RAN: &str = "attack ran: ";
+
+/// Runs `attack` in a process of its own: this test binary, run again for
+/// the test `test` alone. The attack's figures and failure show in this
+/// test's output.
+fn isolated(test: &str, attack: impl FnOnce()) {
+    if std::env::var(CHILD).as_deref() == Ok(test) {
+        attack();
+        println!("{RAN}{test}");
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, test)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the attack's process");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    // The attack bounds itself; this bounds a process that would not end.
+    let deadline = Instant::now() + DEADLINE + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the attack's process") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = stdout.join().expect("its output");
+    let stderr = stderr.join().expect("its output");
+    eprint!("{stderr}");
+    let ran = stdout.contains(&format!("{RAN}{test}\n"));
+    assert!(
+        status.is_some_and(|s| s.success()) && ran,
+        "{test}: the attack's process ended {status:?} (ran: {ran})\n{stdout}"
+    );
+}
+
+/// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
+fn status_bytes(field: &str) -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: usize = line
+        .trim_start_matches(field)
+        .trim_start_matches(':')
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Measures the process's peak resident memory from now on.
+enum PeakMeter {
+    /// The high-water mark was reset to the current resident size.
+    HighWaterMark,
+    /// Not allowed to reset it: a thread samples the resident size.
+    Sampler {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<usize>,
+    },
+}
+
+impl PeakMeter {
+    fn start() -> PeakMeter {
+        if std::fs::write("/proc/self/clear_refs", "5").is_ok() && status_bytes("VmHWM").is_some() {
+            return PeakMeter::HighWaterMark;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut peak = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    peak = peak.max(status_bytes("VmRSS").expect("/proc/self/status has VmRSS"));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                peak.max(status_bytes("VmRSS").unwrap_or(0))
+            }
+        });
+        PeakMeter::Sampler { stop, thread }
+    }
+
+    /// The peak since `start`, in bytes.
+    fn peak(self) -> usize {
+        match self {
+            PeakMeter::HighWaterMark => status_bytes("VmHWM").expect("VmHWM"),
+            PeakMeter::Sampler { stop, thread } => {
+                stop.store(true, Ordering::Relaxed);
+                thread.join().expect("the sampler")
+            }
+        }
+    }
+}
+
+/// What the client should make of an attack.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// The stream ends without the response (resumption is off).
+    NoResponse,
+    /// A limit is hit; the error says this.
+    Limit(&'static str),
+}
+
+/// Runs one attack: `tools/call` is answered with `flood`; the call must
+/// end within [`DEADLINE`] with the expected error, and the peak resident
+/// memory meanwhile stay under [`PEAK_LIMIT`].
+fn attack(name: &'static str, flood: FaultAction, expect: Expect) {
+    scenario(async move {
+        let server =
+            TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
+        let session = Connector::new(server.url())
+            .listen(false)
+            // No GET to resume with a megabyte-long `Last-Event-ID`: the
+            // stream's end is the end.
+            .resumption(Resumption::default().max_attempts(0))
+            .connect()
+            .await
+            .unwrap();
+        // Warm: the connection, the runtime's and the allocator's first use.
+        session.call_tool("tool-000", json!({})).await.unwrap();
+        server.push_fault(Fault::on_rpc("tools/call", flood).times(1));
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let started = Instant::now();
+        let outcome =
+            tokio::time::timeout(DEADLINE, session.call_tool("tool-000", json!({}))).await;
+        let took = started.elapsed();
+        let peak = meter.peak();
+        eprintln!(
+            "{name}: peak resident {:.1} MiB (from {:.1} MiB), {took:?}",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+        );
+        let error = match outcome {
+            Err(_) => panic!("{name}: no end within {DEADLINE:?}"),
+            Ok(Ok(result)) => panic!("{name}: a result from a flood: {result}"),
+            Ok(Err(error)) => error,
+        };
+        match expect {
+            Expect::NoResponse => assert!(
+                error.is_protocol() && error.to_string().contains("broke off"),
+                "{name}: {error}"
+            ),
+            Expect::Limit(says) => assert!(
+                error.is_limit() && error.to_string().contains(says),
+                "{name}: {error}"
+            ),
+        }
+        assert!(
+            peak < PEAK_LIMIT,
+            "{name}: peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            PEAK_LIMIT / MIB
+        );
+        // The session is still usable after the flood.
+        session.call_tool("tool-000", json!({})).await.unwrap();
+        session.close().await;
+    });
+}
+
+/// `id: ` and an id of `len` bytes, then a line end.
+fn id_line(len: usize, fill: u8) -> Vec<u8> {
+    let mut line = b"id: ".to_vec();
+    line.resize(4 + len, fill);
+    line.push(b'\n');
+    line
+}
+
+#[test]
+fn f37_a_1_mib_id_then_empty_events_in_16_kib_frames() {
+    isolated("f37_a_1_mib_id_then_empty_events_in_16_kib_frames", || {
+        // Every `event` block dispatches an event carrying the 1 MiB id.
+        let unit = b"event\n\n";
+        attack(
+            "1 MiB id, then 64 KiB of `event` blocks in 16 KiB frames",
+            FaultAction::SseFlood {
+                prefix: Bytes::from(id_line(MIB, b'a')),
+                unit: Bytes::from_static(unit),
+                repeat: 64 * 1024 / unit.len(),
+                suffix: Bytes::new(),
+                frame: 16 * 1024,
+            },
+            Expect::NoResponse,
+        );
+    });
+}
+
+#[test]
+fn f37_an_id_near_the_event_limit_then_empty_events_in_1_mib_frames() {
+    isolated(
+        "f37_an_id_near_the_event_limit_then_empty_events_in_1_mib_frames",
+        || {
+            let unit = b"event\n\n";
+            attack(
+                "8 MiB id, then 1 MiB of `event` blocks in 1 MiB frames",
+                FaultAction::SseFlood {
+                    prefix: Bytes::from(id_line(EVENT_LIMIT - 64, b'b')),
+                    unit: Bytes::from_static(unit),
+                    repeat: MIB / unit.len(),
+                    suffix: Bytes::new(),
+                    frame: MIB,
+                },
+                Expect::NoResponse,
+            );
+        },
+    );
+}
+
+#[test]
+fn f37_one_huge_frame_of_tiny_data_events() {
+    isolated("f37_one_huge_frame_of_tiny_data_events", || {
+        // Tiny notifications, all in one 2 MiB frame, each carrying a 16 KiB id.
+        let unit = b"data:{\"method\":\"n\"}\n\n";
+        let repeat = 2 * MIB / unit.len();
+        attack(
+            "16 KiB id, then 2 MiB of tiny data events in one frame",
+            FaultAction::SseFlood {
+                prefix: Bytes::from(id_line(16 * 1024, b'c')),
+                frame: unit.len() * repeat,
+                unit: Bytes::from_static(unit),
+                repeat,
+                suffix: Bytes::new(),
+            },
+            Expect::NoResponse,
+        );
+    });
+}
+
+#[test]
+fn f37_a_long_id_then_a_batch_of_tiny_messages_near_the_event_limit() {
+    isolated(
+        "f37_a_long_id_then_a_batch_of_tiny_messages_near_the_event_limit",
+        || {
+            // One event: a 1 MiB id, and a batch of about 560 000 notifications in
+            // an 8 MiB `data` line.
+            let unit = br#"{"method":"n"},"#;
+            let mut prefix = id_line(MIB, b'd');
+            prefix.extend_from_slice(b"data: [");
+            let suffix = b"{\"method\":\"n\"}]\n\n";
+            attack(
+                "1 MiB id, then an 8 MiB batch of tiny messages",
+                FaultAction::SseFlood {
+                    prefix: Bytes::from(prefix),
+                    unit: Bytes::from_static(unit),
+                    repeat: (EVENT_LIMIT - 64) / unit.len(),
+                    suffix: Bytes::from_static(suffix),
+                    frame: MIB,
+                },
+                Expect::Limit("a batch of more than 1024 messages"),
+            );
+        },
+    );
+}
