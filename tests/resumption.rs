@@ -195,3 +195,54 @@ fn a_response_on_the_get_stream_reaches_the_request_waiting_for_it() {
         }
     });
 }
+
+/// The GET stream is cut after an event with an id, and the server
+/// replays that event to the listener's resuming GET (at least once): the
+/// notification reaches the caller once.
+#[test]
+fn an_event_the_listener_gets_again_on_resuming_is_delivered_once() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
+            let mut connector = Connector::new(server.url());
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            let mut notifications = session.notifications().unwrap();
+            assert!(
+                eventually(Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
+            );
+            let note = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {"level": "info", "data": "once"},
+            });
+            assert_eq!(server.cut_listeners_after(&note), 1);
+            // The resuming GET (which gets the replay, then ends), then one
+            // more, which stays open.
+            let resumed = || {
+                seen_http(&server, http::Method::GET).len() == 3
+                    && server.stats().listen_streams_open == 1
+            };
+            assert!(eventually(Duration::from_secs(5), resumed).await);
+            let gets = seen_http(&server, http::Method::GET);
+            assert!(gets[1].header("last-event-id").is_some(), "it resumed");
+            let mut seen = Vec::new();
+            while let Ok(message) = notifications.try_recv() {
+                seen.push(message);
+            }
+            assert_eq!(seen.len(), 1, "delivered once: {seen:?}");
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Backoff, Engine, Front, Generation};
+use crate::transport::ReplayFilter;
 
 /// GET attempts per listener: the first, and reconnects after the stream
 /// ends or fails. A 405 ends it at once.
@@ -13,7 +14,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Reads `generation`'s GET stream until the server has none (405), the
 /// attempts run out, or another session replaces this one; routes what
-/// comes, resuming after the last event id seen on this session only.
+/// comes, resuming after the last event id seen on this session only, and
+/// ignores what a resumed stream replays.
 ///
 /// A 404 here is not taken for expiry: some servers answer a GET they do
 /// not serve with 404. The listener gives up after its attempts; requests
@@ -21,6 +23,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub(super) async fn listen<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<Generation>) {
     let mut last_event_id: Option<String> = None;
     let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    // What a reconnect with `Last-Event-ID` replays is not delivered twice.
+    let mut replays = ReplayFilter::new();
     for attempt in 1..=MAX_ATTEMPTS {
         if !engine.is_current(generation) {
             tracing::debug!("the session was replaced; its listener stops");
@@ -39,6 +43,7 @@ pub(super) async fn listen<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<G
             Ok(Some(mut stream)) => {
                 while let Some(message) = stream.next().await {
                     match message {
+                        Ok(_) if stream.replay_key().is_some_and(|key| !replays.first(key)) => {}
                         Ok(message) => engine.route(generation, message).await,
                         Err(error) => {
                             tracing::debug!(%error, "the GET stream failed");

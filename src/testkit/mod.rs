@@ -455,6 +455,35 @@ impl TestServer {
         sent
     }
 
+    /// Sends `message` as one event with an id on every open listening
+    /// stream, then ends those streams, as a server that restarts its
+    /// streams does. A GET that resumes one with that event's id as
+    /// `Last-Event-ID` (and the same session) gets the same event again,
+    /// same id and data, as a server that delivers at least once may send
+    /// it, and then that stream ends too. Returns how many streams got it.
+    pub fn cut_listeners_after(&self, message: &serde_json::Value) -> usize {
+        let mut st = self.shared.state();
+        let listeners = std::mem::take(&mut st.listeners);
+        let mut sent = 0;
+        for listener in listeners {
+            let id = self.shared.event_id();
+            let event = sse::event(Some(&id), None, &message.to_string());
+            if listener.tx.try_send(Ok(event.clone())).is_ok() {
+                sent += 1;
+                st.replays.insert(
+                    id,
+                    Replay {
+                        session: listener.session.clone(),
+                        events: vec![event],
+                        messages: Vec::new(),
+                    },
+                );
+            }
+            // Dropping the sender ends the stream after what it queued.
+        }
+        sent
+    }
+
     /// Sends a JSON-RPC request from the server,
     /// `{"jsonrpc":"2.0","id":"srv-N","method":method,"params":params}`, as
     /// one event on every open listening stream, each with its own new id;
