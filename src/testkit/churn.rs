@@ -14,7 +14,7 @@
 use std::future::{Future, poll_fn};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -584,14 +584,12 @@ impl Recording {
                         .await
                         .map(|c| c.to_bytes())
                         .unwrap_or_default();
-                    log.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(Exchange {
-                            method: parts.method.clone(),
-                            uri: parts.uri.clone(),
-                            headers: parts.headers.clone(),
-                            body: bytes.clone(),
-                        });
+                    crate::sync::lock(&log).push(Exchange {
+                        method: parts.method.clone(),
+                        uri: parts.uri.clone(),
+                        headers: parts.headers.clone(),
+                        body: bytes.clone(),
+                    });
                     let request = http::Request::from_parts(parts, Full::new(bytes));
                     bare.request(request).await.map_err(BoxError::from)
                 }
@@ -606,7 +604,7 @@ impl Recording {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         outcome?;
-        let exchanges = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+        let exchanges = std::mem::take(&mut *crate::sync::lock(&log));
         Ok(Recording { exchanges })
     }
 }

@@ -242,9 +242,7 @@ impl State {
 
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the state inconsistent
-        // in a way that matters for a test server.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// A fresh, server-wide unique SSE event id.
