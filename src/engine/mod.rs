@@ -283,8 +283,7 @@ impl<F: Front> Engine<F> {
             wire,
             owned: false,
         });
-        self.current
-            .send_replace(Current::Ready(generation.clone()));
+        self.set_current(Current::Ready(generation.clone()));
         generation
     }
 
@@ -358,8 +357,19 @@ impl<F: Front> Engine<F> {
 
     /// Makes `generation` the session requests go to.
     pub(crate) fn set_ready(&self, generation: &Arc<Generation>) {
-        self.current
-            .send_replace(Current::Ready(generation.clone()));
+        self.set_current(Current::Ready(generation.clone()));
+    }
+
+    /// Moves to `state`, unless closed: a renewal that ends after a close
+    /// changes nothing.
+    fn set_current(&self, state: Current) {
+        self.current.send_if_modified(|current| {
+            let open = !matches!(current, Current::Closed);
+            if open {
+                *current = state;
+            }
+            open
+        });
     }
 
     /// The session in use, if one is open.
@@ -482,7 +492,7 @@ impl<F: Front> Engine<F> {
             }
             Err(error) => {
                 tracing::debug!(%error, "opening a new session failed");
-                self.current.send_replace(Current::Lost(Some(error)));
+                self.set_current(Current::Lost(Some(error)));
             }
         }
     }
