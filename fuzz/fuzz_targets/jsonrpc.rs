@@ -8,7 +8,7 @@
 //!   again to the same bytes;
 //! - the messages serialized as a JSON array parse back to the same batch;
 //! - parsing through a `serde_json::Value` (`Message::from_value`) agrees
-//!   (where the body is UTF-8: see below).
+//!   (but for invalid strings in ignored fields: see below).
 
 #![no_main]
 
@@ -30,11 +30,17 @@ fuzz_target!(|data: &[u8]| {
                 "bytes and Value disagree"
             ),
             // serde_json skips the fields a message ignores without checking
-            // their UTF-8; a `Value` keeps everything, so it refuses.
-            Err(e) => assert!(
-                std::str::from_utf8(data).is_err(),
-                "parsed as a message but not as JSON ({e})"
-            ),
+            // their strings' UTF-8 or `\u` surrogates; a `Value` keeps
+            // everything, so it refuses them. Harmless: nothing is kept.
+            Err(e) => {
+                let why = e.to_string();
+                assert!(
+                    std::str::from_utf8(data).is_err()
+                        || why.contains("surrogate")
+                        || why.contains("unicode code point"),
+                    "parsed as a message but not as JSON ({e})"
+                );
+            }
         }
     }
     let mut batch = Vec::from(&b"["[..]);
@@ -51,7 +57,11 @@ fuzz_target!(|data: &[u8]| {
                 String::from_utf8_lossy(&bytes)
             )
         });
-        assert_eq!(again.as_slice(), std::slice::from_ref(message), "round trip");
+        assert_eq!(
+            again.as_slice(),
+            std::slice::from_ref(message),
+            "round trip"
+        );
         assert_eq!(again[0].to_vec(), bytes, "serializing is not stable");
         if i > 0 {
             batch.push(b',');
