@@ -38,3 +38,67 @@ fn floats_parse_alike_from_bytes_and_from_a_value() {
         parse_messages(input).unwrap()[0]
     );
 }
+
+// fuzz/sse_decoder: `buffered_len` after a push can pass `limit + chunk`.
+// Not fixed here: src/transport/sse.rs is being reworked (events decoded
+// lazily, ids shared), and these are the checks for that work; remove the
+// `ignore` (and `MCP_FUZZ_SSE_ALLOW_ID_COPIES` from .ci/fuzz) once they pass.
+
+/// Every event queued by one push holds its own copy of the last event id,
+/// carried over from an earlier event: a 6-byte `data\n\n` block costs a
+/// whole id. With a 64 KiB limit, a 64 KiB id and then 6 KiB of such blocks
+/// hold 64 MiB; with the default 8 MiB limit, one 64 KiB frame after an
+/// 8 MiB id would make `push` allocate about 90 GB.
+#[test]
+#[ignore = "open: SseDecoder copies a carried id into every queued event (src/transport/sse.rs)"]
+fn a_carried_id_is_not_copied_into_every_queued_event() {
+    use mcp_scoped_http::wire::sse::SseDecoder;
+
+    // Minimized: a 16-byte limit.
+    let limit = 16;
+    let chunk = [&b"id: 0123456789\n\n"[..], &b"data\n\n".repeat(6)].concat();
+    let mut decoder = SseDecoder::with_max_event_size(limit);
+    decoder.push(&chunk);
+    assert!(
+        decoder.buffered_len() <= limit + chunk.len(),
+        "{} bytes buffered after a {}-byte push, limit {limit}",
+        decoder.buffered_len(),
+        chunk.len()
+    );
+
+    // Scaled up.
+    let limit = 64 * 1024;
+    let mut decoder = SseDecoder::with_max_event_size(limit);
+    let id = format!("id: {}\n\n", "i".repeat(limit - 4));
+    decoder.push(id.as_bytes());
+    while let Ok(Some(_)) = decoder.next_event() {}
+    let chunk = b"data\n\n".repeat(1024);
+    decoder.push(&chunk);
+    assert!(
+        decoder.buffered_len() <= limit + chunk.len(),
+        "{} bytes buffered after a {}-byte push, limit {limit}",
+        decoder.buffered_len(),
+        chunk.len()
+    );
+}
+
+/// Bounded, but past `limit + chunk` all the same: an event's own id read
+/// in an earlier chunk is held outside the counted buffers, then counted
+/// again when the event is queued.
+#[test]
+#[ignore = "open: an id read in an earlier chunk is not counted until its event is queued (src/transport/sse.rs)"]
+fn an_id_from_an_earlier_chunk_stays_within_limit_plus_chunk() {
+    use mcp_scoped_http::wire::sse::SseDecoder;
+
+    let limit = 16;
+    let mut decoder = SseDecoder::with_max_event_size(limit);
+    decoder.push(b"id: 0123456789\n");
+    decoder.push(b"data: 0123456789");
+    assert_eq!(decoder.next_event(), Ok(None));
+    decoder.push(b"\n\n");
+    assert!(
+        decoder.buffered_len() <= limit + 2,
+        "{} bytes buffered after a 2-byte push, limit {limit}",
+        decoder.buffered_len()
+    );
+}
