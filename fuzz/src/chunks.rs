@@ -5,7 +5,7 @@
 //! | bytes | meaning |
 //! | --- | --- |
 //! | 0..2 | `limit = 16 + (u16 little-endian % 4081)`, so 16..=4096 |
-//! | 2 | mode: bit 7 set → one byte per chunk; else the low 5 bits are `n`, the number of cuts |
+//! | 2 | mode: bit 7 set → one byte per chunk; else the low 5 bits are `n`, the number of cuts; bits 5 and 6 are `flags`, for the target to use |
 //! | next `2n` | the cut positions, u16 little-endian each, taken modulo `stream.len() + 1` |
 //! | the rest | the stream |
 //!
@@ -24,6 +24,8 @@ pub struct Plan<'a> {
     pub limit: usize,
     /// Byte-by-byte chunking.
     pub bytewise: bool,
+    /// Two bits (0..=3) a target may use to pick a variant.
+    pub flags: u8,
     /// Cut positions into `stream`, sorted, each `<= stream.len()`.
     pub cuts: Vec<usize>,
     /// The stream's bytes.
@@ -38,6 +40,7 @@ impl<'a> Plan<'a> {
         let limit = MIN_LIMIT + usize::from(raw) % (MAX_LIMIT - MIN_LIMIT + 1);
         let mode = byte(2);
         let bytewise = mode & 0x80 != 0;
+        let flags = (mode >> 5) & 0b11;
         let n = if bytewise {
             0
         } else {
@@ -56,6 +59,7 @@ impl<'a> Plan<'a> {
         Plan {
             limit,
             bytewise,
+            flags,
             cuts,
             stream,
         }
@@ -88,7 +92,8 @@ mod tests {
         assert_eq!(plan.limit, 16);
         assert_eq!(plan.stream, b"abcdef");
         assert_eq!(plan.chunks(), [&b"a"[..], b"bc", b"def"]);
-        let plan = Plan::parse(b"\xff\xff\x80xyz");
+        let plan = Plan::parse(b"\xff\xff\xe0xyz");
+        assert_eq!(plan.flags, 3);
         assert_eq!(plan.chunks(), [&b"x"[..], b"y", b"z"]);
         assert!(Plan::parse(b"").chunks().concat().is_empty());
         assert!(Plan::parse(b"\x00\x00\x1f\x01").stream.is_empty());
