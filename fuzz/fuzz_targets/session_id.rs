@@ -24,10 +24,8 @@ fn first_bad(value: &str) -> Option<usize> {
 /// A value that fails the same way as `value`, made of `x`s and a space.
 fn stand_in(value: &str) -> String {
     let mut bytes = vec![b'x'; value.len()];
-    if value.len() <= MAX {
-        if let Some(at) = first_bad(value) {
-            bytes[at] = b' ';
-        }
+    if let Some(at) = first_bad(value).filter(|_| value.len() <= MAX) {
+        bytes[at] = b' ';
     }
     String::from_utf8(bytes).unwrap()
 }
