@@ -6,7 +6,8 @@
 //! `max_json_body`, and its `flags` pick the exchange:
 //! - 0: the GET stream (`open_get_stream`), `text/event-stream`;
 //! - 1: a POSTed request answered `text/event-stream`;
-//! - 2, 3: a POSTed request answered `application/json`.
+//! - 2: a POSTed request answered `application/json`;
+//! - 3: a POSTed request answered 400, `application/json`.
 //!
 //! Checked against what the parts say the whole must do:
 //! - SSE: the messages are those of the reference decoder's events (type
@@ -17,7 +18,11 @@
 //!   `last_event_id` and `retry`;
 //! - JSON: a body over the limit is a limit error; otherwise the answer is
 //!   `parse_messages` of the body (a leading BOM skipped), or a protocol
-//!   error when that fails.
+//!   error when that fails;
+//! - 400: a status error with status 400 that carries the body's first
+//!   JSON-RPC error object, if `parse_messages` finds one (the body is
+//!   within the 64 KiB error-body limit), and no session expiry (no session
+//!   id was sent).
 
 #![no_main]
 
@@ -64,13 +69,19 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A transport whose every request is answered 200 with `content_type`
-/// and `frames`.
-fn transport(content_type: &'static str, frames: Vec<Bytes>, limit: usize) -> StreamableHttp {
+/// A transport whose every request is answered `status` with
+/// `content_type` and `frames`.
+fn transport(
+    status: u16,
+    content_type: &'static str,
+    frames: Vec<Bytes>,
+    limit: usize,
+) -> StreamableHttp {
     let frames = Arc::new(frames);
     let service = tower::service_fn(move |_request: http::Request<_>| {
         let body = Frames(frames.iter().cloned().collect());
         let response = http::Response::builder()
+            .status(status)
             .header(http::header::CONTENT_TYPE, content_type)
             .body(body)
             .expect("a response");
@@ -151,7 +162,7 @@ fuzz_target!(|data: &[u8]| {
     runtime().block_on(async {
         match plan.flags {
             0 | 1 => {
-                let wire = transport("text/event-stream", frames, limit);
+                let wire = transport(200, "text/event-stream", frames, limit);
                 let stream = if plan.flags == 0 {
                     wire.open_get_stream(None)
                         .await
@@ -169,8 +180,8 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(stream.retry(), decoded.retry);
                 }
             }
-            _ => {
-                let wire = transport("application/json", frames, limit);
+            2 => {
+                let wire = transport(200, "application/json", frames, limit);
                 let answer = wire.post_request(&request).await;
                 if plan.stream.len() > limit {
                     let e = answer.expect_err("a JSON body over the limit");
@@ -190,6 +201,24 @@ fuzz_target!(|data: &[u8]| {
                     (Err(e), Err(_)) => assert!(e.is_protocol(), "not a protocol error: {e:?}"),
                     (answer, parsed) => panic!("answer {answer:?} but parse_messages {parsed:?}"),
                 }
+            }
+            _ => {
+                let wire = transport(400, "application/json", frames, limit);
+                let e = wire.post_request(&request).await.expect_err("answered 400");
+                assert!(e.is_status(), "not a status error: {e:?}");
+                assert_eq!(e.status(), Some(http::StatusCode::BAD_REQUEST));
+                assert!(!e.is_session_expired(), "no session id was sent");
+                let body = plan
+                    .stream
+                    .strip_prefix(b"\xEF\xBB\xBF")
+                    .unwrap_or(plan.stream);
+                let rpc = parse_messages(body).ok().and_then(|messages| {
+                    messages.into_iter().find_map(|m| match m {
+                        Message::Response(r) => r.outcome.err(),
+                        _ => None,
+                    })
+                });
+                assert_eq!(e.rpc_error(), rpc.as_ref(), "the JSON-RPC error");
             }
         }
     });
