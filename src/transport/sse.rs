@@ -70,13 +70,13 @@ const KEEP_CAPACITY: usize = 64 * 1024;
 /// its bytes to the input still pending.
 ///
 /// The bytes held for the event being decoded (its data with the joining
-/// newlines, its event type, and the unterminated line being read, field name
-/// included) never exceed the limit: the byte that would pass it produces
-/// [`SseError::EventTooLarge`] instead of being stored. An `id` is held once
-/// however many events carry it over (it is shared, see [`SseEvent::id`]);
-/// being read on one line, it is within the limit too. So, used as above, the
-/// decoder holds at most the chunk pushed last, the limit, the stream's last
-/// event id and a new one the current block sets
+/// newlines, its event type, an `id` it sets, and the unterminated line being
+/// read, field name included) never exceed the limit: the byte that would
+/// pass it produces [`SseError::EventTooLarge`] instead of being stored. An
+/// `id` is held once however many events carry it over (it is shared, see
+/// [`SseEvent::id`]). So, used as above, the decoder holds at most the chunk
+/// pushed last and three times the limit: the event being decoded, the one
+/// decoded and not yet taken, and the stream's last event id
 /// ([`buffered_len`](Self::buffered_len) counts them all).
 ///
 /// # Errors and recovery
@@ -133,9 +133,9 @@ impl SseDecoder {
     /// A decoder that holds at most `max` bytes for one event.
     ///
     /// The limit counts the event's data (with the newlines that join its
-    /// lines), its event type, and the line being read in full, field name
-    /// and colon included; so leave a few bytes of headroom over the largest
-    /// payload you accept.
+    /// lines), its event type, an `id` it sets, and the line being read in
+    /// full, field name and colon included; so leave a few bytes of headroom
+    /// over the largest payload you accept.
     pub fn with_max_event_size(max: usize) -> Self {
         Self {
             max,
@@ -304,15 +304,11 @@ impl SseDecoder {
     }
 
     /// Every byte the decoder holds: the input pushed and not decoded yet;
-    /// the event being decoded and the unterminated line (together at most
-    /// the limit); the stream's last event id, and a new id the block being
-    /// read has set; and the event decoded and not taken yet by
-    /// [`next_event`](Self::next_event) (its id is the last event id, shared).
+    /// the event being decoded, with the unterminated line and an id it set
+    /// (together at most the limit); the stream's last event id; and the
+    /// event decoded and not taken yet by [`next_event`](Self::next_event)
+    /// (its id is the last event id, shared).
     pub fn buffered_len(&self) -> usize {
-        let new_id = match (&self.id_buffer, &self.last_event_id) {
-            (Some(new), Some(last)) if Arc::ptr_eq(new, last) => 0,
-            (new, _) => new.as_ref().map_or(0, |id| id.len()),
-        };
         let ready = match &self.ready {
             Some(Ok(event)) => event.data.len() + event.event.as_ref().map_or(0, String::len),
             _ => 0,
@@ -320,13 +316,20 @@ impl SseDecoder {
         self.pending().len()
             + self.held()
             + self.last_event_id.as_ref().map_or(0, |id| id.len())
-            + new_id
             + ready
     }
 
-    /// The bytes held for the event being decoded, checked against the limit.
+    /// The bytes held for the event being decoded, checked against the limit:
+    /// the unterminated line, the data, the event type, and an id the block
+    /// set itself (an id carried over from an earlier event is shared, and
+    /// counted once as the last event id).
     fn held(&self) -> usize {
-        self.line.len() + self.data.len() + self.event_type.len()
+        let own_id = if self.block_id {
+            self.id_buffer.as_ref().map_or(0, |id| id.len())
+        } else {
+            0
+        };
+        self.line.len() + self.data.len() + self.event_type.len() + own_id
     }
 
     /// Decodes the pending input up to the next event; see
