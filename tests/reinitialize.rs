@@ -575,6 +575,17 @@ async fn reinitializing(
     hold: Duration,
 ) -> tokio::task::JoinHandle<mcp_scoped_http::Result<Value>> {
     server.push_fault(Fault::on_rpc("tools/call", FaultAction::ExpireSession).times(1));
+    start_reinitialize(server, session, hold).await
+}
+
+/// Sends the request that meets the 404 and starts a re-initialize whose
+/// `initialize` head the server holds for `hold`; returns once the server
+/// has created the new session.
+async fn start_reinitialize(
+    server: &TestServer,
+    session: &Arc<Session>,
+    hold: Duration,
+) -> tokio::task::JoinHandle<mcp_scoped_http::Result<Value>> {
     server.push_fault(Fault::on_rpc("initialize", FaultAction::HoldHead(hold)).times(1));
     let created = server.stats().sessions_created;
     let trigger = tokio::spawn({
@@ -900,25 +911,7 @@ async fn reinitializing_after_expiry(
     session: &Arc<Session>,
     hold: Duration,
 ) -> tokio::task::JoinHandle<mcp_scoped_http::Result<Value>> {
-    server.push_fault(Fault::on_rpc("initialize", FaultAction::HoldHead(hold)).times(1));
-    let created = server.stats().sessions_created;
-    let trigger = tokio::spawn({
-        let session = session.clone();
-        async move {
-            session
-                .request_with(
-                    "tools/call",
-                    call_params("trigger"),
-                    RequestOptions::default(),
-                )
-                .await
-        }
-    });
-    assert!(
-        eventually(PROMPT, || server.stats().sessions_created == created + 1).await,
-        "the re-initialize started"
-    );
-    trigger
+    start_reinitialize(server, session, hold).await
 }
 
 #[test]
