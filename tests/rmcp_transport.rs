@@ -989,3 +989,56 @@ fn a_server_request_before_the_initialize_result_is_answered_at_once() {
         }
     });
 }
+
+/// A server request (a `ping`) on the `initialize` answer of the session
+/// that replaces an expired one: rmcp's answer goes out on that new session
+/// at once, so the server, which holds the `initialize` result until it has
+/// the answer, lets the renewal finish and the call goes through.
+#[test]
+fn a_server_request_on_a_renewals_initialize_answer_is_answered_at_once() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("serve");
+            world.server.push_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::ServerRequest {
+                        method: "ping".into(),
+                        params: json!({}),
+                    },
+                )
+                .times(1),
+            );
+            world.server.expire_sessions();
+            let started = std::time::Instant::now();
+            call(&client, "tool-001").await;
+            // The server gives up on its ping after 10 s.
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{}: the renewal waited {:?} for rmcp's answer",
+                mode(borrowed),
+                started.elapsed()
+            );
+            assert_eq!(seen(&world.server, "initialize").len(), 2);
+            let answers = world.server.client_answers();
+            assert_eq!(answers.len(), 1, "rmcp answered the ping: {answers:?}");
+            let new = world
+                .server
+                .session_log()
+                .last()
+                .expect("the new session")
+                .id
+                .clone();
+            let answer = seen_http(&world.server, Method::POST)
+                .into_iter()
+                .find(|r| r.rpc_method.is_none())
+                .expect("the ping's answer was POSTed");
+            assert_eq!(answer.header("mcp-session-id"), Some(new.as_str()));
+            deleted(&cancel(client, report).await);
+            assert_each_session_deleted_once(&world.server, mode(borrowed)).await;
+            world.check(1).await;
+        }
+    });
+}

@@ -102,9 +102,10 @@
 //! [`RunningService`]: rmcp::service::RunningService
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rmcp::RoleClient;
@@ -126,6 +127,11 @@ use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
 
 /// Server messages waiting for rmcp's `receive`.
 const INCOMING_BUFFER: usize = 64;
+
+/// Server requests remembered with the session that sent them, so that
+/// rmcp's answer goes back to that session; older ones are forgotten (their
+/// answers then go to the session in use).
+const ASKED_KEPT: usize = 256;
 
 /// Builds a [`ScopedTransport`].
 ///
@@ -245,6 +251,7 @@ impl ScopedTransportBuilder {
             attached,
             initialize_sent: AtomicBool::new(false),
             handshake: Mutex::default(),
+            asked: Mutex::default(),
         };
         let settings = Settings {
             resumption: self.resumption,
@@ -290,6 +297,12 @@ struct RmcpFront {
     attached: bool,
     initialize_sent: AtomicBool,
     handshake: Mutex<Handshake>,
+    /// The server requests handed to rmcp and not yet answered, with the
+    /// session that sent each (oldest first, at most [`ASKED_KEPT`]): a
+    /// request on the `initialize` answer of a session that replaces an
+    /// expired one comes before that session is in use, and the server may
+    /// hold the `initialize` result until it has the answer.
+    asked: Mutex<VecDeque<(RequestId, Weak<Generation>)>>,
 }
 
 /// rmcp's handshake, between its `initialize` and its
@@ -303,6 +316,26 @@ struct Handshake {
 }
 
 impl RmcpFront {
+    /// Remembers that `generation` sent server request `id`.
+    fn asked(&self, id: &RequestId, generation: &Arc<Generation>) {
+        let mut asked = lock(&self.asked);
+        asked.retain(|(asked, _)| asked != id);
+        if asked.len() == ASKED_KEPT {
+            asked.pop_front();
+        }
+        asked.push_back((id.clone(), Arc::downgrade(generation)));
+    }
+
+    /// The session that sent server request `id`, if it is remembered and
+    /// still around; forgets it.
+    fn asker(&self, id: &RequestId) -> Option<Arc<Generation>> {
+        let mut asked = lock(&self.asked);
+        let at = asked.iter().position(|(asked, _)| asked == id)?;
+        asked
+            .remove(at)
+            .and_then(|(_, generation)| generation.upgrade())
+    }
+
     /// Hands a message to rmcp.
     async fn give(&self, message: Message) {
         if self.tx.send(message).await.is_err() {
@@ -336,11 +369,15 @@ impl RmcpFront {
 impl Front for RmcpFront {
     fn deliver<'a>(
         engine: &'a Arc<Engine<Self>>,
-        _generation: &'a Arc<Generation>,
+        generation: &'a Arc<Generation>,
         message: ServerMessage,
     ) -> impl Future<Output = ()> + Send + 'a {
         let message = match message {
-            ServerMessage::Request(request) => Message::Request(request),
+            ServerMessage::Request(request) => {
+                // rmcp's answer goes back to the session that asked.
+                engine.front.asked(&request.id, generation);
+                Message::Request(request)
+            }
             ServerMessage::Notification(notification) => Message::Notification(notification),
         };
         engine.front.give(message)
@@ -540,10 +577,18 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
     }
 }
 
-/// A notification or a response of rmcp's, on the current session.
+/// A notification of rmcp's, on the current session; a response (rmcp's
+/// answer to a server request), on the session that asked, if it is known.
 async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
+    let asker = match &message {
+        Message::Response(Response { id: Some(id), .. }) => engine.front.asker(id),
+        _ => None,
+    };
     let send = async {
-        let generation = engine.current().await?;
+        let generation = match asker {
+            Some(generation) => generation,
+            None => engine.current().await?,
+        };
         match &message {
             Message::Notification(notification) => engine.notify(&generation, notification).await,
             Message::Response(response) => engine.respond(&generation, response).await,
