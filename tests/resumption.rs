@@ -246,3 +246,56 @@ fn an_event_the_listener_gets_again_on_resuming_is_delivered_once() {
         }
     });
 }
+
+/// The server accepted a request (its SSE answer began), the answer broke
+/// off, and the session expired before the resumption: the GET with
+/// `Last-Event-ID` is answered 404. The request may have run on the
+/// server, so it is not sent again on a new session (a `tools/call` would
+/// run twice): it fails with the expiry, and the next request gets the new
+/// session.
+#[test]
+fn a_request_whose_resumption_finds_the_session_expired_is_not_sent_again() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) = support::baseline::scene(sse_server()).await;
+            let mut connector = Connector::new(server.url())
+                .bearer("resume")
+                // Only the request's own resumption reaches the GET fault.
+                .listen(false);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::SseCutAfterEvent { retry_ms: Some(20) },
+                )
+                .times(1),
+            );
+            server.push_fault(Fault::on_http(Method::GET, FaultAction::ExpireSession).times(1));
+            let error = session
+                .call_tool("tool-002", serde_json::json!({"once": true}))
+                .await
+                .expect_err("the answer was lost with the session");
+            assert!(error.is_session_expired(), "{error}");
+            assert_eq!(resumptions(&server).len(), 1);
+            assert_eq!(
+                seen(&server, "tools/call").len(),
+                1,
+                "a request the server accepted was sent again"
+            );
+            // The next request opens the new session.
+            session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect("the next call gets a new session");
+            assert_eq!(seen(&server, "initialize").len(), 2);
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "resumption 404").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}

@@ -22,7 +22,7 @@ pub(crate) use endpoint::Endpoint;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -531,14 +531,21 @@ impl<F: Front> Engine<F> {
     }
 
     /// Sends `request` on `generation` and reads its answer until its
-    /// response.
-    pub(crate) async fn exchange(
+    /// response. `accepted` is set once the server has accepted the
+    /// request (its answer began).
+    async fn exchange(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
+        accepted: &AtomicBool,
     ) -> Result<Value> {
+        let post = async {
+            let answer = self.post_request(generation, request).await;
+            accepted.store(answer.is_ok(), Ordering::Relaxed);
+            answer
+        };
         self.waiter(request.id.clone())
-            .read_when(generation, self.post_request(generation, request))
+            .read_when(generation, post)
             .await
     }
 
@@ -566,20 +573,29 @@ impl<F: Front> Engine<F> {
                 id: Some(request.id.clone()),
                 reason: "the caller abandoned the request",
             };
+            let accepted = AtomicBool::new(false);
             let outcome = tokio::select! {
                 biased;
                 _ = closing.cancelled() => {
                     cancel.disarm();
                     return Err(Error::closed());
                 }
-                outcome = deadline.run(self.exchange(&generation, request)) => outcome,
+                outcome = deadline.run(self.exchange(&generation, request, &accepted)) => outcome,
             };
             match outcome {
                 Err(error) if error.is_timeout() => {
                     cancel.reason = "timed out";
                     return Err(error);
                 }
-                Err(error) if error.is_session_expired() && generation.owned && !renewed => {
+                // Only a request whose own POST was answered 404: one the
+                // server accepted (and may have run) before its session
+                // expired, met by a resumption, is not sent again.
+                Err(error)
+                    if error.is_session_expired()
+                        && generation.owned
+                        && !renewed
+                        && !accepted.load(Ordering::Relaxed) =>
+                {
                     // The server forgot the request with the session.
                     cancel.disarm();
                     renewed = true;
