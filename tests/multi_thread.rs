@@ -141,3 +141,61 @@ fn renewals_closes_and_drops_racing_on_two_workers_leak_no_session() {
         }
     });
 }
+
+/// Rounds of the single-flight test.
+const WAVES: usize = 60;
+
+/// Many requests on two workers meet the 404 of one expiry at once, round
+/// after round: each expiry is answered by exactly one re-initialize, and
+/// every request goes through on the new session.
+#[test]
+fn concurrent_404s_on_two_workers_start_one_renewal() {
+    let _one = serial();
+    runtime().block_on(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let session = Arc::new(
+                connector(&server, &caller, borrowed)
+                    .listen(false)
+                    .connect()
+                    .await
+                    .expect("connect"),
+            );
+            for wave in 0..WAVES {
+                let before = seen(&server, "initialize").len();
+                server.expire_sessions();
+                let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+                let calls: Vec<_> = (0..CALLERS)
+                    .map(|i| {
+                        let (session, start) = (session.clone(), start.clone());
+                        tokio::spawn(async move {
+                            start.wait().await;
+                            session.call_tool("tool-000", json!({"i": i})).await
+                        })
+                    })
+                    .collect();
+                for call in calls {
+                    tokio::time::timeout(HUNG, call)
+                        .await
+                        .expect("a request hung")
+                        .expect("the caller's task")
+                        .unwrap_or_else(|e| panic!("wave {wave}: {e}"));
+                }
+                assert_eq!(
+                    seen(&server, "initialize").len(),
+                    before + 1,
+                    "{}, wave {wave}: one re-initialize per expiry",
+                    who(borrowed)
+                );
+            }
+            session.close().await;
+            drop(session);
+            tokio::time::timeout(HUNG, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper finishes");
+            let log = assert_each_session_deleted_once(&server, who(borrowed)).await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}

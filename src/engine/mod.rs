@@ -786,3 +786,49 @@ pub(crate) fn negotiated(initialize_result: &Value) -> Result<ProtocolVersion> {
         .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
     answered.parse()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::HttpClient;
+    use crate::scope::GuardStack;
+
+    /// A front end that does nothing with the server's traffic.
+    struct Quiet;
+
+    impl Front for Quiet {
+        async fn deliver(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: ServerMessage) {}
+
+        async fn renewed(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: &Value) {}
+    }
+
+    /// Single flight is the engine's own, not its callers': however often
+    /// `renew` is asked while a session is lost (two requests that saw it
+    /// lost on two workers at once), one renewal task starts.
+    #[tokio::test]
+    async fn renew_starts_one_renewal_however_often_it_is_asked() {
+        let mut stack = GuardStack::new(Arc::default());
+        let client = HttpClient::borrowed(tower::service_fn(|_: http::Request<_>| async {
+            Err::<http::Response<crate::client::RequestBody>, _>(std::io::Error::other("offline"))
+        }));
+        let template = Arc::new(StreamableHttp::new(client, "http://127.0.0.1:9/mcp").unwrap());
+        let sessions = stack.push_server_sessions(Duration::from_secs(1));
+        let spawner = stack.push_background();
+        let counters = stack.counters().clone();
+        let settings = Settings {
+            resumption: Resumption::default(),
+            listen: false,
+            renew_timeout: Some(Duration::from_secs(1)),
+            id_prefix: None,
+        };
+        let engine = Engine::new(Quiet, template, Some(sessions), spawner, settings);
+        engine.current.send_replace(Current::Lost(None));
+        for _ in 0..3 {
+            engine.renew();
+        }
+        assert!(matches!(*engine.current.borrow(), Current::Renewing));
+        assert_eq!(counters.snapshot().tasks, 1, "one renewal task");
+        engine.close();
+        stack.unwind().await;
+    }
+}
