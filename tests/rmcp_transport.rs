@@ -1042,3 +1042,54 @@ fn a_server_request_on_a_renewals_initialize_answer_is_answered_at_once() {
         }
     });
 }
+
+/// rmcp gives up on a call (its future dropped at the caller's deadline:
+/// rmcp sends `notifications/cancelled`) whose answer the server holds
+/// open without end, ignoring the cancellation. The transport stops
+/// reading that answer: its task and connection go now, not when the
+/// transport closes, so a long session against such a server does not
+/// pile them up.
+#[test]
+fn a_call_rmcp_gives_up_on_is_read_no_more() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let idle = mcp_scoped_http::ledger().tasks;
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = serve(transport).await.expect("serve");
+            assert!(
+                eventually(HUNG, || mcp_scoped_http::ledger().tasks == idle).await,
+                "the initialize reader ends"
+            );
+            for round in 0..3 {
+                world
+                    .server
+                    .push_fault(Fault::on_rpc("tools/call", FaultAction::SseStall).times(1));
+                let stalled = client
+                    .peer()
+                    .call_tool(CallToolRequestParams::new("tool-000"));
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(200), stalled)
+                        .await
+                        .is_err(),
+                    "the stalled call answered"
+                );
+                assert!(
+                    eventually(HUNG, || world.server.cancelled().len() == round + 1).await,
+                    "rmcp cancelled the call"
+                );
+                assert!(
+                    eventually(Duration::from_secs(5), || mcp_scoped_http::ledger().tasks
+                        == idle)
+                    .await,
+                    "{}, round {round}: the cancelled call's reader still runs: {:?}",
+                    mode(borrowed),
+                    mcp_scoped_http::ledger()
+                );
+            }
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}

@@ -16,7 +16,9 @@
 //!    that arrives just before a failure or a cancellation is still
 //!    DELETEd;
 //! 3. after the answer, the background set: a reader per request (its JSON
-//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off) and,
+//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off; it
+//!    stops when rmcp gives the request up with `notifications/cancelled`,
+//!    whatever the server does) and,
 //!    once `notifications/initialized` is accepted, the GET listening
 //!    stream.
 //!
@@ -102,9 +104,9 @@
 //! [`RunningService`]: rmcp::service::RunningService
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -113,6 +115,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{DynamicTransportError, Transport};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
@@ -252,6 +255,8 @@ impl ScopedTransportBuilder {
             initialize_sent: AtomicBool::new(false),
             handshake: Mutex::default(),
             asked: Mutex::default(),
+            readers: Mutex::default(),
+            next_reader: AtomicU64::new(0),
         };
         let settings = Settings {
             resumption: self.resumption,
@@ -303,6 +308,13 @@ struct RmcpFront {
     /// expired one comes before that session is in use, and the server may
     /// hold the `initialize` result until it has the answer.
     asked: Mutex<VecDeque<(RequestId, Weak<Generation>)>>,
+    /// The readers of rmcp's requests, by id, each with its number and the
+    /// token that stops it: a request rmcp gives up on (its
+    /// `notifications/cancelled`, sent when its timeout passes or its
+    /// future is dropped) is read no more, even from a server that ignores
+    /// the cancellation and holds the answer open.
+    readers: Mutex<HashMap<RequestId, (u64, CancellationToken)>>,
+    next_reader: AtomicU64,
 }
 
 /// rmcp's handshake, between its `initialize` and its
@@ -334,6 +346,30 @@ impl RmcpFront {
         asked
             .remove(at)
             .and_then(|(_, generation)| generation.upgrade())
+    }
+
+    /// Registers the reader of rmcp's request `id`: its number (for
+    /// [`done_reading`](Self::done_reading)) and the token that stops it.
+    fn start_reading(&self, id: &RequestId) -> (u64, CancellationToken) {
+        let number = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let stop = CancellationToken::new();
+        lock(&self.readers).insert(id.clone(), (number, stop.clone()));
+        (number, stop)
+    }
+
+    /// Reader `number` of request `id` has ended.
+    fn done_reading(&self, id: &RequestId, number: u64) {
+        let mut readers = lock(&self.readers);
+        if readers.get(id).is_some_and(|(n, _)| *n == number) {
+            readers.remove(id);
+        }
+    }
+
+    /// rmcp gave up on request `id`: its answer is read no more.
+    fn stop_reading(&self, id: &RequestId) {
+        if let Some((_, stop)) = lock(&self.readers).remove(id) {
+            stop.cancel();
+        }
     }
 
     /// Hands a message to rmcp.
@@ -562,11 +598,23 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
         };
         let reader_engine = engine.clone();
         let id = request.id.clone();
-        let spawned = engine.spawner().spawn(move |cancel| async move {
-            let engine = reader_engine;
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                outcome = waiter.read(&generation, answer) => engine.front.resolve(id, outcome).await,
+        let spawned = engine.spawner().spawn(move |cancel| {
+            let (number, stop) = reader_engine.front.start_reading(&id);
+            // Unregistered however the reader ends (even never polled).
+            let reading = scopeguard::guard((reader_engine, id), move |(engine, id)| {
+                engine.front.done_reading(&id, number);
+            });
+            async move {
+                let (engine, id) = &*reading;
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = stop.cancelled() => {
+                        tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
+                    }
+                    outcome = waiter.read(&generation, answer) => {
+                        engine.front.resolve(id.clone(), outcome).await;
+                    }
+                }
             }
         });
         return if spawned {
@@ -582,6 +630,12 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
 async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
     let asker = match &message {
         Message::Response(Response { id: Some(id), .. }) => engine.front.asker(id),
+        Message::Notification(notification) => {
+            if let Some(id) = cancelled_request(notification) {
+                engine.front.stop_reading(&id);
+            }
+            None
+        }
         _ => None,
     };
     let send = async {
@@ -600,6 +654,15 @@ async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
         _ = engine.closing().cancelled() => Err(Error::closed()),
         sent = send => sent,
     }
+}
+
+/// The request a `notifications/cancelled` gives up on.
+fn cancelled_request(notification: &Notification) -> Option<RequestId> {
+    if notification.method != "notifications/cancelled" {
+        return None;
+    }
+    let id = notification.params.as_ref()?.get("requestId")?;
+    serde_json::from_value(id.clone()).ok()
 }
 
 /// rmcp's message as ours.
