@@ -762,3 +762,48 @@ fn f22_a_request_timed_out_after_its_session_was_replaced_sends_no_cancellation(
         }
     });
 }
+
+/// `Duration::MAX` as a timeout (a common way to say "none") is no timeout,
+/// wherever it is given: per request, for the session's requests (which
+/// also bound a renewal), and for the DELETE (at close, and in the reaper
+/// of a dropped session). Never a panic from a deadline that overflows.
+#[test]
+fn f22_a_timeout_of_duration_max_means_none_and_never_panics() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url())
+                .bearer("max")
+                .request_timeout(Duration::MAX)
+                .delete_timeout(Duration::MAX);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.expect("connect");
+            session
+                .request_with(
+                    "tools/call",
+                    Some(json!({"name": "tool-000", "arguments": {}})),
+                    RequestOptions::default().timeout(Duration::MAX),
+                )
+                .await
+                .expect("a call with a per-request Duration::MAX");
+            server.expire_sessions();
+            session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect("a renewal bounded by Duration::MAX");
+            session.close().await;
+            drop(session);
+            // Dropped without close: the reaper's deadline.
+            let dropped = connector.connect().await.expect("connect");
+            drop(dropped);
+            tokio::time::timeout(PROMPT, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper finishes");
+            let log = assert_each_session_deleted_once(&server, "Duration::MAX").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}

@@ -34,7 +34,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Message, Notification, Request, RequestId, Response};
 pub(crate) use crate::scope::Opening;
-use crate::scope::{SessionsHandle, Spawner};
+use crate::scope::{SessionsHandle, Spawner, deadline_after};
 use crate::sync::lock;
 use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
 
@@ -176,7 +176,7 @@ pub(crate) struct Deadline(Option<(Duration, Instant)>);
 impl Deadline {
     /// From now, `limit` (none: never).
     pub(crate) fn after(limit: Option<Duration>) -> Self {
-        Deadline(limit.map(|limit| (limit, Instant::now() + limit)))
+        Deadline(limit.map(|limit| (limit, deadline_after(limit))))
     }
 
     /// Runs `future` until the deadline.
