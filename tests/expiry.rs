@@ -270,3 +270,66 @@ fn a_server_request_on_a_renewals_initialize_answer_is_answered_on_that_session(
         }
     });
 }
+
+/// A long session whose server expires it again and again: what the
+/// session keeps of its past sessions stays bounded (the report of the
+/// earlier ones, the sessions counted in the ledger), every one of them
+/// is settled, and only the one in use is DELETEd at close.
+#[test]
+fn many_renewals_keep_a_bounded_record_of_past_sessions() {
+    const RENEWALS: usize = 40;
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url()).bearer("expiry").listen(false);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            let before = mcp_scoped_http::ledger();
+            for round in 0..RENEWALS {
+                server.expire_sessions();
+                session
+                    .call_tool("tool-000", serde_json::json!({"round": round}))
+                    .await
+                    .expect("retried on the new session");
+                // One live server session, however many came before.
+                assert!(
+                    eventually(Duration::from_secs(5), || {
+                        mcp_scoped_http::ledger().owned_sessions == before.owned_sessions
+                    })
+                    .await,
+                    "round {round}: {:?}, before {before:?}",
+                    mcp_scoped_http::ledger()
+                );
+            }
+            assert_eq!(seen(&server, "initialize").len(), RENEWALS + 1);
+            let released = session.close().await;
+            assert!(
+                matches!(
+                    released.session,
+                    mcp_scoped_http::SessionRelease::Deleted(_)
+                ),
+                "{released:?}"
+            );
+            assert!(
+                released.earlier_sessions.len() <= 8,
+                "the report of past sessions grew with them: {}",
+                released.earlier_sessions.len()
+            );
+            assert!(
+                released
+                    .earlier_sessions
+                    .iter()
+                    .all(|s| matches!(s, mcp_scoped_http::SessionRelease::Expired)),
+                "{released:?}"
+            );
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "many renewals").await;
+            assert_eq!(log.len(), RENEWALS + 1);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
