@@ -199,3 +199,83 @@ fn concurrent_404s_on_two_workers_start_one_renewal() {
         }
     });
 }
+
+/// The rmcp adapter on two workers: rmcp's calls, an expiry and its
+/// renewal, and the service cancelled or dropped at a jittered moment.
+#[cfg(feature = "rmcp")]
+#[test]
+fn rmcp_renewals_cancels_and_drops_racing_on_two_workers_leak_no_session() {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    const RMCP_ROUNDS: u64 = 24;
+    let _one = serial();
+    runtime().block_on(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
+            for round in 0..RMCP_ROUNDS {
+                let what = format!("rmcp, {}, round {round}", who(borrowed));
+                let mut builder = ScopedTransport::builder(server.url())
+                    .bearer("multi-thread")
+                    .delete_timeout(Duration::from_secs(2));
+                if borrowed {
+                    builder = builder.client(caller.client.clone());
+                }
+                let transport = builder.build().expect("a transport");
+                let client = tokio::time::timeout(HUNG, ().serve(transport))
+                    .await
+                    .unwrap_or_else(|_| panic!("{what}: serve hung"))
+                    .unwrap_or_else(|e| panic!("{what}: serve: {e}"));
+                server.push_fault(
+                    Fault::on_rpc(
+                        "initialize",
+                        FaultAction::HoldHead(Duration::from_millis(round % 5)),
+                    )
+                    .times(1),
+                );
+                server.expire_sessions();
+                let calls: Vec<_> = (0..CALLERS)
+                    .map(|i| {
+                        let peer = client.peer().clone();
+                        tokio::spawn(async move {
+                            let arguments = json!({"i": i}).as_object().unwrap().clone();
+                            tokio::time::timeout(
+                                Duration::from_secs(5),
+                                peer.call_tool(
+                                    CallToolRequestParams::new("tool-000")
+                                        .with_arguments(arguments),
+                                ),
+                            )
+                            .await
+                        })
+                    })
+                    .collect();
+                tokio::time::sleep(Duration::from_micros(700 * (round % 6))).await;
+                if round % 2 == 0 {
+                    tokio::time::timeout(HUNG, client.cancel())
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: cancel hung"))
+                        .expect("the service task");
+                } else {
+                    drop(client);
+                }
+                for call in calls {
+                    let outcome = tokio::time::timeout(HUNG, call)
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: a call hung"))
+                        .expect("the caller's task");
+                    assert!(outcome.is_ok(), "{what}: a call outlived its service");
+                }
+            }
+            tokio::time::timeout(HUNG, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper finishes");
+            let log = assert_each_session_deleted_once(&server, who(borrowed)).await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}
