@@ -226,10 +226,11 @@ fn rmcp_renewals_cancels_and_drops_racing_on_two_workers_leak_no_session() {
                     builder = builder.client(caller.client.clone());
                 }
                 let transport = builder.build().expect("a transport");
-                let client = tokio::time::timeout(HUNG, ().serve(transport))
-                    .await
-                    .unwrap_or_else(|_| panic!("{what}: serve hung"))
-                    .unwrap_or_else(|e| panic!("{what}: serve: {e}"));
+                let client = match tokio::time::timeout(HUNG, ().serve(transport)).await {
+                    Ok(Ok(client)) => client,
+                    Ok(Err(error)) => panic!("{what}: serve: {error}"),
+                    Err(_) => panic!("{what}: serve hung"),
+                };
                 server.push_fault(
                     Fault::on_rpc(
                         "initialize",
