@@ -299,3 +299,77 @@ fn a_request_whose_resumption_finds_the_session_expired_is_not_sent_again() {
         }
     });
 }
+
+/// A 2025-11-25 server that polls: it closes the listening stream after
+/// each event it sends (with `retry`), and the client reconnects with
+/// `Last-Event-ID`. The listener keeps polling for as long as the server
+/// delivers (its bound is on attempts that bring nothing), so no
+/// notification is lost after the first few polls.
+#[test]
+fn a_listening_stream_the_server_keeps_closing_is_polled_for_as_long_as_it_delivers() {
+    const POLLS: usize = 6;
+    scenario(async {
+        for borrowed in [false, true] {
+            let mut config = ServerConfig::default().with_listen(ListenMode::Open);
+            for poll in 0..POLLS {
+                let body = format!(
+                    "id: poll-{poll}\nretry: 10\ndata: {}\n\n",
+                    serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {"level": "info", "data": format!("poll {poll}")},
+                    })
+                );
+                config = config.with_fault(
+                    Fault::on_http(
+                        http::Method::GET,
+                        FaultAction::raw(200, "text/event-stream", &body),
+                    )
+                    .times(1),
+                );
+            }
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(config)).await;
+            let mut connector = Connector::new(server.url());
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            let mut notifications = session.notifications().unwrap();
+            let mut seen = Vec::new();
+            let all = tokio::time::timeout(Duration::from_secs(10), async {
+                while seen.len() < POLLS {
+                    match notifications.recv().await {
+                        Some(message) => seen.push(message),
+                        None => break,
+                    }
+                }
+            })
+            .await;
+            assert!(
+                all.is_ok(),
+                "{}: the listener stopped polling after {} of {POLLS} polls",
+                if borrowed { "borrowed" } else { "owned" },
+                seen.len()
+            );
+            // Then the server's open stream, which the listener holds.
+            assert!(
+                eventually(Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
+            );
+            let gets = seen_http(&server, http::Method::GET);
+            assert_eq!(gets.len(), POLLS + 1);
+            assert!(
+                gets[1..]
+                    .iter()
+                    .all(|g| g.header("last-event-id").is_some())
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}
