@@ -1093,3 +1093,47 @@ fn a_call_rmcp_gives_up_on_is_read_no_more() {
         }
     });
 }
+
+/// The same, with the server holding even the head of the call's answer
+/// (the POST still in flight when rmcp gives up): the transport's send of
+/// that request ends too, rather than holding rmcp's send task and the
+/// connection until the transport closes.
+#[test]
+fn a_call_rmcp_gives_up_on_before_its_answer_began_is_sent_no_more() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = serve(transport).await.expect("serve");
+            let idle =
+                || support::baseline::alive_tasks().saturating_sub(world.caller.live_tasks());
+            call(&client, "tool-000").await;
+            let before = idle();
+            world
+                .server
+                .push_fault(Fault::on_rpc("tools/call", FaultAction::HangDeaf).times(1));
+            let held = client
+                .peer()
+                .call_tool(CallToolRequestParams::new("tool-000"));
+            assert!(
+                tokio::time::timeout(Duration::from_millis(200), held)
+                    .await
+                    .is_err(),
+                "the held call answered"
+            );
+            assert!(
+                eventually(HUNG, || world.server.cancelled().len() == 1).await,
+                "rmcp cancelled the call"
+            );
+            assert!(
+                eventually(Duration::from_secs(5), || idle() <= before).await,
+                "{}: the cancelled call is still being sent: {} tasks, {before} before",
+                mode(borrowed),
+                idle()
+            );
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}

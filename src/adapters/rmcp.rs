@@ -348,8 +348,9 @@ impl RmcpFront {
             .and_then(|(_, generation)| generation.upgrade())
     }
 
-    /// Registers the reader of rmcp's request `id`: its number (for
-    /// [`done_reading`](Self::done_reading)) and the token that stops it.
+    /// Registers rmcp's request `id` (its POST, then its reader): its
+    /// number (for [`done_reading`](Self::done_reading)) and the token that
+    /// stops it.
     fn start_reading(&self, id: &RequestId) -> (u64, CancellationToken) {
         let number = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let stop = CancellationToken::new();
@@ -365,7 +366,8 @@ impl RmcpFront {
         }
     }
 
-    /// rmcp gave up on request `id`: its answer is read no more.
+    /// rmcp gave up on request `id`: it is sent, and its answer read, no
+    /// more.
     fn stop_reading(&self, id: &RequestId) {
         if let Some((_, stop)) = lock(&self.readers).remove(id) {
             stop.cancel();
@@ -573,19 +575,30 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
 /// Any other request of rmcp's: POSTed on the current session up to its
 /// answer's head (a session the server expired is replaced once first), and
 /// the answer read in the background, resolving the request exactly once.
+/// If rmcp gives the request up (`notifications/cancelled`) it stops
+/// wherever it is: waiting for a session, POSTing, or reading.
 async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
     let closing = engine.closing().clone();
+    let (number, stop) = engine.front.start_reading(&request.id);
+    // Unregistered however this ends (the reader takes it over).
+    let registered =
+        scopeguard::guard((engine.clone(), request.id.clone()), move |(engine, id)| {
+            engine.front.done_reading(&id, number);
+        });
+    let given_up = || Error::closed().with_message("rmcp gave up on the request");
     let mut renewed = false;
     loop {
         let generation = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
+            _ = stop.cancelled() => return Err(given_up()),
             generation = engine.current() => generation?,
         };
         let waiter = engine.waiter(request.id.clone());
         let posted = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
+            _ = stop.cancelled() => return Err(given_up()),
             posted = engine.post_request(&generation, &request) => posted,
         };
         let answer = match posted {
@@ -596,24 +609,16 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             }
             Err(error) => return Err(error),
         };
-        let reader_engine = engine.clone();
-        let id = request.id.clone();
-        let spawned = engine.spawner().spawn(move |cancel| {
-            let (number, stop) = reader_engine.front.start_reading(&id);
-            // Unregistered however the reader ends (even never polled).
-            let reading = scopeguard::guard((reader_engine, id), move |(engine, id)| {
-                engine.front.done_reading(&id, number);
-            });
-            async move {
-                let (engine, id) = &*reading;
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    _ = stop.cancelled() => {
-                        tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
-                    }
-                    outcome = waiter.read(&generation, answer) => {
-                        engine.front.resolve(id.clone(), outcome).await;
-                    }
+        let stop = stop.clone();
+        let spawned = engine.spawner().spawn(move |cancel| async move {
+            let (engine, id) = &*registered;
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = stop.cancelled() => {
+                    tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
+                }
+                outcome = waiter.read(&generation, answer) => {
+                    engine.front.resolve(id.clone(), outcome).await;
                 }
             }
         });

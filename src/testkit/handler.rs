@@ -729,6 +729,10 @@ async fn apply(
             sse_headers(resp.headers_mut());
             resp
         }
+        FaultAction::HangDeaf => {
+            shared.shutdown.cancelled().await;
+            return Err("testkit: shutting down".into());
+        }
         FaultAction::Hang => {
             tokio::select! {
                 _ = cancel.cancelled() => cancelled_response(shared),
