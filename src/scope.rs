@@ -44,6 +44,17 @@ use crate::ledger::{self, Count, Counters, Field};
 use crate::sync::lock;
 use crate::transport::{MessageStream, SessionEnd, StreamableHttp};
 
+/// About thirty years: the deadline of a bound too large to add to now.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+/// The instant `bound` from now; a bound that overflows (a timeout of
+/// `Duration::MAX`, meaning none) is the far future, never a panic, which
+/// in a `Drop` during unwinding would abort the process.
+pub(crate) fn deadline_after(bound: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(bound).unwrap_or_else(|| now + FAR_FUTURE)
+}
+
 /// A release that cannot fail and needs no waiting.
 type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;
 
@@ -374,7 +385,7 @@ impl SessionsHandle {
     pub(crate) fn end(&self, number: u64) {
         let timeout = self.timeout;
         self.send(number, |record| {
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(timeout);
             record.deadline = Some(deadline);
             End::Delete(deadline)
         });
@@ -450,7 +461,7 @@ async fn run_session(
             // whether the server created a session, and its id.
             let deadline = match &end {
                 Ok(End::Delete(deadline)) => *deadline,
-                _ => Instant::now() + timeout,
+                _ => deadline_after(timeout),
             };
             if tokio::time::timeout_at(deadline, &mut post).await.is_err() {
                 // The server may hold a session we can never name: counted
@@ -469,7 +480,7 @@ async fn run_session(
         Ok(End::Expired) => return settle(SessionRelease::Expired),
         Ok(End::Delete(deadline)) => deadline,
         // The stack went without ending it (never on the orderly paths).
-        Err(_) => Instant::now() + timeout,
+        Err(_) => deadline_after(timeout),
     };
     if wire.session_id().is_none() {
         return settle(SessionRelease::NoSessionId);
@@ -513,7 +524,7 @@ impl ServerSessions {
     }
 
     fn deadline(&self) -> Instant {
-        Instant::now() + self.timeout + TASK_GRACE
+        deadline_after(self.timeout.saturating_add(TASK_GRACE))
     }
 
     /// Closes the registry and ends every session: DELETEs (after an
@@ -526,7 +537,7 @@ impl ServerSessions {
             registry.closed = true;
             self.closing.append(&mut registry.records);
         }
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline_after(self.timeout);
         for record in &mut self.closing {
             if let Some(end) = record.end.take() {
                 record.deadline = Some(deadline);
@@ -696,6 +707,13 @@ impl GuardStack {
 
 impl Drop for GuardStack {
     fn drop(&mut self) {
+        // No session may start past this point (a background task still
+        // running on another worker could open one): what is owed is known.
+        for entry in &self.entries {
+            if let Entry::ServerSessions(sessions) = entry {
+                lock(&sessions.registry).closed = true;
+            }
+        }
         if self.reaping || !self.owes_delete() {
             // Everything can go now, from the top.
             while let Some(entry) = self.entries.pop() {

@@ -408,3 +408,54 @@ fn an_expired_attached_session_is_reported_not_replaced() {
         }
     });
 }
+
+/// A 404 to one request of an attached session (a path the server does not
+/// serve today, a proxy's hiccup): reported to that request; the session
+/// is not taken for lost, never re-initialized, and the next request goes
+/// out on it as before.
+#[test]
+fn a_404_on_an_attached_session_fails_that_request_only() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(ServerConfig::default());
+            let (caller, owned, baseline) = start(&server).await;
+            let session = attach(&server, &caller, &owned, borrowed)
+                .connect()
+                .await
+                .expect("attach");
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::status_with_rpc_error(404, -32001, "gone"),
+                )
+                .times(1),
+            );
+            let error = session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect_err("answered 404");
+            assert!(error.is_session_expired(), "{error}");
+            session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect("the attached session is used as before");
+            assert_eq!(seen(&server, "initialize").len(), 1, "only the caller's");
+            assert_eq!(session.session_id().as_ref(), Some(&owned.id));
+            let calls = seen(&server, "tools/call");
+            assert_eq!(calls.len(), 2);
+            assert!(
+                calls
+                    .iter()
+                    .all(|c| c.header("mcp-session-id") == Some(owned.id.expose()))
+            );
+            let released = session.close().await;
+            assert!(
+                matches!(released.session, SessionRelease::NotOwned),
+                "{released:?}"
+            );
+            drop(session);
+            owned.still_works(90).await;
+            baseline.check(&server, 0).await;
+        }
+    });
+}

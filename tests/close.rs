@@ -206,3 +206,51 @@ fn dropping_close_half_way_hands_the_rest_to_the_reaper() {
         baseline.check(&server, 1).await;
     });
 }
+
+/// `close()` dropped while its DELETE is in flight: the DELETE still
+/// pending is the reaper's at once (a tracked reap, counted in the ledger),
+/// and `shutdown()` returns only once it has finished, with nothing of the
+/// session left running.
+#[test]
+fn a_close_cut_off_during_its_delete_leaves_a_tracked_reap_that_shutdown_waits_for() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller) = start();
+            caller.own_request(&server).await;
+            let baseline = Baseline::take(Some(&caller));
+            let before = mcp_scoped_http::ledger();
+            let session = connect(&server, borrowed.then_some(&caller)).await;
+            server.push_fault(Fault::on_http(
+                http::Method::DELETE,
+                FaultAction::Delay(Duration::from_millis(150)),
+            ));
+            let mut close = Box::pin(session.close());
+            // Driven until the DELETE has reached the server, then dropped.
+            let reached = tokio::time::timeout(Duration::from_secs(5), async {
+                while server.stats().deletes == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            tokio::select! {
+                _ = &mut close => panic!("close finished inside the DELETE's delay"),
+                reached = reached => reached.expect("the DELETE reaches the server"),
+            }
+            drop(close);
+            assert_eq!(
+                mcp_scoped_http::ledger().pending_reaps,
+                before.pending_reaps + 1,
+                "the DELETE in flight was not handed to a tracked reap"
+            );
+            mcp_scoped_http::shutdown().await;
+            // At once, no settling: shutdown waited for the reap.
+            let after = mcp_scoped_http::ledger();
+            assert_eq!(after.pending_reaps, before.pending_reaps);
+            assert_eq!(
+                after.owned_sessions, before.owned_sessions,
+                "the session's task still runs after shutdown() returned"
+            );
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

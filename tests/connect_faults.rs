@@ -651,3 +651,62 @@ fn f11_a_listening_stream_that_fails_is_given_up_and_the_session_goes_on() {
         }
     });
 }
+
+/// The server expires the new session (404) at each step of connect after
+/// `initialize`: `notifications/initialized`, the first page of each list,
+/// a later page. Connect fails with the expiry, sends no DELETE for the
+/// session the server ended, tries no renewal, and leaves nothing; a retry
+/// works. A 404 to `initialize` itself (no session yet) is an HTTP error,
+/// not an expiry.
+#[test]
+fn a_404_at_each_step_of_connect_fails_it_without_a_delete() {
+    scenario(async {
+        let steps: [(&str, Option<usize>); 6] = [
+            ("notifications/initialized", None),
+            ("tools/list", Some(1)),
+            ("tools/list", Some(2)),
+            ("prompts/list", None),
+            ("resources/list", None),
+            ("resources/templates/list", None),
+        ];
+        for (method, page) in steps {
+            for borrowed in [false, true] {
+                let what = format!("{method} {page:?}, {}", mode(borrowed));
+                let mut fault = Fault::on_rpc(method, FaultAction::ExpireSession).times(1);
+                if let Some(page) = page {
+                    fault = fault.page(page);
+                }
+                let world = World::new(
+                    ServerConfig::default()
+                        .with_tools(4)
+                        .with_page_size(2)
+                        .with_fault(fault),
+                )
+                .await;
+                let error = fails_at_once(world.connector(borrowed)).await;
+                assert!(error.is_session_expired(), "{what}: {error:?}");
+                assert_eq!(seen(&world.server, "initialize").len(), 1, "{what}");
+                works(world.connector(borrowed)).await;
+                mcp_scoped_http::shutdown().await;
+                let log = assert_each_session_deleted_once(&world.server, &what).await;
+                assert_eq!(log.len(), 2, "{what}");
+                assert!(log[0].expired && log[0].deletes == 0, "{what}: {log:?}");
+                world.check(1).await;
+            }
+        }
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("initialize", FaultAction::status(404)).times(1)),
+            )
+            .await;
+            let error = fails_at_once(world.connector(borrowed)).await;
+            assert!(
+                error.is_status() && !error.is_session_expired(),
+                "{error:?}"
+            );
+            works(world.connector(borrowed)).await;
+            world.check(1).await;
+        }
+    });
+}

@@ -48,3 +48,122 @@ fn an_rmcp_transport_builders_debug_shows_the_endpoints_origin_only() {
     assert_origin_only(&format!("{builder:?}"));
     assert_origin_only(&format!("{builder:#?}"));
 }
+
+mod support;
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use support::*;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// Every field of every span and event, at every level, as text.
+#[derive(Clone, Default)]
+struct Capture {
+    text: Arc<Mutex<String>>,
+    spans: Arc<std::sync::atomic::AtomicU64>,
+}
+
+struct Text<'a>(&'a mut String);
+
+impl Visit for Text<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.0, "{}={value:?} ", field.name());
+    }
+}
+
+impl Subscriber for Capture {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        let mut text = self.text.lock().unwrap();
+        let _ = write!(text, "\n{} ", span.metadata().name());
+        span.record(&mut Text(&mut text));
+        Id::from_u64(
+            1 + self
+                .spans
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    fn record(&self, _: &Id, values: &Record<'_>) {
+        values.record(&mut Text(&mut self.text.lock().unwrap()));
+    }
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let mut text = self.text.lock().unwrap();
+        text.push('\n');
+        event.record(&mut Text(&mut text));
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
+}
+
+/// No session id, token, path or query reaches tracing, at any level,
+/// through a whole session: connect, calls, a server request, an expiry
+/// and its renewal, a failing call, close.
+#[test]
+fn no_secret_reaches_tracing_at_any_level() {
+    let capture = Capture::default();
+    let dispatch = tracing::Dispatch::new(capture.clone());
+    tracing::dispatcher::with_default(&dispatch, || {
+        scenario(async {
+            // The secret path is the server's own; the query goes along.
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_path("/mcp/PATH-SECRET"),
+            );
+            let endpoint = format!("{}?token=QUERY-SECRET", server.url());
+            assert!(endpoint.contains("/mcp/PATH-SECRET?"), "{endpoint}");
+            let session = Connector::new(endpoint)
+                .bearer("BEARER-SECRET")
+                .roots(vec![json!({"uri": "file:///r", "name": "r"})])
+                .connect()
+                .await
+                .expect("connect");
+            session.call_tool("tool-000", json!({})).await.unwrap();
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::ServerRequest {
+                        method: "roots/list".into(),
+                        params: json!({}),
+                    },
+                )
+                .times(1),
+            );
+            session.call_tool("tool-001", json!({})).await.unwrap();
+            server.push_fault(Fault::on_rpc("tools/call", FaultAction::status(500)).times(1));
+            session.call_tool("tool-000", json!({})).await.unwrap_err();
+            server.expire_sessions();
+            session.call_tool("tool-000", json!({})).await.unwrap();
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let ids: Vec<String> = server.session_log().into_iter().map(|r| r.id).collect();
+            assert_eq!(ids.len(), 2);
+            let text = capture.text.lock().unwrap().clone();
+            assert!(text.contains("mcp.close"), "tracing was captured: {text}");
+            for secret in ids.iter().map(String::as_str).chain([
+                "BEARER-SECRET",
+                "PATH-SECRET",
+                "QUERY-SECRET",
+            ]) {
+                assert!(
+                    !text.contains(secret),
+                    "{secret:?} reached tracing:\n{text}"
+                );
+            }
+        });
+    });
+}

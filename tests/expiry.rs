@@ -149,3 +149,187 @@ fn an_attached_session_reports_expiry_and_is_not_replaced() {
         baseline.check(&server, 1).await;
     });
 }
+
+/// The session that replaces an expired one is answered with another
+/// revision: the session follows it (its header, `protocol_version`).
+/// Then a replacement whose revision we do not speak: that request fails
+/// with the cause, the session the server created for it is DELETEd at
+/// once (not only at close), and the next request opens one that works.
+#[test]
+fn a_renewal_answered_with_another_revision_or_none_we_speak() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url()).bearer("expiry").listen(false);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            assert_eq!(session.protocol_version().as_str(), "2025-11-25");
+
+            server.push_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::ProtocolVersion("2025-06-18".into()),
+                )
+                .times(1),
+            );
+            server.expire_sessions();
+            session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect("retried on the new session");
+            assert_eq!(session.protocol_version().as_str(), "2025-06-18");
+            let call = seen(&server, "tools/call").pop().unwrap();
+            assert_eq!(call.header("mcp-protocol-version"), Some("2025-06-18"));
+
+            server.push_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::ProtocolVersion("1999-01-01".into()),
+                )
+                .times(1),
+            );
+            server.expire_sessions();
+            let error = session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect_err("no revision we speak");
+            assert!(
+                error.to_string().contains("unsupported protocol version"),
+                "{error}"
+            );
+            // The session minted for the failed renewal is ended now.
+            let failed = server.session_log()[2].clone();
+            assert!(
+                eventually(Duration::from_secs(5), || server.session_log()[2].deletes
+                    == 1)
+                .await,
+                "the failed renewal's session was not DELETEd before close: {failed:?}"
+            );
+            session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect("the next request opens a session that works");
+            assert_eq!(seen(&server, "initialize").len(), 4);
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "revisions").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}
+
+/// A server request (`ping`) on the `initialize` answer of the session
+/// that replaces an expired one, which the server holds until answered:
+/// answered at once on that session, and the request goes through.
+#[test]
+fn a_server_request_on_a_renewals_initialize_answer_is_answered_on_that_session() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url()).bearer("expiry");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            server.push_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::ServerRequest {
+                        method: "ping".into(),
+                        params: serde_json::json!({}),
+                    },
+                )
+                .times(1),
+            );
+            server.expire_sessions();
+            let started = std::time::Instant::now();
+            session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect("retried on the new session");
+            assert!(started.elapsed() < Duration::from_secs(8));
+            assert_eq!(server.client_answers().len(), 1);
+            let answer = seen_http(&server, Method::POST)
+                .into_iter()
+                .find(|r| r.rpc_method.is_none())
+                .expect("the ping's answer");
+            assert_eq!(
+                answer.header("mcp-session-id"),
+                Some(session.session_id().unwrap().expose())
+            );
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "ping").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}
+
+/// A long session whose server expires it again and again: what the
+/// session keeps of its past sessions stays bounded (the report of the
+/// earlier ones, the sessions counted in the ledger), every one of them
+/// is settled, and only the one in use is DELETEd at close.
+#[test]
+fn many_renewals_keep_a_bounded_record_of_past_sessions() {
+    const RENEWALS: usize = 40;
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url()).bearer("expiry").listen(false);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            let before = mcp_scoped_http::ledger();
+            for round in 0..RENEWALS {
+                server.expire_sessions();
+                session
+                    .call_tool("tool-000", serde_json::json!({"round": round}))
+                    .await
+                    .expect("retried on the new session");
+                // One live server session, however many came before.
+                assert!(
+                    eventually(Duration::from_secs(5), || {
+                        mcp_scoped_http::ledger().owned_sessions == before.owned_sessions
+                    })
+                    .await,
+                    "round {round}: {:?}, before {before:?}",
+                    mcp_scoped_http::ledger()
+                );
+            }
+            assert_eq!(seen(&server, "initialize").len(), RENEWALS + 1);
+            let released = session.close().await;
+            assert!(
+                matches!(
+                    released.session,
+                    mcp_scoped_http::SessionRelease::Deleted(_)
+                ),
+                "{released:?}"
+            );
+            assert!(
+                released.earlier_sessions.len() <= 8,
+                "the report of past sessions grew with them: {}",
+                released.earlier_sessions.len()
+            );
+            assert!(
+                released
+                    .earlier_sessions
+                    .iter()
+                    .all(|s| matches!(s, mcp_scoped_http::SessionRelease::Expired)),
+                "{released:?}"
+            );
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "many renewals").await;
+            assert_eq!(log.len(), RENEWALS + 1);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

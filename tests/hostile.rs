@@ -461,3 +461,42 @@ fn a_never_ending_line_on_the_get_stream_ends_the_listener_not_the_session() {
         }
     });
 }
+
+/// Every GET brings a new event id, then an event that is not JSON-RPC:
+/// a new id is no progress when the stream then breaks the protocol, so
+/// the listener still gives up after its attempts (it does not reconnect
+/// for as long as the server invents ids).
+#[test]
+fn fresh_event_ids_before_a_broken_event_do_not_keep_the_listener_reconnecting() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let mut config = ServerConfig::default().with_listen(ListenMode::Open);
+            for n in 0..10 {
+                config = config.with_fault(
+                    Fault::on_http(
+                        Method::GET,
+                        FaultAction::raw(
+                            200,
+                            "text/event-stream",
+                            &format!("id: fresh-{n}\nretry: 0\ndata:\n\ndata: not json-rpc\n\n"),
+                        ),
+                    )
+                    .times(1),
+                );
+            }
+            let server = TestServer::start(config);
+            let (caller, baseline) = warm(&server).await;
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            let gets = || seen_http(&server, Method::GET).len();
+            assert!(eventually(Duration::from_secs(5), || gets() >= 3).await);
+            // Absence can only be watched for: a window past the backoffs.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            assert_eq!(gets(), 3, "{}: the listener gave up", who(borrowed));
+            call_ok(&session, "after-fresh-ids").await;
+            finish(session, &server, &baseline).await;
+        }
+    });
+}

@@ -248,3 +248,61 @@ fn a_prompts_list_changed_relists_prompts_only() {
         }
     });
 }
+
+/// The tools change while connect is still discovering (its `tools/list`
+/// is done, `prompts/list` is slow), and the server says so on the GET
+/// stream: the re-discovery that follows finishes first, and connect's own,
+/// older tools must not overwrite it when connect ends.
+#[test]
+fn a_list_changed_during_connect_discovery_is_not_undone_by_connect() {
+    scenario(async {
+        for borrowed in BORROWED {
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default()
+                    .with_listen(ListenMode::Open)
+                    .with_fault(
+                        Fault::on_rpc(
+                            "prompts/list",
+                            FaultAction::Delay(Duration::from_millis(400)),
+                        )
+                        .times(1),
+                    ),
+            ))
+            .await;
+            let mut connector = Connector::new(server.url()).bearer("list-changed");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let connect = tokio::spawn(connector.connect());
+            // Connect is in its slow prompts/list, with the listener up.
+            assert!(
+                eventually(Duration::from_secs(5), || {
+                    listed(&server, "prompts/list") == 1 && server.stats().listen_streams_open == 1
+                })
+                .await,
+                "connect reached prompts/list with its listener up"
+            );
+            server.set_tools(5);
+            assert_eq!(server.list_changed("tools"), 1);
+            // The re-discovery has listed the new tools, before connect ends.
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "tools/list")
+                    == 2)
+                .await,
+                "the re-discovery ran"
+            );
+            let session = connect.await.unwrap().expect("connect");
+            assert!(
+                eventually(Duration::from_secs(5), || session.catalog().tools.len()
+                    == 5)
+                .await,
+                "{}: connect's older tools replaced the re-discovered ones: {:?}",
+                who(borrowed),
+                tool_names(&session.catalog())
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

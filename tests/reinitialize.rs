@@ -1012,3 +1012,40 @@ fn f39_after_a_reinitialize_the_new_session_gets_a_listener() {
         }
     });
 }
+
+#[test]
+fn f39_once_its_session_is_known_expired_the_old_listener_reconnects_no_more() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let what = who(borrowed);
+            let (server, caller, baseline) = support::baseline::scene(TestServer::start(
+                ServerConfig::default().with_listen(ListenMode::Open),
+            ))
+            .await;
+            let session = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .unwrap();
+            let old = session.session_id().unwrap();
+            assert!(eventually(PROMPT, || server.stats().listen_streams_open == 1).await);
+            // Expiry ends the GET stream; the call's 404, at once, tells the
+            // client, long before the listener's first reconnect (100 ms).
+            server.expire_sessions();
+            session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect("retried after the re-initialize");
+            // Absence can only be watched for: a bounded window past the
+            // listener's reconnects (at 100 ms and 300 ms).
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let gets = gets_of(&server, old.expose()).len();
+            assert_eq!(
+                gets, 1,
+                "{what}: the old session's listener reconnected with the expired id"
+            );
+            session.close().await;
+            drop(session);
+            settle_and_check(&server, &baseline, what).await;
+        }
+    });
+}

@@ -246,3 +246,130 @@ fn an_event_the_listener_gets_again_on_resuming_is_delivered_once() {
         }
     });
 }
+
+/// The server accepted a request (its SSE answer began), the answer broke
+/// off, and the session expired before the resumption: the GET with
+/// `Last-Event-ID` is answered 404. The request may have run on the
+/// server, so it is not sent again on a new session (a `tools/call` would
+/// run twice): it fails with the expiry, and the next request gets the new
+/// session.
+#[test]
+fn a_request_whose_resumption_finds_the_session_expired_is_not_sent_again() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) = support::baseline::scene(sse_server()).await;
+            let mut connector = Connector::new(server.url())
+                .bearer("resume")
+                // Only the request's own resumption reaches the GET fault.
+                .listen(false);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::SseCutAfterEvent { retry_ms: Some(20) },
+                )
+                .times(1),
+            );
+            server.push_fault(Fault::on_http(Method::GET, FaultAction::ExpireSession).times(1));
+            let error = session
+                .call_tool("tool-002", serde_json::json!({"once": true}))
+                .await
+                .expect_err("the answer was lost with the session");
+            assert!(error.is_session_expired(), "{error}");
+            assert_eq!(resumptions(&server).len(), 1);
+            assert_eq!(
+                seen(&server, "tools/call").len(),
+                1,
+                "a request the server accepted was sent again"
+            );
+            // The next request opens the new session.
+            session
+                .call_tool("tool-000", serde_json::json!({}))
+                .await
+                .expect("the next call gets a new session");
+            assert_eq!(seen(&server, "initialize").len(), 2);
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "resumption 404").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}
+
+/// A 2025-11-25 server that polls: it closes the listening stream after
+/// each event it sends (with `retry`), and the client reconnects with
+/// `Last-Event-ID`. The listener keeps polling for as long as the server
+/// delivers (its bound is on attempts that bring nothing), so no
+/// notification is lost after the first few polls.
+#[test]
+fn a_listening_stream_the_server_keeps_closing_is_polled_for_as_long_as_it_delivers() {
+    const POLLS: usize = 6;
+    scenario(async {
+        for borrowed in [false, true] {
+            let mut config = ServerConfig::default().with_listen(ListenMode::Open);
+            for poll in 0..POLLS {
+                let body = format!(
+                    "id: poll-{poll}\nretry: 10\ndata: {}\n\n",
+                    serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {"level": "info", "data": format!("poll {poll}")},
+                    })
+                );
+                config = config.with_fault(
+                    Fault::on_http(
+                        http::Method::GET,
+                        FaultAction::raw(200, "text/event-stream", &body),
+                    )
+                    .times(1),
+                );
+            }
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(config)).await;
+            let mut connector = Connector::new(server.url());
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.unwrap();
+            let mut notifications = session.notifications().unwrap();
+            let mut seen = Vec::new();
+            let all = tokio::time::timeout(Duration::from_secs(10), async {
+                while seen.len() < POLLS {
+                    match notifications.recv().await {
+                        Some(message) => seen.push(message),
+                        None => break,
+                    }
+                }
+            })
+            .await;
+            assert!(
+                all.is_ok(),
+                "{}: the listener stopped polling after {} of {POLLS} polls",
+                if borrowed { "borrowed" } else { "owned" },
+                seen.len()
+            );
+            // Then the server's open stream, which the listener holds.
+            assert!(
+                eventually(Duration::from_secs(5), || server
+                    .stats()
+                    .listen_streams_open
+                    == 1)
+                .await
+            );
+            let gets = seen_http(&server, http::Method::GET);
+            assert_eq!(gets.len(), POLLS + 1);
+            assert!(
+                gets[1..]
+                    .iter()
+                    .all(|g| g.header("last-event-id").is_some())
+            );
+            session.close().await;
+            drop(session);
+            baseline.check(&server, 1).await;
+        }
+    });
+}

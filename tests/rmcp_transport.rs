@@ -989,3 +989,151 @@ fn a_server_request_before_the_initialize_result_is_answered_at_once() {
         }
     });
 }
+
+/// A server request (a `ping`) on the `initialize` answer of the session
+/// that replaces an expired one: rmcp's answer goes out on that new session
+/// at once, so the server, which holds the `initialize` result until it has
+/// the answer, lets the renewal finish and the call goes through.
+#[test]
+fn a_server_request_on_a_renewals_initialize_answer_is_answered_at_once() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("serve");
+            world.server.push_fault(
+                Fault::on_rpc(
+                    "initialize",
+                    FaultAction::ServerRequest {
+                        method: "ping".into(),
+                        params: json!({}),
+                    },
+                )
+                .times(1),
+            );
+            world.server.expire_sessions();
+            let started = std::time::Instant::now();
+            call(&client, "tool-001").await;
+            // The server gives up on its ping after 10 s.
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{}: the renewal waited {:?} for rmcp's answer",
+                mode(borrowed),
+                started.elapsed()
+            );
+            assert_eq!(seen(&world.server, "initialize").len(), 2);
+            let answers = world.server.client_answers();
+            assert_eq!(answers.len(), 1, "rmcp answered the ping: {answers:?}");
+            let new = world
+                .server
+                .session_log()
+                .last()
+                .expect("the new session")
+                .id
+                .clone();
+            let answer = seen_http(&world.server, Method::POST)
+                .into_iter()
+                .find(|r| r.rpc_method.is_none())
+                .expect("the ping's answer was POSTed");
+            assert_eq!(answer.header("mcp-session-id"), Some(new.as_str()));
+            deleted(&cancel(client, report).await);
+            assert_each_session_deleted_once(&world.server, mode(borrowed)).await;
+            world.check(1).await;
+        }
+    });
+}
+
+/// rmcp gives up on a call (its future dropped at the caller's deadline:
+/// rmcp sends `notifications/cancelled`) whose answer the server holds
+/// open without end, ignoring the cancellation. The transport stops
+/// reading that answer: its task and connection go now, not when the
+/// transport closes, so a long session against such a server does not
+/// pile them up.
+#[test]
+fn a_call_rmcp_gives_up_on_is_read_no_more() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let idle = mcp_scoped_http::ledger().tasks;
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = serve(transport).await.expect("serve");
+            assert!(
+                eventually(HUNG, || mcp_scoped_http::ledger().tasks == idle).await,
+                "the initialize reader ends"
+            );
+            for round in 0..3 {
+                world
+                    .server
+                    .push_fault(Fault::on_rpc("tools/call", FaultAction::SseStall).times(1));
+                let stalled = client
+                    .peer()
+                    .call_tool(CallToolRequestParams::new("tool-000"));
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(200), stalled)
+                        .await
+                        .is_err(),
+                    "the stalled call answered"
+                );
+                assert!(
+                    eventually(HUNG, || world.server.cancelled().len() == round + 1).await,
+                    "rmcp cancelled the call"
+                );
+                assert!(
+                    eventually(Duration::from_secs(5), || mcp_scoped_http::ledger().tasks
+                        == idle)
+                    .await,
+                    "{}, round {round}: the cancelled call's reader still runs: {:?}",
+                    mode(borrowed),
+                    mcp_scoped_http::ledger()
+                );
+            }
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
+/// The same, with the server holding even the head of the call's answer
+/// (the POST still in flight when rmcp gives up): the transport's send of
+/// that request ends too, rather than holding rmcp's send task and the
+/// connection until the transport closes.
+#[test]
+fn a_call_rmcp_gives_up_on_before_its_answer_began_is_sent_no_more() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(ServerConfig::default()).await;
+            let (transport, report) = world.transport_with(borrowed, |b| b.listen(false));
+            let client = serve(transport).await.expect("serve");
+            let idle =
+                || support::baseline::alive_tasks().saturating_sub(world.caller.live_tasks());
+            call(&client, "tool-000").await;
+            let before = idle();
+            world
+                .server
+                .push_fault(Fault::on_rpc("tools/call", FaultAction::HangDeaf).times(1));
+            let held = client
+                .peer()
+                .call_tool(CallToolRequestParams::new("tool-000"));
+            assert!(
+                tokio::time::timeout(Duration::from_millis(200), held)
+                    .await
+                    .is_err(),
+                "the held call answered"
+            );
+            assert!(
+                eventually(HUNG, || world.server.cancelled().len() == 1).await,
+                "rmcp cancelled the call"
+            );
+            assert!(
+                eventually(Duration::from_secs(5), || idle() <= before).await,
+                "{}: the cancelled call is still being sent: {} tasks, {before} before",
+                mode(borrowed),
+                idle()
+            );
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}

@@ -705,3 +705,105 @@ fn f25_sessions_with_different_bearers_share_one_borrowed_client() {
         baseline.check(&server, 3).await;
     });
 }
+
+/// A request that times out after its session expired and was replaced:
+/// its session is gone, so no `notifications/cancelled` goes out for it
+/// (never with the expired session's id, which is never sent again).
+#[test]
+fn f22_a_request_timed_out_after_its_session_was_replaced_sends_no_cancellation() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let session = Arc::new(connect(&server, borrowed.then_some(&caller), "f22e").await);
+            let old = session.session_id().unwrap();
+            server.push_fault(Fault::on_rpc("tools/call", FaultAction::Hang).times(1));
+            let a = tokio::spawn({
+                let session = session.clone();
+                async move {
+                    session
+                        .request_with(
+                            "tools/call",
+                            Some(json!({"name": "tool-000", "arguments": {"tag": "a"}})),
+                            RequestOptions::default().timeout(Duration::from_millis(500)),
+                        )
+                        .await
+                }
+            });
+            assert!(eventually(PROMPT, || seen(&server, "tools/call").len() == 1).await);
+            // The session expires; B's 404 replaces it, and B goes through.
+            server.expire_sessions();
+            session
+                .call_tool("tool-000", json!({"tag": "b"}))
+                .await
+                .expect("B on the new session");
+            let new = session.session_id().unwrap();
+            assert_ne!(new, old);
+            let error = tokio::time::timeout(PROMPT, a)
+                .await
+                .expect("A resolves")
+                .expect("A's task")
+                .expect_err("A timed out");
+            assert!(error.is_timeout(), "{error}");
+            // Absence can only be watched for: a bounded window.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let notices = seen(&server, "notifications/cancelled");
+            assert!(
+                notices
+                    .iter()
+                    .all(|n| n.header("mcp-session-id") != Some(old.expose())),
+                "a cancellation went to the expired session: {notices:?}"
+            );
+            session.close().await;
+            drop(session);
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&server, "f22e").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}
+
+/// `Duration::MAX` as a timeout (a common way to say "none") is no timeout,
+/// wherever it is given: per request, for the session's requests (which
+/// also bound a renewal), and for the DELETE (at close, and in the reaper
+/// of a dropped session). Never a panic from a deadline that overflows.
+#[test]
+fn f22_a_timeout_of_duration_max_means_none_and_never_panics() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let (server, caller, baseline) =
+                support::baseline::scene(TestServer::start(ServerConfig::default())).await;
+            let mut connector = Connector::new(server.url())
+                .bearer("max")
+                .request_timeout(Duration::MAX)
+                .delete_timeout(Duration::MAX);
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.expect("connect");
+            session
+                .request_with(
+                    "tools/call",
+                    Some(json!({"name": "tool-000", "arguments": {}})),
+                    RequestOptions::default().timeout(Duration::MAX),
+                )
+                .await
+                .expect("a call with a per-request Duration::MAX");
+            server.expire_sessions();
+            session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect("a renewal bounded by Duration::MAX");
+            session.close().await;
+            drop(session);
+            // Dropped without close: the reaper's deadline.
+            let dropped = connector.connect().await.expect("connect");
+            drop(dropped);
+            tokio::time::timeout(PROMPT, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper finishes");
+            let log = assert_each_session_deleted_once(&server, "Duration::MAX").await;
+            baseline.check(&server, deletes_owed(&log)).await;
+        }
+    });
+}

@@ -16,7 +16,9 @@
 //!    that arrives just before a failure or a cancellation is still
 //!    DELETEd;
 //! 3. after the answer, the background set: a reader per request (its JSON
-//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off) and,
+//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off; it
+//!    stops when rmcp gives the request up with `notifications/cancelled`,
+//!    whatever the server does) and,
 //!    once `notifications/initialized` is accepted, the GET listening
 //!    stream.
 //!
@@ -102,9 +104,10 @@
 //! [`RunningService`]: rmcp::service::RunningService
 
 use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rmcp::RoleClient;
@@ -112,6 +115,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{DynamicTransportError, Transport};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
@@ -126,6 +130,11 @@ use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
 
 /// Server messages waiting for rmcp's `receive`.
 const INCOMING_BUFFER: usize = 64;
+
+/// Server requests remembered with the session that sent them, so that
+/// rmcp's answer goes back to that session; older ones are forgotten (their
+/// answers then go to the session in use).
+const ASKED_KEPT: usize = 256;
 
 /// Builds a [`ScopedTransport`].
 ///
@@ -245,6 +254,9 @@ impl ScopedTransportBuilder {
             attached,
             initialize_sent: AtomicBool::new(false),
             handshake: Mutex::default(),
+            asked: Mutex::default(),
+            readers: Mutex::default(),
+            next_reader: AtomicU64::new(0),
         };
         let settings = Settings {
             resumption: self.resumption,
@@ -290,6 +302,19 @@ struct RmcpFront {
     attached: bool,
     initialize_sent: AtomicBool,
     handshake: Mutex<Handshake>,
+    /// The server requests handed to rmcp and not yet answered, with the
+    /// session that sent each (oldest first, at most [`ASKED_KEPT`]): a
+    /// request on the `initialize` answer of a session that replaces an
+    /// expired one comes before that session is in use, and the server may
+    /// hold the `initialize` result until it has the answer.
+    asked: Mutex<VecDeque<(RequestId, Weak<Generation>)>>,
+    /// The readers of rmcp's requests, by id, each with its number and the
+    /// token that stops it: a request rmcp gives up on (its
+    /// `notifications/cancelled`, sent when its timeout passes or its
+    /// future is dropped) is read no more, even from a server that ignores
+    /// the cancellation and holds the answer open.
+    readers: Mutex<HashMap<RequestId, (u64, CancellationToken)>>,
+    next_reader: AtomicU64,
 }
 
 /// rmcp's handshake, between its `initialize` and its
@@ -303,6 +328,52 @@ struct Handshake {
 }
 
 impl RmcpFront {
+    /// Remembers that `generation` sent server request `id`.
+    fn asked(&self, id: &RequestId, generation: &Arc<Generation>) {
+        let mut asked = lock(&self.asked);
+        asked.retain(|(asked, _)| asked != id);
+        if asked.len() == ASKED_KEPT {
+            asked.pop_front();
+        }
+        asked.push_back((id.clone(), Arc::downgrade(generation)));
+    }
+
+    /// The session that sent server request `id`, if it is remembered and
+    /// still around; forgets it.
+    fn asker(&self, id: &RequestId) -> Option<Arc<Generation>> {
+        let mut asked = lock(&self.asked);
+        let at = asked.iter().position(|(asked, _)| asked == id)?;
+        asked
+            .remove(at)
+            .and_then(|(_, generation)| generation.upgrade())
+    }
+
+    /// Registers rmcp's request `id` (its POST, then its reader): its
+    /// number (for [`done_reading`](Self::done_reading)) and the token that
+    /// stops it.
+    fn start_reading(&self, id: &RequestId) -> (u64, CancellationToken) {
+        let number = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let stop = CancellationToken::new();
+        lock(&self.readers).insert(id.clone(), (number, stop.clone()));
+        (number, stop)
+    }
+
+    /// Reader `number` of request `id` has ended.
+    fn done_reading(&self, id: &RequestId, number: u64) {
+        let mut readers = lock(&self.readers);
+        if readers.get(id).is_some_and(|(n, _)| *n == number) {
+            readers.remove(id);
+        }
+    }
+
+    /// rmcp gave up on request `id`: it is sent, and its answer read, no
+    /// more.
+    fn stop_reading(&self, id: &RequestId) {
+        if let Some((_, stop)) = lock(&self.readers).remove(id) {
+            stop.cancel();
+        }
+    }
+
     /// Hands a message to rmcp.
     async fn give(&self, message: Message) {
         if self.tx.send(message).await.is_err() {
@@ -336,11 +407,15 @@ impl RmcpFront {
 impl Front for RmcpFront {
     fn deliver<'a>(
         engine: &'a Arc<Engine<Self>>,
-        _generation: &'a Arc<Generation>,
+        generation: &'a Arc<Generation>,
         message: ServerMessage,
     ) -> impl Future<Output = ()> + Send + 'a {
         let message = match message {
-            ServerMessage::Request(request) => Message::Request(request),
+            ServerMessage::Request(request) => {
+                // rmcp's answer goes back to the session that asked.
+                engine.front.asked(&request.id, generation);
+                Message::Request(request)
+            }
             ServerMessage::Notification(notification) => Message::Notification(notification),
         };
         engine.front.give(message)
@@ -500,19 +575,30 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
 /// Any other request of rmcp's: POSTed on the current session up to its
 /// answer's head (a session the server expired is replaced once first), and
 /// the answer read in the background, resolving the request exactly once.
+/// If rmcp gives the request up (`notifications/cancelled`) it stops
+/// wherever it is: waiting for a session, POSTing, or reading.
 async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
     let closing = engine.closing().clone();
+    let (number, stop) = engine.front.start_reading(&request.id);
+    // Unregistered however this ends (the reader takes it over).
+    let registered =
+        scopeguard::guard((engine.clone(), request.id.clone()), move |(engine, id)| {
+            engine.front.done_reading(&id, number);
+        });
+    let given_up = || Error::closed().with_message("rmcp gave up on the request");
     let mut renewed = false;
     loop {
         let generation = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
+            _ = stop.cancelled() => return Err(given_up()),
             generation = engine.current() => generation?,
         };
         let waiter = engine.waiter(request.id.clone());
         let posted = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
+            _ = stop.cancelled() => return Err(given_up()),
             posted = engine.post_request(&generation, &request) => posted,
         };
         let answer = match posted {
@@ -523,13 +609,17 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             }
             Err(error) => return Err(error),
         };
-        let reader_engine = engine.clone();
-        let id = request.id.clone();
+        let stop = stop.clone();
         let spawned = engine.spawner().spawn(move |cancel| async move {
-            let engine = reader_engine;
+            let (engine, id) = &*registered;
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                outcome = waiter.read(&generation, answer) => engine.front.resolve(id, outcome).await,
+                _ = stop.cancelled() => {
+                    tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
+                }
+                outcome = waiter.read(&generation, answer) => {
+                    engine.front.resolve(id.clone(), outcome).await;
+                }
             }
         });
         return if spawned {
@@ -540,10 +630,24 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
     }
 }
 
-/// A notification or a response of rmcp's, on the current session.
+/// A notification of rmcp's, on the current session; a response (rmcp's
+/// answer to a server request), on the session that asked, if it is known.
 async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
+    let asker = match &message {
+        Message::Response(Response { id: Some(id), .. }) => engine.front.asker(id),
+        Message::Notification(notification) => {
+            if let Some(id) = cancelled_request(notification) {
+                engine.front.stop_reading(&id);
+            }
+            None
+        }
+        _ => None,
+    };
     let send = async {
-        let generation = engine.current().await?;
+        let generation = match asker {
+            Some(generation) => generation,
+            None => engine.current().await?,
+        };
         match &message {
             Message::Notification(notification) => engine.notify(&generation, notification).await,
             Message::Response(response) => engine.respond(&generation, response).await,
@@ -555,6 +659,15 @@ async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
         _ = engine.closing().cancelled() => Err(Error::closed()),
         sent = send => sent,
     }
+}
+
+/// The request a `notifications/cancelled` gives up on.
+fn cancelled_request(notification: &Notification) -> Option<RequestId> {
+    if notification.method != "notifications/cancelled" {
+        return None;
+    }
+    let id = notification.params.as_ref()?.get("requestId")?;
+    serde_json::from_value(id.clone()).ok()
 }
 
 /// rmcp's message as ours.

@@ -22,7 +22,7 @@ pub(crate) use endpoint::Endpoint;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Message, Notification, Request, RequestId, Response};
 pub(crate) use crate::scope::Opening;
-use crate::scope::{SessionsHandle, Spawner};
+use crate::scope::{SessionsHandle, Spawner, deadline_after};
 use crate::sync::lock;
 use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
 
@@ -176,7 +176,7 @@ pub(crate) struct Deadline(Option<(Duration, Instant)>);
 impl Deadline {
     /// From now, `limit` (none: never).
     pub(crate) fn after(limit: Option<Duration>) -> Self {
-        Deadline(limit.map(|limit| (limit, Instant::now() + limit)))
+        Deadline(limit.map(|limit| (limit, deadline_after(limit))))
     }
 
     /// Runs `future` until the deadline.
@@ -541,14 +541,21 @@ impl<F: Front> Engine<F> {
     }
 
     /// Sends `request` on `generation` and reads its answer until its
-    /// response.
-    pub(crate) async fn exchange(
+    /// response. `accepted` is set once the server has accepted the
+    /// request (its answer began).
+    async fn exchange(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
+        accepted: &AtomicBool,
     ) -> Result<Value> {
+        let post = async {
+            let answer = self.post_request(generation, request).await;
+            accepted.store(answer.is_ok(), Ordering::Relaxed);
+            answer
+        };
         self.waiter(request.id.clone())
-            .read_when(generation, self.post_request(generation, request))
+            .read_when(generation, post)
             .await
     }
 
@@ -576,20 +583,29 @@ impl<F: Front> Engine<F> {
                 id: Some(request.id.clone()),
                 reason: "the caller abandoned the request",
             };
+            let accepted = AtomicBool::new(false);
             let outcome = tokio::select! {
                 biased;
                 _ = closing.cancelled() => {
                     cancel.disarm();
                     return Err(Error::closed());
                 }
-                outcome = deadline.run(self.exchange(&generation, request)) => outcome,
+                outcome = deadline.run(self.exchange(&generation, request, &accepted)) => outcome,
             };
             match outcome {
                 Err(error) if error.is_timeout() => {
                     cancel.reason = "timed out";
                     return Err(error);
                 }
-                Err(error) if error.is_session_expired() && generation.owned && !renewed => {
+                // Only a request whose own POST was answered 404: one the
+                // server accepted (and may have run) before its session
+                // expired, met by a resumption, is not sent again.
+                Err(error)
+                    if error.is_session_expired()
+                        && generation.owned
+                        && !renewed
+                        && !accepted.load(Ordering::Relaxed) =>
+                {
                     // The server forgot the request with the session.
                     cancel.disarm();
                     renewed = true;
@@ -779,4 +795,50 @@ pub(crate) fn negotiated(initialize_result: &Value) -> Result<ProtocolVersion> {
         .as_str()
         .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
     answered.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::HttpClient;
+    use crate::scope::GuardStack;
+
+    /// A front end that does nothing with the server's traffic.
+    struct Quiet;
+
+    impl Front for Quiet {
+        async fn deliver(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: ServerMessage) {}
+
+        async fn renewed(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: &Value) {}
+    }
+
+    /// Single flight is the engine's own, not its callers': however often
+    /// `renew` is asked while a session is lost (two requests that saw it
+    /// lost on two workers at once), one renewal task starts.
+    #[tokio::test]
+    async fn renew_starts_one_renewal_however_often_it_is_asked() {
+        let mut stack = GuardStack::new(Arc::default());
+        let client = HttpClient::borrowed(tower::service_fn(|_: http::Request<_>| async {
+            Err::<http::Response<crate::client::RequestBody>, _>(std::io::Error::other("offline"))
+        }));
+        let template = Arc::new(StreamableHttp::new(client, "http://127.0.0.1:9/mcp").unwrap());
+        let sessions = stack.push_server_sessions(Duration::from_secs(1));
+        let spawner = stack.push_background();
+        let counters = stack.counters().clone();
+        let settings = Settings {
+            resumption: Resumption::default(),
+            listen: false,
+            renew_timeout: Some(Duration::from_secs(1)),
+            id_prefix: None,
+        };
+        let engine = Engine::new(Quiet, template, Some(sessions), spawner, settings);
+        engine.current.send_replace(Current::Lost(None));
+        for _ in 0..3 {
+            engine.renew();
+        }
+        assert!(matches!(*engine.current.borrow(), Current::Renewing));
+        assert_eq!(counters.snapshot().tasks, 1, "one renewal task");
+        engine.close();
+        stack.unwind().await;
+    }
 }

@@ -15,11 +15,19 @@ use crate::engine::{Engine, Front, Generation, ServerMessage};
 use crate::jsonrpc::{Message, Response};
 use crate::sync::lock;
 
+/// The catalog, and which of its lists a re-discovery has replaced.
+#[derive(Default)]
+struct Lists {
+    catalog: Arc<Catalog>,
+    /// Per list kind: a re-discovery has stored its list.
+    relisted: [bool; 4],
+}
+
 /// A session's front end of the engine.
 pub(crate) struct SessionFront {
     pub(crate) handlers: Handlers,
     sink: mpsc::Sender<Message>,
-    catalog: Mutex<Arc<Catalog>>,
+    lists: Mutex<Lists>,
     pub(crate) discovery: Discovery,
     /// Bound on each page of a re-discovery.
     request_timeout: Option<Duration>,
@@ -37,7 +45,7 @@ impl SessionFront {
         SessionFront {
             handlers,
             sink,
-            catalog: Mutex::new(Arc::new(Catalog::default())),
+            lists: Mutex::default(),
             discovery,
             request_timeout,
             rediscovery: Default::default(),
@@ -45,18 +53,32 @@ impl SessionFront {
     }
 
     pub(crate) fn catalog(&self) -> Arc<Catalog> {
-        lock(&self.catalog).clone()
+        lock(&self.lists).catalog.clone()
     }
 
-    pub(crate) fn set_catalog(&self, catalog: Catalog) {
-        *lock(&self.catalog) = Arc::new(catalog);
+    /// Stores what connect discovered. A list that a re-discovery has
+    /// stored meanwhile (the server announced a change on the GET stream
+    /// while connect was still listing) is newer than connect's: it stays.
+    pub(crate) fn set_catalog(&self, mut catalog: Catalog) {
+        let mut lists = lock(&self.lists);
+        let Lists {
+            catalog: current,
+            relisted,
+        } = &mut *lists;
+        for kind in ListKind::ALL {
+            if relisted[kind.index()] {
+                *kind.field(&mut catalog) = std::mem::take(kind.field(Arc::make_mut(current)));
+            }
+        }
+        *current = Arc::new(catalog);
     }
 
     /// Replaces one list, under the lock: runs of different kinds ending
     /// together never undo each other.
     fn set_list(&self, kind: ListKind, list: Vec<Value>) {
-        let mut catalog = lock(&self.catalog);
-        *kind.field(Arc::make_mut(&mut catalog)) = list;
+        let mut lists = lock(&self.lists);
+        *kind.field(Arc::make_mut(&mut lists.catalog)) = list;
+        lists.relisted[kind.index()] = true;
     }
 
     /// Re-runs discovery of one list in the background: at most one run per

@@ -231,9 +231,12 @@ impl Session {
     ///   id), a new session is opened, once, however many requests hit the
     ///   404 together and whichever of them goes away first; the request is
     ///   sent again on it; a second 404 is an error. Requests made while
-    ///   the new session opens wait for it, each within its own deadline. An
-    ///   attached session reports [`Error::is_session_expired`] and is left
-    ///   alone.
+    ///   the new session opens wait for it, each within its own deadline. A
+    ///   request the server had accepted (its answer began) and whose
+    ///   resumption meets the 404 is not sent again, since it may have run:
+    ///   it fails with [`Error::is_session_expired`], and the next request
+    ///   gets the new session. An attached session reports
+    ///   [`Error::is_session_expired`] and is left alone.
     /// - `initialize` and `notifications/initialized` are refused
     ///   ([`Error::is_builder`]): the session runs its lifecycle itself.
     /// - Once the session is closing: [`Error::is_closed`], at once.

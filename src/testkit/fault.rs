@@ -133,6 +133,16 @@ pub enum FaultAction {
     },
     /// `200 text/event-stream` that ends cleanly with no event at all.
     SseEndWithoutResponse,
+    /// On a POST: `200 text/event-stream` with one comment line, then
+    /// nothing, until the client goes away or the server shuts down. A
+    /// `notifications/cancelled` does not end it: a server that ignores
+    /// cancellation and holds the answer open. Requests that are no POST
+    /// answer normally.
+    SseStall,
+    /// Never answer, not even the head, until the client goes away or the
+    /// server shuts down; a `notifications/cancelled` does not end it (a
+    /// server deaf to cancellation). Other requests are not blocked.
+    HangDeaf,
     /// Never answer (until shutdown). Other requests are not blocked.
     ///
     /// On a POST, a `notifications/cancelled` from the same session for (one

@@ -729,6 +729,10 @@ async fn apply(
             sse_headers(resp.headers_mut());
             resp
         }
+        FaultAction::HangDeaf => {
+            shared.shutdown.cancelled().await;
+            return Err("testkit: shutting down".into());
+        }
         FaultAction::Hang => {
             tokio::select! {
                 _ = cancel.cancelled() => cancelled_response(shared),
@@ -793,6 +797,7 @@ async fn apply(
         FaultAction::CloseConnection => return Err("testkit: scripted connection close".into()),
         // The rest change a POST's normal answer; other methods answer normally.
         _ if !is_post => normal(shared, req),
+        FaultAction::SseStall => stalled_stream(shared),
         FaultAction::SessionId(raw) => {
             let ov = Overrides {
                 session_id: Some(raw),
@@ -1201,6 +1206,29 @@ fn never_ending_line(shared: &Arc<Shared>) -> Resp {
                 _ = shutdown.cancelled() => return,
             }
             sent += chunk.len();
+        }
+    });
+    let mut resp = Response::new(boxed(body));
+    sse_headers(resp.headers_mut());
+    resp
+}
+
+/// [`FaultAction::SseStall`]: a comment, then nothing until the client
+/// goes away or the server shuts down.
+fn stalled_stream(shared: &Arc<Shared>) -> Resp {
+    let (tx, body) = ChanBody::channel(1, None);
+    let shutdown = shared.shutdown.clone();
+    tokio::spawn(async move {
+        if tx
+            .send(Ok(Bytes::from_static(b": stalled\n\n")))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tokio::select! {
+            () = tx.closed() => {}
+            () = shutdown.cancelled() => {}
         }
     });
     let mut resp = Response::new(boxed(body));
