@@ -286,7 +286,7 @@ pub use session::{
     Catalog, Connector, Discovery, Page, RequestOptions, Session, SessionInfo, SessionOwnership,
     Timings,
 };
-pub use transport::{ProtocolVersion, SessionId, TransportConfig};
+pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// The raw Streamable HTTP wire (feature `wire`): one exchange at a time,
 /// with **no guard stack**.

@@ -19,7 +19,7 @@ use crate::engine::{Endpoint, Engine, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message, Notification, Request};
 use crate::scope::{GuardStack, cleanup_errors};
-use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// Room for server messages waiting to be taken from
 /// [`Session::notifications`]; more are dropped.
@@ -399,6 +399,8 @@ impl Config {
                 .wire()
                 .protocol_version()
                 .unwrap_or(ProtocolVersion::LATEST),
+            transport: TransportKind::StreamableHttp,
+            probed: false,
             session_id_issued: generation.session_id().is_some(),
             ownership,
             client_ownership,

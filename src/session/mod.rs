@@ -29,7 +29,7 @@ use crate::jsonrpc::{Message, Notification, Request};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
-use crate::transport::{ProtocolVersion, SessionId};
+use crate::transport::{ProtocolVersion, SessionId, TransportKind};
 use front::SessionFront;
 
 /// Whether we created the server session or the caller lent it.
@@ -65,8 +65,15 @@ pub struct SessionInfo {
     pub capabilities: Value,
     /// `instructions` of the initialize result.
     pub instructions: Option<String>,
-    /// The negotiated revision.
+    /// The revision in use: negotiated in `initialize`, or (2026-07-28) the
+    /// one `server/discover` accepted.
     pub protocol_version: ProtocolVersion,
+    /// The transport in use: `streamable-http`, or `http+sse` (2024-11-05).
+    pub transport: TransportKind,
+    /// Whether the revision was found by probing the server (not pinned
+    /// with [`Connector::protocol_version`], and not known from an earlier
+    /// connect through the same client).
+    pub probed: bool,
     /// Whether the server issued a session id.
     pub session_id_issued: bool,
     /// Whether we created the server session.

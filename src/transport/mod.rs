@@ -56,7 +56,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 pub(crate) use replay::ReplayFilter;
-pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId};
+pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId, TransportKind};
 pub use stream::MessageStream;
 
 use crate::client::{HttpClient, ResponseBody, ScopeId};
