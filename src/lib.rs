@@ -276,6 +276,7 @@ mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod transport;
+mod version;
 
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
 pub use engine::Resumption;

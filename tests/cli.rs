@@ -305,18 +305,19 @@ fn churn_floor_replays_the_same_exchanges_and_reports_the_ratio() {
         "{churn}"
     );
     assert!(churn["cpuMicrosPerCycle"].is_number(), "{churn}");
-    // Ours: 5 + 30 cycles, the recorded one, then the floor's 5 + 30, each
-    // a session created and DELETEd (the floor replays the DELETE too).
+    // Ours: 5 + 30 cycles, the recording's warm-up and recorded cycles,
+    // then the floor's 5 + 30, each a session created and DELETEd (the
+    // floor replays the DELETE too).
     let stats = server.stats();
-    assert_eq!(stats.sessions_created, 71, "{stats:?}");
-    assert_eq!(stats.deletes, 71, "{stats:?}");
+    assert_eq!(stats.sessions_created, 72, "{stats:?}");
+    assert_eq!(stats.deletes, 72, "{stats:?}");
     assert_eq!(stats.live_sessions, 0, "{stats:?}");
     let calls = server
         .requests()
         .iter()
         .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
         .count();
-    assert_eq!(calls, 71);
+    assert_eq!(calls, 72);
 }
 
 #[tokio::test]

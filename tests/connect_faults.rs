@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use mcp_scoped_http::{Connector, Error, SessionRelease};
+use mcp_scoped_http::{Connector, Error, ProtocolVersion, SessionRelease};
 use serde_json::json;
 use support::baseline::World;
 use support::*;
@@ -468,7 +468,11 @@ fn f08_a_result_without_protocol_version_deletes_that_session_id_once() {
                 ),
             )
             .await;
-            let error = fails_at_once(world.connector(borrowed)).await;
+            // Pinned: the scripted answer's id is that of the first request.
+            let connector = world
+                .connector(borrowed)
+                .protocol_version(ProtocolVersion::V2025_11_25);
+            let error = fails_at_once(connector).await;
             assert!(error.is_protocol(), "{}: {error:?}", mode(borrowed));
             assert!(error.to_string().contains("protocolVersion"), "{error}");
             assert!(!format!("{error} {error:?}").contains(session_id));

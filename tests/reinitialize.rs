@@ -104,7 +104,9 @@ fn sent_without_a_session(
         .requests()
         .into_iter()
         .filter(|r| r.method == Method::POST || r.method == Method::GET)
+        // Neither opening a session nor probing the era carries one.
         .filter(|r| r.rpc_method.as_deref() != Some("initialize"))
+        .filter(|r| r.rpc_method.as_deref() != Some("server/discover"))
         .filter(|r| r.header("x-caller").is_none())
         .filter(|r| matters(r))
         .filter(|r| r.header("mcp-session-id").is_none())

@@ -897,7 +897,8 @@ fn an_attached_transport_runs_rmcp_on_the_callers_session() {
                 1,
                 "never initialized"
             );
-            for post in seen_http(&world.server, Method::POST).iter().skip(2) {
+            // The caller's own connect: the era probe, initialize, initialized.
+            for post in seen_http(&world.server, Method::POST).iter().skip(3) {
                 assert_eq!(post.header("mcp-session-id"), Some(id.expose()));
             }
             let released = cancel(client, report).await;

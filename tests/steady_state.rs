@@ -630,7 +630,10 @@ fn f25_sessions_with_different_bearers_share_one_borrowed_client() {
                 .iter()
                 .position(|t| auth == format!("Bearer {t}"))
                 .unwrap_or_else(|| panic!("unexpected {auth}"));
-            if r.rpc_method.as_deref() == Some("initialize") {
+            if matches!(
+                r.rpc_method.as_deref(),
+                Some("initialize" | "server/discover")
+            ) {
                 assert_eq!(r.header("mcp-session-id"), None);
             } else {
                 assert_eq!(

@@ -244,7 +244,7 @@ impl ScopedTransportBuilder {
         // If a step below fails, dropping the stack releases what is on it
         // (no DELETE is owed yet).
         let mut stack = GuardStack::new(self.endpoint.counters());
-        let (template, _) = self.endpoint.acquire(&mut stack)?;
+        let (template, _) = self.endpoint.acquire(&mut stack, None)?;
         let attached = self.attach.is_some();
         let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
         let spawner = stack.push_background();
@@ -516,7 +516,7 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         let read = async {
             let outcome = started.waiter.read(&generation, started.answer).await;
             let answered = match &outcome {
-                Ok(result) => negotiated(result)
+                Ok(result) => negotiated(result, crate::engine::Era::Sessions)
                     .map(|version| generation.wire().set_protocol_version(version)),
                 Err(error) => Err(error.duplicate()),
             };
@@ -599,7 +599,7 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
             _ = stop.cancelled() => return Err(given_up()),
-            posted = engine.post_request(&generation, &request) => posted,
+            posted = engine.post_request(&generation, &request, http::HeaderMap::new()) => posted,
         };
         let answer = match posted {
             Ok(answer) => answer,

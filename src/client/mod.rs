@@ -14,6 +14,7 @@ mod hooks;
 pub(crate) mod owned;
 pub(crate) mod quickack;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +30,37 @@ use owned::OwnedParts;
 use crate::error::{BoxError, Error, Result};
 use crate::ledger::{Count, Counters, Field, Ledger};
 use crate::sync::lock;
+use crate::version::ProtocolVersion;
+
+/// Endpoints whose revision a client remembers, at most; past it the
+/// record starts over (one extra probe per endpoint, not a leak).
+const MAX_REMEMBERED_REVISIONS: usize = 1024;
+
+/// The revision each endpoint was found to speak: kept by an
+/// [`HttpClient`] for the sessions that share it, and by a connector for
+/// the owned clients it builds.
+#[derive(Debug, Default)]
+pub(crate) struct RevisionMemory(Mutex<HashMap<String, ProtocolVersion>>);
+
+impl RevisionMemory {
+    pub(crate) fn get(&self, endpoint: &str) -> Option<ProtocolVersion> {
+        lock(&self.0).get(endpoint).copied()
+    }
+
+    /// Records what `endpoint` speaks.
+    pub(crate) fn remember(&self, endpoint: &str, version: ProtocolVersion) {
+        let mut revisions = lock(&self.0);
+        if revisions.len() >= MAX_REMEMBERED_REVISIONS && !revisions.contains_key(endpoint) {
+            revisions.clear();
+        }
+        revisions.insert(endpoint.to_owned(), version);
+    }
+
+    /// Forgets what `endpoint` speaks: the record proved wrong.
+    pub(crate) fn forget(&self, endpoint: &str) {
+        lock(&self.0).remove(endpoint);
+    }
+}
 
 /// The request body type the client port is called with.
 pub type RequestBody = Full<Bytes>;
@@ -63,6 +95,9 @@ struct Inner {
     owned: Option<OwnedParts>,
     hooks: Arc<hooks::Registry>,
     counters: Arc<Counters>,
+    /// The revision each endpoint was found to speak (era detection), so
+    /// that sessions sharing this client probe an endpoint once.
+    revisions: RevisionMemory,
     // Declared last: counted as an owned client until everything above has
     // been dropped.
     _owned_count: Option<Count>,
@@ -120,6 +155,7 @@ impl HttpClient {
                 owned,
                 hooks: Arc::default(),
                 counters,
+                revisions: RevisionMemory::default(),
                 _owned_count: owned_count,
             }),
         }
@@ -149,6 +185,18 @@ impl HttpClient {
             hook,
             &self.inner.counters,
         )
+    }
+
+    /// The revision `endpoint` was found to speak by a session that
+    /// connected through this client (era detection), if any. Sessions
+    /// that share the client skip the probe for it.
+    pub fn known_revision(&self, endpoint: &str) -> Option<ProtocolVersion> {
+        self.inner.revisions.get(endpoint)
+    }
+
+    /// Where this client remembers revisions.
+    pub(crate) fn revisions(&self) -> &RevisionMemory {
+        &self.inner.revisions
     }
 
     /// The hooks registered on this client, in the order they apply.

@@ -41,6 +41,11 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint URL (never shown: see [`origin`](Self::origin)).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Adds a hook, or the error of building it (reported when acquiring).
     pub(crate) fn push_hook(&mut self, hook: Result<HeaderHook>) {
         self.hooks.push(hook.map_err(Deferred));
@@ -58,6 +63,7 @@ impl Endpoint {
     pub(crate) fn acquire(
         &self,
         stack: &mut GuardStack,
+        client_meta: Option<(&serde_json::Value, &serde_json::Value)>,
     ) -> Result<(Arc<StreamableHttp>, Ownership)> {
         let (client, ownership) = match &self.client {
             Some(client) => (client.clone(), Ownership::Borrowed),
@@ -73,11 +79,13 @@ impl Endpoint {
             let hook = hook.clone().map_err(|deferred| deferred.0)?;
             stack.push_hook(client.add_session_hook(&self.url, scope, hook)?);
         }
-        let template = Arc::new(
-            StreamableHttp::new(client, &self.url)?
-                .with_config(self.transport.clone())
-                .with_scope(scope),
-        );
+        let mut template = StreamableHttp::new(client, &self.url)?
+            .with_config(self.transport.clone())
+            .with_scope(scope);
+        if let Some((info, capabilities)) = client_meta {
+            template = template.with_client_meta(info, capabilities);
+        }
+        let template = Arc::new(template);
         stack.push_transport(template.clone());
         Ok((template, ownership))
     }

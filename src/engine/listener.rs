@@ -1,9 +1,11 @@
-//! The GET listening stream of one session.
+//! The GET listening stream of one session, and its 2026-07-28
+//! successor, `subscriptions/listen`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Backoff, Engine, Front, Generation};
+use crate::jsonrpc::{Message, Request};
 use crate::transport::ReplayFilter;
 
 /// GET attempts in a row that bring nothing new (an error, a stream that
@@ -89,5 +91,72 @@ pub(super) async fn listen<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<G
             }
         }
         tokio::time::sleep(backoff.wait(server_retry).max(FIRST_BACKOFF)).await;
+    }
+}
+
+/// 2026-07-28: keeps a `subscriptions/listen` request open on
+/// `generation`, asking for the notifications in `filter`, and routes what
+/// its answer stream carries. A stream that ends is opened again (a new
+/// request) after a backoff; [`MAX_ATTEMPTS`] in a row that bring nothing
+/// end it, and so does an error answer (the server does not offer it).
+pub(super) async fn subscribe<F: Front>(
+    engine: &Arc<Engine<F>>,
+    generation: &Arc<Generation>,
+    filter: serde_json::Value,
+) {
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+    let mut fruitless = 0;
+    loop {
+        if !engine.is_current(generation) {
+            return;
+        }
+        let request = Request {
+            id: engine.next_id(),
+            method: "subscriptions/listen".into(),
+            params: Some(serde_json::json!({ "notifications": filter })),
+        };
+        let mut fruitful = false;
+        match engine
+            .post_request(generation, &request, http::HeaderMap::new())
+            .await
+        {
+            Ok(mut stream) => {
+                while let Some(message) = stream.next().await {
+                    match message {
+                        Ok(Message::Response(response)) => {
+                            if let Err(error) = response.outcome {
+                                tracing::debug!(code = error.code, "subscriptions/listen refused");
+                                return;
+                            }
+                            break;
+                        }
+                        Ok(message) => {
+                            fruitful = true;
+                            engine.route(generation, message).await;
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, "the subscription stream failed");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) if error.status().is_some_and(|s| s.is_client_error()) => {
+                tracing::debug!(%error, "subscriptions/listen refused");
+                return;
+            }
+            Err(error) => tracing::debug!(%error, fruitless, "subscriptions/listen failed"),
+        }
+        if fruitful {
+            fruitless = 0;
+            backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        } else {
+            fruitless += 1;
+            if fruitless == MAX_ATTEMPTS {
+                tracing::debug!("gave up on subscriptions/listen after {MAX_ATTEMPTS} attempts");
+                return;
+            }
+        }
+        tokio::time::sleep(backoff.wait(None)).await;
     }
 }

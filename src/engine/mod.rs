@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::HeaderMap;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -38,6 +39,18 @@ use crate::scope::{SessionsHandle, Spawner, deadline_after};
 use crate::sync::lock;
 use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
 
+/// How a generation talks to its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// The 2025 revisions: `initialize`, a session id, the GET stream.
+    Sessions,
+    /// 2026-07-28: no session; every request stands alone.
+    Stateless,
+    /// 2024-11-05: POSTs answered on the event stream, which is the
+    /// session.
+    HttpSse,
+}
+
 /// One server session: its transport (carrying its id and revision) and
 /// its place in the line of sessions a front end has had.
 pub(crate) struct Generation {
@@ -45,6 +58,7 @@ pub(crate) struct Generation {
     wire: Arc<StreamableHttp>,
     /// Whether we created it: only those are ever replaced.
     owned: bool,
+    era: Era,
 }
 
 impl Generation {
@@ -60,6 +74,10 @@ impl Generation {
     pub(crate) fn session_id(&self) -> Option<SessionId> {
         self.wire.session_id()
     }
+
+    pub(crate) fn era(&self) -> Era {
+        self.era
+    }
 }
 
 /// The session requests go to right now.
@@ -72,6 +90,9 @@ enum Current {
     Lost(Option<Error>),
     /// A new session is being opened.
     Renewing,
+    /// The session ended in a way no new one can follow (the HTTP+SSE
+    /// stream closed): every request gets this error.
+    Ended(Error),
     Closed,
 }
 
@@ -282,9 +303,25 @@ impl<F: Front> Engine<F> {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
             owned: false,
+            era: Era::Sessions,
         });
         self.set_current(Current::Ready(generation.clone()));
         generation
+    }
+
+    /// A 2026-07-28 generation speaking `version`: nothing to open, nothing
+    /// to DELETE. Not yet the one requests go to ([`set_ready`]).
+    ///
+    /// [`set_ready`]: Self::set_ready
+    pub(crate) fn stateless(&self, version: ProtocolVersion) -> Result<Arc<Generation>> {
+        let wire = Arc::new(self.fresh_wire()?);
+        wire.set_protocol_version(version);
+        Ok(Arc::new(Generation {
+            number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+            wire,
+            owned: false,
+            era: Era::Stateless,
+        }))
     }
 
     /// Starts opening a server session: `initialize` (as `request`) goes
@@ -296,16 +333,27 @@ impl<F: Front> Engine<F> {
     /// [`Opening::established`] is called, dropping the [`Started`] (or
     /// failing half-way) DELETEs the session the server created, if any.
     pub(crate) async fn begin_open(self: &Arc<Self>, request: Request) -> Result<Started<F>> {
-        let sessions = self.sessions.as_ref().ok_or_else(|| {
-            Error::builder("an attached session is never initialized by this crate")
-        })?;
         let wire = Arc::new(self.fresh_wire()?);
         let number = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let generation = Arc::new(Generation {
             number,
-            wire: wire.clone(),
+            wire,
             owned: true,
+            era: Era::Sessions,
         });
+        self.begin_open_on(generation, request).await
+    }
+
+    async fn begin_open_on(
+        self: &Arc<Self>,
+        generation: Arc<Generation>,
+        request: Request,
+    ) -> Result<Started<F>> {
+        let sessions = self.sessions.as_ref().ok_or_else(|| {
+            Error::builder("an attached session is never initialized by this crate")
+        })?;
+        let number = generation.number;
+        let wire = generation.wire.clone();
         let waiter = self.waiter(request.id.clone());
         let params = request.params.clone();
         let mut opening = sessions.open(number, wire, request)?;
@@ -334,13 +382,91 @@ impl<F: Front> Engine<F> {
             .begin_open(request)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
+        self.finish_open(started, send_initialized).await
+    }
+
+    /// Opens an HTTP+SSE (2024-11-05) session: the event stream first (the
+    /// session itself, read by a task on the stack from now on), then
+    /// `initialize` POSTed to the endpoint it named, answered on the
+    /// stream, then `notifications/initialized` when `send_initialized`.
+    /// Never replaced: when the stream ends, so does the session.
+    pub(crate) async fn open_http_sse(
+        self: &Arc<Self>,
+        request: Request,
+        send_initialized: bool,
+    ) -> Result<(Arc<Generation>, Value)> {
+        let wire = Arc::new(self.fresh_wire()?);
+        let stream = wire.open_sse_session().await?;
+        let generation = Arc::new(Generation {
+            number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+            wire,
+            owned: false,
+            era: Era::HttpSse,
+        });
+        self.start_sse_reader(&generation, stream);
+        let started = self
+            .begin_open_on(generation, request)
+            .instrument(tracing::debug_span!("mcp.initialize"))
+            .await?;
+        self.finish_open(started, send_initialized).await
+    }
+
+    /// Reads the HTTP+SSE stream of `generation`, routing what comes, until
+    /// it ends; then the session is over for every request.
+    fn start_sse_reader(self: &Arc<Self>, generation: &Arc<Generation>, mut stream: MessageStream) {
+        let engine = self.clone();
+        let generation = generation.clone();
+        let spawned = self.spawner.spawn(move |cancel| async move {
+            let read = async {
+                while let Some(message) = stream.next().await {
+                    match message {
+                        Ok(message) => engine.route(&generation, message).await,
+                        Err(error) => {
+                            tracing::debug!(%error, "the HTTP+SSE stream failed");
+                            return error;
+                        }
+                    }
+                }
+                Error::protocol("the server ended the HTTP+SSE stream (the session)")
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                error = read => engine.ended(&generation, error),
+            }
+        });
+        if !spawned {
+            self.current.send_replace(Current::Closed);
+        }
+    }
+
+    /// `generation`'s session is over and cannot be replaced: requests
+    /// waiting for a response on it fail, later ones get `error`.
+    fn ended(&self, generation: &Generation, error: Error) {
+        self.current.send_if_modified(|current| match current {
+            Current::Ready(g) if g.number != generation.number => false,
+            Current::Closed => false,
+            _ => {
+                *current = Current::Ended(error);
+                true
+            }
+        });
+        // Their responses can no longer come: dropping the senders wakes
+        // the waiters.
+        lock(&self.pending).clear();
+    }
+
+    async fn finish_open(
+        self: &Arc<Self>,
+        started: Started<F>,
+        send_initialized: bool,
+    ) -> Result<(Arc<Generation>, Value)> {
         let generation = started.generation;
         let result = started
             .waiter
             .read(&generation, started.answer)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
-        let version = negotiated(&result)?;
+        let version = negotiated(&result, generation.era)?;
         generation.wire.set_protocol_version(version);
         if send_initialized {
             let initialized = Notification {
@@ -412,6 +538,7 @@ impl<F: Front> Engine<F> {
                 }
                 Current::Lost(_) => true,
                 Current::Renewing => false,
+                Current::Ended(error) => return Err(error.duplicate()),
             };
             if renew {
                 self.renew();
@@ -532,10 +659,11 @@ impl<F: Front> Engine<F> {
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
+        extra: HeaderMap,
     ) -> Result<MessageStream> {
         generation
             .wire
-            .post_request(request)
+            .post_request_with(request, extra)
             .await
             .inspect_err(|error| self.check_expiry(generation, error))
     }
@@ -547,10 +675,11 @@ impl<F: Front> Engine<F> {
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
+        extra: &HeaderMap,
         accepted: &AtomicBool,
     ) -> Result<Value> {
         let post = async {
-            let answer = self.post_request(generation, request).await;
+            let answer = self.post_request(generation, request, extra.clone()).await;
             accepted.store(answer.is_ok(), Ordering::Relaxed);
             answer
         };
@@ -566,6 +695,18 @@ impl<F: Front> Engine<F> {
     pub(crate) async fn call(
         self: &Arc<Self>,
         request: &Request,
+        deadline: Deadline,
+        renew: bool,
+    ) -> Result<Value> {
+        self.call_with(request, &HeaderMap::new(), deadline, renew)
+            .await
+    }
+
+    /// [`call`](Self::call) with `extra` headers on its POSTs.
+    pub(crate) async fn call_with(
+        self: &Arc<Self>,
+        request: &Request,
+        extra: &HeaderMap,
         deadline: Deadline,
         renew: bool,
     ) -> Result<Value> {
@@ -590,7 +731,7 @@ impl<F: Front> Engine<F> {
                     cancel.disarm();
                     return Err(Error::closed());
                 }
-                outcome = deadline.run(self.exchange(&generation, request, &accepted)) => outcome,
+                outcome = deadline.run(self.exchange(&generation, request, extra, &accepted)) => outcome,
             };
             match outcome {
                 Err(error) if error.is_timeout() => {
@@ -616,6 +757,21 @@ impl<F: Front> Engine<F> {
                 }
             }
         }
+    }
+
+    /// One request on `generation` (not necessarily the current one), within
+    /// `deadline`: never sent again, no notice if dropped. For probing
+    /// before a generation is in use.
+    pub(crate) async fn request_on(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        request: &Request,
+        deadline: Deadline,
+    ) -> Result<Value> {
+        let accepted = AtomicBool::new(false);
+        deadline
+            .run(self.exchange(generation, request, &HeaderMap::new(), &accepted))
+            .await
     }
 
     /// POSTs a notification on `generation`.
@@ -652,7 +808,9 @@ impl<F: Front> Engine<F> {
         id: RequestId,
         reason: &'static str,
     ) {
-        if !self.is_current(generation) {
+        // 2026-07-28: closing the answer's stream (dropping it) is the
+        // cancellation; there is no notice to send.
+        if generation.era == Era::Stateless || !self.is_current(generation) {
             return;
         }
         let engine = self.clone();
@@ -696,7 +854,8 @@ impl<F: Front> Engine<F> {
     /// Starts the GET listener of `generation` (one per session), if the
     /// engine listens.
     pub(crate) fn start_listener(self: &Arc<Self>, generation: &Arc<Generation>) {
-        if !self.settings.listen
+        if generation.era != Era::Sessions
+            || !self.settings.listen
             || self
                 .listening
                 .fetch_max(generation.number, Ordering::AcqRel)
@@ -710,6 +869,25 @@ impl<F: Front> Engine<F> {
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 _ = listener::listen(&engine, &generation) => {}
+            }
+        });
+    }
+}
+
+impl<F: Front> Engine<F> {
+    /// 2026-07-28: opens a `subscriptions/listen` stream on `generation`
+    /// for the notifications in `filter` (see [`listener::subscribe`]), if
+    /// the engine listens.
+    pub(crate) fn start_subscription(self: &Arc<Self>, generation: &Arc<Generation>, filter: Value) {
+        if generation.era != Era::Stateless || !self.settings.listen {
+            return;
+        }
+        let engine = self.clone();
+        let generation = generation.clone();
+        self.spawner.spawn(move |cancel| async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = listener::subscribe(&engine, &generation, filter) => {}
             }
         });
     }
@@ -750,6 +928,16 @@ impl<F: Front> Waiter<F> {
         generation: &Arc<Generation>,
         answer: impl Future<Output = Result<MessageStream>>,
     ) -> Result<Value> {
+        if generation.era == Era::HttpSse {
+            // The POST is answered 202; the response comes on the stream.
+            answer.await?;
+            return match (&mut self.delivered).await {
+                Ok(response) => response.outcome.map_err(Error::rpc),
+                Err(_) => Err(Error::protocol(
+                    "the HTTP+SSE stream ended before the response came",
+                )),
+            };
+        }
         let engine = &self.engine;
         let id = &self.id;
         tokio::select! {
@@ -789,12 +977,25 @@ impl<F: Front> Drop for CancelOnDrop<'_, F> {
     }
 }
 
-/// The revision the server answered, if we speak it.
-pub(crate) fn negotiated(initialize_result: &Value) -> Result<ProtocolVersion> {
+/// The revision the server answered, if we speak it over `era`'s
+/// transport.
+pub(crate) fn negotiated(initialize_result: &Value, era: Era) -> Result<ProtocolVersion> {
     let answered = initialize_result["protocolVersion"]
         .as_str()
         .ok_or_else(|| Error::protocol("the initialize result has no protocolVersion"))?;
-    answered.parse()
+    let version: ProtocolVersion = answered.parse()?;
+    let fits = match era {
+        Era::Sessions => ProtocolVersion::SUPPORTED.contains(&version),
+        Era::HttpSse => version == ProtocolVersion::V2024_11_05,
+        Era::Stateless => false,
+    };
+    if !fits {
+        return Err(Error::protocol(format!(
+            "the server answered initialize with protocol version {version}, \
+             which has no initialize over this transport"
+        )));
+    }
+    Ok(version)
 }
 
 #[cfg(test)]

@@ -11,13 +11,14 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::discovery::{Discovery, Lister, discover};
+use super::era::{self, Plan, SERVER_INFO_META, subscription_filter};
 use super::front::SessionFront;
 use super::handlers::Handlers;
 use super::{Session, SessionInfo, SessionOwnership, Timings};
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
-use crate::engine::{Endpoint, Engine, Resumption, Settings};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
+use crate::engine::{Endpoint, Engine, Era, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
-use crate::jsonrpc::{ErrorObject, Message, Notification, Request};
+use crate::jsonrpc::{ErrorObject, Message};
 use crate::scope::{GuardStack, cleanup_errors};
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
@@ -63,6 +64,10 @@ pub struct Connector {
 struct Config {
     endpoint: Endpoint,
     attach: Option<(SessionId, ProtocolVersion)>,
+    pinned: Option<ProtocolVersion>,
+    /// What each endpoint speaks, for the owned clients this connector
+    /// builds (shared by its clones; a lent client keeps its own).
+    revisions: Arc<RevisionMemory>,
     listen: Option<bool>,
     discovery: Discovery,
     delete_timeout: Duration,
@@ -82,6 +87,7 @@ impl fmt::Debug for Connector {
                 "attach",
                 &config.attach.as_ref().map(|(_, version)| version),
             )
+            .field("protocol_version", &config.pinned)
             .field("listen", &config.listen)
             .field("discovery", &config.discovery)
             .field("delete_timeout", &config.delete_timeout)
@@ -103,6 +109,8 @@ impl Connector {
         let config = Config {
             endpoint: Endpoint::new(endpoint.into()),
             attach: None,
+            pinned: None,
+            revisions: Arc::default(),
             listen: None,
             discovery: Discovery::default(),
             delete_timeout: Duration::from_secs(5),
@@ -164,7 +172,21 @@ impl Connector {
         self
     }
 
-    /// Whether to open the GET listening stream.
+    /// Speaks `version` without probing: 2026-07-28 starts with
+    /// `server/discover`, a 2025 revision with `initialize` proposing it,
+    /// 2024-11-05 with the HTTP+SSE transport's GET. Without a pin (the
+    /// default) the era is detected: a modern request first, then
+    /// `initialize`, then HTTP+SSE, and the verdict is remembered by the
+    /// HTTP client for the endpoint (see [`HttpClient::known_revision`]),
+    /// so later sessions through the same client skip the probe.
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.config_mut().pinned = Some(version);
+        self
+    }
+
+    /// Whether to listen for server messages: the GET stream (2025), or
+    /// `subscriptions/listen` for the list changes the server declares
+    /// (2026-07-28).
     pub fn listen(mut self, listen: bool) -> Self {
         self.config_mut().listen = Some(listen);
         self
@@ -304,7 +326,10 @@ impl Config {
 
     async fn establish(&self, stack: &mut GuardStack, phase: &PhaseCell) -> Result<Established> {
         let mut timings = Timings::default();
-        let (template, client_ownership) = self.endpoint.acquire(stack)?;
+        let capabilities = self.handlers.capabilities();
+        let (template, client_ownership) = self
+            .endpoint
+            .acquire(stack, Some((&self.client_info, &capabilities)))?;
 
         let attached = self.attach.is_some();
         // Every server session we create is on the stack from before its
@@ -325,54 +350,50 @@ impl Config {
             renew_timeout: self.request_timeout,
             id_prefix: None,
         };
+        let client = template.http_client().clone();
         let engine = Engine::new(front, template, sessions, spawner, settings);
 
-        let (generation, init) = match &self.attach {
-            Some((id, version)) => (engine.attach(id.clone(), *version), None),
+        let (generation, opened) = match &self.attach {
+            Some((id, version)) => {
+                if !version.is_modern() && version.transport() == TransportKind::StreamableHttp {
+                    (engine.attach(id.clone(), *version), None)
+                } else {
+                    return Err(Error::builder(format!(
+                        "attach needs a session of a 2025 revision; {version} has none to attach to"
+                    )));
+                }
+            }
             None => {
                 phase.set(ConnectPhase::Initialize);
                 let started = Instant::now();
-                let request = Request {
-                    id: engine.next_id(),
-                    method: "initialize".into(),
-                    params: Some(json!({
-                        "protocolVersion": ProtocolVersion::LATEST.as_str(),
-                        "capabilities": self.handlers.capabilities(),
-                        "clientInfo": self.client_info,
-                    })),
+                let plan = Plan {
+                    memory: match client_ownership {
+                        Ownership::Borrowed => client.revisions(),
+                        _ => &self.revisions,
+                    },
+                    url: self.endpoint.url(),
+                    pinned: self.pinned,
+                    capabilities: &capabilities,
+                    client_info: &self.client_info,
+                    request_timeout: self.request_timeout,
                 };
-                let (generation, init) = engine.open(request, false).await.map_err(|error| {
-                    // Nothing came back at all: the server was not reached.
-                    let step = if error.is_transport() {
-                        ConnectPhase::Connect
-                    } else {
-                        ConnectPhase::Initialize
-                    };
-                    error.in_phase(step)
-                })?;
-                timings.initialize = started.elapsed();
-
-                phase.set(ConnectPhase::Initialized);
-                let started = Instant::now();
-                let initialized = Notification {
-                    method: "notifications/initialized".into(),
-                    params: None,
-                };
-                engine
-                    .notify(&generation, &initialized)
-                    .instrument(tracing::debug_span!("mcp.initialized"))
-                    .await
-                    .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
-                timings.initialized = started.elapsed();
-                engine.set_ready(&generation);
-                (generation, Some(init))
+                let opened = era::open(&engine, &plan, phase).await?;
+                timings.initialize = started.elapsed() - opened.initialized;
+                timings.initialized = opened.initialized;
+                engine.set_ready(&opened.generation);
+                (opened.generation.clone(), Some(opened))
             }
         };
         engine.start_listener(&generation);
-
+        if let Some(opened) = &opened {
+            if let Some(filter) = subscription_filter(&opened.result["capabilities"]) {
+                engine.start_subscription(&generation, filter);
+            }
+        }
         phase.set(ConnectPhase::Discovery);
         let started = Instant::now();
-        let server_capabilities = init.as_ref().map(|init| &init["capabilities"]);
+        let init = opened.as_ref().map(|opened| &opened.result);
+        let server_capabilities = init.map(|init| &init["capabilities"]);
         // Capabilities unknown (attached): "method not found" means "not
         // offered". No renewal during connect: a 404 fails it.
         let mut lister = Lister::new(&engine, &self.discovery, None, false, attached);
@@ -387,20 +408,27 @@ impl Config {
         } else {
             SessionOwnership::Owned
         };
+        let server_info = init.map_or(Value::Null, |init| {
+            if generation.era() == Era::Stateless {
+                init["_meta"][SERVER_INFO_META].clone()
+            } else {
+                init["serverInfo"].clone()
+            }
+        });
         let info = SessionInfo {
-            server_info: init
-                .as_ref()
-                .map_or(Value::Null, |init| init["serverInfo"].clone()),
+            server_info,
             capabilities: server_capabilities.cloned().unwrap_or(Value::Null),
-            instructions: init
-                .as_ref()
-                .and_then(|init| init["instructions"].as_str().map(str::to_owned)),
+            instructions: init.and_then(|init| init["instructions"].as_str().map(str::to_owned)),
             protocol_version: generation
                 .wire()
                 .protocol_version()
                 .unwrap_or(ProtocolVersion::LATEST),
-            transport: TransportKind::StreamableHttp,
-            probed: false,
+            transport: if generation.era() == Era::HttpSse {
+                TransportKind::HttpSse
+            } else {
+                TransportKind::StreamableHttp
+            },
+            probed: opened.as_ref().is_some_and(|opened| opened.probed),
             session_id_issued: generation.session_id().is_some(),
             ownership,
             client_ownership,
@@ -418,7 +446,7 @@ impl Config {
 
 /// The connect step in progress, for a connect timeout to name.
 #[derive(Default)]
-struct PhaseCell(AtomicU8);
+pub(super) struct PhaseCell(AtomicU8);
 
 impl PhaseCell {
     const STEPS: [ConnectPhase; 4] = [
@@ -428,7 +456,7 @@ impl PhaseCell {
         ConnectPhase::Discovery,
     ];
 
-    fn set(&self, phase: ConnectPhase) {
+    pub(super) fn set(&self, phase: ConnectPhase) {
         let index = Self::STEPS.iter().position(|p| *p == phase).unwrap_or(0);
         self.0.store(index as u8, Ordering::Relaxed);
     }

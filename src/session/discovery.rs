@@ -9,9 +9,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::engine::{Deadline, Engine, Front};
+use crate::engine::{Deadline, Engine, Era, Front};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
+use crate::transport::metadata::param_headers;
 
 /// What discovery lists, and how far it follows a server's cursors.
 #[derive(Clone, Debug)]
@@ -237,6 +238,20 @@ pub(crate) async fn discover<F: Front>(
 }
 
 /// Lists, every page, through a front end's engine.
+/// 2026-07-28: whether a tool's `x-mcp-header` annotations are valid;
+/// a tool with an invalid one is left out of the list, with a warning.
+pub(crate) fn valid_tool(tool: &Value) -> bool {
+    match param_headers(tool) {
+        Ok(_) => true,
+        Err(reason) => {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+            let name: String = name.chars().take(64).collect();
+            tracing::warn!(tool = %name, %reason, "left a tool out: invalid x-mcp-header");
+            false
+        }
+    }
+}
+
 pub(crate) struct Lister<'a, F> {
     engine: &'a Arc<Engine<F>>,
     discovery: &'a Discovery,
@@ -304,7 +319,15 @@ impl<'a, F: Front> Lister<'a, F> {
                     kind.result_field()
                 )));
             };
+            let stateless = kind == ListKind::Tools
+                && self
+                    .engine
+                    .generation()
+                    .is_some_and(|g| g.era() == Era::Stateless);
             for entry in entries {
+                if stateless && !valid_tool(&entry) {
+                    continue;
+                }
                 let key = entry
                     .get(kind.key())
                     .and_then(Value::as_str)

@@ -75,7 +75,7 @@ impl SessionFront {
 
     /// Replaces one list, under the lock: runs of different kinds ending
     /// together never undo each other.
-    fn set_list(&self, kind: ListKind, list: Vec<Value>) {
+    pub(crate) fn set_list(&self, kind: ListKind, list: Vec<Value>) {
         let mut lists = lock(&self.lists);
         *kind.field(Arc::make_mut(&mut lists.catalog)) = list;
         lists.relisted[kind.index()] = true;

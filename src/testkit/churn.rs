@@ -130,6 +130,10 @@ pub struct Churn {
     client: Option<HttpClient>,
     call: Option<(String, Value)>,
     configure: Configure,
+    /// Every cycle's connector is a clone of this one (`configure` applied),
+    /// so that they share what it learns, as an application's would: the
+    /// era each endpoint speaks.
+    base: Connector,
     attached: Option<(Session, SessionId, ProtocolVersion)>,
 }
 
@@ -171,12 +175,14 @@ impl Churn {
             }
             _ => None,
         };
+        let configure: Configure = Arc::new(|connector: Connector| connector.bearer("churn-token"));
         Ok(Churn {
+            base: configure(Connector::new(url.clone())).listen(false),
             url,
             cycle,
             client,
             call: Some(("tool-000".to_owned(), json!({"text": "churn"}))),
-            configure: Arc::new(|connector: Connector| connector.bearer("churn-token")),
+            configure,
             attached,
         })
     }
@@ -197,6 +203,7 @@ impl Churn {
         configure: impl Fn(Connector) -> Connector + Send + Sync + 'static,
     ) -> Self {
         self.configure = Arc::new(configure);
+        self.base = (self.configure)(Connector::new(self.url.clone())).listen(false);
         self
     }
 
@@ -206,7 +213,7 @@ impl Churn {
     }
 
     fn connector(&self) -> Connector {
-        let mut connector = (self.configure)(Connector::new(self.url.clone())).listen(false);
+        let mut connector = self.base.clone();
         if let Some(client) = &self.client {
             connector = connector.client(client.clone());
         }
@@ -569,7 +576,10 @@ impl Recording {
     /// Records the exchanges of one `churn` cycle: the churn's client is
     /// replaced by a borrowed recording client (a bare client built from
     /// `settings`), one cycle runs, and the reaper is waited for (up to
-    /// 5 s), so that a DELETE it sends is in the recording too.
+    /// 5 s), so that a DELETE it sends is in the recording too. A warm-up
+    /// cycle runs first, unrecorded, so that the cycle recorded is a
+    /// steady one (the server's era already known, as in every later
+    /// cycle).
     pub async fn of(churn: &mut Churn, settings: &HttpClientBuilder) -> Result<Recording> {
         let log = Arc::new(Mutex::new(Vec::new()));
         let bare = settings.bare_client()?;
@@ -597,7 +607,16 @@ impl Recording {
         };
         let recording_client = HttpClient::borrowed(recorder);
         let own = churn.client.replace(recording_client);
-        let outcome = churn.run_once().await;
+        let warm_up = churn.run_once().await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        crate::sync::lock(&log).clear();
+        let outcome = match warm_up {
+            Ok(()) => churn.run_once().await,
+            Err(error) => Err(error),
+        };
         churn.client = own;
         let deadline = Instant::now() + Duration::from_secs(5);
         while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {

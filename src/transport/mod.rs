@@ -39,24 +39,25 @@
 #[cfg_attr(not(feature = "wire"), allow(dead_code))]
 pub mod sse;
 
+pub(crate) mod metadata;
 mod replay;
 mod session;
 mod stream;
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
-#[cfg(feature = "wire")]
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
 pub(crate) use replay::ReplayFilter;
-pub use session::{DEFAULT_MAX_SESSION_ID_LEN, ProtocolVersion, SessionId, TransportKind};
+pub use crate::version::{ProtocolVersion, TransportKind};
+pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
 pub use stream::MessageStream;
 
 use crate::client::{HttpClient, ResponseBody, ScopeId};
@@ -183,6 +184,9 @@ pub enum SessionEnd {
 struct SessionState {
     id: Option<SessionId>,
     version: Option<ProtocolVersion>,
+    /// HTTP+SSE (2024-11-05): where messages are POSTed, from the stream's
+    /// `endpoint` event.
+    post_uri: Option<Uri>,
 }
 
 /// One MCP endpoint over Streamable HTTP, through an [`HttpClient`].
@@ -193,6 +197,9 @@ pub struct StreamableHttp {
     config: TransportConfig,
     state: Mutex<SessionState>,
     scope: Option<ScopeId>,
+    /// `clientInfo` and `clientCapabilities` as `_meta` fields, for the
+    /// requests of 2026-07-28.
+    client_meta: Option<Arc<Map<String, Value>>>,
 }
 
 impl StreamableHttp {
@@ -211,7 +218,24 @@ impl StreamableHttp {
             config: TransportConfig::default(),
             state: Mutex::default(),
             scope: None,
+            client_meta: None,
         })
+    }
+
+    /// The client's `clientInfo` and `capabilities`, sent in `_meta` by
+    /// every request of 2026-07-28.
+    pub(crate) fn with_client_meta(mut self, client_info: &Value, capabilities: &Value) -> Self {
+        let mut meta = Map::new();
+        meta.insert(
+            metadata::META_CLIENT_INFO.into(),
+            client_info.clone(),
+        );
+        meta.insert(
+            metadata::META_CLIENT_CAPABILITIES.into(),
+            capabilities.clone(),
+        );
+        self.client_meta = Some(Arc::new(meta));
+        self
     }
 
     /// Replaces the configuration.
@@ -224,6 +248,11 @@ impl StreamableHttp {
     pub(crate) fn with_scope(mut self, scope: ScopeId) -> Self {
         self.scope = Some(scope);
         self
+    }
+
+    /// The HTTP client in use.
+    pub(crate) fn http_client(&self) -> &HttpClient {
+        &self.client
     }
 
     pub(crate) fn origin(&self) -> &Origin {
@@ -281,6 +310,7 @@ impl StreamableHttp {
             config: self.config.clone(),
             state: Mutex::default(),
             scope: self.scope,
+            client_meta: self.client_meta.clone(),
         }
     }
 
@@ -294,26 +324,91 @@ impl StreamableHttp {
     /// For `initialize` no session or version header is sent, and the
     /// `Mcp-Session-Id` of a successful answer (validated) becomes the
     /// session id, or clears it when absent. A request answered 202 or with
-    /// an empty 2xx is a protocol error.
+    /// an empty 2xx is a protocol error (over HTTP+SSE, where answers come
+    /// on the event stream, it is the rule: the stream returned is empty).
     pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
+        self.post_request_with(request, HeaderMap::new()).await
+    }
+
+    /// [`post_request`](Self::post_request) with `extra` headers (the
+    /// `Mcp-Param-*` of a tool call).
+    pub(crate) async fn post_request_with(
+        &self,
+        request: &Request,
+        extra: HeaderMap,
+    ) -> Result<MessageStream> {
         let is_initialize = request.method == "initialize";
         let span =
             tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %request.method);
         async {
-            let response = self
-                .post_body(encode(request), !is_initialize, is_initialize)
-                .await?;
+            let (body, headers) = self.prepare(
+                &request.method,
+                request.params.as_ref(),
+                |params| {
+                    encode(&Request {
+                        id: request.id.clone(),
+                        method: request.method.clone(),
+                        params,
+                    })
+                },
+                || encode(request),
+                !is_initialize,
+                extra,
+            );
+            let response = self.post_body(body, headers, is_initialize).await?;
+            if self.is_http_sse() && response.headers().get(CONTENT_TYPE).is_none() {
+                return Ok(MessageStream::from_messages(Vec::new()));
+            }
             self.read_answer(response).await
         }
         .instrument(span)
         .await
     }
 
+    /// The body and headers of a POST: in 2026-07-28, `_meta` goes into
+    /// the params and the request metadata headers are added.
+    fn prepare(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        with_meta: impl FnOnce(Option<Value>) -> Vec<u8>,
+        plain: impl FnOnce() -> Vec<u8>,
+        with_session: bool,
+        extra: HeaderMap,
+    ) -> (Vec<u8>, HeaderMap) {
+        let mut headers = self.headers(with_session);
+        let version = self.protocol_version().filter(|v| v.is_modern());
+        let Some(version) = version.filter(|_| with_session) else {
+            return (plain(), headers);
+        };
+        let mut meta = self.client_meta.as_deref().cloned().unwrap_or_default();
+        meta.insert(
+            metadata::META_PROTOCOL_VERSION.into(),
+            Value::from(version.as_str()),
+        );
+        metadata::standard_headers(method, params, &mut headers);
+        headers.extend(extra);
+        (with_meta(Some(metadata::with_meta(params, &meta))), headers)
+    }
+
     /// POSTs a notification; any 2xx accepts it (a body, if any, is not
     /// read).
     pub async fn post_notification(&self, notification: &Notification) -> Result<()> {
         let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %notification.method);
-        self.post_body(encode(notification), true, false)
+        let (body, headers) = self.prepare(
+            &notification.method,
+            notification.params.as_ref(),
+            |params| {
+                encode(&Notification {
+                    method: notification.method.clone(),
+                    params,
+                })
+            },
+            || encode(notification),
+            true,
+            HeaderMap::new(),
+        );
+        self.post_body(body, headers, false)
             .instrument(span)
             .await
             .map(drop)
@@ -323,7 +418,7 @@ impl StreamableHttp {
     /// it.
     pub async fn post_response(&self, response: &Response) -> Result<()> {
         let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = "response");
-        self.post_body(encode(response), true, false)
+        self.post_body(encode(response), self.headers(true), false)
             .instrument(span)
             .await
             .map(drop)
@@ -334,13 +429,14 @@ impl StreamableHttp {
     async fn post_body(
         &self,
         body: Vec<u8>,
-        with_session: bool,
+        headers: HeaderMap,
         is_initialize: bool,
     ) -> Result<http::Response<ResponseBody>> {
-        let headers = self.headers(with_session);
         let sent_session = headers.contains_key(MCP_SESSION_ID);
+        let target = self.state().post_uri.clone();
+        let target = target.unwrap_or_else(|| self.endpoint.clone());
         let response = self
-            .send(Method::POST, &headers, Some(Bytes::from(body)))
+            .send(Method::POST, target, &headers, Some(Bytes::from(body)))
             .await?;
         let status = response.status();
         tracing::debug!(status = status.as_u16(), "answered");
@@ -413,7 +509,9 @@ impl StreamableHttp {
                 })?;
                 headers.insert(LAST_EVENT_ID, value);
             }
-            let response = self.send(Method::GET, &headers, None).await?;
+            let response = self
+                .send(Method::GET, self.endpoint.clone(), &headers, None)
+                .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
             if status == StatusCode::METHOD_NOT_ALLOWED {
@@ -438,6 +536,58 @@ impl StreamableHttp {
         .await
     }
 
+    /// Whether this is an HTTP+SSE (2024-11-05) session: its POSTs go to
+    /// the `endpoint` its event stream named.
+    pub(crate) fn is_http_sse(&self) -> bool {
+        self.state().post_uri.is_some()
+    }
+
+    /// Opens an HTTP+SSE (2024-11-05) session: a GET on the endpoint whose
+    /// first event, `endpoint`, names where to POST (resolved against the
+    /// endpoint URL; another origin is refused, so that no header of ours
+    /// reaches it). The stream returned carries every later message of the
+    /// session; dropping it ends the session.
+    pub(crate) async fn open_sse_session(&self) -> Result<MessageStream> {
+        let span = tracing::debug_span!("mcp.get", endpoint = %self.origin, transport = "http+sse");
+        async {
+            let mut headers = self.headers(false);
+            headers.insert(ACCEPT, ACCEPT_SSE);
+            headers.remove(CONTENT_TYPE);
+            let response = self
+                .send(Method::GET, self.endpoint.clone(), &headers, None)
+                .await?;
+            let status = response.status();
+            tracing::debug!(status = status.as_u16(), "answered");
+            if !status.is_success() {
+                return Err(self.error_from(response, false).await);
+            }
+            if media_type(response.headers()) != Some(Media::EventStream) {
+                return Err(Error::protocol(
+                    "the HTTP+SSE stream was answered without Content-Type: text/event-stream",
+                )
+                .with_status(status));
+            }
+            let mut stream = MessageStream::from_sse(
+                response.into_body(),
+                self.config.max_sse_event,
+                self.config.max_batch_messages,
+            );
+            let named = stream.endpoint_event().await?;
+            let target = resolve_endpoint(&self.endpoint, &named)?;
+            if Origin::of(&target).as_ref() != Some(&self.origin) {
+                return Err(Error::protocol(format!(
+                    "the HTTP+SSE endpoint event names another origin; refused \
+                     (our headers stay with {})",
+                    self.origin
+                )));
+            }
+            self.state().post_uri = Some(target);
+            Ok(stream)
+        }
+        .instrument(span)
+        .await
+    }
+
     /// Ends the session with a DELETE. 2xx, 404 and 405 all mean it is
     /// over, and the id is forgotten. Without a session id nothing is sent.
     pub async fn delete_session(&self) -> Result<SessionEnd> {
@@ -449,7 +599,9 @@ impl StreamableHttp {
             let mut headers = self.headers(true);
             headers.remove(CONTENT_TYPE);
             headers.remove(ACCEPT);
-            let response = self.send(Method::DELETE, &headers, None).await?;
+            let response = self
+                .send(Method::DELETE, self.endpoint.clone(), &headers, None)
+                .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
             if status.is_success()
@@ -506,10 +658,10 @@ impl StreamableHttp {
     async fn send(
         &self,
         method: Method,
+        mut uri: Uri,
         headers: &HeaderMap,
         body: Option<Bytes>,
     ) -> Result<http::Response<ResponseBody>> {
-        let mut uri = self.endpoint.clone();
         for _ in 0..=self.config.max_redirects {
             let mut request = http::Request::new(Full::new(body.clone().unwrap_or_default()));
             *request.method_mut() = method.clone();
@@ -684,6 +836,17 @@ fn media_type(headers: &HeaderMap) -> Option<Media> {
     })
 }
 
+/// Resolves the `endpoint` event's URI reference against the stream's URL.
+fn resolve_endpoint(base: &Uri, reference: &str) -> Result<Uri> {
+    let invalid = || {
+        // The server's text is not a secret, but may be long: not quoted.
+        Error::protocol("the HTTP+SSE endpoint event does not hold a valid URI")
+    };
+    let base = url::Url::parse(&base.to_string()).map_err(|_| invalid())?;
+    let joined = base.join(reference.trim()).map_err(|_| invalid())?;
+    joined.as_str().parse().map_err(|_| invalid())
+}
+
 /// Resolves `Location` against the current URL: absolute URLs and absolute
 /// paths; other relative forms are refused.
 fn redirect_target(current: &Uri, headers: &HeaderMap) -> std::result::Result<Uri, String> {
@@ -736,6 +899,19 @@ mod tests {
             );
         }
         assert_eq!(media_type(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn endpoint_events_resolve_against_the_stream_url() {
+        let base: Uri = "http://h:1/sse".parse().unwrap();
+        let at = |r: &str| resolve_endpoint(&base, r).unwrap().to_string();
+        assert_eq!(
+            at("/messages/?session_id=ab"),
+            "http://h:1/messages/?session_id=ab"
+        );
+        assert_eq!(at("messages?x=1"), "http://h:1/messages?x=1");
+        assert_eq!(at("http://o:2/m"), "http://o:2/m");
+        assert!(resolve_endpoint(&base, "http://[::1").is_err());
     }
 
     #[test]

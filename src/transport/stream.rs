@@ -156,6 +156,44 @@ impl MessageStream {
         }
     }
 
+    /// HTTP+SSE (2024-11-05): reads up to the stream's first event, which
+    /// must be `endpoint`, and returns its data (the URI to POST to).
+    pub(crate) async fn endpoint_event(&mut self) -> Result<String> {
+        loop {
+            let Some(decoder) = self.decoder.as_mut() else {
+                return Err(Error::protocol("not an event stream"));
+            };
+            match decoder.next_event() {
+                Ok(Some(event)) if event.event.as_deref() == Some("endpoint") => {
+                    return Ok(event.data.to_string());
+                }
+                Ok(Some(_)) => {
+                    return Err(Error::protocol(
+                        "the HTTP+SSE stream did not begin with an `endpoint` event",
+                    ));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(sse_error(e)),
+            }
+            let Some(body) = self.body.as_mut() else {
+                return Err(Error::protocol(
+                    "the HTTP+SSE stream ended before its `endpoint` event",
+                ));
+            };
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        decoder.push_bytes(data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(Error::transport(e).with_message("the HTTP+SSE stream broke off"));
+                }
+                None => self.body = None,
+            }
+        }
+    }
+
     fn fail(&mut self, error: Error) -> Option<Result<Message>> {
         // Drop the body now: the connection is not reusable after a broken
         // or over-limit stream, and holding it would keep the server's

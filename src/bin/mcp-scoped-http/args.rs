@@ -122,8 +122,10 @@ pub(crate) struct Common {
     /// needs --protocol-version.
     #[arg(long, value_name = "ID", requires = "protocol_version", global = true)]
     pub(crate) session_id: Option<String>,
-    /// The revision of the attached session.
-    #[arg(long, value_name = "V", requires = "session_id", global = true)]
+    /// Speak this revision without probing (2026-07-28, 2025-11-25,
+    /// 2025-06-18, 2025-03-26, or 2024-11-05 for HTTP+SSE); with
+    /// --session-id, the revision of the attached session.
+    #[arg(long, value_name = "V", global = true)]
     pub(crate) protocol_version: Option<String>,
     /// Bound on connect and on each request, in seconds.
     #[arg(long, value_name = "SECONDS", global = true, value_parser = parse_seconds)]
@@ -175,13 +177,22 @@ impl Common {
         if let Some(token) = &self.bearer {
             connector = connector.bearer(token);
         }
-        if let (Some(id), Some(version)) = (&self.session_id, &self.protocol_version) {
-            let id = SessionId::new(id.as_str())
-                .map_err(|error| Failure::usage(format!("--session-id: {error}")))?;
-            let version: ProtocolVersion = version
-                .parse()
-                .map_err(|error| Failure::usage(format!("--protocol-version: {error}")))?;
-            connector = connector.attach(id, version);
+        let version = match &self.protocol_version {
+            Some(version) => Some(
+                version
+                    .parse::<ProtocolVersion>()
+                    .map_err(|error| Failure::usage(format!("--protocol-version: {error}")))?,
+            ),
+            None => None,
+        };
+        match (&self.session_id, version) {
+            (Some(id), Some(version)) => {
+                let id = SessionId::new(id.as_str())
+                    .map_err(|error| Failure::usage(format!("--session-id: {error}")))?;
+                connector = connector.attach(id, version);
+            }
+            (None, Some(version)) => connector = connector.protocol_version(version),
+            _ => {}
         }
         if self.no_listen {
             connector = connector.listen(false);

@@ -132,7 +132,12 @@ pub(crate) async fn probe(url: Option<String>, common: &Common) -> Outcome {
             info.server_info["name"].as_str().unwrap_or("?"),
             info.server_info["version"].as_str().unwrap_or("?")
         );
-        out!("protocol version: {}", info.protocol_version);
+        out!(
+            "protocol version: {} over {}{}",
+            info.protocol_version,
+            info.transport,
+            if info.probed { " (detected)" } else { "" }
+        );
         out!(
             "session id issued: {}",
             if info.session_id_issued { "yes" } else { "no" }
@@ -152,6 +157,8 @@ pub(crate) async fn probe(url: Option<String>, common: &Common) -> Outcome {
         let out = json!({
             "server": info.server_info,
             "protocolVersion": info.protocol_version.as_str(),
+            "transport": info.transport.as_str(),
+            "detected": info.probed,
             "sessionIssued": info.session_id_issued,
             "tools": catalog.tools,
             "prompts": catalog.prompts,

@@ -1,0 +1,323 @@
+//! Which era a server speaks, found once per endpoint and remembered by
+//! the HTTP client: 2026-07-28 (`server/discover`), else the 2025
+//! `initialize`, else the deprecated HTTP+SSE transport of 2024-11-05.
+//!
+//! Only an answer can show an era. A `4xx` that carries no modern JSON-RPC
+//! error (`-32020`, `-32021`, `-32022`) says "not this era"; 401, 403, 407,
+//! 408 and 429, a `5xx`, a timeout or a broken connection say nothing of
+//! the era and are reported as they are.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use super::connect::PhaseCell;
+use super::front::SessionFront;
+use crate::client::RevisionMemory;
+use crate::engine::{Deadline, Engine, Era, Generation};
+use crate::error::{ConnectPhase, Error, Result};
+use crate::jsonrpc::{Notification, Request};
+use crate::transport::ProtocolVersion;
+
+/// `HeaderMismatch`: the request metadata headers do not match the body.
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// A capability the request needs was not declared.
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+/// `UnsupportedProtocolVersion`, with `data.supported`.
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// The `_meta` key of the server's name and version in a discover result.
+pub(crate) const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
+
+/// What connecting needs to open a server's era.
+pub(super) struct Plan<'a> {
+    /// Where the verdict is remembered.
+    pub(super) memory: &'a RevisionMemory,
+    pub(super) url: &'a str,
+    /// A revision the caller pinned: no probing, nothing remembered.
+    pub(super) pinned: Option<ProtocolVersion>,
+    pub(super) capabilities: &'a Value,
+    pub(super) client_info: &'a Value,
+    pub(super) request_timeout: Option<Duration>,
+}
+
+/// An era opened: the generation requests go to, the `initialize` or
+/// `server/discover` result, and how it was found.
+pub(super) struct Opened {
+    pub(super) generation: Arc<Generation>,
+    /// The result of `initialize` or of `server/discover`.
+    pub(super) result: Value,
+    /// Whether the era was found by probing.
+    pub(super) probed: bool,
+    /// Time spent on `notifications/initialized`.
+    pub(super) initialized: Duration,
+}
+
+/// Opens the server's era: the pinned revision, else the one remembered
+/// for the endpoint (probing again if it proves wrong), else detection.
+pub(super) async fn open(
+    engine: &Arc<Engine<SessionFront>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+) -> Result<Opened> {
+    let known = plan
+        .pinned
+        .or_else(|| plan.memory.get(plan.url));
+    let Some(version) = known else {
+        return detect(engine, plan, phase).await;
+    };
+    match open_as(engine, plan, phase, version).await {
+        Err(error) if plan.pinned.is_none() && not_this_era(&error, version.is_modern()) => {
+            tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
+            plan.memory.forget(plan.url);
+            detect(engine, plan, phase).await
+        }
+        outcome => outcome,
+    }
+}
+
+async fn open_as(
+    engine: &Arc<Engine<SessionFront>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    version: ProtocolVersion,
+) -> Result<Opened> {
+    if version.is_modern() {
+        discover(engine, plan, phase, version).await
+    } else {
+        initialize(engine, plan, phase, version).await
+    }
+}
+
+/// The spec's order: a modern request first, then `initialize`, then the
+/// HTTP+SSE transport, each only when the last answered "not this era".
+async fn detect(
+    engine: &Arc<Engine<SessionFront>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+) -> Result<Opened> {
+    let found = async {
+        match discover(engine, plan, phase, ProtocolVersion::MODERN).await {
+            Err(error) if not_this_era(&error, true) => {
+                tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            }
+            outcome => return outcome,
+        }
+        let error = match initialize(engine, plan, phase, ProtocolVersion::LATEST).await {
+            Err(error) if not_this_era(&error, false) => error,
+            outcome => return outcome,
+        };
+        tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
+        initialize(engine, plan, phase, ProtocolVersion::V2024_11_05)
+            .await
+            .map_err(|sse| {
+                tracing::debug!(error = %sse, "not an HTTP+SSE server either");
+                // The Streamable HTTP answer says more than the fallback's.
+                error
+            })
+    };
+    let mut opened = found
+        .instrument(tracing::debug_span!("mcp.detect"))
+        .await?;
+    opened.probed = true;
+    let version = opened
+        .generation
+        .wire()
+        .protocol_version()
+        .unwrap_or(ProtocolVersion::LATEST);
+    plan.memory.remember(plan.url, version);
+    Ok(opened)
+}
+
+/// Whether `error` shows the server does not speak the era tried (a modern
+/// request when `modern`): a 4xx without a modern JSON-RPC error, or, for
+/// a modern request, any JSON-RPC error in a success (a 2025 server that
+/// does not know `server/discover`).
+fn not_this_era(error: &Error, modern: bool) -> bool {
+    if modern_error(error) {
+        return false;
+    }
+    match error.status() {
+        Some(status) => {
+            status.is_client_error()
+                && ![
+                    StatusCode::UNAUTHORIZED,
+                    StatusCode::FORBIDDEN,
+                    StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+                    StatusCode::REQUEST_TIMEOUT,
+                    StatusCode::TOO_MANY_REQUESTS,
+                ]
+                .contains(&status)
+        }
+        None => modern && error.is_rpc(),
+    }
+}
+
+/// A JSON-RPC error only a 2026-07-28 server sends.
+fn modern_error(error: &Error) -> bool {
+    matches!(
+        error.rpc_code(),
+        Some(HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION)
+    )
+}
+
+/// The newest revision in an `UnsupportedProtocolVersion` error's
+/// `data.supported` that this crate speaks.
+pub(crate) fn supported_instead(error: &Error) -> Option<ProtocolVersion> {
+    if error.rpc_code() != Some(UNSUPPORTED_VERSION) {
+        return None;
+    }
+    let data = error.rpc_error()?.data.as_ref()?;
+    data.get("supported")?
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str()?.parse::<ProtocolVersion>().ok())
+        .filter(|v| *v != ProtocolVersion::V2024_11_05)
+        .max()
+}
+
+/// 2026-07-28: `server/discover`; an `UnsupportedProtocolVersion` answer
+/// is retried once with the newest revision it lists that we speak (an
+/// `initialize` when that one is a 2025 revision).
+async fn discover(
+    engine: &Arc<Engine<SessionFront>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    version: ProtocolVersion,
+) -> Result<Opened> {
+    let mut version = version;
+    let mut retried = false;
+    loop {
+        let generation = engine.stateless(version)?;
+        let request = Request {
+            id: engine.next_id(),
+            method: "server/discover".into(),
+            params: None,
+        };
+        let deadline = Deadline::after(plan.request_timeout);
+        let outcome = engine
+            .request_on(&generation, &request, deadline)
+            .instrument(tracing::debug_span!("mcp.discover_server", %version))
+            .await
+            .map_err(in_phase);
+        match outcome {
+            Ok(result) => {
+                check_complete(&result, "server/discover")?;
+                return Ok(Opened {
+                    generation,
+                    result,
+                    probed: false,
+                    initialized: Duration::ZERO,
+                });
+            }
+            Err(error) if !retried => match supported_instead(&error) {
+                Some(instead) if instead.is_modern() => {
+                    tracing::debug!(%version, %instead, "unsupported revision; retrying");
+                    version = instead;
+                    retried = true;
+                }
+                Some(instead) => return initialize(engine, plan, phase, instead).await,
+                None => return Err(error),
+            },
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// `initialize` proposing `version` (over HTTP+SSE for 2024-11-05), then
+/// `notifications/initialized`.
+async fn initialize(
+    engine: &Arc<Engine<SessionFront>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    version: ProtocolVersion,
+) -> Result<Opened> {
+    phase.set(ConnectPhase::Initialize);
+    let request = Request {
+        id: engine.next_id(),
+        method: "initialize".into(),
+        params: Some(json!({
+            "protocolVersion": version.as_str(),
+            "capabilities": plan.capabilities,
+            "clientInfo": plan.client_info,
+        })),
+    };
+    let opening = async {
+        if version.transport() == crate::TransportKind::HttpSse {
+            engine.open_http_sse(request, false).await
+        } else {
+            engine.open(request, false).await
+        }
+    };
+    let (generation, result) = opening.await.map_err(in_phase)?;
+
+    phase.set(ConnectPhase::Initialized);
+    let started = Instant::now();
+    let initialized = Notification {
+        method: "notifications/initialized".into(),
+        params: None,
+    };
+    engine
+        .notify(&generation, &initialized)
+        .instrument(tracing::debug_span!("mcp.initialized"))
+        .await
+        .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
+    Ok(Opened {
+        generation,
+        result,
+        probed: false,
+        initialized: started.elapsed(),
+    })
+}
+
+/// The connect step an error of the opening exchange belongs to: nothing
+/// came back at all (the server was not reached), or the handshake failed.
+fn in_phase(error: Error) -> Error {
+    let step = if error.is_transport() {
+        ConnectPhase::Connect
+    } else {
+        ConnectPhase::Initialize
+    };
+    error.in_phase(step)
+}
+
+/// A result's `resultType` must be `complete` (or absent, as before
+/// 2026-07-28) where nothing else is allowed.
+pub(crate) fn check_complete(result: &Value, method: &str) -> Result<()> {
+    match result.get("resultType") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(kind)) if kind == "complete" => Ok(()),
+        Some(other) => {
+            let shown: String = other.to_string().chars().take(40).collect();
+            Err(Error::protocol(format!(
+                "the {method} result has resultType {shown}, where only \"complete\" is allowed"
+            )))
+        }
+    }
+}
+
+/// 2026-07-28: the `subscriptions/listen` filter for what the server's
+/// capabilities say can change; `None` when nothing can.
+pub(super) fn subscription_filter(capabilities: &Value) -> Option<Value> {
+    let mut filter = serde_json::Map::new();
+    for (capability, field) in [
+        ("tools", "toolsListChanged"),
+        ("prompts", "promptsListChanged"),
+        ("resources", "resourcesListChanged"),
+    ] {
+        if capabilities[capability]["listChanged"] == Value::Bool(true) {
+            filter.insert(field.into(), Value::Bool(true));
+        }
+    }
+    (!filter.is_empty()).then_some(Value::Object(filter))
+}
+
+impl Generation {
+    /// Whether requests on it are 2026-07-28's.
+    pub(crate) fn is_stateless(&self) -> bool {
+        self.era() == Era::Stateless
+    }
+}

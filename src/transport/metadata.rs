@@ -1,0 +1,355 @@
+//! Request metadata of 2026-07-28: the `_meta` fields every request
+//! carries, and the headers mirrored from the body (`Mcp-Method`,
+//! `Mcp-Name`, `Mcp-Param-*` from tool parameters marked `x-mcp-header`),
+//! with the spec's value encoding.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::headers::{MCP_METHOD, MCP_NAME};
+
+/// The `_meta` key of the request's revision.
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of the client's capabilities.
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key of the client's name and version.
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// The largest integer JavaScript represents exactly; `x-mcp-header`
+/// integers must stay within it.
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+const SENTINEL_PREFIX: &str = "=?base64?";
+const SENTINEL_SUFFIX: &str = "?=";
+
+/// Encodes a value for `Mcp-Name` or `Mcp-Param-*`: as is when it is plain
+/// visible ASCII (spaces inside allowed), else (non-ASCII, control
+/// characters, leading or trailing whitespace, or a value that looks like
+/// the sentinel itself) as `=?base64?…?=` of its UTF-8 bytes.
+pub(crate) fn encode_value(value: &str) -> HeaderValue {
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && !value.starts_with([' ', '\t'])
+        && !value.ends_with([' ', '\t'])
+        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
+    let text = if plain {
+        value.to_owned()
+    } else {
+        format!("{SENTINEL_PREFIX}{}{SENTINEL_SUFFIX}", STANDARD.encode(value))
+    };
+    // Plain values are visible ASCII and spaces; base64 is too.
+    HeaderValue::from_str(&text).expect("visible ASCII is a valid header value")
+}
+
+/// The headers every 2026-07-28 request carries beyond the version:
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name a target.
+pub(crate) fn standard_headers(method: &str, params: Option<&Value>, headers: &mut HeaderMap) {
+    if let Ok(value) = HeaderValue::from_str(method) {
+        headers.insert(MCP_METHOD, value);
+    }
+    let name_field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return,
+    };
+    if let Some(name) = params.and_then(|p| p.get(name_field)).and_then(Value::as_str) {
+        headers.insert(MCP_NAME, encode_value(name));
+    }
+}
+
+/// `params` with `_meta` holding `meta`'s fields (the caller's own `_meta`
+/// keys are kept; ours win).
+pub(crate) fn with_meta(params: Option<&Value>, meta: &Map<String, Value>) -> Value {
+    let mut params = match params {
+        Some(Value::Object(map)) => map.clone(),
+        _ => Map::new(),
+    };
+    let target = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(target) = target {
+        for (key, value) in meta {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(params)
+}
+
+/// One tool parameter mirrored into a header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ParamHeader {
+    /// The chain of `properties` keys from the schema root.
+    path: Vec<String>,
+    name: HeaderName,
+}
+
+/// The `x-mcp-header` annotations of a tool, validated as the spec asks;
+/// `Err` with the reason when the tool must be left out of the list.
+pub(crate) fn param_headers(tool: &Value) -> std::result::Result<Vec<ParamHeader>, String> {
+    let mut found = Vec::new();
+    if let Some(schema) = tool.get("inputSchema") {
+        walk(schema, Some(&mut Vec::new()), &mut found)?;
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for header in &found {
+        let lower = header.name.as_str().to_ascii_lowercase();
+        if seen.contains(&lower) {
+            return Err(format!(
+                "x-mcp-header {:?} is used twice",
+                header_suffix(&header.name)
+            ));
+        }
+        seen.push(lower);
+    }
+    Ok(found)
+}
+
+fn header_suffix(name: &HeaderName) -> &str {
+    &name.as_str()["mcp-param-".len()..]
+}
+
+/// Walks a schema: `path` is the `properties` chain that reaches it from
+/// the root, `None` when it is not statically reachable (under `items`,
+/// a composition, a condition, `$defs`...), where an annotation is invalid.
+fn walk(
+    schema: &Value,
+    path: Option<&mut Vec<String>>,
+    found: &mut Vec<ParamHeader>,
+) -> std::result::Result<(), String> {
+    let Value::Object(map) = schema else {
+        if let Value::Array(items) = schema {
+            for item in items {
+                walk(item, None, found)?;
+            }
+        }
+        return Ok(());
+    };
+    let mut path = path;
+    if let Some(annotation) = map.get("x-mcp-header") {
+        let Some(path) = path.as_deref() else {
+            return Err("x-mcp-header on a parameter that is not reachable \
+                        through `properties` alone"
+                .into());
+        };
+        found.push(annotated(annotation, map, path)?);
+    }
+    for (key, value) in map {
+        match key.as_str() {
+            "x-mcp-header" => {}
+            // Values, not schemas: what they hold is data.
+            "default" | "const" | "enum" | "examples" => {}
+            "properties" if path.is_some() => {
+                let Value::Object(properties) = value else {
+                    continue;
+                };
+                for (name, sub) in properties {
+                    let path = path.as_deref_mut().expect("checked above");
+                    path.push(name.clone());
+                    let outcome = walk(sub, Some(path), found);
+                    path.pop();
+                    outcome?;
+                }
+            }
+            _ => walk(value, None, found)?,
+        }
+    }
+    Ok(())
+}
+
+fn annotated(
+    annotation: &Value,
+    schema: &Map<String, Value>,
+    path: &[String],
+) -> std::result::Result<ParamHeader, String> {
+    let Some(name) = annotation.as_str() else {
+        return Err("x-mcp-header is not a string".into());
+    };
+    let valid_token =
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !valid_token {
+        return Err(format!("x-mcp-header {name:?} is not an HTTP token"));
+    }
+    if path.is_empty() {
+        return Err("x-mcp-header on the schema root".into());
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string" | "integer" | "boolean") => {}
+        _ => {
+            return Err(format!(
+                "x-mcp-header {name:?} is on a parameter that is not a string, integer or boolean"
+            ));
+        }
+    }
+    let name = HeaderName::from_bytes(format!("mcp-param-{name}").as_bytes())
+        .map_err(|_| format!("x-mcp-header {name:?} is not a valid header name"))?;
+    Ok(ParamHeader {
+        path: path.to_vec(),
+        name,
+    })
+}
+
+/// Adds the `Mcp-Param-*` headers of a call with `arguments`: a value
+/// absent or null leaves its header out.
+pub(crate) fn add_param_headers(
+    params: &[ParamHeader],
+    arguments: Option<&Value>,
+    headers: &mut HeaderMap,
+) -> Result<()> {
+    for param in params {
+        let mut value = arguments;
+        for key in &param.path {
+            value = value.and_then(|v| v.get(key));
+        }
+        let text = match value {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Bool(b)) => b.to_string(),
+            Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) if i.abs() <= MAX_SAFE_INTEGER => i.to_string(),
+                // 42.0 is the integer 42.
+                (None, Some(f))
+                    if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 =>
+                {
+                    (f as i64).to_string()
+                }
+                _ => return Err(not_mirrorable(param)),
+            },
+            Some(_) => return Err(not_mirrorable(param)),
+        };
+        headers.insert(param.name.clone(), encode_value(&text));
+    }
+    Ok(())
+}
+
+fn not_mirrorable(param: &ParamHeader) -> Error {
+    Error::builder(format!(
+        "the argument for header {} is not a string, a safe integer or a boolean",
+        param.name
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn values_are_plain_or_base64_as_the_spec_shows() {
+        let cases = [
+            ("us-west1", "us-west1"),
+            ("Hello, 世界", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (" padded ", "=?base64?IHBhZGRlZCA=?="),
+            ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
+            ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+            ("a b", "a b"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(encode_value(value), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn standard_headers_name_the_method_and_target() {
+        let mut headers = HeaderMap::new();
+        standard_headers(
+            "resources/read",
+            Some(&json!({"uri": "file:///x y"})),
+            &mut headers,
+        );
+        assert_eq!(headers[MCP_METHOD], "resources/read");
+        assert_eq!(headers[MCP_NAME], "file:///x y");
+        let mut headers = HeaderMap::new();
+        standard_headers("tools/list", None, &mut headers);
+        assert!(!headers.contains_key(MCP_NAME));
+    }
+
+    #[test]
+    fn meta_is_merged_into_params() {
+        let meta = json!({ META_PROTOCOL_VERSION: "2026-07-28" });
+        let meta = meta.as_object().unwrap();
+        let merged = with_meta(Some(&json!({"a": 1, "_meta": {"progressToken": 7}})), meta);
+        assert_eq!(merged["a"], 1);
+        assert_eq!(merged["_meta"]["progressToken"], 7);
+        assert_eq!(merged["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+        assert_eq!(with_meta(None, meta)["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+    }
+
+    fn tool(schema: Value) -> Value {
+        json!({"name": "t", "inputSchema": schema})
+    }
+
+    #[test]
+    fn annotations_on_reachable_primitives_are_mirrored() {
+        let t = tool(json!({
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "opts": {"type": "object", "properties": {
+                    "n": {"type": "integer", "x-mcp-header": "N"},
+                    "x-mcp-header": {"type": "string"}
+                }},
+                "flag": {"type": "boolean", "x-mcp-header": "Flag",
+                         "default": {"x-mcp-header": "ignored"}}
+            }
+        }));
+        let params = param_headers(&t).unwrap();
+        assert_eq!(params.len(), 3);
+        let mut headers = HeaderMap::new();
+        add_param_headers(
+            &params,
+            Some(&json!({"region": "eu 1", "opts": {"n": 42.0}, "flag": null})),
+            &mut headers,
+        )
+        .unwrap();
+        assert_eq!(headers["mcp-param-region"], "eu 1");
+        assert_eq!(headers["mcp-param-n"], "42");
+        assert!(!headers.contains_key("mcp-param-flag"));
+        assert!(
+            add_param_headers(&params, Some(&json!({"region": ["x"]})), &mut HeaderMap::new())
+                .is_err()
+        );
+        assert!(
+            add_param_headers(
+                &params,
+                Some(&json!({"opts": {"n": 9007199254740993_i64}})),
+                &mut HeaderMap::new()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn invalid_annotations_reject_the_tool() {
+        let bad = [
+            json!({"properties": {"x": {"type": "number", "x-mcp-header": "X"}}}),
+            json!({"properties": {"x": {"x-mcp-header": "X"}}}),
+            json!({"properties": {"x": {"type": "string", "x-mcp-header": ""}}}),
+            json!({"properties": {"x": {"type": "string", "x-mcp-header": "A B"}}}),
+            json!({"properties": {"x": {"type": "string", "x-mcp-header": "Tab\t"}}}),
+            json!({"properties": {
+                "a": {"type": "string", "x-mcp-header": "Dup"},
+                "b": {"type": "string", "x-mcp-header": "dup"}
+            }}),
+            json!({"properties": {"list": {"type": "array",
+                "items": {"type": "string", "x-mcp-header": "X"}}}}),
+            json!({"properties": {"x": {"oneOf": [{"type": "string", "x-mcp-header": "X"}]}}}),
+            json!({"$defs": {"d": {"type": "string", "x-mcp-header": "X"}},
+                   "properties": {"x": {"$ref": "#/$defs/d"}}}),
+            json!({"x-mcp-header": "Root", "type": "string"}),
+        ];
+        for schema in bad {
+            assert!(param_headers(&tool(schema.clone())).is_err(), "{schema}");
+        }
+        assert_eq!(
+            param_headers(&tool(json!({"properties": {"q": {"type": "string"}}}))).unwrap(),
+            vec![]
+        );
+        assert_eq!(param_headers(&json!({"name": "no schema"})).unwrap(), vec![]);
+    }
+}
