@@ -66,12 +66,14 @@ fn sync_guard(release: impl FnOnce() + Send + 'static) -> SyncGuard {
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub enum SessionRelease {
-    /// We did not create one: an attached session, or a connect that failed
-    /// before `initialize` was sent.
+    /// We did not create one: an attached session, a 2026-07-28 server
+    /// (which has no sessions), or a connect that failed before
+    /// `initialize` was sent.
     #[default]
     NotOwned,
-    /// The server issued no session id (a stateless server, or an
-    /// `initialize` that failed): nothing to end.
+    /// The server issued no session id (a stateless server, an `initialize`
+    /// that failed, or an HTTP+SSE session, which ended when its event
+    /// stream was closed): nothing to DELETE.
     NoSessionId,
     /// The server had already ended it: a request that carried its id was
     /// answered 404. Nothing was sent.

@@ -845,6 +845,12 @@ impl<F: Front> Engine<F> {
                 }
                 return;
             }
+            // 2026-07-28 has no server requests (they come as input
+            // requests in results), and a client never sends a response.
+            Message::Request(request) if generation.era == Era::Stateless => {
+                tracing::debug!(method = %request.method, "ignored a server request in 2026-07-28");
+                return;
+            }
             Message::Request(request) => ServerMessage::Request(request),
             Message::Notification(notification) => ServerMessage::Notification(notification),
         };

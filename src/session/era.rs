@@ -252,7 +252,12 @@ async fn initialize(
             engine.open(request, false).await
         }
     };
-    let (generation, result) = opening.await.map_err(in_phase)?;
+    // Bounded like any request: a server that never answers (or, over
+    // HTTP+SSE, never names its endpoint) does not hold the connect.
+    let (generation, result) = Deadline::after(plan.request_timeout)
+        .run(opening)
+        .await
+        .map_err(in_phase)?;
 
     phase.set(ConnectPhase::Initialized);
     let started = Instant::now();

@@ -81,7 +81,7 @@ pub(super) async fn request(
                         "{method} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
                     )));
                 }
-                let answers = answer_inputs(engine, &result).await?;
+                let answers = deadline.run(answer_inputs(engine, &result)).await?;
                 params = Some(retry_params(params, answers, result.get("requestState")));
             }
             Some(kind) => {
