@@ -3,7 +3,7 @@ for tests/interop.rs. Streamable HTTP on 127.0.0.1, endpoint /mcp, with the
 SDK's default DNS-rebinding protection (Host must be 127.0.0.1:*, no foreign
 Origin).
 
-    python_server.py --port P --mode stateful|stateless|json|paginated
+    python_server.py --port P --mode stateful|stateless|json|paginated|sse
 
 - stateful: sessions (an Mcp-Session-Id), SSE answers.
 - stateless: no session id; DELETE is answered 405.
@@ -11,13 +11,18 @@ Origin).
 - paginated: stateful, plus filler tools, and the low-level `tools/list`
   handler replaced by one that serves PAGE_SIZE tools per page with
   `nextCursor` (FastMCP never paginates by itself).
+- sse: the deprecated 2024-11-05 HTTP+SSE transport instead: `GET /sse`
+  opens the stream, whose first event (`endpoint`) names
+  `/messages/?session_id=<hex>`; each POST there is answered 202 and its
+  answer comes on the stream. No /mcp endpoint.
 
 Tools: `echo`, `add`, `count_down` (sends a progress notification per step
 when the request carries a progressToken).
 
-Prints `LISTENING <port>` once the app is up and `SEEN <METHOD> <path>
-<status> <content-type>` for every HTTP exchange, so the test can check what
-it saw.
+Prints `LISTENING <port>` once the app is up, `SEEN <METHOD> <path>
+<status> <content-type>` when each HTTP exchange's answer starts and
+`ENDED <METHOD> <path>` when it is over (for a stream: closed), so the test
+can check what it saw.
 """
 
 import argparse
@@ -89,7 +94,8 @@ def build(mode: str) -> FastMCP:
 
 
 def logged(app):
-    """An ASGI wrapper printing every HTTP exchange's method, path and status."""
+    """An ASGI wrapper printing every HTTP exchange's method, path and status,
+    and its end."""
 
     async def wrapper(scope, receive, send):
         if scope["type"] != "http":
@@ -102,7 +108,11 @@ def logged(app):
                 print(f"SEEN {scope['method']} {scope['path']} {message['status']} {kind}", flush=True)
             await send(message)
 
-        await app(scope, receive, send_logged)
+        try:
+            await app(scope, receive, send_logged)
+        finally:
+            # When the exchange is over: for a stream, when it closed.
+            print(f"ENDED {scope['method']} {scope['path']}", flush=True)
 
     return wrapper
 
@@ -110,9 +120,10 @@ def logged(app):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["stateful", "stateless", "json", "paginated"], default="stateful")
+    parser.add_argument("--mode", choices=["stateful", "stateless", "json", "paginated", "sse"], default="stateful")
     args = parser.parse_args()
-    app = logged(build(args.mode).streamable_http_app())
+    mcp = build(args.mode)
+    app = logged(mcp.sse_app() if args.mode == "sse" else mcp.streamable_http_app())
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     server = uvicorn.Server(config)
 
