@@ -70,7 +70,11 @@ pub(super) async fn open(
         return detect(engine, plan, phase).await;
     };
     match open_as(engine, plan, phase, version).await {
-        Err(error) if plan.pinned.is_none() && not_this_era(&error, version.is_modern()) => {
+        Err(error)
+            if plan.pinned.is_none()
+                && (not_this_era(&error, version.is_modern())
+                    || (version.is_modern() && error.is_protocol())) =>
+        {
             tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
             plan.memory.forget(plan.url);
             detect(engine, plan, phase).await
@@ -86,7 +90,10 @@ async fn open_as(
     version: ProtocolVersion,
 ) -> Result<Opened> {
     if version.is_modern() {
-        discover(engine, plan, phase, version).await
+        match discover(engine, plan, phase, version).await? {
+            Probe::Opened(opened) => Ok(opened),
+            Probe::Legacy(error) => Err(error),
+        }
     } else {
         initialize(engine, plan, phase, version).await
     }
@@ -101,10 +108,14 @@ async fn detect(
 ) -> Result<Opened> {
     let found = async {
         match discover(engine, plan, phase, ProtocolVersion::MODERN).await {
+            Ok(Probe::Opened(opened)) => return Ok(opened),
+            Ok(Probe::Legacy(error)) => {
+                tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            }
             Err(error) if not_this_era(&error, true) => {
                 tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
             }
-            outcome => return outcome,
+            Err(error) => return Err(error),
         }
         let error = match initialize(engine, plan, phase, ProtocolVersion::LATEST).await {
             Err(error) if not_this_era(&error, false) => error,
@@ -179,6 +190,17 @@ pub(crate) fn supported_instead(error: &Error) -> Option<ProtocolVersion> {
         .max()
 }
 
+/// What a modern request showed.
+enum Probe {
+    /// The server speaks 2026-07-28 (or answered for a 2025 revision it
+    /// prefers, which `initialize` opened).
+    Opened(Opened),
+    /// The server answered, but not as a 2026-07-28 server would: a
+    /// success that is no discover result (some 2025 servers answer any
+    /// method with an empty result).
+    Legacy(Error),
+}
+
 /// 2026-07-28: `server/discover`; an `UnsupportedProtocolVersion` answer
 /// is retried once with the newest revision it lists that we speak (an
 /// `initialize` when that one is a 2025 revision).
@@ -187,7 +209,7 @@ async fn discover(
     plan: &Plan<'_>,
     phase: &PhaseCell,
     version: ProtocolVersion,
-) -> Result<Opened> {
+) -> Result<Probe> {
     let mut version = version;
     let mut retried = false;
     loop {
@@ -203,28 +225,68 @@ async fn discover(
             .instrument(tracing::debug_span!("mcp.discover_server", %version))
             .await
             .map_err(in_phase);
-        match outcome {
+        let instead = match outcome {
             Ok(result) => {
-                check_complete(&result, "server/discover")?;
-                return Ok(Opened {
-                    generation,
-                    result,
-                    probed: false,
-                    initialized: Duration::ZERO,
-                });
+                let Some(supported) = supported_versions(&result) else {
+                    return Ok(Probe::Legacy(
+                        Error::protocol(
+                            "server/discover was answered without supportedVersions: \
+                             not a 2026-07-28 server",
+                        )
+                        .in_phase(ConnectPhase::Initialize),
+                    ));
+                };
+                if supported.contains(&version) {
+                    check_complete(&result, "server/discover")?;
+                    return Ok(Probe::Opened(Opened {
+                        generation,
+                        result,
+                        probed: false,
+                        initialized: Duration::ZERO,
+                    }));
+                }
+                supported.into_iter().max().ok_or_else(|| {
+                    Error::protocol(
+                        "the server supports none of the protocol versions this client speaks",
+                    )
+                    .in_phase(ConnectPhase::Initialize)
+                })?
             }
             Err(error) if !retried => match supported_instead(&error) {
-                Some(instead) if instead.is_modern() => {
-                    tracing::debug!(%version, %instead, "unsupported revision; retrying");
-                    version = instead;
-                    retried = true;
-                }
-                Some(instead) => return initialize(engine, plan, phase, instead).await,
+                Some(instead) => instead,
                 None => return Err(error),
             },
             Err(error) => return Err(error),
+        };
+        if !instead.is_modern() {
+            tracing::debug!(%instead, "the server prefers a 2025 revision");
+            return initialize(engine, plan, phase, instead)
+                .await
+                .map(Probe::Opened);
         }
+        if retried {
+            return Err(Error::protocol(format!(
+                "the server refused protocol version {version} twice"
+            ))
+            .in_phase(ConnectPhase::Initialize));
+        }
+        tracing::debug!(%version, %instead, "unsupported revision; retrying");
+        version = instead;
+        retried = true;
     }
+}
+
+/// The revisions a discover result lists that we speak over Streamable
+/// HTTP; `None` when it lists none at all (no discover result).
+fn supported_versions(result: &Value) -> Option<Vec<ProtocolVersion>> {
+    let listed = result.get("supportedVersions")?.as_array()?;
+    Some(
+        listed
+            .iter()
+            .filter_map(|v| v.as_str()?.parse::<ProtocolVersion>().ok())
+            .filter(|v| *v != ProtocolVersion::V2024_11_05)
+            .collect(),
+    )
 }
 
 /// `initialize` proposing `version` (over HTTP+SSE for 2024-11-05), then

@@ -30,8 +30,7 @@ const SENTINEL_SUFFIX: &str = "?=";
 /// characters, leading or trailing whitespace, or a value that looks like
 /// the sentinel itself) as `=?base64?…?=` of its UTF-8 bytes.
 pub(crate) fn encode_value(value: &str) -> HeaderValue {
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && !value.starts_with([' ', '\t'])
         && !value.ends_with([' ', '\t'])
         && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
@@ -248,6 +247,8 @@ mod tests {
             ("line1\nline2", "=?base64?bGluZTEKbGluZTI=?="),
             ("=?base64?literal?=", "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
             ("a b", "a b"),
+            // An empty value is sent empty, not left out.
+            ("", ""),
         ];
         for (value, want) in cases {
             assert_eq!(encode_value(value), want, "{value:?}");
