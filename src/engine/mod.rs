@@ -486,11 +486,12 @@ impl<F: Front> Engine<F> {
         self.set_current(Current::Ready(generation.clone()));
     }
 
-    /// Moves to `state`, unless closed: a renewal that ends after a close
-    /// changes nothing.
+    /// Moves to `state`, unless closed or ended: a renewal that ends after
+    /// a close changes nothing, and an HTTP+SSE stream that ended before
+    /// its connect finished stays ended.
     fn set_current(&self, state: Current) {
         self.current.send_if_modified(|current| {
-            let open = !matches!(current, Current::Closed);
+            let open = !matches!(current, Current::Closed | Current::Ended(_));
             if open {
                 *current = state;
             }
@@ -884,7 +885,11 @@ impl<F: Front> Engine<F> {
     /// 2026-07-28: opens a `subscriptions/listen` stream on `generation`
     /// for the notifications in `filter` (see [`listener::subscribe`]), if
     /// the engine listens.
-    pub(crate) fn start_subscription(self: &Arc<Self>, generation: &Arc<Generation>, filter: Value) {
+    pub(crate) fn start_subscription(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        filter: Value,
+    ) {
         if generation.era != Era::Stateless || !self.settings.listen {
             return;
         }
@@ -937,6 +942,17 @@ impl<F: Front> Waiter<F> {
         if generation.era == Era::HttpSse {
             // The POST is answered 202; the response comes on the stream.
             answer.await?;
+            let ended = matches!(&*self.engine.current.borrow(), Current::Ended(_));
+            if ended {
+                // The stream may have ended before this waiter was
+                // registered: then nothing would wake it.
+                return match self.delivered.try_recv() {
+                    Ok(response) => response.outcome.map_err(Error::rpc),
+                    Err(_) => Err(Error::protocol(
+                        "the HTTP+SSE stream ended before the response came",
+                    )),
+                };
+            }
             return match (&mut self.delivered).await {
                 Ok(response) => response.outcome.map_err(Error::rpc),
                 Err(_) => Err(Error::protocol(

@@ -63,9 +63,7 @@ pub(super) async fn open(
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
-    let known = plan
-        .pinned
-        .or_else(|| plan.memory.get(plan.url));
+    let known = plan.pinned.or_else(|| plan.memory.get(plan.url));
     let Some(version) = known else {
         return detect(engine, plan, phase).await;
     };
@@ -130,9 +128,7 @@ async fn detect(
                 error
             })
     };
-    let mut opened = found
-        .instrument(tracing::debug_span!("mcp.detect"))
-        .await?;
+    let mut opened = found.instrument(tracing::debug_span!("mcp.detect")).await?;
     opened.probed = true;
     let version = opened
         .generation

@@ -8,9 +8,9 @@
 mod connect;
 mod discovery;
 mod era;
-mod stateless;
 mod front;
 mod handlers;
+mod stateless;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

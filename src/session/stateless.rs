@@ -115,7 +115,11 @@ fn param_headers_for(
     let mirrored = param_headers(tool).map_err(|reason| {
         Error::builder(format!("the tool's x-mcp-header is invalid: {reason}"))
     })?;
-    add_param_headers(&mirrored, params.and_then(|p| p.get("arguments")), &mut headers)?;
+    add_param_headers(
+        &mirrored,
+        params.and_then(|p| p.get("arguments")),
+        &mut headers,
+    )?;
     Ok(headers)
 }
 

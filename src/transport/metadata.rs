@@ -37,7 +37,10 @@ pub(crate) fn encode_value(value: &str) -> HeaderValue {
     let text = if plain {
         value.to_owned()
     } else {
-        format!("{SENTINEL_PREFIX}{}{SENTINEL_SUFFIX}", STANDARD.encode(value))
+        format!(
+            "{SENTINEL_PREFIX}{}{SENTINEL_SUFFIX}",
+            STANDARD.encode(value)
+        )
     };
     // Plain values are visible ASCII and spaces; base64 is too.
     HeaderValue::from_str(&text).expect("visible ASCII is a valid header value")
@@ -54,7 +57,10 @@ pub(crate) fn standard_headers(method: &str, params: Option<&Value>, headers: &m
         "resources/read" => "uri",
         _ => return,
     };
-    if let Some(name) = params.and_then(|p| p.get(name_field)).and_then(Value::as_str) {
+    if let Some(name) = params
+        .and_then(|p| p.get(name_field))
+        .and_then(Value::as_str)
+    {
         headers.insert(MCP_NAME, encode_value(name));
     }
 }
@@ -169,8 +175,10 @@ fn annotated(
     let Some(name) = annotation.as_str() else {
         return Err("x-mcp-header is not a string".into());
     };
-    let valid_token =
-        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    let valid_token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if !valid_token {
         return Err(format!("x-mcp-header {name:?} is not an HTTP token"));
     }
@@ -212,9 +220,7 @@ pub(crate) fn add_param_headers(
             Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
                 (Some(i), _) if i.abs() <= MAX_SAFE_INTEGER => i.to_string(),
                 // 42.0 is the integer 42.
-                (None, Some(f))
-                    if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 =>
-                {
+                (None, Some(f)) if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 => {
                     (f as i64).to_string()
                 }
                 _ => return Err(not_mirrorable(param)),
@@ -278,7 +284,10 @@ mod tests {
         assert_eq!(merged["a"], 1);
         assert_eq!(merged["_meta"]["progressToken"], 7);
         assert_eq!(merged["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
-        assert_eq!(with_meta(None, meta)["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+        assert_eq!(
+            with_meta(None, meta)["_meta"][META_PROTOCOL_VERSION],
+            "2026-07-28"
+        );
     }
 
     fn tool(schema: Value) -> Value {
@@ -312,8 +321,12 @@ mod tests {
         assert_eq!(headers["mcp-param-n"], "42");
         assert!(!headers.contains_key("mcp-param-flag"));
         assert!(
-            add_param_headers(&params, Some(&json!({"region": ["x"]})), &mut HeaderMap::new())
-                .is_err()
+            add_param_headers(
+                &params,
+                Some(&json!({"region": ["x"]})),
+                &mut HeaderMap::new()
+            )
+            .is_err()
         );
         assert!(
             add_param_headers(
@@ -351,6 +364,9 @@ mod tests {
             param_headers(&tool(json!({"properties": {"q": {"type": "string"}}}))).unwrap(),
             vec![]
         );
-        assert_eq!(param_headers(&json!({"name": "no schema"})).unwrap(), vec![]);
+        assert_eq!(
+            param_headers(&json!({"name": "no schema"})).unwrap(),
+            vec![]
+        );
     }
 }

@@ -55,8 +55,8 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
-pub(crate) use replay::ReplayFilter;
 pub use crate::version::{ProtocolVersion, TransportKind};
+pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
 pub use stream::MessageStream;
 
@@ -226,10 +226,7 @@ impl StreamableHttp {
     /// every request of 2026-07-28.
     pub(crate) fn with_client_meta(mut self, client_info: &Value, capabilities: &Value) -> Self {
         let mut meta = Map::new();
-        meta.insert(
-            metadata::META_CLIENT_INFO.into(),
-            client_info.clone(),
-        );
+        meta.insert(metadata::META_CLIENT_INFO.into(), client_info.clone());
         meta.insert(
             metadata::META_CLIENT_CAPABILITIES.into(),
             capabilities.clone(),

@@ -49,8 +49,12 @@ pub(crate) fn released_json(released: &Released) -> Value {
 /// What a close released, as one line of text.
 pub(crate) fn released_text(released: &Released) -> String {
     let session = match &released.session {
-        SessionRelease::NotOwned => "no DELETE (no server session of ours: attached, or 2026-07-28)".to_owned(),
-        SessionRelease::NoSessionId => "no DELETE (no session id was issued, or HTTP+SSE: its stream closed)".to_owned(),
+        SessionRelease::NotOwned => {
+            "no DELETE (no server session of ours: attached, or 2026-07-28)".to_owned()
+        }
+        SessionRelease::NoSessionId => {
+            "no DELETE (no session id was issued, or HTTP+SSE: its stream closed)".to_owned()
+        }
         SessionRelease::Deleted(status) => format!("DELETE answered {status}"),
         SessionRelease::DeleteFailed(error) => format!("DELETE failed: {error}"),
         other => format!("{other:?}"),
