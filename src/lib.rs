@@ -302,6 +302,12 @@ pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 pub mod wire {
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
     pub use crate::transport::sse;
+    /// 2026-07-28 request metadata: header values and `x-mcp-header`.
+    pub mod metadata {
+        pub use crate::transport::metadata::{
+            ParamHeader, add_param_headers, encode_value, param_headers,
+        };
+    }
     pub use crate::transport::{
         DEFAULT_MAX_SESSION_ID_LEN, Exchange, MessageStream, SessionEnd, StreamableHttp,
     };

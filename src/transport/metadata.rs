@@ -1,7 +1,8 @@
 //! Request metadata of 2026-07-28: the `_meta` fields every request
 //! carries, and the headers mirrored from the body (`Mcp-Method`,
 //! `Mcp-Name`, `Mcp-Param-*` from tool parameters marked `x-mcp-header`),
-//! with the spec's value encoding.
+//! with the spec's value encoding. Public with the feature `wire`, for
+//! tests and fuzzing.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -29,11 +30,11 @@ const SENTINEL_SUFFIX: &str = "?=";
 /// visible ASCII (spaces inside allowed), else (non-ASCII, control
 /// characters, leading or trailing whitespace, or a value that looks like
 /// the sentinel itself) as `=?base64?…?=` of its UTF-8 bytes.
-pub(crate) fn encode_value(value: &str) -> HeaderValue {
-    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
+pub fn encode_value(value: &str) -> HeaderValue {
+    let visible = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    let padded = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let looks_encoded = value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX);
+    let plain = visible && !padded && !looks_encoded;
     let text = if plain {
         value.to_owned()
     } else {
@@ -88,7 +89,7 @@ pub(crate) fn with_meta(params: Option<&Value>, meta: &Map<String, Value>) -> Va
 
 /// One tool parameter mirrored into a header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ParamHeader {
+pub struct ParamHeader {
     /// The chain of `properties` keys from the schema root.
     path: Vec<String>,
     name: HeaderName,
@@ -96,7 +97,7 @@ pub(crate) struct ParamHeader {
 
 /// The `x-mcp-header` annotations of a tool, validated as the spec asks;
 /// `Err` with the reason when the tool must be left out of the list.
-pub(crate) fn param_headers(tool: &Value) -> std::result::Result<Vec<ParamHeader>, String> {
+pub fn param_headers(tool: &Value) -> std::result::Result<Vec<ParamHeader>, String> {
     let mut found = Vec::new();
     if let Some(schema) = tool.get("inputSchema") {
         walk(schema, Some(&mut Vec::new()), &mut found)?;
@@ -113,6 +114,20 @@ pub(crate) fn param_headers(tool: &Value) -> std::result::Result<Vec<ParamHeader
         seen.push(lower);
     }
     Ok(found)
+}
+
+#[cfg_attr(not(feature = "wire"), allow(dead_code))]
+impl ParamHeader {
+    /// The header's name, `mcp-param-…` (lowercase).
+    pub fn name(&self) -> &HeaderName {
+        &self.name
+    }
+
+    /// The chain of `properties` keys from the schema root to the
+    /// parameter.
+    pub fn path(&self) -> &[String] {
+        &self.path
+    }
 }
 
 fn header_suffix(name: &HeaderName) -> &str {
@@ -202,8 +217,9 @@ fn annotated(
 }
 
 /// Adds the `Mcp-Param-*` headers of a call with `arguments`: a value
-/// absent or null leaves its header out.
-pub(crate) fn add_param_headers(
+/// absent or null leaves its header out; a value that is not a string, a
+/// safe integer (within ±(2^53 − 1)) or a boolean is an error.
+pub fn add_param_headers(
     params: &[ParamHeader],
     arguments: Option<&Value>,
     headers: &mut HeaderMap,

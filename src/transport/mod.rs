@@ -39,6 +39,7 @@
 #[cfg_attr(not(feature = "wire"), allow(dead_code))]
 pub mod sse;
 
+#[cfg_attr(not(feature = "wire"), allow(unreachable_pub))]
 pub(crate) mod metadata;
 mod replay;
 mod session;
