@@ -32,7 +32,7 @@ use mcp_scoped_http::testkit::TestServer;
 use mcp_scoped_http::testkit::churn::{
     Churn, Cycle, Figures, Floor, FloorClient, Recording, drive, server_config,
 };
-use mcp_scoped_http::{HttpClient, HttpClientBuilder};
+use mcp_scoped_http::{HttpClient, HttpClientBuilder, ProtocolVersion};
 use serde_json::{Value, json};
 
 fn quick() -> bool {
@@ -142,22 +142,35 @@ struct Pair {
     floor: Arc<Floor>,
 }
 
+/// `churn` with its revision pinned, when `pin` says so (its bearer kept).
+fn pinned(churn: Churn, pin: Option<ProtocolVersion>) -> Churn {
+    match pin {
+        Some(version) => churn
+            .configure(move |connector| connector.bearer("churn-token").protocol_version(version)),
+        None => churn,
+    }
+}
+
 async fn pair(
     url: &str,
     cycle: Cycle,
     client: Option<HttpClient>,
     settings: &HttpClientBuilder,
     call: Option<(String, Value)>,
+    pin: Option<ProtocolVersion>,
 ) -> Pair {
     let floor_client = if client.is_some() {
         FloorClient::Shared
     } else {
         FloorClient::PerCycle
     };
-    let mut churn = Churn::new(url, cycle, client)
-        .await
-        .expect("the churn starts")
-        .with_call(call);
+    let mut churn = pinned(
+        Churn::new(url, cycle, client)
+            .await
+            .expect("the churn starts")
+            .with_call(call),
+        pin,
+    );
     let recording = Recording::of(&mut churn, settings)
         .await
         .expect("one cycle is recorded");
@@ -189,7 +202,7 @@ fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, tabl
         let server = TestServer::start(server_config().with_faults(cycle.faults()));
         let client = borrowed.then(|| shared.clone());
         let call = Some(("tool-000".to_owned(), json!({"text": "churn"})));
-        let pair = runtime.block_on(pair(&server.url(), cycle, client, &settings, call));
+        let pair = runtime.block_on(pair(&server.url(), cycle, client, &settings, call, None));
         let kind = if borrowed { "borrowed" } else { "owned" };
         let group_name = format!("{}/{kind}", cycle.name());
         let mut group = criterion.benchmark_group(&group_name);
@@ -278,10 +291,13 @@ fn start(mut command: Command, url_of: impl Fn(&str) -> Option<String>) -> Optio
     }
 }
 
-fn serve_process() -> Option<Process> {
+fn serve_process(revision: Option<&str>) -> Option<Process> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command.arg("serve");
+    if let Some(revision) = revision {
+        command.args(["--revision", revision]);
+    }
     command.args([
-        "serve",
         "--tools",
         "20",
         "--page-size",
@@ -316,6 +332,24 @@ fn rmcp_server() -> Option<Process> {
     start(command, |line| {
         let port = line.strip_prefix("LISTENING ")?;
         Some(format!("http://127.0.0.1:{}/mcp", port.trim()))
+    })
+}
+
+/// The Python SDK 2.x peer (`.ci/install-peers` installs it), stateless:
+/// it serves 2026-07-28 on `/mcp`.
+fn python2_server() -> Option<Process> {
+    let python = found("PYTHON2_PEER", ".peers/venv2/bin/python")?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .ok()?
+        .port();
+    let mut command = Command::new(python);
+    command
+        .arg(repo_path("tests/peers/python2_server.py"))
+        .args(["--port", &port.to_string(), "--mode", "stateless"]);
+    start(command, move |line| {
+        line.starts_with("LISTENING")
+            .then(|| format!("http://127.0.0.1:{port}/mcp"))
     })
 }
 
@@ -410,22 +444,67 @@ struct Contender {
     run: Box<dyn Fn(usize) -> Option<Value>>,
 }
 
+/// A server in another process, and how our cycle runs against it.
+struct External {
+    name: &'static str,
+    process: Option<Process>,
+    call: (String, Value),
+    /// The revision our cycle pins (none: detected, then remembered).
+    pin: Option<ProtocolVersion>,
+    /// Whether rmcp's client runs too (it speaks only the 2025 handshake).
+    rmcp: bool,
+}
+
 fn external(runtime: &tokio::runtime::Runtime) {
     let quick = quick();
     let rounds = if quick { 1 } else { 3 };
-    let servers: Vec<(&str, Option<Process>, (String, Value))> = vec![
-        (
-            "test kit server (mcp-scoped-http serve)",
-            serve_process(),
-            ("tool-000".to_owned(), json!({"text": "churn"})),
-        ),
-        (
-            "rmcp 3.11 server (tests/peers/rmcp-server)",
-            rmcp_server(),
-            ("echo".to_owned(), json!({"text": "churn"})),
-        ),
+    let test_kit_call = ("tool-000".to_owned(), json!({"text": "churn"}));
+    let echo = ("echo".to_owned(), json!({"text": "churn"}));
+    let servers = vec![
+        External {
+            name: "test kit server, 2025-11-25 (mcp-scoped-http serve)",
+            process: serve_process(None),
+            call: test_kit_call.clone(),
+            pin: None,
+            rmcp: true,
+        },
+        External {
+            name: "test kit server, 2026-07-28 (mcp-scoped-http serve --revision 2026-07-28)",
+            process: serve_process(Some("2026-07-28")),
+            call: test_kit_call,
+            pin: None,
+            rmcp: false,
+        },
+        External {
+            name: "rmcp 3.11 server (tests/peers/rmcp-server), pinned to 2025-11-25 as rmcp's client speaks",
+            process: rmcp_server(),
+            call: echo.clone(),
+            pin: Some(ProtocolVersion::V2025_11_25),
+            rmcp: true,
+        },
+        External {
+            name: "rmcp 3.11 server (tests/peers/rmcp-server), 2026-07-28 (detected)",
+            process: rmcp_server(),
+            call: echo.clone(),
+            pin: None,
+            rmcp: false,
+        },
+        External {
+            name: "Python SDK 2.3 server (tests/peers/python2_server.py, stateless), 2026-07-28 (detected)",
+            process: python2_server(),
+            call: echo,
+            pin: None,
+            rmcp: false,
+        },
     ];
-    for (server_name, process, call) in servers {
+    for External {
+        name: server_name,
+        process,
+        call,
+        pin,
+        rmcp,
+    } in servers
+    {
         let Some(process) = process else {
             println!(
                 "\n## {server_name}: not found; `bash benches/compare` builds it (or set RMCP_PEER_SERVER)"
@@ -433,7 +512,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
             continue;
         };
         let url = process.url.clone();
-        let contenders = contenders(runtime, &url, &call, quick);
+        let contenders = contenders(runtime, &url, &call, quick, pin, rmcp);
         let mut merged: Vec<Merged> = contenders.iter().map(|_| Merged::default()).collect();
         // Sized so that one round of each takes about the same time: a
         // client stalling 40 ms per answer runs fewer cycles, not minutes.
@@ -545,6 +624,8 @@ fn contenders(
     url: &str,
     call: &(String, Value),
     quick: bool,
+    pin: Option<ProtocolVersion>,
+    with_rmcp: bool,
 ) -> Vec<Contender> {
     // The most cycles one round of a contender runs.
     let cycles = if quick { 300 } else { 3000 };
@@ -560,6 +641,7 @@ fn contenders(
         Some(shared),
         &settings,
         call_some.clone(),
+        pin,
     ));
     let owned = runtime.block_on(pair(
         url,
@@ -567,12 +649,16 @@ fn contenders(
         None,
         &settings,
         call_some.clone(),
+        pin,
     ));
     let recording = runtime
         .block_on(async {
-            let mut churn = Churn::new(url, Cycle::Complete, None)
-                .await?
-                .with_call(call_some.clone());
+            let mut churn = pinned(
+                Churn::new(url, Cycle::Complete, None)
+                    .await?
+                    .with_call(call_some.clone()),
+                pin,
+            );
             Recording::of(&mut churn, &settings).await
         })
         .expect("one cycle is recorded");
@@ -615,6 +701,9 @@ fn contenders(
         Runner::Floor(owned.floor),
         1,
     ));
+    if !with_rmcp {
+        return list;
+    }
     // `--no-listen`: rmcp's client always opens the GET stream; without it
     // both clients send exactly the same exchanges.
     for (mode, listen, concurrency) in [
