@@ -446,6 +446,17 @@ async fn modern_validation_ladder_codes_statuses_and_order() {
         let r = send(&c, modern(&url, 14, method, json!({}))).await;
         assert_eq!((r.status, r.code()), (404, -32601), "{method}");
     }
+    // A legacy client's `initialize` fails on the envelope, and is told
+    // which versions the server speaks.
+    let init = rpc(
+        30,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    let r = send(&c, raw_post(&url, &[], &init)).await;
+    assert_eq!((r.status, r.code()), (400, -32602));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains(MODERN), "{message}");
 
     // Bodies that are no single request.
     let mut req = modern(&url, 15, "tools/list", json!({}));

@@ -1,5 +1,6 @@
-//! An in-process, fault-injecting MCP server speaking Streamable HTTP, for
-//! tests of this crate and of code built on it.
+//! An in-process, fault-injecting MCP server speaking Streamable HTTP (2025
+//! revisions and 2026-07-28) or the older HTTP+SSE transport, for tests of
+//! this crate and of code built on it.
 //!
 //! [`TestServer::start`] binds `127.0.0.1:0` and serves on a thread with its
 //! own tokio runtime, so its tasks never show up in the caller's runtime.
@@ -16,6 +17,40 @@
 //! );
 //! let url = server.url(); // http://127.0.0.1:PORT/mcp
 //! # drop(url);
+//! ```
+//!
+//! # Eras
+//!
+//! [`ServerConfig::eras`] picks the protocol eras served ([`Eras`]): the
+//! 2025 revisions of Streamable HTTP (the default), 2026-07-28 alone, both
+//! on one endpoint (per request, by the `MCP-Protocol-Version` header), or
+//! the deprecated 2024-11-05 HTTP+SSE transport. Every request records the
+//! era that served it ([`RecordedRequest::era`]) and its request metadata
+//! ([`RecordedRequest::mcp_method`], [`RecordedRequest::mcp_name`],
+//! [`RecordedRequest::mcp_param`], [`RecordedRequest::meta`]...).
+//!
+//! ```no_run
+//! use mcp_scoped_http::testkit::{
+//!     Eras, Fault, FaultAction, InputRequest, ServerConfig, TestServer, TestTool,
+//! };
+//!
+//! let server = TestServer::start(
+//!     ServerConfig::default()
+//!         .with_eras(Eras::Modern)
+//!         // `Mcp-Param-Region` must mirror the `region` argument.
+//!         .with_tool(TestTool::header_param("route", "region", "Region"))
+//!         // Asks for an elicitation twice before its final result.
+//!         .with_tool(TestTool::input_required("ask", InputRequest::Elicitation, 2))
+//!         // The first request is told to retry with a supported version.
+//!         .with_fault(
+//!             Fault::any(FaultAction::UnsupportedVersion {
+//!                 supported: vec!["2026-07-28".into()],
+//!             })
+//!             .times(1),
+//!         ),
+//! );
+//! // A test then triggers notifications on `subscriptions/listen` streams:
+//! server.list_changed("tools");
 //! ```
 #![deny(missing_docs)]
 

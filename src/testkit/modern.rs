@@ -221,7 +221,7 @@ pub(super) fn post(shared: &Arc<Shared>, req: &Req) -> Outcome {
         return Outcome::Http(empty(406));
     }
     if let Err(e) = validate(shared, req, method, params) {
-        return Outcome::Http(e.response(id));
+        return Outcome::Http(for_initialize(cfg, method, e).response(id));
     }
     let catalog = shared.state().catalog;
     let sse = cfg.response_mode == ResponseMode::Sse;
@@ -234,7 +234,7 @@ pub(super) fn post(shared: &Arc<Shared>, req: &Req) -> Outcome {
             .map_err(|(code, message)| RpcError::new(code, message)),
     };
     match result {
-        Err(e) => Outcome::Http(e.response(id)),
+        Err(e) => Outcome::Http(for_initialize(cfg, method, e).response(id)),
         Ok(mut result) => {
             stamp(cfg, &mut result);
             Outcome::Messages {
@@ -249,6 +249,19 @@ pub(super) fn post(shared: &Arc<Shared>, req: &Req) -> Outcome {
             }
         }
     }
+}
+
+/// An error for `initialize` names the versions served (a legacy client
+/// has no other way to learn why it failed).
+fn for_initialize(cfg: &super::ServerConfig, method: &str, mut e: RpcError) -> RpcError {
+    if method == "initialize" {
+        e.message = format!(
+            "{} (this server speaks {} only: no initialize)",
+            e.message,
+            cfg.modern_versions.join(", ")
+        );
+    }
+    e
 }
 
 /// The validation ladder of Python `mcp` 2.x, first failure wins:
