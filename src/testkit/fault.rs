@@ -22,6 +22,9 @@ pub struct FaultMatch {
     /// The 1-based page of a list method (`tools/list`, ...), if set:
     /// page 1 has no cursor, page N has the cursor the server issued for it.
     pub page: Option<usize>,
+    /// The `params.name` (`tools/call`, `prompts/get`) or `params.uri`
+    /// (`resources/read`) of the (first) JSON-RPC message, if set.
+    pub name: Option<String>,
     /// Let the first `skip` matching requests through.
     pub skip: usize,
 }
@@ -82,6 +85,12 @@ impl Fault {
     /// Restricts to page `page` (1-based) of a list method.
     pub fn page(mut self, page: usize) -> Self {
         self.when.page = Some(page);
+        self
+    }
+    /// Restricts to requests whose `params.name` (or `params.uri` for
+    /// `resources/read`) is `name`, e.g. one tool's calls.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.when.name = Some(name.into());
         self
     }
     /// Restricts to this HTTP method as well.
@@ -273,6 +282,23 @@ pub enum FaultAction {
         /// Cut after a first batch event and replay it on the resuming GET.
         replay: bool,
     },
+    /// `400` with the JSON-RPC error `-32022` (UnsupportedProtocolVersion)
+    /// for the request's id, `data: {"supported": supported, "requested":
+    /// <the _meta version, or the header's>}`: with `times(1)`, the first
+    /// request of a client tells it to retry with one of `supported`.
+    UnsupportedVersion {
+        /// `error.data.supported`.
+        supported: Vec<String>,
+    },
+    /// `400` with the JSON-RPC error `-32020` (HeaderMismatch) for the
+    /// request's id: with `Fault::on_rpc("tools/call", ..).name(tool)
+    /// .times(1)`, a tool's first call is refused as if its `x-mcp-header`
+    /// annotations had changed, so the client re-lists and retries once.
+    HeaderMismatch,
+    /// `400` with the JSON-RPC error `-32021`
+    /// (MissingRequiredClientCapability) for the request's id,
+    /// `data: {"requiredCapabilities": <this>}` (e.g. `{"elicitation": {}}`).
+    MissingCapability(serde_json::Value),
 }
 
 impl FaultAction {
@@ -344,8 +370,9 @@ pub(crate) fn pick(
     http_method: &Method,
     rpc_method: Option<&str>,
     page: Option<usize>,
+    name: Option<&str>,
 ) -> Option<FaultAction> {
-    let action = pick_from(faults, http_method, rpc_method, page);
+    let action = pick_from(faults, http_method, rpc_method, page, name);
     faults.retain(|f| f.fault.times.is_none_or(|t| f.used < t));
     action
 }
@@ -355,6 +382,7 @@ fn pick_from(
     http_method: &Method,
     rpc_method: Option<&str>,
     page: Option<usize>,
+    name: Option<&str>,
 ) -> Option<FaultAction> {
     for f in faults.iter_mut() {
         let w = &f.fault.when;
@@ -368,6 +396,9 @@ fn pick_from(
             continue;
         }
         if w.page.is_some() && w.page != page {
+            continue;
+        }
+        if w.name.as_deref().is_some_and(|n| Some(n) != name) {
             continue;
         }
         if f.fault.times.is_some_and(|t| f.used >= t) {

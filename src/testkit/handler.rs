@@ -25,17 +25,19 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_util::sync::CancellationToken;
 
-use super::config::{ListenMode, ResponseMode, TlsIdentity};
+use super::config::{Era, Eras, ListenMode, ResponseMode, ServerConfig, TlsIdentity};
 use super::fault::{self, FaultAction};
 use super::mcp::{self, Answer, Kind};
-use super::sse::{self, ChanBody};
+use super::sse::ChanBody;
 use super::{
     ChunkSender, CountGuard, Inflight, Listener, PendingAnswer, RecordedRequest, Replay,
     SessionRecord, Shared,
 };
+use super::{http_sse, modern};
+use crate::TransportKind;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type RespBody = UnsyncBoxBody<Bytes, io::Error>;
+pub(super) type RespBody = UnsyncBoxBody<Bytes, io::Error>;
 type Resp = Response<RespBody>;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -98,19 +100,42 @@ where
 }
 
 /// The parts of a request the handlers need.
-struct Req {
-    method: Method,
-    headers: HeaderMap,
+pub(super) struct Req {
+    pub(super) method: Method,
+    pub(super) headers: HeaderMap,
     /// `None`: empty body; `Some(Err)`: not JSON.
-    json: Option<Result<Value, ()>>,
+    pub(super) json: Option<Result<Value, ()>>,
+    pub(super) path: String,
+    pub(super) query: Option<String>,
+    /// The era serving it (meaningless off the endpoints).
+    pub(super) era: Era,
 }
 
 impl Req {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    fn first_message(&self) -> Option<&Value> {
+    /// The query parameter `name`, if present.
+    pub(super) fn query_param(&self, name: &str) -> Option<&str> {
+        self.query
+            .as_deref()?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    }
+
+    /// The session the request belongs to: its `Mcp-Session-Id`, or on
+    /// HTTP+SSE its `session_id` query parameter.
+    pub(super) fn session(&self) -> Option<&str> {
+        match self.era {
+            Era::HttpSse => self
+                .query_param("session_id")
+                .or_else(|| self.query_param("sessionId")),
+            _ => self.header(SESSION_HEADER),
+        }
+    }
+
+    pub(super) fn first_message(&self) -> Option<&Value> {
         match self.json.as_ref()?.as_ref().ok()? {
             Value::Array(a) => a.first(),
             v => Some(v),
@@ -160,22 +185,52 @@ fn cancellable(action: &FaultAction) -> bool {
     )
 }
 
+/// The era that serves a request to `path` with these headers, `None` if
+/// `path` is none of the server's endpoints.
+fn route(cfg: &ServerConfig, path: &str, headers: &HeaderMap) -> Option<Era> {
+    match cfg.eras {
+        Eras::HttpSse if path == cfg.path || http_sse::is_messages_path(path) => Some(Era::HttpSse),
+        _ if path != cfg.path => None,
+        Eras::Modern => Some(Era::Modern),
+        Eras::ModernAnd2025 => {
+            let version = headers
+                .get(modern::VERSION_HEADER)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            match version {
+                Some(v) if !modern::HANDSHAKE_VERSIONS.contains(&v.as_str()) => Some(Era::Modern),
+                _ => Some(Era::Streamable2025),
+            }
+        }
+        _ => Some(Era::Streamable2025),
+    }
+}
+
 async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Result<Resp, BoxError> {
     let (parts, body) = req.into_parts();
     let bytes = body.collect().await?.to_bytes();
+    let cfg = &shared.config;
+    let path = parts.uri.path().to_owned();
+    let era = route(cfg, &path, &parts.headers);
+    let on_path = era.is_some();
     let req = Req {
         method: parts.method,
         headers: parts.headers,
         json: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).map_err(|_| ())),
+        path,
+        query: parts.uri.query().map(str::to_owned),
+        era: era.unwrap_or(Era::Streamable2025),
     };
-    let cfg = &shared.config;
     let first = req.first_message();
     let rpc_method = first
         .and_then(|m| m.get("method"))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let path = parts.uri.path().to_owned();
-    let on_path = path == cfg.path;
+    let params = first.and_then(|f| f.get("params"));
+    let name = match rpc_method.as_deref() {
+        Some("resources/read") => params.and_then(|p| p.get("uri")),
+        _ => params.and_then(|p| p.get("name")),
+    }
+    .and_then(Value::as_str);
     if req.method == Method::DELETE {
         shared.counters.deletes.fetch_add(1, Ordering::SeqCst);
     }
@@ -192,7 +247,9 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
         if cfg.record_requests {
             st.requests.push(RecordedRequest {
                 method: req.method.clone(),
-                path,
+                path: req.path.clone(),
+                query: req.query.clone(),
+                era,
                 headers: req.headers.clone(),
                 body: req.json.clone().and_then(Result::ok),
                 rpc_method: rpc_method.clone(),
@@ -200,7 +257,13 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
             });
         }
         let action = if on_path {
-            fault::pick(&mut st.faults, &req.method, rpc_method.as_deref(), page)
+            fault::pick(
+                &mut st.faults,
+                &req.method,
+                rpc_method.as_deref(),
+                page,
+                name,
+            )
         } else {
             None
         };
@@ -212,7 +275,7 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
                 let cancel = CancellationToken::new();
                 st.inflight.push(Inflight {
                     key,
-                    session: req.header(SESSION_HEADER).map(str::to_owned),
+                    session: req.session().map(str::to_owned),
                     ids: req.request_ids(),
                     cancel: cancel.clone(),
                 });
@@ -238,14 +301,14 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
 
 // ---------------------------------------------------------------- responses
 
-fn boxed<B>(body: B) -> RespBody
+pub(super) fn boxed<B>(body: B) -> RespBody
 where
     B: Body<Data = Bytes, Error = io::Error> + Send + 'static,
 {
     UnsyncBoxBody::new(body)
 }
 
-fn full(status: u16, content_type: Option<&str>, body: impl Into<Bytes>) -> Resp {
+pub(super) fn full(status: u16, content_type: Option<&str>, body: impl Into<Bytes>) -> Resp {
     let mut resp = Response::new(boxed(
         Full::new(body.into()).map_err(|never| match never {}),
     ));
@@ -258,7 +321,7 @@ fn full(status: u16, content_type: Option<&str>, body: impl Into<Bytes>) -> Resp
     resp
 }
 
-fn empty(status: u16) -> Resp {
+pub(super) fn empty(status: u16) -> Resp {
     full(status, None, Bytes::new())
 }
 
@@ -293,17 +356,68 @@ fn sse_response(events: Vec<Bytes>) -> Resp {
     resp
 }
 
-fn sse_headers(headers: &mut HeaderMap) {
+pub(super) fn sse_headers(headers: &mut HeaderMap) {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     headers.insert(
         http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache"),
     );
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+}
+
+/// With [`ServerConfig::sse_keepalive`] set, sends a `: ping` comment on
+/// `tx` that often until the stream ends or the server shuts down.
+pub(super) fn keepalive(shared: &Arc<Shared>, tx: &ChunkSender) {
+    let Some(every) = shared.config.sse_keepalive else {
+        return;
+    };
+    // Weak: the pings must not keep a stream open that its owner ended.
+    let tx = tx.downgrade();
+    let shutdown = shared.shutdown.clone();
+    let ping = shared.framing().comment("ping");
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {
+                    let Some(tx) = tx.upgrade() else { return };
+                    if tx.send(Ok(ping.clone())).await.is_err() {
+                        return;
+                    }
+                }
+                () = shutdown.cancelled() => return,
+            }
+        }
+    });
 }
 
 // ---------------------------------------------------------------- normal protocol
 
 fn normal(shared: &Arc<Shared>, req: &Req) -> Resp {
+    normal_with(shared, req, &Overrides::default())
+}
+
+fn normal_with(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Resp {
+    match req.era {
+        Era::HttpSse => return http_sse::handle(shared, req, ov.protocol_version.as_deref()),
+        Era::Modern if req.method == Method::POST => {
+            let enc = Encoding {
+                sse: shared.config.response_mode == ResponseMode::Sse,
+                ..Encoding::default()
+            };
+            return encode(shared, modern::post(shared, req), &enc);
+        }
+        Era::Modern => {
+            // As Python `mcp` 2.x: a bare 405 with `Allow: POST`.
+            let mut resp = empty(405);
+            resp.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+            return resp;
+        }
+        Era::Streamable2025 => {}
+    }
     match req.method {
         Method::POST => {
             let enc = Encoding {
@@ -320,24 +434,37 @@ fn normal(shared: &Arc<Shared>, req: &Req) -> Resp {
 
 /// Changes to the normal answer to `initialize` made by faults.
 #[derive(Default)]
-struct Overrides {
+pub(super) struct Overrides {
     protocol_version: Option<String>,
     session_id: Option<Vec<u8>>,
 }
 
 /// The outcome of a POST before it is encoded.
-enum Outcome {
-    /// A finished HTTP answer (errors, 202).
+pub(super) enum Outcome {
+    /// A finished HTTP answer (errors, 202, a `subscriptions/listen` stream).
     Http(Resp),
     /// JSON-RPC answers to encode as JSON or SSE.
     Messages {
         answers: Vec<Answer>,
         batch: bool,
         session: Option<HeaderValue>,
+        /// 2026-07-28: SSE events are `event: message` with no id and no
+        /// priming event.
+        modern: bool,
     },
 }
 
-fn media_types(value: &str) -> impl Iterator<Item = String> + '_ {
+/// The normal outcome of a POST in the request's era (faults that change
+/// the answer start from it). HTTP+SSE POSTs have no such outcome: their
+/// answers go to the stream.
+fn post_outcome(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
+    match req.era {
+        Era::Modern => modern::post(shared, req),
+        _ => post(shared, req, ov),
+    }
+}
+
+pub(super) fn media_types(value: &str) -> impl Iterator<Item = String> + '_ {
     value.split(',').map(|part| {
         part.split(';')
             .next()
@@ -466,12 +593,13 @@ fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
         answers,
         batch,
         session,
+        modern: false,
     }
 }
 
 /// Records a client's JSON-RPC response or `notifications/cancelled`, and
 /// wakes what waits on it (from the same session only).
-fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
+pub(super) fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
     let mut st = shared.state();
     match msg.get("method").and_then(Value::as_str) {
         Some("notifications/cancelled") => {
@@ -511,7 +639,10 @@ fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
 fn register_session(shared: &Shared, id: String) {
     let mut st = shared.state();
     if shared.config.record_requests {
-        st.session_log.push(SessionRecord::minted(id.clone()));
+        st.session_log.push(SessionRecord::minted(
+            id.clone(),
+            TransportKind::StreamableHttp,
+        ));
     }
     st.sessions.insert(id);
     drop(st);
@@ -521,7 +652,7 @@ fn register_session(shared: &Shared, id: String) {
         .fetch_add(1, Ordering::SeqCst);
 }
 
-fn random_u64() -> u64 {
+pub(super) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(
@@ -555,21 +686,22 @@ fn pad(response: &mut Value, bytes: usize) {
 }
 
 fn encode(shared: &Shared, outcome: Outcome, enc: &Encoding) -> Resp {
-    let (mut answers, batch, session) = match outcome {
+    let (mut answers, batch, session, modern) = match outcome {
         Outcome::Http(resp) => return resp,
         Outcome::Messages {
             answers,
             batch,
             session,
-        } => (answers, batch, session),
+            modern,
+        } => (answers, batch, session, modern),
     };
     if let (Some(bytes), Some(first)) = (enc.pad, answers.first_mut()) {
         pad(&mut first.response, bytes);
     }
     let mut resp = if enc.sse {
         let mut events = Vec::new();
-        if shared.config.priming_event {
-            events.push(sse::event(Some(&shared.event_id()), None, ""));
+        if shared.config.priming_event && !modern {
+            events.push(shared.event(Some(&shared.event_id()), None, ""));
         }
         let notes = (1..=shared.config.notifications_before_response).map(mcp::log_notification);
         let messages = notes.chain(
@@ -578,7 +710,11 @@ fn encode(shared: &Shared, outcome: Outcome, enc: &Encoding) -> Resp {
                 .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response))),
         );
         for m in messages {
-            events.push(sse::event(Some(&shared.event_id()), None, &m.to_string()));
+            events.push(if modern {
+                shared.modern_event(&m)
+            } else {
+                shared.event(Some(&shared.event_id()), None, &m.to_string())
+            });
         }
         sse_response(events)
     } else {
@@ -640,7 +776,7 @@ fn get(shared: &Arc<Shared>, req: &Req) -> Resp {
             let fresh = replay
                 .messages
                 .iter()
-                .map(|m| sse::event(Some(&shared.event_id()), None, &m.to_string()));
+                .map(|m| shared.event(Some(&shared.event_id()), None, &m.to_string()));
             return sse_response(replay.events.into_iter().chain(fresh).collect());
         }
     }
@@ -663,8 +799,9 @@ fn get(shared: &Arc<Shared>, req: &Req) -> Resp {
     let guard = CountGuard::new(shared.clone(), |c| &c.listen_open);
     let (tx, body) = ChanBody::channel(64, Some(Box::new(guard)));
     if shared.config.priming_event {
-        let _ = tx.try_send(Ok(sse::event(Some(&shared.event_id()), None, "")));
+        let _ = tx.try_send(Ok(shared.event(Some(&shared.event_id()), None, "")));
     }
+    keepalive(shared, &tx);
     shared.state().listeners.push(Listener { session, tx });
     let mut resp = Response::new(boxed(body));
     sse_headers(resp.headers_mut());
@@ -795,8 +932,38 @@ async fn apply(
             full(status, Some(&content_type), body)
         }
         FaultAction::CloseConnection => return Err("testkit: scripted connection close".into()),
-        // The rest change a POST's normal answer; other methods answer normally.
-        _ if !is_post => normal(shared, req),
+        FaultAction::UnsupportedVersion { supported } => {
+            let requested = req
+                .first_message()
+                .and_then(|m| m.get("params"))
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(modern::META_PROTOCOL_VERSION))
+                .cloned()
+                .or_else(|| req.header(modern::VERSION_HEADER).map(Value::from))
+                .unwrap_or(Value::Null);
+            modern::unsupported_version(&requested, &supported).response(&request_id(req))
+        }
+        FaultAction::HeaderMismatch => modern::RpcError::new(
+            modern::HEADER_MISMATCH,
+            "Header mismatch (testkit fault): the headers do not match the body",
+        )
+        .response(&request_id(req)),
+        FaultAction::MissingCapability(required) => modern::RpcError::new(
+            modern::MISSING_CAPABILITY,
+            "Missing required client capability (testkit fault)",
+        )
+        .with_data(serde_json::json!({"requiredCapabilities": required}))
+        .response(&request_id(req)),
+        FaultAction::ProtocolVersion(v) if req.era == Era::HttpSse => {
+            let ov = Overrides {
+                protocol_version: Some(v),
+                ..Overrides::default()
+            };
+            normal_with(shared, req, &ov)
+        }
+        // The rest change a POST's normal answer; other methods, and
+        // HTTP+SSE POSTs (answered on the stream), answer normally.
+        _ if !is_post || req.era == Era::HttpSse => normal(shared, req),
         FaultAction::SseStall => stalled_stream(shared),
         FaultAction::SessionId(raw) => {
             let ov = Overrides {
@@ -807,7 +974,7 @@ async fn apply(
                 sse: sse_mode,
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &ov), &enc)
+            encode(shared, post_outcome(shared, req, &ov), &enc)
         }
         FaultAction::ProtocolVersion(v) => {
             let ov = Overrides {
@@ -818,7 +985,7 @@ async fn apply(
                 sse: sse_mode,
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &ov), &enc)
+            encode(shared, post_outcome(shared, req, &ov), &enc)
         }
         FaultAction::OversizeSseEvent { bytes } => {
             let enc = Encoding {
@@ -826,14 +993,22 @@ async fn apply(
                 pad: Some(bytes),
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &Overrides::default()), &enc)
+            encode(
+                shared,
+                post_outcome(shared, req, &Overrides::default()),
+                &enc,
+            )
         }
         FaultAction::OversizeJson { bytes } => {
             let enc = Encoding {
                 pad: Some(bytes),
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &Overrides::default()), &enc)
+            encode(
+                shared,
+                post_outcome(shared, req, &Overrides::default()),
+                &enc,
+            )
         }
         FaultAction::ContentType(ct) => {
             let enc = Encoding {
@@ -841,33 +1016,49 @@ async fn apply(
                 content_type: Some(ct),
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &Overrides::default()), &enc)
+            encode(
+                shared,
+                post_outcome(shared, req, &Overrides::default()),
+                &enc,
+            )
         }
         FaultAction::BatchResponse => {
             let enc = Encoding {
                 batch_notification: true,
                 ..Encoding::default()
             };
-            encode(shared, post(shared, req, &Overrides::default()), &enc)
+            encode(
+                shared,
+                post_outcome(shared, req, &Overrides::default()),
+                &enc,
+            )
         }
         FaultAction::SseCutAfterEvent { retry_ms } => sse_cut_after_event(
             shared,
             req,
-            post(shared, req, &Overrides::default()),
+            post_outcome(shared, req, &Overrides::default()),
             retry_ms,
         ),
         FaultAction::ServerRequest { method, params } => {
-            let outcome = post(shared, req, &Overrides::default());
+            let outcome = post_outcome(shared, req, &Overrides::default());
             server_request(shared, req, outcome, &method, &params, inflight)
         }
         FaultAction::SseBatchEvent { replay } => sse_batch_event(
             shared,
             req,
-            post(shared, req, &Overrides::default()),
+            post_outcome(shared, req, &Overrides::default()),
             replay,
         ),
     };
     Ok(resp)
+}
+
+/// The id of the request's (first) message, `null` if none.
+fn request_id(req: &Req) -> Value {
+    req.first_message()
+        .and_then(|m| m.get("id"))
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// The answer to a request cancelled while delayed or hung: no JSON-RPC
@@ -923,10 +1114,10 @@ fn server_request(
     );
     let (tx, body) = ChanBody::channel(16, None);
     if shared.config.priming_event {
-        let _ = tx.try_send(Ok(sse::event(Some(&shared.event_id()), None, "")));
+        let _ = tx.try_send(Ok(shared.event(Some(&shared.event_id()), None, "")));
     }
     let request = mcp::server_request(&id, method, params);
-    let _ = tx.try_send(Ok(sse::event(
+    let _ = tx.try_send(Ok(shared.event(
         Some(&shared.event_id()),
         None,
         &request.to_string(),
@@ -999,7 +1190,7 @@ async fn finish_server_request(
             .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response))),
     );
     for m in messages {
-        let ev = sse::event(Some(&shared.event_id()), None, &m.to_string());
+        let ev = shared.event(Some(&shared.event_id()), None, &m.to_string());
         if tx.send(Ok(ev)).await.is_err() {
             return;
         }
@@ -1037,7 +1228,7 @@ fn sse_cut_after_event(
             messages,
         },
     );
-    let mut resp = sse_response(vec![sse::event(Some(&event_id), retry_ms, "")]);
+    let mut resp = sse_response(vec![shared.event(Some(&event_id), retry_ms, "")]);
     if let Some(session) = session {
         resp.headers_mut().insert(SESSION_HEADER, session);
     }
@@ -1056,7 +1247,7 @@ fn sse_batch_event(shared: &Shared, req: &Req, outcome: Outcome, replay: bool) -
         .into_iter()
         .flat_map(|a| a.before.into_iter().chain(std::iter::once(a.response)));
     let batch_event = |messages: Vec<Value>| {
-        sse::event(
+        shared.event(
             Some(&shared.event_id()),
             None,
             &Value::Array(messages).to_string(),
@@ -1064,7 +1255,7 @@ fn sse_batch_event(shared: &Shared, req: &Req, outcome: Outcome, replay: bool) -
     };
     let mut events = Vec::new();
     if shared.config.priming_event {
-        events.push(sse::event(Some(&shared.event_id()), None, ""));
+        events.push(shared.event(Some(&shared.event_id()), None, ""));
     }
     if replay {
         let first = batch_event(vec![mcp::log_notification(1), mcp::log_notification(2)]);
@@ -1103,9 +1294,10 @@ fn sse_batch_event(shared: &Shared, req: &Req, outcome: Outcome, replay: bool) -
     resp
 }
 
-/// The id of an event [`sse::event`] encoded with one.
+/// The id of an event [`Shared::event`] encoded with one.
 fn event_id_of(event: &[u8]) -> String {
     let line = event.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let id = line.strip_prefix(b"id: ").unwrap_or_default();
     String::from_utf8_lossy(id).into_owned()
 }
@@ -1339,7 +1531,10 @@ mod tests {
 
     #[test]
     fn the_id_of_an_encoded_event() {
-        assert_eq!(event_id_of(&sse::event(Some("ev-9"), None, "[]")), "ev-9");
+        assert_eq!(
+            event_id_of(&super::super::sse::event(Some("ev-9"), None, "[]")),
+            "ev-9"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::config::ServerConfig;
+use super::config::{ServerConfig, ToolBehavior};
 
 /// Protocol revisions the server speaks, newest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
@@ -13,6 +13,8 @@ pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 pub(crate) const INVALID_PARAMS: i64 = -32602;
+/// Resource not found (2025 revisions only).
+pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// What one JSON-RPC message is.
 pub(crate) enum Kind<'a> {
@@ -71,6 +73,8 @@ pub(crate) struct Catalog {
     pub(crate) resources: usize,
     pub(crate) templates: usize,
     pub(crate) page_size: usize,
+    /// How many [`ServerConfig::extra_tools`] follow the numbered tools.
+    pub(crate) extra_tools: usize,
 }
 
 impl Catalog {
@@ -82,6 +86,7 @@ impl Catalog {
             resources: cfg.resources,
             templates: cfg.resource_templates,
             page_size: cfg.page_size,
+            extra_tools: cfg.extra_tools.len(),
         }
     }
 }
@@ -145,7 +150,7 @@ pub(crate) struct Answer {
     pub(crate) method: Option<String>,
 }
 
-/// Answers one request.
+/// Answers one request on the 2025 path.
 pub(crate) fn answer(
     cfg: &ServerConfig,
     cat: Catalog,
@@ -158,12 +163,8 @@ pub(crate) fn answer(
     let mut before = Vec::new();
     let result = match method {
         "initialize" => Ok(initialize(cfg, cat, params, protocol_override)),
-        "ping" => Ok(json!({})),
-        "tools/call" => Ok(call_tool(cat, params, sse, &mut before)),
-        m => match ListKind::of(m) {
-            Some(kind) => list(cat, kind, params),
-            None => Err((METHOD_NOT_FOUND, format!("method not found: {m}"))),
-        },
+        "tools/call" => Ok(call_tool(cfg, cat, params, sse, &mut before)),
+        m => dispatch(cfg, cat, m, params, false),
     };
     let response = match result {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -174,6 +175,47 @@ pub(crate) fn answer(
         response,
         method: Some(method.to_owned()),
     }
+}
+
+/// Answers the methods both Streamable HTTP paths share (not `initialize`
+/// nor `tools/call`): `ping` (2025 only), the lists, `prompts/get`,
+/// `resources/read`.
+pub(crate) fn dispatch(
+    cfg: &ServerConfig,
+    cat: Catalog,
+    method: &str,
+    params: Option<&Value>,
+    modern: bool,
+) -> Result<Value, (i64, String)> {
+    match method {
+        "ping" if !modern => Ok(json!({})),
+        "prompts/get" => get_prompt(cat, params),
+        "resources/read" => read_resource(cat, params, modern),
+        m => match ListKind::of(m) {
+            Some(kind) => list(cfg, cat, kind, params),
+            None => Err((METHOD_NOT_FOUND, format!("method not found: {m}"))),
+        },
+    }
+}
+
+/// The server capabilities for the catalog (`initialize`, `server/discover`).
+pub(crate) fn capabilities(cat: Catalog, modern: bool) -> Value {
+    let mut caps = serde_json::Map::new();
+    if cat.tools + cat.extra_tools > 0 {
+        caps.insert("tools".into(), json!({"listChanged": true}));
+    }
+    if cat.prompts > 0 {
+        caps.insert("prompts".into(), json!({"listChanged": true}));
+    }
+    if cat.resources > 0 || cat.templates > 0 {
+        let resources = if modern {
+            json!({"listChanged": true, "subscribe": true})
+        } else {
+            json!({"listChanged": true})
+        };
+        caps.insert("resources".into(), resources);
+    }
+    Value::Object(caps)
 }
 
 fn initialize(
@@ -190,24 +232,27 @@ fn initialize(
         (None, Some(p)) if SUPPORTED_VERSIONS.contains(&p) => p,
         _ => SUPPORTED_VERSIONS[0],
     };
-    let mut caps = serde_json::Map::new();
-    if cat.tools > 0 {
-        caps.insert("tools".into(), json!({"listChanged": true}));
-    }
-    if cat.prompts > 0 {
-        caps.insert("prompts".into(), json!({"listChanged": true}));
-    }
-    if cat.resources > 0 || cat.templates > 0 {
-        caps.insert("resources".into(), json!({"listChanged": true}));
-    }
-    json!({
+    let mut result = json!({
         "protocolVersion": version,
-        "capabilities": caps,
+        "capabilities": capabilities(cat, false),
         "serverInfo": {"name": cfg.server_name, "version": cfg.server_version},
-    })
+    });
+    if let Some(text) = &cfg.instructions {
+        result["instructions"] = json!(text);
+    }
+    result
 }
 
-fn call_tool(cat: Catalog, params: Option<&Value>, sse: bool, before: &mut Vec<Value>) -> Value {
+/// `tools/call` of a numbered tool or an echoing extra tool; a multi
+/// round-trip tool (whose modern calls are answered elsewhere) answers a
+/// tool error here.
+pub(crate) fn call_tool(
+    cfg: &ServerConfig,
+    cat: Catalog,
+    params: Option<&Value>,
+    sse: bool,
+    before: &mut Vec<Value>,
+) -> Value {
     let name = params
         .and_then(|p| p.get("name"))
         .and_then(Value::as_str)
@@ -216,10 +261,17 @@ fn call_tool(cat: Catalog, params: Option<&Value>, sse: bool, before: &mut Vec<V
         .and_then(|p| p.get("arguments"))
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let known = (0..cat.tools).any(|i| tool_name(i) == name);
+    let extra = cfg.extra_tools.iter().find(|t| t.name == name);
+    let known = (0..cat.tools).any(|i| tool_name(i) == name) || extra.is_some();
     if !known {
         return json!({
             "content": [{"type": "text", "text": format!("unknown tool: {name}")}],
+            "isError": true,
+        });
+    }
+    if extra.is_some_and(|t| t.behavior != ToolBehavior::Echo) {
+        return json!({
+            "content": [{"type": "text", "text": format!("{name} asks for input, which needs 2026-07-28")}],
             "isError": true,
         });
     }
@@ -239,6 +291,45 @@ fn call_tool(cat: Catalog, params: Option<&Value>, sse: bool, before: &mut Vec<V
         "content": [{"type": "text", "text": format!("{name}:{args}")}],
         "structuredContent": {"tool": name, "arguments": args},
     })
+}
+
+/// `prompts/get` of `prompt-NNN`; an unknown prompt is `-32602`.
+fn get_prompt(cat: Catalog, params: Option<&Value>) -> Result<Value, (i64, String)> {
+    let name = params
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !(0..cat.prompts).any(|i| format!("prompt-{i:03}") == name) {
+        return Err((INVALID_PARAMS, format!("unknown prompt: {name}")));
+    }
+    Ok(json!({
+        "description": format!("Test prompt {name}"),
+        "messages": [{"role": "user", "content": {"type": "text", "text": format!("{name} says hello")}}],
+    }))
+}
+
+/// `resources/read` of `file:///r/NNN`; an unknown resource is `-32602`
+/// (2026-07-28) or `-32002` (2025).
+fn read_resource(
+    cat: Catalog,
+    params: Option<&Value>,
+    modern: bool,
+) -> Result<Value, (i64, String)> {
+    let uri = params
+        .and_then(|p| p.get("uri"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !(0..cat.resources).any(|i| format!("file:///r/{i:03}") == uri) {
+        let code = if modern {
+            INVALID_PARAMS
+        } else {
+            RESOURCE_NOT_FOUND
+        };
+        return Err((code, format!("Resource not found: {uri}")));
+    }
+    Ok(json!({
+        "contents": [{"uri": uri, "mimeType": "text/plain", "text": format!("contents of {uri}")}],
+    }))
 }
 
 fn tool_name(i: usize) -> String {
@@ -276,15 +367,23 @@ impl ListKind {
 
     fn count(self, cat: Catalog) -> usize {
         match self {
-            ListKind::Tools => cat.tools,
+            ListKind::Tools => cat.tools + cat.extra_tools,
             ListKind::Prompts => cat.prompts,
             ListKind::Resources => cat.resources,
             ListKind::Templates => cat.templates,
         }
     }
 
-    fn item(self, i: usize) -> Value {
+    fn item(self, cfg: &ServerConfig, cat: Catalog, i: usize) -> Value {
         match self {
+            ListKind::Tools if i >= cat.tools => {
+                let tool = &cfg.extra_tools[i - cat.tools];
+                json!({
+                    "name": tool.name,
+                    "description": format!("Test tool {}", tool.name),
+                    "inputSchema": tool.input_schema,
+                })
+            }
             ListKind::Tools => json!({
                 "name": tool_name(i),
                 "description": format!("Test tool {i}: echoes its arguments."),
@@ -361,7 +460,12 @@ pub(crate) fn page_of(cat: Catalog, method: &str, params: Option<&Value>) -> Opt
     }
 }
 
-fn list(cat: Catalog, kind: ListKind, params: Option<&Value>) -> Result<Value, (i64, String)> {
+fn list(
+    cfg: &ServerConfig,
+    cat: Catalog,
+    kind: ListKind,
+    params: Option<&Value>,
+) -> Result<Value, (i64, String)> {
     let bad = || (INVALID_PARAMS, "invalid cursor".to_owned());
     let start = match cursor_param(params).map_err(|()| bad())? {
         None => 0,
@@ -373,7 +477,7 @@ fn list(cat: Catalog, kind: ListKind, params: Option<&Value>) -> Result<Value, (
     } else {
         (start + cat.page_size).min(total)
     };
-    let items: Vec<Value> = (start..end).map(|i| kind.item(i)).collect();
+    let items: Vec<Value> = (start..end).map(|i| kind.item(cfg, cat, i)).collect();
     let mut result = serde_json::Map::new();
     result.insert(kind.tag().into(), Value::Array(items));
     if end < total {
@@ -388,16 +492,25 @@ mod tests {
 
     #[test]
     fn paginates_and_rejects_bad_cursors() {
-        let cfg = Catalog::of(&ServerConfig::default().with_tools(5).with_page_size(2));
-        let p1 = list(cfg, ListKind::Tools, None).unwrap();
+        let config = ServerConfig::default().with_tools(5).with_page_size(2);
+        let cfg = Catalog::of(&config);
+        let p1 = list(&config, cfg, ListKind::Tools, None).unwrap();
         assert_eq!(p1["tools"].as_array().unwrap().len(), 2);
         let c = p1["nextCursor"].as_str().unwrap().to_owned();
         let params = json!({"cursor": c});
         assert_eq!(page_of(cfg, "tools/list", Some(&params)), Some(2));
-        let p2 = list(cfg, ListKind::Tools, Some(&params)).unwrap();
+        let p2 = list(&config, cfg, ListKind::Tools, Some(&params)).unwrap();
         assert_eq!(p2["tools"][0]["name"], "tool-002");
         // A tools cursor is not a prompts cursor.
-        assert!(list(cfg, ListKind::Prompts, Some(&params)).is_err());
-        assert!(list(cfg, ListKind::Tools, Some(&json!({"cursor": "zz"}))).is_err());
+        assert!(list(&config, cfg, ListKind::Prompts, Some(&params)).is_err());
+        assert!(
+            list(
+                &config,
+                cfg,
+                ListKind::Tools,
+                Some(&json!({"cursor": "zz"}))
+            )
+            .is_err()
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! An in-process, fault-injecting MCP server speaking Streamable HTTP, for
-//! tests of this crate and of code built on it.
+//! An in-process, fault-injecting MCP server speaking Streamable HTTP (2025
+//! revisions and 2026-07-28) or the older HTTP+SSE transport, for tests of
+//! this crate and of code built on it.
 //!
 //! [`TestServer::start`] binds `127.0.0.1:0` and serves on a thread with its
 //! own tokio runtime, so its tasks never show up in the caller's runtime.
@@ -17,13 +18,49 @@
 //! let url = server.url(); // http://127.0.0.1:PORT/mcp
 //! # drop(url);
 //! ```
+//!
+//! # Eras
+//!
+//! [`ServerConfig::eras`] picks the protocol eras served ([`Eras`]): the
+//! 2025 revisions of Streamable HTTP (the default), 2026-07-28 alone, both
+//! on one endpoint (per request, by the `MCP-Protocol-Version` header), or
+//! the deprecated 2024-11-05 HTTP+SSE transport. Every request records the
+//! era that served it ([`RecordedRequest::era`]) and its request metadata
+//! ([`RecordedRequest::mcp_method`], [`RecordedRequest::mcp_name`],
+//! [`RecordedRequest::mcp_param`], [`RecordedRequest::meta`]...).
+//!
+//! ```no_run
+//! use mcp_scoped_http::testkit::{
+//!     Eras, Fault, FaultAction, InputRequest, ServerConfig, TestServer, TestTool,
+//! };
+//!
+//! let server = TestServer::start(
+//!     ServerConfig::default()
+//!         .with_eras(Eras::Modern)
+//!         // `Mcp-Param-Region` must mirror the `region` argument.
+//!         .with_tool(TestTool::header_param("route", "region", "Region"))
+//!         // Asks for an elicitation twice before its final result.
+//!         .with_tool(TestTool::input_required("ask", InputRequest::Elicitation, 2))
+//!         // The first request is told to retry with a supported version.
+//!         .with_fault(
+//!             Fault::any(FaultAction::UnsupportedVersion {
+//!                 supported: vec!["2026-07-28".into()],
+//!             })
+//!             .times(1),
+//!         ),
+//! );
+//! // A test then triggers notifications on `subscriptions/listen` streams:
+//! server.list_changed("tools");
+//! ```
 #![deny(missing_docs)]
 
 pub mod churn;
 mod config;
 mod fault;
 mod handler;
+mod http_sse;
 mod mcp;
+mod modern;
 mod sse;
 
 use std::collections::{HashMap, HashSet};
@@ -37,11 +74,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{ListenMode, ResponseMode, ServerConfig, TlsIdentity};
+pub use config::{
+    Era, Eras, InputRequest, InvalidHeader, ListenMode, ResponseMode, ServerConfig, SseEndpoint,
+    TestTool, TlsIdentity, ToolBehavior,
+};
 pub use fault::{Fault, FaultAction, FaultMatch};
 
 use fault::ActiveFault;
 use mcp::Catalog;
+use serde_json::Value;
+
+use crate::TransportKind;
 
 /// One request as the server received it.
 #[derive(Clone, Debug)]
@@ -50,6 +93,11 @@ pub struct RecordedRequest {
     pub method: http::Method,
     /// Request path (without query).
     pub path: String,
+    /// The query, if any (an HTTP+SSE POST's `session_id=...`).
+    pub query: Option<String>,
+    /// The era that served it: which path a dual-era server chose, `None`
+    /// for a request to no endpoint of the server (answered 404).
+    pub era: Option<Era>,
     /// Request headers.
     pub headers: http::HeaderMap,
     /// The body parsed as JSON, if there was a body and it parsed.
@@ -64,6 +112,85 @@ impl RecordedRequest {
     /// The value of header `name` (any case), if present and valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Every value of header `name` (any case), in order, that is UTF-8.
+    pub fn header_all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect()
+    }
+
+    /// The `MCP-Protocol-Version` header.
+    pub fn protocol_version_header(&self) -> Option<&str> {
+        self.header("mcp-protocol-version")
+    }
+
+    /// The `Mcp-Method` header.
+    pub fn mcp_method(&self) -> Option<&str> {
+        self.header("mcp-method")
+    }
+
+    /// The `Mcp-Name` header, decoded if in the `=?base64?...?=` form
+    /// (`None` if absent or a malformed sentinel); see
+    /// [`header`](Self::header) for the raw value.
+    pub fn mcp_name(&self) -> Option<String> {
+        self.header("mcp-name")
+            .and_then(modern::decode_header_value)
+    }
+
+    /// The `Mcp-Param-{name}` header (`name` in any case, e.g. `"Region"`),
+    /// decoded like [`mcp_name`](Self::mcp_name).
+    pub fn mcp_param(&self, name: &str) -> Option<String> {
+        self.header(&format!("mcp-param-{name}"))
+            .and_then(modern::decode_header_value)
+    }
+
+    /// Every `Mcp-Param-*` header as `(name after the prefix, lowercase;
+    /// decoded value, or the raw one if it is a malformed sentinel)`, in
+    /// order.
+    pub fn mcp_params(&self) -> Vec<(String, String)> {
+        self.headers
+            .iter()
+            .filter_map(|(name, value)| {
+                let rest = name.as_str().strip_prefix(modern::PARAM_PREFIX)?;
+                let raw = value.to_str().ok()?;
+                let decoded = modern::decode_header_value(raw).unwrap_or_else(|| raw.to_owned());
+                Some((rest.to_owned(), decoded))
+            })
+            .collect()
+    }
+
+    /// The (first) JSON-RPC message's `params`, if any.
+    pub fn params(&self) -> Option<&Value> {
+        let body = self.body.as_ref()?;
+        let first = match body {
+            Value::Array(a) => a.first()?,
+            v => v,
+        };
+        first.get("params")
+    }
+
+    /// The (first) JSON-RPC message's `params._meta`, if any.
+    pub fn meta(&self) -> Option<&Value> {
+        self.params()?.get("_meta")
+    }
+
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`.
+    pub fn meta_protocol_version(&self) -> Option<&str> {
+        self.meta()?.get(modern::META_PROTOCOL_VERSION)?.as_str()
+    }
+
+    /// `params._meta["io.modelcontextprotocol/clientInfo"]`.
+    pub fn meta_client_info(&self) -> Option<&Value> {
+        self.meta()?.get(modern::META_CLIENT_INFO)
+    }
+
+    /// `params._meta["io.modelcontextprotocol/clientCapabilities"]`.
+    pub fn meta_client_capabilities(&self) -> Option<&Value> {
+        self.meta()?.get(modern::META_CLIENT_CAPABILITIES)
     }
 }
 
@@ -82,17 +209,25 @@ pub struct SessionRecord {
     /// ([`TestServer::expire_sessions`], [`TestServer::expire_session`],
     /// [`FaultAction::ExpireSession`]).
     pub expired: bool,
-    /// Whether it is live now (neither deleted nor expired).
+    /// Whether it is live now (neither deleted nor expired, nor its
+    /// HTTP+SSE stream closed).
     pub live: bool,
+    /// The transport: a Streamable HTTP session (minted by `initialize`)
+    /// or an HTTP+SSE one (opened by the GET stream).
+    pub transport: TransportKind,
+    /// HTTP+SSE: whether the client ended it by closing its stream.
+    pub stream_closed: bool,
 }
 
 impl SessionRecord {
-    fn minted(id: String) -> Self {
+    fn minted(id: String, transport: TransportKind) -> Self {
         SessionRecord {
             id,
             deletes: 0,
             expired: false,
             live: true,
+            transport,
+            stream_closed: false,
         }
     }
 }
@@ -106,12 +241,22 @@ pub struct ServerStats {
     pub connections_open: usize,
     /// DELETE requests received (whatever their outcome).
     pub deletes: usize,
-    /// Sessions minted by `initialize` so far.
+    /// Sessions minted by `initialize`, and HTTP+SSE sessions opened by a
+    /// GET, so far.
     pub sessions_created: usize,
-    /// Sessions currently alive (minted and not deleted or expired).
+    /// Sessions currently alive (minted and not deleted or expired; an
+    /// HTTP+SSE session while its stream is open).
     pub live_sessions: usize,
-    /// GET listening streams currently open.
+    /// GET listening streams (2025) currently open.
     pub listen_streams_open: usize,
+    /// HTTP+SSE streams currently open.
+    pub sse_streams_open: usize,
+    /// HTTP+SSE sessions the client ended by closing its stream, so far.
+    pub sse_streams_closed_by_client: usize,
+    /// `subscriptions/listen` streams (2026-07-28) currently open.
+    pub subscriptions_open: usize,
+    /// `input_required` results sent by multi round-trip tools, so far.
+    pub input_required_sent: usize,
 }
 
 /// A running test server; it stops when dropped (or on [`TestServer::shutdown`]).
@@ -147,6 +292,31 @@ struct Replay {
     messages: Vec<serde_json::Value>,
 }
 
+/// An open `subscriptions/listen` stream.
+struct Subscription {
+    /// The listen request's id: the subscription id.
+    id: Value,
+    /// The filter the server agreed to (as acknowledged).
+    filter: Value,
+    tx: ChunkSender,
+}
+
+impl Subscription {
+    /// Whether the filter asks for `notifications/<kind>/list_changed`.
+    fn wants_list_changed(&self, kind: &str) -> bool {
+        let key = format!("{kind}ListChanged");
+        self.filter.get(&key) == Some(&Value::Bool(true))
+    }
+
+    /// Whether the filter asks for updates of `uri`.
+    fn wants_updates_of(&self, uri: &str) -> bool {
+        self.filter
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .is_some_and(|uris| uris.iter().any(|u| u.as_str() == Some(uri)))
+    }
+}
+
 /// A server request sent on a POST's SSE stream, waiting for its answer.
 struct PendingAnswer {
     /// The session the answer must come from.
@@ -169,6 +339,10 @@ struct State {
     faults: Vec<ActiveFault>,
     /// Live sessions.
     sessions: HashSet<String>,
+    /// Live HTTP+SSE sessions: their stream's sender, by session id.
+    sse_sessions: HashMap<String, ChunkSender>,
+    /// Open `subscriptions/listen` streams.
+    subscriptions: Vec<Subscription>,
     /// Every session minted, in order (`live` is filled in when read).
     session_log: Vec<SessionRecord>,
     listeners: Vec<Listener>,
@@ -191,6 +365,10 @@ struct Counters {
     deletes: AtomicUsize,
     sessions_created: AtomicUsize,
     listen_open: AtomicUsize,
+    sse_open: AtomicUsize,
+    sse_closed_by_client: AtomicUsize,
+    subscriptions_open: AtomicUsize,
+    input_required: AtomicUsize,
 }
 
 /// State shared by the handle and the server thread.
@@ -220,6 +398,9 @@ impl State {
     /// listening streams end (their senders are dropped), its replays go.
     /// Returns whether it was live.
     fn end_session(&mut self, id: &str) -> bool {
+        if self.sse_sessions.remove(id).is_some() {
+            return true;
+        }
         if !self.sessions.remove(id) {
             return false;
         }
@@ -248,6 +429,29 @@ impl Shared {
     /// A fresh, server-wide unique SSE event id.
     fn event_id(&self) -> String {
         format!("ev-{}", self.next_event.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// One SSE event in this server's framing (line ends).
+    fn event(&self, id: Option<&str>, retry_ms: Option<u64>, data: &str) -> Bytes {
+        self.framing().event(None, id, retry_ms, data)
+    }
+
+    /// One `event: message` event with no id (2026-07-28 and HTTP+SSE
+    /// streams), holding `message`.
+    fn modern_event(&self, message: &Value) -> Bytes {
+        self.framing()
+            .event(Some("message"), None, None, &message.to_string())
+    }
+
+    fn framing(&self) -> sse::Framing {
+        sse::Framing {
+            crlf: self.config.sse_crlf,
+        }
+    }
+
+    /// Whether session `id` is live (Streamable HTTP or HTTP+SSE).
+    fn is_live(st: &State, id: &str) -> bool {
+        st.sessions.contains(id) || st.sse_sessions.contains_key(id)
     }
 
     /// A fresh, server-wide unique id for a server-to-client request.
@@ -305,6 +509,8 @@ impl TestServer {
                 requests: Vec::new(),
                 faults,
                 sessions: HashSet::new(),
+                sse_sessions: HashMap::new(),
+                subscriptions: Vec::new(),
                 session_log: Vec::new(),
                 listeners: Vec::new(),
                 replays: HashMap::new(),
@@ -367,9 +573,10 @@ impl TestServer {
         let State {
             session_log,
             sessions,
+            sse_sessions,
             ..
         } = &mut *st;
-        session_log.retain(|r| sessions.contains(&r.id));
+        session_log.retain(|r| sessions.contains(&r.id) || sse_sessions.contains_key(&r.id));
         session_log.shrink_to_fit();
     }
 
@@ -382,7 +589,7 @@ impl TestServer {
         st.session_log
             .iter()
             .map(|r| SessionRecord {
-                live: st.sessions.contains(&r.id),
+                live: Shared::is_live(&st, &r.id),
                 ..r.clone()
             })
             .collect()
@@ -391,7 +598,10 @@ impl TestServer {
     /// Current counters.
     pub fn stats(&self) -> ServerStats {
         let c = &self.shared.counters;
-        let live_sessions = self.shared.state().sessions.len();
+        let live_sessions = {
+            let st = self.shared.state();
+            st.sessions.len() + st.sse_sessions.len()
+        };
         ServerStats {
             connections_accepted: c.accepted.load(Ordering::SeqCst),
             connections_open: c.open.load(Ordering::SeqCst),
@@ -399,6 +609,10 @@ impl TestServer {
             sessions_created: c.sessions_created.load(Ordering::SeqCst),
             live_sessions,
             listen_streams_open: c.listen_open.load(Ordering::SeqCst),
+            sse_streams_open: c.sse_open.load(Ordering::SeqCst),
+            sse_streams_closed_by_client: c.sse_closed_by_client.load(Ordering::SeqCst),
+            subscriptions_open: c.subscriptions_open.load(Ordering::SeqCst),
+            input_required_sent: c.input_required.load(Ordering::SeqCst),
         }
     }
 
@@ -419,14 +633,16 @@ impl TestServer {
         let State {
             session_log,
             sessions,
+            sse_sessions,
             ..
         } = &mut *st;
         for record in session_log.iter_mut() {
-            if sessions.contains(&record.id) {
+            if sessions.contains(&record.id) || sse_sessions.contains_key(&record.id) {
                 record.expired = true;
             }
         }
         st.sessions.clear();
+        st.sse_sessions.clear();
         st.listeners.clear();
         st.replays.clear();
     }
@@ -439,14 +655,25 @@ impl TestServer {
     }
 
     /// Sends a JSON-RPC message (notification or server-to-client request) as
-    /// one event on every open listening stream; returns how many got it.
+    /// one event on every open listening stream: the 2025 GET streams (an
+    /// event with an id) and the HTTP+SSE streams (`event: message`).
+    /// Returns how many got it. (`subscriptions/listen` streams are fed by
+    /// [`list_changed`](Self::list_changed) and
+    /// [`resource_updated`](Self::resource_updated).)
     pub fn notify_listeners(&self, message: &serde_json::Value) -> usize {
         let mut st = self.shared.state();
         st.listeners.retain(|l| !l.tx.is_closed());
         let mut sent = 0;
         for l in &st.listeners {
-            let ev = sse::event(Some(&self.shared.event_id()), None, &message.to_string());
+            let ev = self
+                .shared
+                .event(Some(&self.shared.event_id()), None, &message.to_string());
             if l.tx.try_send(Ok(ev)).is_ok() {
+                sent += 1;
+            }
+        }
+        for tx in st.sse_sessions.values() {
+            if tx.try_send(Ok(self.shared.modern_event(message))).is_ok() {
                 sent += 1;
             }
         }
@@ -465,7 +692,7 @@ impl TestServer {
         let mut sent = 0;
         for listener in listeners {
             let id = self.shared.event_id();
-            let event = sse::event(Some(&id), None, &message.to_string());
+            let event = self.shared.event(Some(&id), None, &message.to_string());
             if listener.tx.try_send(Ok(event.clone())).is_ok() {
                 sent += 1;
                 st.replays.insert(
@@ -485,16 +712,25 @@ impl TestServer {
     /// Sends a JSON-RPC request from the server,
     /// `{"jsonrpc":"2.0","id":"srv-N","method":method,"params":params}`, as
     /// one event on every open listening stream, each with its own new id;
-    /// returns how many got it. The client's answers (POSTed JSON-RPC
-    /// responses) show in [`TestServer::client_answers`].
+    /// returns how many got it; on HTTP+SSE streams it is an `event:
+    /// message`. The client's answers (POSTed JSON-RPC responses) show in
+    /// [`TestServer::client_answers`].
     pub fn request_listeners(&self, method: &str, params: serde_json::Value) -> usize {
         let mut st = self.shared.state();
         st.listeners.retain(|l| !l.tx.is_closed());
         let mut sent = 0;
         for l in &st.listeners {
             let msg = mcp::server_request(&self.shared.server_request_id(), method, &params);
-            let ev = sse::event(Some(&self.shared.event_id()), None, &msg.to_string());
+            let ev = self
+                .shared
+                .event(Some(&self.shared.event_id()), None, &msg.to_string());
             if l.tx.try_send(Ok(ev)).is_ok() {
+                sent += 1;
+            }
+        }
+        for tx in st.sse_sessions.values() {
+            let msg = mcp::server_request(&self.shared.server_request_id(), method, &params);
+            if tx.try_send(Ok(self.shared.modern_event(&msg))).is_ok() {
                 sent += 1;
             }
         }
@@ -536,7 +772,10 @@ impl TestServer {
     }
 
     /// Sends `notifications/<kind>/list_changed` on every open listening
-    /// stream; returns how many got it.
+    /// stream (as [`notify_listeners`](Self::notify_listeners)) and on every
+    /// `subscriptions/listen` stream whose filter asked for it (with
+    /// `_meta["io.modelcontextprotocol/subscriptionId"]`); returns how many
+    /// streams got it.
     ///
     /// # Panics
     ///
@@ -546,10 +785,65 @@ impl TestServer {
             matches!(kind, "tools" | "prompts" | "resources"),
             "testkit: list_changed kind must be tools, prompts or resources, not {kind:?}"
         );
-        self.notify_listeners(&serde_json::json!({
+        let method = format!("notifications/{kind}/list_changed");
+        let listeners = self.notify_listeners(&serde_json::json!({
             "jsonrpc": "2.0",
-            "method": format!("notifications/{kind}/list_changed"),
-        }))
+            "method": method,
+        }));
+        listeners
+            + self.notify_subscriptions(
+                |s| s.wants_list_changed(kind),
+                &method,
+                serde_json::Map::new(),
+            )
+    }
+
+    /// Sends `notifications/resources/updated` for `uri` on every
+    /// `subscriptions/listen` stream whose `resourceSubscriptions` holds
+    /// it; returns how many got it.
+    pub fn resource_updated(&self, uri: &str) -> usize {
+        let mut params = serde_json::Map::new();
+        params.insert("uri".into(), Value::String(uri.to_owned()));
+        self.notify_subscriptions(
+            |s| s.wants_updates_of(uri),
+            "notifications/resources/updated",
+            params,
+        )
+    }
+
+    fn notify_subscriptions(
+        &self,
+        wants: impl Fn(&Subscription) -> bool,
+        method: &str,
+        params: serde_json::Map<String, Value>,
+    ) -> usize {
+        let mut st = self.shared.state();
+        st.subscriptions.retain(|s| !s.tx.is_closed());
+        let mut sent = 0;
+        for sub in st.subscriptions.iter().filter(|s| wants(s)) {
+            let msg = modern::subscription_message(&sub.id, method, params.clone());
+            if sub.tx.try_send(Ok(self.shared.modern_event(&msg))).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Ends every `subscriptions/listen` stream gracefully, as a server
+    /// shutting down does: each gets its `subscriptions/listen` response
+    /// (`resultType: "complete"`, the subscription id in `_meta`), then
+    /// ends. Returns how many there were.
+    pub fn end_subscriptions(&self) -> usize {
+        let subs = std::mem::take(&mut self.shared.state().subscriptions);
+        let mut ended = 0;
+        for sub in subs {
+            let end = modern::subscription_end(&self.shared.config, &sub.id);
+            if sub.tx.try_send(Ok(self.shared.modern_event(&end))).is_ok() {
+                ended += 1;
+            }
+            // Dropping the sender ends the stream after what it queued.
+        }
+        ended
     }
 
     /// Stops the server: stops accepting, closes every connection (even with
@@ -561,11 +855,16 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        // Best effort: the connections are closed right after.
+        self.end_subscriptions();
         self.shared.shutdown.cancel();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        self.shared.state().listeners.clear();
+        let mut st = self.shared.state();
+        st.listeners.clear();
+        st.sse_sessions.clear();
+        st.subscriptions.clear();
     }
 }
 
@@ -601,6 +900,8 @@ async fn accept_loop(
     {
         let mut st = shared.state();
         st.listeners.clear();
+        st.sse_sessions.clear();
+        st.subscriptions.clear();
     }
     conns.abort_all();
     while conns.join_next().await.is_some() {}

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_scoped_http::Connector;
+use mcp_scoped_http::testkit::Eras;
 use mcp_scoped_http::{ProtocolVersion, SessionId};
 
 use crate::Failure;
@@ -62,6 +63,20 @@ pub(crate) enum Command {
         /// Answer POSTed requests with SSE streams instead of JSON.
         #[arg(long)]
         sse: bool,
+        /// Which protocol revisions it serves: `2025-11-25` (the 2025
+        /// Streamable HTTP revisions, 2025-03-26 to 2025-11-25: initialize,
+        /// sessions, GET stream, DELETE), `2026-07-28` (stateless: request
+        /// metadata on every POST, server/discover, no GET/DELETE), `both`
+        /// (each request by its MCP-Protocol-Version header, as Python mcp
+        /// 2.x does) or `2024-11-05` (the deprecated HTTP+SSE transport: GET
+        /// the URL for the stream, POST to the URI of its `endpoint` event).
+        #[arg(
+            long,
+            value_name = "REVISION",
+            default_value = "2025-11-25",
+            value_parser = parse_revision
+        )]
+        revision: Eras,
     },
     /// The client under test for the official MCP conformance suite: acts
     /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).
@@ -214,4 +229,9 @@ pub(crate) fn json_object(what: &str, text: Option<&str>) -> Result<serde_json::
         Ok(_) => Err(Failure::usage(format!("{what} must be a JSON object"))),
         Err(error) => Err(Failure::usage(format!("{what} is not valid JSON: {error}"))),
     }
+}
+
+/// `serve --revision`: 2026-07-28, 2025-11-25, both or 2024-11-05.
+fn parse_revision(value: &str) -> Result<Eras, String> {
+    value.parse()
 }

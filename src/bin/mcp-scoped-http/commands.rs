@@ -252,9 +252,10 @@ pub(crate) async fn call(url: &str, tool: &str, args: Option<&str>, common: &Com
     close_outcome(&released)
 }
 
-/// `serve [--port P] [--tools N] [--page-size K]`.
+/// `serve [--port P] [--tools N] [--page-size K] [--revision R]`.
 pub(crate) async fn serve(port: u16, config: ServerConfig) -> Outcome {
     let (tools, page_size, mode) = (config.tools, config.page_size, config.response_mode);
+    let revision = config.eras;
     let server = std::panic::catch_unwind(|| TestServer::start(config))
         .map_err(|_| Failure::server("cannot start the test server"))?;
     let forward = if port == 0 {
@@ -272,7 +273,7 @@ pub(crate) async fn serve(port: u16, config: ServerConfig) -> Outcome {
         port => format!("http://127.0.0.1:{port}/mcp"),
     };
     out!(
-        "serving the test kit MCP server at {url} ({tools} tools, page size {page_size}, {mode:?} answers); Ctrl-C to stop"
+        "serving the test kit MCP server at {url} (revision {revision}, {tools} tools, page size {page_size}, {mode:?} answers); Ctrl-C to stop"
     );
     let interrupted = tokio::signal::ctrl_c().await;
     if let Some(forward) = forward {

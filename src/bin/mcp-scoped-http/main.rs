@@ -103,6 +103,7 @@ fn main() -> ExitCode {
                 prompts,
                 resources,
                 sse,
+                revision,
             } => {
                 let mode = if sse {
                     ResponseMode::Sse
@@ -116,6 +117,7 @@ fn main() -> ExitCode {
                     .with_resources(resources)
                     .with_response_mode(mode)
                     .with_listen(ListenMode::Open)
+                    .with_eras(revision)
                     // A long-running server keeps no record of requests.
                     .with_record_requests(false);
                 commands::serve(port, config).await
