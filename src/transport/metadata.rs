@@ -30,11 +30,11 @@ const SENTINEL_SUFFIX: &str = "?=";
 /// characters, leading or trailing whitespace, or a value that looks like
 /// the sentinel itself) as `=?base64?…?=` of its UTF-8 bytes.
 pub(crate) fn encode_value(value: &str) -> HeaderValue {
-    let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
-    let text = if plain {
+    let encoded = value.bytes().any(|b| !(0x20..=0x7e).contains(&b))
+        || value.starts_with([' ', '\t'])
+        || value.ends_with([' ', '\t'])
+        || (value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
+    let text = if !encoded {
         value.to_owned()
     } else {
         format!(
