@@ -301,6 +301,42 @@ fn owned_connector(url: &str) -> Connector {
 // ---------------------------------------------------------------------------
 // Detection
 
+/// A client remembers 2025-11-25 for an endpoint; the server is upgraded to
+/// a modern-only 2026-07-28 server, which refuses `initialize` with
+/// `UnsupportedProtocolVersion` naming 2026-07-28 (as the spec asks of
+/// it). That error proves the remembered era wrong: the next connect must
+/// probe again and speak 2026-07-28, not fail.
+#[test]
+fn a_remembered_2025_era_is_probed_again_when_the_server_turned_modern() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if state.mode() == 0 {
+                era_2025(&seen)
+            } else {
+                era_2026(&seen)
+            }
+        });
+        let connector = owned_connector(&server.url("/mcp"));
+        let session = connector.connect().await.expect("a 2025 server");
+        assert_eq!(
+            session.info().protocol_version,
+            ProtocolVersion::V2025_11_25
+        );
+        session.close().await;
+        server.state.mode.store(1, Ordering::SeqCst);
+        let session = connector
+            .connect()
+            .await
+            .expect("the server turned modern: probe again");
+        assert_eq!(
+            session.info().protocol_version,
+            ProtocolVersion::V2026_07_28
+        );
+        assert!(session.info().probed);
+        session.close().await;
+    });
+}
+
 /// A probe that is never answered: the connect fails with a timeout,
 /// bounded by the request timeout, with no fallback to `initialize`.
 #[test]

@@ -71,7 +71,12 @@ pub(super) async fn open(
         Err(error)
             if plan.pinned.is_none()
                 && (not_this_era(&error, version.is_modern())
-                    || (version.is_modern() && error.is_protocol())) =>
+                    || (version.is_modern() && error.is_protocol())
+                    // A modern error to `initialize` (or the HTTP+SSE
+                    // opening): the server turned modern-only since, and
+                    // names its versions, as the spec asks of it. Without
+                    // this, the stale verdict would fail every connect.
+                    || (!version.is_modern() && modern_error(&error))) =>
         {
             tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
             plan.memory.forget(plan.url);
