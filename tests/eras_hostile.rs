@@ -19,7 +19,7 @@ use http::Method;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use mcp_scoped_http::client::{HeaderHook, HookInfo};
-use mcp_scoped_http::{Connector, HttpClient, Ledger, ProtocolVersion};
+use mcp_scoped_http::{Connector, HttpClient, Ledger, ProtocolVersion, TransportKind};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------
@@ -333,6 +333,80 @@ fn a_remembered_2025_era_is_probed_again_when_the_server_turned_modern() {
             ProtocolVersion::V2026_07_28
         );
         assert!(session.info().probed);
+        session.close().await;
+    });
+}
+
+/// A remembered HTTP+SSE era that proves wrong (the stream opens and names
+/// its endpoint, but the endpoint refuses `initialize` with a 404): the
+/// stream of that attempt must be let go before detection goes on, not
+/// kept (and read) for the life of the session that detection opens.
+#[test]
+fn a_failed_http_sse_attempt_lets_go_of_its_stream() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            match (state.mode(), &seen.method, seen.path.as_str()) {
+                (2, &Method::GET, "/sse") => {
+                    let response = era_sse(&seen, &state);
+                    state.end_streams();
+                    response
+                }
+                (2, &Method::POST, p) if p.starts_with("/messages") => {
+                    // Long enough for the client to see the stream end.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    empty(404)
+                }
+                (_, &Method::GET, "/sse") => era_sse(&seen, &state),
+                (0, _, _) => era_sse(&seen, &state),
+                // Now a 2025 server on the same URL, whose old message
+                // endpoint is gone.
+                (_, &Method::POST, p) if p.starts_with("/messages") => empty(404),
+                _ => era_2025(&seen),
+            }
+        });
+        let connector = owned_connector(&server.url("/sse")).bearer("secret");
+        let session = connector.connect().await.expect("an HTTP+SSE server");
+        assert_eq!(session.info().transport, TransportKind::HttpSse);
+        session.close().await;
+        assert!(
+            eventually(Duration::from_secs(2), || server
+                .state
+                .streams
+                .load(Ordering::SeqCst)
+                == 0)
+            .await
+        );
+        server.state.mode.store(1, Ordering::SeqCst);
+        let session = connector.connect().await.expect("probed again: 2025");
+        assert_eq!(session.info().transport, TransportKind::StreamableHttp);
+        let released = eventually(Duration::from_secs(2), || {
+            server.state.streams.load(Ordering::SeqCst) == 0
+        })
+        .await;
+        assert!(
+            released,
+            "the stream of the failed HTTP+SSE attempt is still open during the session"
+        );
+        session
+            .request("ping", None)
+            .await
+            .expect("the session is not the old stream's");
+        session.close().await;
+
+        // Again, with the old stream ending at once (before the 404 comes):
+        // the end of a failed attempt's stream must not end the session
+        // that detection opens after it.
+        server.state.mode.store(0, Ordering::SeqCst);
+        let session = connector.connect().await.expect("an HTTP+SSE server");
+        assert_eq!(session.info().transport, TransportKind::HttpSse);
+        session.close().await;
+        server.state.mode.store(2, Ordering::SeqCst);
+        let session = connector.connect().await.expect("a 2025 server");
+        assert_eq!(session.info().transport, TransportKind::StreamableHttp);
+        session
+            .request("ping", None)
+            .await
+            .expect("the session is not the old stream's");
         session.close().await;
     });
 }

@@ -403,20 +403,39 @@ impl<F: Front> Engine<F> {
             owned: false,
             era: Era::HttpSse,
         });
-        self.start_sse_reader(&generation, stream);
+        // Until this attempt succeeds, its failure (or drop) stops the
+        // reader and undoes what the stream's end did to the engine: detection
+        // may go on to another era on this engine, and a failed attempt's
+        // stream must neither stay open for the life of that session nor,
+        // ending, end it.
+        let stop = self.closing().child_token();
+        let attempt = scopeguard::guard(stop.clone(), |stop| {
+            stop.cancel();
+            self.unend();
+        });
+        self.start_sse_reader(&generation, stream, stop);
         let started = self
             .begin_open_on(generation, request)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
-        self.finish_open(started, send_initialized).await
+        let opened = self.finish_open(started, send_initialized).await?;
+        scopeguard::ScopeGuard::into_inner(attempt);
+        Ok(opened)
     }
 
     /// Reads the HTTP+SSE stream of `generation`, routing what comes, until
-    /// it ends; then the session is over for every request.
-    fn start_sse_reader(self: &Arc<Self>, generation: &Arc<Generation>, mut stream: MessageStream) {
+    /// it ends (then the session is over for every request), or until
+    /// `stop` (a child of the engine's closing token) is cancelled.
+    fn start_sse_reader(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        mut stream: MessageStream,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
         let engine = self.clone();
         let generation = generation.clone();
-        let spawned = self.spawner.spawn(move |cancel| async move {
+        let spawned = self.spawner.spawn(move |_closing| async move {
+            let cancel = stop;
             let read = async {
                 while let Some(message) = stream.next().await {
                     match message {
@@ -437,6 +456,19 @@ impl<F: Front> Engine<F> {
         if !spawned {
             self.current.send_replace(Current::Closed);
         }
+    }
+
+    /// Undoes [`ended`](Self::ended) for a session that was never opened:
+    /// an HTTP+SSE attempt that failed, after which connect may open
+    /// another era on this engine.
+    fn unend(&self) {
+        self.current.send_if_modified(|current| {
+            let ended = matches!(current, Current::Ended(_));
+            if ended {
+                *current = Current::Unopened;
+            }
+            ended
+        });
     }
 
     /// `generation`'s session is over and cannot be replaced: requests
