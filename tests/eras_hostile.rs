@@ -895,6 +895,40 @@ fn mrtr_abuse_is_bounded() {
     });
 }
 
+/// `resultType` that is not a string is junk, not "complete".
+#[test]
+fn a_result_type_that_is_not_a_string_is_refused() {
+    for junk in [
+        json!(7),
+        json!({"kind": "complete"}),
+        json!(["complete"]),
+        json!(true),
+    ] {
+        scenario(async move {
+            let server = Server::start(move |seen, _| {
+                let junk = junk.clone();
+                async move {
+                    if seen.rpc() == Some("tools/call") {
+                        json_response(
+                            200,
+                            &result(&seen.id(), json!({"content": [], "resultType": junk})),
+                        )
+                    } else {
+                        era_2026(&seen)
+                    }
+                }
+            });
+            let session = modern_session(&server, owned_connector(&server.url("/mcp"))).await;
+            let outcome = session.call_tool("echo", json!({})).await;
+            assert!(
+                outcome.as_ref().is_err_and(|e| e.is_protocol()),
+                "junk resultType accepted: {outcome:?}"
+            );
+            session.close().await;
+        });
+    }
+}
+
 /// `-32022` on every request and `-32020` on every call: one recovery
 /// each, then the server's error, with its code.
 #[test]
