@@ -576,6 +576,42 @@ fn dropping_connect_after_any_number_of_polls_leaks_nothing() {
 // ---------------------------------------------------------------------------
 // HTTP+SSE
 
+/// Over HTTP+SSE the answers come on the stream; what the POST itself is
+/// answered with (202, or a 200 with a body, as some servers send:
+/// `Accepted` as text/plain, or an empty JSON body) is no answer and no
+/// error.
+#[test]
+fn an_http_sse_post_answered_with_content_is_accepted() {
+    for (content_type, body) in [
+        ("text/plain", "Accepted"),
+        ("text/html; charset=utf-8", "<p>ok</p>"),
+        ("application/json", ""),
+    ] {
+        scenario(async move {
+            let server = Server::start(move |seen, state| async move {
+                let answered = era_sse(&seen, &state);
+                if seen.path.starts_with("/messages") {
+                    whole(202, Some(content_type), body)
+                } else {
+                    answered
+                }
+            });
+            let before = Before::take(None);
+            let session = owned_connector(&server.url("/sse"))
+                .protocol_version(ProtocolVersion::V2024_11_05)
+                .connect()
+                .await
+                .unwrap_or_else(|e| panic!("{content_type}: {e:?}"));
+            session
+                .call_tool("echo", json!({}))
+                .await
+                .unwrap_or_else(|e| panic!("{content_type}: {e:?}"));
+            session.close().await;
+            before.check(None, &server, content_type).await;
+        });
+    }
+}
+
 /// A stream that never names its endpoint holds the connect no longer than
 /// the request timeout, and nothing is left.
 #[test]

@@ -322,7 +322,8 @@ impl StreamableHttp {
     /// `Mcp-Session-Id` of a successful answer (validated) becomes the
     /// session id, or clears it when absent. A request answered 202 or with
     /// an empty 2xx is a protocol error (over HTTP+SSE, where answers come
-    /// on the event stream, it is the rule: the stream returned is empty).
+    /// on the event stream, any 2xx is the rule, its body unread: the
+    /// stream returned is empty).
     pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
         self.post_request_with(request, HeaderMap::new()).await
     }
@@ -353,7 +354,11 @@ impl StreamableHttp {
                 extra,
             );
             let response = self.post_body(body, headers, is_initialize).await?;
-            if self.is_http_sse() && response.headers().get(CONTENT_TYPE).is_none() {
+            if self.is_http_sse() {
+                // Over HTTP+SSE the answer comes on the event stream; a 2xx
+                // only says the POST was accepted, whatever it carries
+                // (servers send `Accepted` as text/plain, or an empty JSON
+                // body). The body is not read.
                 return Ok(MessageStream::from_messages(Vec::new()));
             }
             self.read_answer(response).await
