@@ -1143,3 +1143,73 @@ fn a_subscription_that_ends_at_once_is_given_up() {
         before.check(None, &server, "subscription").await;
     });
 }
+
+/// A 2024-11-05 server that puts an `Mcp-Session-Id` on its answers (a
+/// header its transport does not have) gets it neither echoed nor DELETEd:
+/// the HTTP+SSE session is the stream.
+#[test]
+fn an_http_sse_session_id_header_is_not_taken() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            let mut response = era_sse(&seen, &state);
+            response
+                .headers_mut()
+                .insert("mcp-session-id", "legacy-sneaky".parse().unwrap());
+            response
+        });
+        let before = Before::take(None);
+        let session = owned_connector(&server.url("/sse"))
+            .connect()
+            .await
+            .expect("connects");
+        assert_eq!(session.info().transport, TransportKind::HttpSse);
+        assert!(session.session_id().is_none());
+        session.call_tool("echo", json!({})).await.expect("works");
+        session.close().await;
+        before.check(None, &server, "sse session id").await;
+        let seen = server.state.seen();
+        assert!(
+            !seen
+                .iter()
+                .any(|s| s.path.starts_with("/messages") && s.header("mcp-session-id").is_some()),
+            "the id was echoed"
+        );
+        assert!(
+            !seen.iter().any(|s| s.method == Method::DELETE),
+            "a DELETE for an HTTP+SSE session"
+        );
+    });
+}
+
+/// 2026-07-28: a call dropped by its caller closes its answer stream (the
+/// cancellation), and sends no `notifications/cancelled`.
+#[test]
+fn a_dropped_2026_call_closes_its_stream() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if seen.rpc() == Some("tools/call") {
+                let (tx, response) = state.sse();
+                let _ = tx.try_send(Bytes::from_static(b": working\n\n"));
+                return response;
+            }
+            era_2026(&seen)
+        });
+        let before = Before::take(None);
+        let session = modern_session(&server, owned_connector(&server.url("/mcp"))).await;
+        let call = session.call_tool("echo", json!({}));
+        let outcome = tokio::time::timeout(Duration::from_millis(300), call).await;
+        assert!(outcome.is_err(), "never answered");
+        assert!(
+            eventually(Duration::from_secs(2), || server
+                .state
+                .streams
+                .load(Ordering::SeqCst)
+                == 0)
+            .await,
+            "the dropped call's stream is still open"
+        );
+        session.close().await;
+        before.check(None, &server, "2026 cancel").await;
+        assert_eq!(server.state.rpcs("notifications/cancelled"), 0);
+    });
+}

@@ -445,8 +445,10 @@ impl StreamableHttp {
         if !status.is_success() {
             return Err(self.error_from(response, sent_session).await);
         }
-        if is_initialize {
-            // Taken only from a successful answer to initialize.
+        // Taken only from a successful answer to initialize, and never over
+        // HTTP+SSE, whose session is its stream: a header that transport
+        // does not have would be echoed on every POST and DELETEd at close.
+        if is_initialize && !self.is_http_sse() {
             self.take_session_id(response.headers())?;
         }
         Ok(response)
