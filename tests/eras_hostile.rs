@@ -1213,3 +1213,118 @@ fn a_dropped_2026_call_closes_its_stream() {
         assert_eq!(server.state.rpcs("notifications/cancelled"), 0);
     });
 }
+/// HTTP+SSE: every answer comes on the one stream. A server request whose
+/// handler takes its time (a person answering an elicitation) must not
+/// hold up the responses to other requests behind it.
+#[test]
+fn a_slow_handler_does_not_hold_up_other_answers_on_the_http_sse_stream() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if seen.rpc() == Some("tools/call") {
+                if let Some(writer) = sse_writer(&seen, &state) {
+                    let ask = json!({"jsonrpc": "2.0", "id": "srv-1", "method": "elicitation/create",
+                                     "params": {"message": "?"}});
+                    let _ = writer.try_send(message(&ask));
+                }
+                return empty(202);
+            }
+            era_sse(&seen, &state)
+        });
+        let before = Before::take(None);
+        let session = Arc::new(
+            owned_connector(&server.url("/sse"))
+                .on_elicitation(|_| async {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Ok(json!({"action": "decline"}))
+                })
+                .connect()
+                .await
+                .expect("connects"),
+        );
+        let slow = {
+            let session = session.clone();
+            tokio::spawn(async move { session.call_tool("echo", json!({})).await })
+        };
+        assert!(
+            eventually(Duration::from_secs(2), || server.state.rpcs("tools/call")
+                == 1)
+            .await
+        );
+        // Let the elicitation reach the handler first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        session
+            .request_with(
+                "ping",
+                None,
+                mcp_scoped_http::RequestOptions::default().timeout(Duration::from_secs(1)),
+            )
+            .await
+            .expect("answered while the handler works");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        slow.abort();
+        let _ = slow.await;
+        Arc::try_unwrap(session).ok().unwrap().close().await;
+        before.check(None, &server, "slow handler").await;
+    });
+}
+
+/// HTTP+SSE: a flood of server requests is answered with a bounded number
+/// of tasks at once, and the session keeps working.
+#[test]
+fn a_flood_of_http_sse_server_requests_stays_bounded() {
+    const FLOOD: usize = 1000;
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if seen.rpc() == Some("tools/call") {
+                if let Some(writer) = sse_writer(&seen, &state) {
+                    let id = seen.id();
+                    tokio::spawn(async move {
+                        for i in 0..FLOOD {
+                            let ask =
+                                json!({"jsonrpc": "2.0", "id": format!("p{i}"), "method": "ping"});
+                            let _ = writer.send(message(&ask)).await;
+                        }
+                        let _ = writer
+                            .send(message(&result(&id, json!({"content": []}))))
+                            .await;
+                    });
+                }
+                return empty(202);
+            }
+            era_sse(&seen, &state)
+        });
+        let before = Before::take(None);
+        let session = owned_connector(&server.url("/sse"))
+            .request_timeout(Duration::from_secs(60))
+            .connect()
+            .await
+            .expect("connects");
+        let call = session.call_tool("echo", json!({}));
+        tokio::pin!(call);
+        let mut most = 0;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut call => break outcome,
+                _ = tokio::time::sleep(Duration::from_millis(2)) => {
+                    most = most.max(session.ledger().tasks);
+                }
+            }
+        };
+        outcome.expect("answered after the flood");
+        assert!(most <= 1 + 16 + 1, "{most} tasks at once");
+        let answered = eventually(Duration::from_secs(30), || {
+            server
+                .state
+                .seen()
+                .iter()
+                .filter(|s| s.is_response())
+                .count()
+                == FLOOD
+        })
+        .await;
+        assert!(answered, "every ping answered");
+        session.close().await;
+        before.check(None, &server, "flood").await;
+    });
+}

@@ -226,6 +226,9 @@ pub(crate) struct Settings {
 /// How long a `notifications/cancelled` may take.
 const CANCEL_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Server requests of an HTTP+SSE stream answered at once, at most.
+const SSE_REQUESTS_IN_FLIGHT: usize = 16;
+
 /// The engine of one front end: see the module docs.
 pub(crate) struct Engine<F> {
     pub(crate) front: F,
@@ -436,9 +439,29 @@ impl<F: Front> Engine<F> {
         let generation = generation.clone();
         let spawned = self.spawner.spawn(move |_closing| async move {
             let cancel = stop;
+            let answering = Arc::new(tokio::sync::Semaphore::new(SSE_REQUESTS_IN_FLIGHT));
             let read = async {
                 while let Some(message) = stream.next().await {
                     match message {
+                        // Every response of the session comes on this one
+                        // stream: a server request whose handler takes its
+                        // time (a person answering an elicitation) must not
+                        // hold up the ones behind it. Answered aside, a
+                        // bounded number at once (past it, the reader waits).
+                        Ok(message @ Message::Request(_)) => {
+                            let Ok(permit) = answering.clone().acquire_owned().await else {
+                                continue;
+                            };
+                            let task_engine = engine.clone();
+                            let task_generation = generation.clone();
+                            engine.spawner.spawn(move |closing| async move {
+                                let _permit = permit;
+                                tokio::select! {
+                                    _ = closing.cancelled() => {}
+                                    _ = task_engine.route(&task_generation, message) => {}
+                                }
+                            });
+                        }
                         Ok(message) => engine.route(&generation, message).await,
                         Err(error) => {
                             tracing::debug!(%error, "the HTTP+SSE stream failed");
