@@ -249,6 +249,27 @@ fn era_2026(seen: &Seen) -> http::Response<Out> {
     }
 }
 
+/// A 2026-07-28 server whose tools change: `subscriptions/listen` is
+/// answered with a stream that stays open.
+fn era_2026_listening(seen: &Seen, state: &Arc<State>) -> http::Response<Out> {
+    match seen.rpc() {
+        Some("server/discover") => json_response(
+            200,
+            &result(
+                &seen.id(),
+                json!({"supportedVersions": ["2026-07-28"],
+                       "capabilities": {"tools": {"listChanged": true}}}),
+            ),
+        ),
+        Some("subscriptions/listen") => {
+            let (tx, response) = state.sse();
+            let _ = tx.try_send(Bytes::from_static(b": open\n\n"));
+            response
+        }
+        _ => era_2026(seen),
+    }
+}
+
 /// The answer a 2024-11-05 server puts on its stream for `seen`.
 fn sse_answer(seen: &Seen) -> Value {
     match seen.rpc() {
@@ -510,8 +531,9 @@ async fn futures_join<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
 fn dropping_connect_after_any_number_of_polls_leaks_nothing() {
     scenario(async {
         type Make = fn(&Seen, &Arc<State>) -> http::Response<Out>;
-        let eras: [(&str, &str, Make); 3] = [
+        let eras: [(&str, &str, Make); 4] = [
             ("2026", "/mcp", |seen, _| era_2026(seen)),
+            ("2026, listening", "/mcp", era_2026_listening),
             ("2025", "/mcp", |seen, _| era_2025(seen)),
             ("http+sse", "/sse", era_sse),
         ];
@@ -1327,4 +1349,68 @@ fn a_flood_of_http_sse_server_requests_stays_bounded() {
         session.close().await;
         before.check(None, &server, "flood").await;
     });
+}
+
+/// Detection reached an HTTP+SSE server (its stream named its endpoint),
+/// whose `initialize` then failed: the error shown is that failure (a 401
+/// with its challenge, a JSON-RPC error), not the 405 that sent detection
+/// there.
+#[test]
+fn a_failure_of_a_found_http_sse_server_is_the_error_shown() {
+    for failure in 0..3 {
+        scenario(async move {
+            let server = Server::start(move |seen, state| async move {
+                if seen.rpc() == Some("initialize") && seen.path.starts_with("/messages") {
+                    match failure {
+                        0 => {
+                            let mut r = empty(401);
+                            r.headers_mut().insert(
+                                "www-authenticate",
+                                "Bearer realm=\"mcp\"".parse().unwrap(),
+                            );
+                            return r;
+                        }
+                        1 => {
+                            if let Some(writer) = sse_writer(&seen, &state) {
+                                let _ = writer.try_send(message(&rpc_error(
+                                    &seen.id(),
+                                    -32602,
+                                    json!(null),
+                                )));
+                            }
+                            return empty(202);
+                        }
+                        _ => {
+                            if let Some(writer) = sse_writer(&seen, &state) {
+                                let answer = result(
+                                    &seen.id(),
+                                    json!({"protocolVersion": "1999-01-01", "capabilities": {}}),
+                                );
+                                let _ = writer.try_send(message(&answer));
+                            }
+                            return empty(202);
+                        }
+                    }
+                }
+                era_sse(&seen, &state)
+            });
+            let before = Before::take(None);
+            let error = owned_connector(&server.url("/sse"))
+                .connect()
+                .await
+                .expect_err("initialize fails");
+            match failure {
+                0 => {
+                    assert_eq!(error.status().map(|s| s.as_u16()), Some(401), "{error:?}");
+                    assert!(error.www_authenticate().is_some(), "{error:?}");
+                }
+                1 => assert_eq!(error.rpc_code(), Some(-32602), "{error:?}"),
+                _ => assert!(
+                    error.is_protocol() && error.to_string().contains("1999-01-01"),
+                    "{error:?}"
+                ),
+            }
+            before.check(None, &server, "found HTTP+SSE").await;
+        });
+    }
 }

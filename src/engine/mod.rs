@@ -392,14 +392,17 @@ impl<F: Front> Engine<F> {
     /// session itself, read by a task on the stack from now on), then
     /// `initialize` POSTed to the endpoint it named, answered on the
     /// stream, then `notifications/initialized` when `send_initialized`.
-    /// Never replaced: when the stream ends, so does the session.
+    /// Never replaced: when the stream ends, so does the session. `found`
+    /// is set once the stream has named its endpoint.
     pub(crate) async fn open_http_sse(
         self: &Arc<Self>,
         request: Request,
         send_initialized: bool,
+        found: &AtomicBool,
     ) -> Result<(Arc<Generation>, Value)> {
         let wire = Arc::new(self.fresh_wire()?);
         let stream = wire.open_sse_session().await?;
+        found.store(true, Ordering::Relaxed);
         let generation = Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
