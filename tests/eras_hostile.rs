@@ -1414,3 +1414,65 @@ fn a_failure_of_a_found_http_sse_server_is_the_error_shown() {
         });
     }
 }
+
+/// `subscriptions/listen` flooding list changes: re-listing runs one at a
+/// time (a change during a run owes one more), not once per notification.
+#[test]
+fn a_flood_of_list_changes_on_a_subscription_stays_bounded() {
+    const FLOOD: usize = 5000;
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if seen.rpc() == Some("subscriptions/listen") && state.mode() == 0 {
+                state.mode.store(1, Ordering::SeqCst);
+                let (tx, response) = state.sse();
+                tokio::spawn(async move {
+                    let changed = message(
+                        &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                    );
+                    for _ in 0..FLOOD {
+                        if tx.send(changed.clone()).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Held open.
+                    tx.closed().await;
+                });
+                return response;
+            }
+            if seen.rpc() == Some("subscriptions/listen") {
+                let (_, response) = state.sse();
+                state.end_streams();
+                return response;
+            }
+            era_2026_listening(&seen, &state)
+        });
+        let before = Before::take(None);
+        let session = Connector::new(server.url("/mcp"))
+            .request_timeout(Duration::from_secs(5))
+            .protocol_version(ProtocolVersion::V2026_07_28)
+            .connect()
+            .await
+            .expect("connects");
+        let lists_before = server.state.rpcs("tools/list");
+        // Wait until the flood has been read (the lists settle).
+        let mut last = usize::MAX;
+        let settled = eventually(Duration::from_secs(10), || {
+            let now = server.state.rpcs("tools/list");
+            let same = now == last && session.ledger().tasks <= 1;
+            last = now;
+            same
+        })
+        .await;
+        assert!(settled);
+        let lists = server.state.rpcs("tools/list") - lists_before;
+        // Coalesced: one run at a time for as long as the flood lasts,
+        // not one per notification.
+        assert!(
+            lists <= FLOOD / 10,
+            "{lists} re-listings for {FLOOD} changes"
+        );
+        session.call_tool("echo", json!({})).await.expect("works");
+        session.close().await;
+        before.check(None, &server, "list_changed flood").await;
+    });
+}
