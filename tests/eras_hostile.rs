@@ -1252,12 +1252,17 @@ fn a_slow_handler_does_not_hold_up_other_answers_on_the_http_sse_stream() {
             }
             era_sse(&seen, &state)
         });
+        let handling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asked = handling.clone();
         let before = Before::take(None);
         let session = Arc::new(
             owned_connector(&server.url("/sse"))
-                .on_elicitation(|_| async {
-                    tokio::time::sleep(Duration::from_secs(3)).await;
-                    Ok(json!({"action": "decline"}))
+                .on_elicitation(move |_| {
+                    asked.store(true, Ordering::SeqCst);
+                    async {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        Ok(json!({"action": "decline"}))
+                    }
                 })
                 .connect()
                 .await
@@ -1272,8 +1277,8 @@ fn a_slow_handler_does_not_hold_up_other_answers_on_the_http_sse_stream() {
                 == 1)
             .await
         );
-        // Let the elicitation reach the handler first.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The elicitation is in the handler.
+        assert!(eventually(Duration::from_secs(2), || handling.load(Ordering::SeqCst)).await);
         let started = Instant::now();
         session
             .request_with(
