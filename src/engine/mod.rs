@@ -226,6 +226,9 @@ pub(crate) struct Settings {
 /// How long a `notifications/cancelled` may take.
 const CANCEL_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Server requests of an HTTP+SSE stream answered at once, at most.
+const SSE_REQUESTS_IN_FLIGHT: usize = 16;
+
 /// The engine of one front end: see the module docs.
 pub(crate) struct Engine<F> {
     pub(crate) front: F,
@@ -389,37 +392,79 @@ impl<F: Front> Engine<F> {
     /// session itself, read by a task on the stack from now on), then
     /// `initialize` POSTed to the endpoint it named, answered on the
     /// stream, then `notifications/initialized` when `send_initialized`.
-    /// Never replaced: when the stream ends, so does the session.
+    /// Never replaced: when the stream ends, so does the session. `found`
+    /// is set once the stream has named its endpoint.
     pub(crate) async fn open_http_sse(
         self: &Arc<Self>,
         request: Request,
         send_initialized: bool,
+        found: &AtomicBool,
     ) -> Result<(Arc<Generation>, Value)> {
         let wire = Arc::new(self.fresh_wire()?);
         let stream = wire.open_sse_session().await?;
+        found.store(true, Ordering::Relaxed);
         let generation = Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
             owned: false,
             era: Era::HttpSse,
         });
-        self.start_sse_reader(&generation, stream);
+        // Until this attempt succeeds, its failure (or drop) stops the
+        // reader and undoes what the stream's end did to the engine: detection
+        // may go on to another era on this engine, and a failed attempt's
+        // stream must neither stay open for the life of that session nor,
+        // ending, end it.
+        let stop = self.closing().child_token();
+        let attempt = scopeguard::guard(stop.clone(), |stop| {
+            stop.cancel();
+            self.unend();
+        });
+        self.start_sse_reader(&generation, stream, stop);
         let started = self
             .begin_open_on(generation, request)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
-        self.finish_open(started, send_initialized).await
+        let opened = self.finish_open(started, send_initialized).await?;
+        scopeguard::ScopeGuard::into_inner(attempt);
+        Ok(opened)
     }
 
     /// Reads the HTTP+SSE stream of `generation`, routing what comes, until
-    /// it ends; then the session is over for every request.
-    fn start_sse_reader(self: &Arc<Self>, generation: &Arc<Generation>, mut stream: MessageStream) {
+    /// it ends (then the session is over for every request), or until
+    /// `stop` (a child of the engine's closing token) is cancelled.
+    fn start_sse_reader(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        mut stream: MessageStream,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
         let engine = self.clone();
         let generation = generation.clone();
-        let spawned = self.spawner.spawn(move |cancel| async move {
+        let spawned = self.spawner.spawn(move |_closing| async move {
+            let cancel = stop;
+            let answering = Arc::new(tokio::sync::Semaphore::new(SSE_REQUESTS_IN_FLIGHT));
             let read = async {
                 while let Some(message) = stream.next().await {
                     match message {
+                        // Every response of the session comes on this one
+                        // stream: a server request whose handler takes its
+                        // time (a person answering an elicitation) must not
+                        // hold up the ones behind it. Answered aside, a
+                        // bounded number at once (past it, the reader waits).
+                        Ok(message @ Message::Request(_)) => {
+                            let Ok(permit) = answering.clone().acquire_owned().await else {
+                                continue;
+                            };
+                            let task_engine = engine.clone();
+                            let task_generation = generation.clone();
+                            engine.spawner.spawn(move |closing| async move {
+                                let _permit = permit;
+                                tokio::select! {
+                                    _ = closing.cancelled() => {}
+                                    _ = task_engine.route(&task_generation, message) => {}
+                                }
+                            });
+                        }
                         Ok(message) => engine.route(&generation, message).await,
                         Err(error) => {
                             tracing::debug!(%error, "the HTTP+SSE stream failed");
@@ -437,6 +482,19 @@ impl<F: Front> Engine<F> {
         if !spawned {
             self.current.send_replace(Current::Closed);
         }
+    }
+
+    /// Undoes [`ended`](Self::ended) for a session that was never opened:
+    /// an HTTP+SSE attempt that failed, after which connect may open
+    /// another era on this engine.
+    fn unend(&self) {
+        self.current.send_if_modified(|current| {
+            let ended = matches!(current, Current::Ended(_));
+            if ended {
+                *current = Current::Unopened;
+            }
+            ended
+        });
     }
 
     /// `generation`'s session is over and cannot be replaced: requests

@@ -376,6 +376,7 @@ impl Config {
                     capabilities: &capabilities,
                     client_info: &self.client_info,
                     request_timeout: self.request_timeout,
+                    sse_found: Default::default(),
                 };
                 let opened = era::open(&engine, &plan, phase).await?;
                 timings.initialize = started.elapsed() - opened.initialized;

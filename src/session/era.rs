@@ -8,6 +8,7 @@
 //! the era and are reported as they are.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
@@ -42,6 +43,9 @@ pub(super) struct Plan<'a> {
     pub(super) capabilities: &'a Value,
     pub(super) client_info: &'a Value,
     pub(super) request_timeout: Option<Duration>,
+    /// Set once an HTTP+SSE stream named its endpoint: the server speaks
+    /// that transport, and a failure after it is the real cause.
+    pub(super) sse_found: AtomicBool,
 }
 
 /// An era opened: the generation requests go to, the `initialize` or
@@ -71,7 +75,12 @@ pub(super) async fn open(
         Err(error)
             if plan.pinned.is_none()
                 && (not_this_era(&error, version.is_modern())
-                    || (version.is_modern() && error.is_protocol())) =>
+                    || (version.is_modern() && error.is_protocol())
+                    // A modern error to `initialize` (or the HTTP+SSE
+                    // opening): the server turned modern-only since, and
+                    // names its versions, as the spec asks of it. Without
+                    // this, the stale verdict would fail every connect.
+                    || (!version.is_modern() && modern_error(&error))) =>
         {
             tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
             plan.memory.forget(plan.url);
@@ -120,9 +129,17 @@ async fn detect(
             outcome => return outcome,
         };
         tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
+        // Not what a remembered HTTP+SSE attempt before detection found.
+        plan.sse_found.store(false, Ordering::Relaxed);
         initialize(engine, plan, phase, ProtocolVersion::V2024_11_05)
             .await
             .map_err(|sse| {
+                if plan.sse_found.load(Ordering::Relaxed) {
+                    // An HTTP+SSE server was found and failed (a 401, a
+                    // JSON-RPC error, a revision we do not speak): that is
+                    // the cause, not the 4xx that led here.
+                    return sse;
+                }
                 tracing::debug!(error = %sse, "not an HTTP+SSE server either");
                 // The Streamable HTTP answer says more than the fallback's.
                 error
@@ -305,7 +322,7 @@ async fn initialize(
     };
     let opening = async {
         if version.transport() == crate::TransportKind::HttpSse {
-            engine.open_http_sse(request, false).await
+            engine.open_http_sse(request, false, &plan.sse_found).await
         } else {
             engine.open(request, false).await
         }

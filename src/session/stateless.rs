@@ -72,7 +72,20 @@ pub(super) async fn request(
             },
             Err(error) => return Err(error),
         };
-        match result.get("resultType").and_then(Value::as_str) {
+        // Not `as_str`: a `resultType` that is no string is junk, not an
+        // absent one (only absent or null means "complete", as in
+        // `check_complete`).
+        let kind = match result.get("resultType") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(kind)) => Some(kind.as_str()),
+            Some(other) => {
+                let shown: String = other.to_string().chars().take(40).collect();
+                return Err(Error::protocol(format!(
+                    "the {method} result has resultType {shown}, which is not a string"
+                )));
+            }
+        };
+        match kind {
             None | Some("complete") => return Ok(result),
             Some("input_required") if MRTR_METHODS.contains(&method) => {
                 rounds += 1;

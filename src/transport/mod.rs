@@ -323,7 +323,8 @@ impl StreamableHttp {
     /// `Mcp-Session-Id` of a successful answer (validated) becomes the
     /// session id, or clears it when absent. A request answered 202 or with
     /// an empty 2xx is a protocol error (over HTTP+SSE, where answers come
-    /// on the event stream, it is the rule: the stream returned is empty).
+    /// on the event stream, any 2xx is the rule, its body unread: the
+    /// stream returned is empty).
     pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
         self.post_request_with(request, HeaderMap::new()).await
     }
@@ -354,7 +355,11 @@ impl StreamableHttp {
                 extra,
             );
             let response = self.post_body(body, headers, is_initialize).await?;
-            if self.is_http_sse() && response.headers().get(CONTENT_TYPE).is_none() {
+            if self.is_http_sse() {
+                // Over HTTP+SSE the answer comes on the event stream; a 2xx
+                // only says the POST was accepted, whatever it carries
+                // (servers send `Accepted` as text/plain, or an empty JSON
+                // body). The body is not read.
                 return Ok(MessageStream::from_messages(Vec::new()));
             }
             self.read_answer(response).await
@@ -441,8 +446,10 @@ impl StreamableHttp {
         if !status.is_success() {
             return Err(self.error_from(response, sent_session).await);
         }
-        if is_initialize {
-            // Taken only from a successful answer to initialize.
+        // Taken only from a successful answer to initialize, and never over
+        // HTTP+SSE, whose session is its stream: a header that transport
+        // does not have would be echoed on every POST and DELETEd at close.
+        if is_initialize && !self.is_http_sse() {
             self.take_session_id(response.headers())?;
         }
         Ok(response)
