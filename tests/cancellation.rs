@@ -1,5 +1,7 @@
 //! Dropping the connect future at every await point (F02, F14): poll it K
-//! times, drop it, check the baseline, for every K up to completion.
+//! times, drop it, check the baseline, for every K up to completion, in
+//! every era (2025 sessions, 2026-07-28, HTTP+SSE), each found by
+//! detection.
 
 mod support;
 
@@ -27,18 +29,21 @@ async fn poll_at_most<F: Future>(future: F, polls: usize) -> Option<F::Output> {
     .await
 }
 
-/// A server on which every step pends at least once: every POST and GET is
-/// delayed, so each exchange has an await that is really pending.
-fn slow_server() -> TestServer {
+/// A server of `eras` on which every step pends at least once: every POST
+/// and GET is delayed, so each exchange has an await that is really
+/// pending.
+fn slow_server(eras: Eras) -> TestServer {
     let delay = |method: &str| Fault::on_rpc(method, FaultAction::Delay(Duration::from_millis(1)));
     TestServer::start(
         ServerConfig::default()
+            .with_eras(eras)
             .with_tools(7)
             .with_page_size(3)
             .with_prompts(2)
             .with_resources(2)
             .with_listen(ListenMode::Open)
             .with_faults(vec![
+                delay("server/discover"),
                 delay("initialize"),
                 delay("notifications/initialized"),
                 delay("tools/list"),
@@ -70,8 +75,16 @@ const MAX_POLLS: usize = 2_000;
 #[test]
 fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
     scenario(async {
-        for borrowed in [false, true] {
-            let (server, caller, baseline) = support::baseline::scene(slow_server()).await;
+        for (eras, borrowed) in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse]
+            .into_iter()
+            .flat_map(|eras| [(eras, false), (eras, true)])
+        {
+            // Only 2025 sessions are DELETEd; the others end by themselves.
+            let deletes = |stats: &ServerStats| match eras {
+                Eras::Streamable2025 => stats.sessions_created,
+                _ => 0,
+            };
+            let (server, caller, baseline) = support::baseline::scene(slow_server(eras)).await;
             let caller = borrowed.then_some(&caller);
 
             let mut completed_at = None;
@@ -81,12 +94,18 @@ fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
                         // Dropped half-way: what it created is DELETEd by the
                         // reaper; everything else is already gone.
                         mcp_scoped_http::shutdown().await;
+                        // An HTTP+SSE session ends when the server sees its
+                        // stream close, a moment after the client let go.
+                        let ended = eventually(Duration::from_secs(5), || {
+                            server.stats().live_sessions == 0
+                        })
+                        .await;
                         let stats = server.stats();
-                        assert_eq!(
-                            stats.live_sessions, 0,
-                            "K={polls}: a session was left on the server"
+                        assert!(
+                            ended,
+                            "{eras}, K={polls}: a session was left on the server: {stats:?}"
                         );
-                        baseline.check(&server, stats.sessions_created).await;
+                        baseline.check(&server, deletes(&stats)).await;
                     }
                     Some(session) => {
                         let session = session.expect("an undisturbed connect succeeds");
@@ -98,24 +117,29 @@ fn dropping_connect_after_any_number_of_polls_leaves_nothing_behind() {
                 }
             }
             let completed_at = completed_at.expect("connect completes within the bound");
-            // initialize, initialized, 3 pages of tools, prompts, resources,
-            // templates: each exchange pends at least once.
+            // The probe(s), the opening exchanges, 3 pages of tools, prompts,
+            // resources, templates: each exchange pends at least once.
             assert!(
                 completed_at >= 8,
-                "every step pended at least once: {completed_at} polls"
+                "{eras}: every step pended at least once: {completed_at} polls"
             );
+            let ended =
+                eventually(Duration::from_secs(5), || server.stats().live_sessions == 0).await;
             let stats = server.stats();
-            assert_eq!(stats.live_sessions, 0);
+            assert!(ended, "{eras}: {stats:?}");
             // Every session created, by any of the dropped attempts or the last
-            // one, was DELETEd exactly once, and every DELETE was authenticated.
-            baseline.check(&server, stats.sessions_created).await;
+            // one, was ended exactly once (2025: DELETEd, with credentials;
+            // HTTP+SSE: its stream closed).
+            baseline.check(&server, deletes(&stats)).await;
             for delete in seen_http(&server, http::Method::DELETE) {
                 assert_eq!(delete.header("authorization"), Some("Bearer k-token"));
             }
-            assert!(
-                stats.sessions_created > 1,
-                "some drops came after initialize"
-            );
+            if eras != Eras::Modern {
+                assert!(
+                    stats.sessions_created > 1,
+                    "{eras}: some drops came after the session was created"
+                );
+            }
         }
     });
 }
