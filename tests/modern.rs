@@ -94,14 +94,20 @@ fn every_request_carries_its_metadata_in_meta_and_headers() {
             .iter()
             .map(|r| r.mcp_param("Region").expect("Mcp-Param-Region"))
             .collect();
-        assert_eq!(regions, ["us-west1", "Zürich 1", " padded ", "=?base64?x?="]);
+        assert_eq!(
+            regions,
+            ["us-west1", "Zürich 1", " padded ", "=?base64?x?="]
+        );
         // The raw headers: plain where plain ASCII, else the base64 form.
         let raw: Vec<String> = posts(&server, "tools/call")
             .iter()
             .map(|r| r.header("mcp-param-region").unwrap().to_owned())
             .collect();
         assert_eq!(raw[0], "us-west1");
-        assert!(raw[1..].iter().all(|v| v.starts_with("=?base64?")), "{raw:?}");
+        assert!(
+            raw[1..].iter().all(|v| v.starts_with("=?base64?")),
+            "{raw:?}"
+        );
         baseline.check(&server, 0).await;
     });
 }
@@ -166,7 +172,11 @@ async fn an_unsupported_version_is_retried_once_with_one_the_server_lists() {
             connector = connector.protocol_version(ProtocolVersion::V2026_07_28);
         }
         let session = connect(connector).await;
-        assert_eq!(posts(&server, "server/discover").len(), 2, "pinned {pinned}");
+        assert_eq!(
+            posts(&server, "server/discover").len(),
+            2,
+            "pinned {pinned}"
+        );
         assert!(posts(&server, "initialize").is_empty(), "never falls back");
         session.close().await;
     }
@@ -176,7 +186,11 @@ async fn an_unsupported_version_is_retried_once_with_one_the_server_lists() {
 async fn input_requests_are_answered_by_the_handlers_and_the_request_sent_again() {
     let server = modern(
         ServerConfig::default()
-            .with_tool(TestTool::input_required("ask", InputRequest::Elicitation, 2))
+            .with_tool(TestTool::input_required(
+                "ask",
+                InputRequest::Elicitation,
+                2,
+            ))
             .with_tool(TestTool::input_required_forever(
                 "nag",
                 InputRequest::Elicitation,
@@ -184,15 +198,16 @@ async fn input_requests_are_answered_by_the_handlers_and_the_request_sent_again(
     );
     let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = asked.clone();
-    let connector = Connector::new(server.url())
-        .listen(false)
-        .on_elicitation(move |params: Value| {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async move {
-                assert!(params["message"].as_str().is_some(), "{params}");
-                Ok(json!({"action": "accept", "content": {"ok": true}}))
-            }
-        });
+    let connector =
+        Connector::new(server.url())
+            .listen(false)
+            .on_elicitation(move |params: Value| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    assert!(params["message"].as_str().is_some(), "{params}");
+                    Ok(json!({"action": "accept", "content": {"ok": true}}))
+                }
+            });
     let session = connect(connector).await;
     let result = session
         .call_tool("ask", json!({"text": "go"}))
@@ -235,8 +250,10 @@ fn list_changes_come_on_subscriptions_listen_and_close_ends_it() {
     scenario(async {
         let server = modern(ServerConfig::default());
         let session = connect(Connector::new(server.url())).await;
-        let subscribed =
-            eventually(Duration::from_secs(5), || server.stats().subscriptions_open == 1).await;
+        let subscribed = eventually(Duration::from_secs(5), || {
+            server.stats().subscriptions_open == 1
+        })
+        .await;
         assert!(subscribed, "{:?}", server.stats());
         let listen = posts(&server, "subscriptions/listen");
         assert_eq!(listen.len(), 1);
@@ -245,15 +262,19 @@ fn list_changes_come_on_subscriptions_listen_and_close_ends_it() {
 
         let lists = posts(&server, "tools/list").len();
         assert_eq!(server.list_changed("tools"), 1);
-        let relisted =
-            eventually(Duration::from_secs(5), || posts(&server, "tools/list").len() > lists).await;
+        let relisted = eventually(Duration::from_secs(5), || {
+            posts(&server, "tools/list").len() > lists
+        })
+        .await;
         assert!(relisted, "a list change re-lists the tools");
 
         let released = session.close().await;
         // The subscription's task (and the re-listing's, if still there).
         assert!(released.tasks_stopped >= 1, "{released:?}");
-        let closed =
-            eventually(Duration::from_secs(5), || server.stats().subscriptions_open == 0).await;
+        let closed = eventually(Duration::from_secs(5), || {
+            server.stats().subscriptions_open == 0
+        })
+        .await;
         assert!(closed, "the stream was closed: {:?}", server.stats());
         assert_eq!(server.stats().deletes, 0);
     });

@@ -16,8 +16,8 @@ use serde_json::json;
 pub use mcp_scoped_http::HttpClient;
 #[allow(unused_imports)]
 pub use mcp_scoped_http::testkit::{
-    Eras, Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode,
-    ServerConfig, ServerStats, SessionRecord, TestServer,
+    Eras, Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode, ServerConfig,
+    ServerStats, SessionRecord, TestServer,
 };
 
 /// The caller's own client, as a borrowed client is usually made: a bare
