@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::ProtocolVersion;
-use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+use mcp_scoped_http::testkit::{Eras, Fault, FaultAction, ServerConfig, TestServer};
 use serde_json::Value;
 
 fn cli(args: &[&str]) -> Output {
@@ -399,5 +399,34 @@ fn timeout_bounds_connect_and_calls() {
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
         // Even a session whose initialize hung is not left behind.
         assert_eq!(server.stats().live_sessions, 0, "{phase}");
+    }
+}
+
+#[test]
+fn probe_reports_the_era_it_found() {
+    for (eras, version, transport) in [
+        (Eras::Modern, "2026-07-28", "streamable-http"),
+        (Eras::Streamable2025, "2025-11-25", "streamable-http"),
+        (Eras::HttpSse, "2024-11-05", "http+sse"),
+    ] {
+        let server = TestServer::start(ServerConfig::default().with_eras(eras));
+        let output = cli(&["probe", &server.url(), "--json"]);
+        assert_exit(&output, 0);
+        let probe: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+        assert_eq!(probe["protocolVersion"], version, "{probe}");
+        assert_eq!(probe["transport"], transport, "{probe}");
+        assert_eq!(probe["detected"], true, "{probe}");
+        // Pinned: no probing, the same era.
+        let output = cli(&[
+            "probe",
+            &server.url(),
+            "--json",
+            "--protocol-version",
+            version,
+        ]);
+        assert_exit(&output, 0);
+        let probe: Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+        assert_eq!(probe["protocolVersion"], version, "{probe}");
+        assert_eq!(probe["detected"], false, "{probe}");
     }
 }

@@ -65,8 +65,7 @@ async fn fails(connector: Connector) -> Error {
     tokio::time::timeout(Duration::from_secs(20), connector.connect())
         .await
         .expect("the connect ends")
-        .err()
-        .expect("the connect fails")
+        .expect_err("the connect fails")
 }
 
 #[test]

@@ -145,7 +145,8 @@ pub(crate) struct Common {
     /// Bound on connect and on each request, in seconds.
     #[arg(long, value_name = "SECONDS", global = true, value_parser = parse_seconds)]
     pub(crate) timeout: Option<Duration>,
-    /// Do not open the GET listening stream.
+    /// Do not listen for server messages (the GET stream; in 2026-07-28,
+    /// subscriptions/listen).
     #[arg(long, global = true)]
     pub(crate) no_listen: bool,
     /// Print one JSON object on stdout instead of text.
