@@ -182,3 +182,41 @@ async fn attach_is_refused_where_there_are_no_sessions() {
     }
     assert!(server.requests().is_empty(), "nothing was sent");
 }
+
+#[tokio::test]
+async fn a_discover_listing_no_streamable_revision_falls_back() {
+    let body =
+        r#"{"jsonrpc":"2.0","id":{id},"result":{"supportedVersions":["2024-11-05","1999-01-01"]}}"#;
+    let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+        "server/discover",
+        FaultAction::Raw {
+            status: 200,
+            content_type: "application/json".into(),
+            body: bytes::Bytes::from_static(body.as_bytes()),
+        },
+    )));
+    let session = Connector::new(server.url())
+        .listen(false)
+        .connect()
+        .await
+        .expect("falls back to initialize");
+    assert_eq!(
+        session.info().protocol_version,
+        ProtocolVersion::V2025_11_25
+    );
+    session.close().await;
+    // Pinned to 2026-07-28: no fallback, a clear error.
+    let error = Connector::new(server.url())
+        .protocol_version(ProtocolVersion::V2026_07_28)
+        .listen(false)
+        .connect()
+        .await
+        .expect_err("pinned");
+    assert!(error.is_protocol(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("none of the Streamable HTTP revisions"),
+        "{error}"
+    );
+}

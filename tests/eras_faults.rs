@@ -1,7 +1,9 @@
-//! The F-scenarios of FAULTS.md that apply beyond the 2025 revisions, run
-//! against the test kit serving 2026-07-28 and the deprecated HTTP+SSE
-//! transport, each with an owned and a borrowed client, each found by
-//! detection and ending with the baseline check. (The 2025 revisions have
+//! The F-scenarios of FAULTS.md that apply beyond the 2025 revisions (F04,
+//! F05, F06, F07, F10, F11, F12, F13, F18, F20, F23, F24, F25, F26, F27,
+//! F29-F31, F33; F02 and F14 are in cancellation.rs), run against the test
+//! kit serving 2026-07-28 and the deprecated HTTP+SSE transport, each with
+//! an owned and a borrowed client, each found by detection and ending with
+//! the baseline check. (The 2025 revisions have
 //! their own files: connect_faults.rs, steady_state.rs, close.rs...)
 //!
 //! Neither era DELETEs: 2026-07-28 has no session, and an HTTP+SSE session
@@ -312,6 +314,295 @@ fn f30_a_session_dropped_without_close_releases_everything() {
                 .await
                 .expect("call");
             drop(session);
+            check(&world, &what(eras, borrowed)).await;
+        }
+    });
+}
+
+#[test]
+fn f07_an_opening_answered_without_its_response_fails_at_once() {
+    scenario(async {
+        for (eras, borrowed) in cases() {
+            // 2026: a discover answered 202 with nothing; HTTP+SSE: an
+            // initialize whose answer never comes on the stream, because
+            // the POST itself is refused after being "accepted" elsewhere.
+            let action = match eras {
+                Eras::Modern => FaultAction::Accepted,
+                _ => FaultAction::Status {
+                    status: 500,
+                    content_type: None,
+                    body: None,
+                    headers: vec![],
+                },
+            };
+            let world = world(
+                eras,
+                ServerConfig::default().with_fault(Fault::on_rpc(opening(eras), action)),
+            )
+            .await;
+            let error = fails(connector(&world, borrowed)).await;
+            assert!(
+                error.is_protocol() || error.is_status(),
+                "{}: {error:?}",
+                what(eras, borrowed)
+            );
+            assert!(
+                posts(&world, "initialize").len() <= 1,
+                "{}",
+                what(eras, borrowed)
+            );
+            check(&world, &what(eras, borrowed)).await;
+        }
+    });
+}
+
+fn posts(world: &World, method: &str) -> Vec<RecordedRequest> {
+    world
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.rpc_method.as_deref() == Some(method))
+        .collect()
+}
+
+#[test]
+fn f10_a_failed_initialized_over_http_sse_fails_connect_and_ends_the_stream() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = world(
+                Eras::HttpSse,
+                ServerConfig::default().with_fault(Fault::on_rpc(
+                    "notifications/initialized",
+                    FaultAction::Status {
+                        status: 500,
+                        content_type: None,
+                        body: None,
+                        headers: vec![],
+                    },
+                )),
+            )
+            .await;
+            let error = fails(connector(&world, borrowed)).await;
+            assert_eq!(
+                error.connect_phase(),
+                Some(mcp_scoped_http::ConnectPhase::Initialized),
+                "{error}"
+            );
+            check(&world, &what(Eras::HttpSse, borrowed)).await;
+        }
+    });
+}
+
+#[test]
+fn f11_a_refused_subscription_leaves_the_session_usable_and_its_task_gone() {
+    scenario(async {
+        for borrowed in [false, true] {
+            for status in [404_u16, 405, 500] {
+                let world = world(
+                    Eras::Modern,
+                    ServerConfig::default().with_fault(Fault::on_rpc(
+                        "subscriptions/listen",
+                        FaultAction::Status {
+                            status,
+                            content_type: None,
+                            body: None,
+                            headers: vec![],
+                        },
+                    )),
+                )
+                .await;
+                let session = connected(&world, borrowed).await;
+                let label = format!("{} HTTP {status}", what(Eras::Modern, borrowed));
+                let gone =
+                    eventually(Duration::from_secs(10), || session.ledger().tasks == 0).await;
+                assert!(gone, "{label}: the subscription's task gave up");
+                assert!(
+                    (1..=3).contains(&posts(&world, "subscriptions/listen").len()),
+                    "{label}: bounded attempts"
+                );
+                session
+                    .call_tool("tool-000", json!({"text": "still"}))
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                session.close().await;
+                check(&world, &label).await;
+            }
+        }
+    });
+}
+
+#[test]
+fn f13_f18_discovery_is_all_or_nothing_and_asks_only_for_what_is_offered() {
+    scenario(async {
+        for (eras, borrowed) in cases() {
+            let world = world(
+                eras,
+                ServerConfig::default().with_fault(Fault::on_rpc(
+                    "prompts/list",
+                    FaultAction::Status {
+                        status: 500,
+                        content_type: None,
+                        body: None,
+                        headers: vec![],
+                    },
+                )),
+            )
+            .await;
+            let error = fails(connector(&world, borrowed)).await;
+            assert_eq!(
+                error.connect_phase(),
+                Some(mcp_scoped_http::ConnectPhase::Discovery),
+                "{}: {error}",
+                what(eras, borrowed)
+            );
+            check(&world, &what(eras, borrowed)).await;
+
+            let world = world_without_prompts(eras).await;
+            let session = connected(&world, borrowed).await;
+            assert!(session.catalog().prompts.is_empty());
+            assert!(
+                posts(&world, "prompts/list").is_empty(),
+                "{}",
+                what(eras, borrowed)
+            );
+            session.close().await;
+            check(&world, &what(eras, borrowed)).await;
+        }
+    });
+}
+
+async fn world_without_prompts(eras: Eras) -> World {
+    world(eras, ServerConfig::default().with_prompts(0)).await
+}
+
+#[test]
+fn f23_server_requests_on_the_http_sse_stream_are_answered_at_its_endpoint() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = world(Eras::HttpSse, ServerConfig::default()).await;
+            let session = connector(&world, borrowed)
+                .roots(vec![json!({"uri": "file:///w", "name": "w"})])
+                .connect()
+                .await
+                .expect("connects");
+            assert_eq!(world.server.request_listeners("roots/list", json!({})), 1);
+            assert_eq!(world.server.request_listeners("ping", json!({})), 1);
+            let answered = eventually(Duration::from_secs(5), || {
+                world.server.client_answers().len() == 2
+            })
+            .await;
+            assert!(answered, "{:?}", world.server.client_answers());
+            let answers = world.server.client_answers();
+            assert!(
+                answers.iter().any(|a| a.to_string().contains("file:///w")),
+                "{answers:?}"
+            );
+            // Every POST after detection's two probes (to the stream's URL,
+            // refused) went to the endpoint the stream named, answers
+            // included, with the session's credentials.
+            let posts: Vec<RecordedRequest> = world
+                .server
+                .requests()
+                .into_iter()
+                .filter(|r| r.header("x-caller").is_none() && r.method == http::Method::POST)
+                .collect();
+            assert!(posts.len() > 4, "{posts:?}");
+            for r in &posts[2..] {
+                assert!(r.path.starts_with("/messages"), "{} {}", r.method, r.path);
+                assert_eq!(r.header("authorization"), Some("Bearer era-token"));
+            }
+            session.close().await;
+            check(&world, &what(Eras::HttpSse, borrowed)).await;
+        }
+    });
+}
+
+#[test]
+fn f26_a_redirect_to_another_origin_is_refused() {
+    scenario(async {
+        let elsewhere = TestServer::start(ServerConfig::default());
+        for (eras, borrowed) in cases() {
+            let world = world(eras, ServerConfig::default()).await;
+            let session = connected(&world, borrowed).await;
+            world.server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::Redirect {
+                        status: 307,
+                        location: format!("{}/mcp", elsewhere.url().trim_end_matches("/mcp")),
+                    },
+                )
+                .times(1),
+            );
+            let error = session
+                .call_tool("tool-000", json!({"text": "x"}))
+                .await
+                .expect_err("refused");
+            assert!(error.is_redirect(), "{}: {error:?}", what(eras, borrowed));
+            session
+                .call_tool("tool-000", json!({"text": "y"}))
+                .await
+                .expect("the next call works");
+            session.close().await;
+            check(&world, &what(eras, borrowed)).await;
+        }
+        assert!(
+            elsewhere.requests().is_empty(),
+            "nothing reached the other origin"
+        );
+    });
+}
+
+#[test]
+fn f27_oversized_answers_are_refused_and_the_session_goes_on() {
+    // 2026-07-28 only: over HTTP+SSE the answer is an event on the session's
+    // one stream, where a fault of the test kit does not reach (and an
+    // event over the limit ends the stream, hence the session).
+    scenario(async {
+        for (eras, borrowed) in [(Eras::Modern, false), (Eras::Modern, true)] {
+            let world = world(eras, ServerConfig::default()).await;
+            let limits = mcp_scoped_http::TransportConfig::default()
+                .max_json_body(64 * 1024)
+                .max_sse_event(64 * 1024);
+            let session = connector(&world, borrowed)
+                .transport_config(limits)
+                .connect()
+                .await
+                .expect("connects");
+            world.server.push_fault(
+                Fault::on_rpc("tools/call", FaultAction::OversizeJson { bytes: 1 << 20 }).times(1),
+            );
+            let error = session
+                .call_tool("tool-000", json!({"text": "x"}))
+                .await
+                .expect_err("over the limit");
+            assert!(error.is_limit(), "{}: {error:?}", what(eras, borrowed));
+            session
+                .call_tool("tool-000", json!({"text": "y"}))
+                .await
+                .expect("the next call works");
+            session.close().await;
+            check(&world, &what(eras, borrowed)).await;
+        }
+    });
+}
+
+#[test]
+fn f33_churn_in_every_era_comes_back_to_baseline() {
+    use mcp_scoped_http::testkit::churn::{Churn, Cycle};
+    scenario(async {
+        for (eras, borrowed) in cases() {
+            let world = world(eras, ServerConfig::default()).await;
+            let client = borrowed.then(|| world.caller.client.clone());
+            let churn = Churn::new(world.server.url(), Cycle::Complete, client)
+                .await
+                .expect("the churn starts");
+            for cycle in 0..100 {
+                churn
+                    .run_once()
+                    .await
+                    .unwrap_or_else(|e| panic!("{} cycle {cycle}: {e}", what(eras, borrowed)));
+            }
             check(&world, &what(eras, borrowed)).await;
         }
     });

@@ -1481,3 +1481,58 @@ fn a_flood_of_list_changes_on_a_subscription_stays_bounded() {
         before.check(None, &server, "list_changed flood").await;
     });
 }
+
+/// The HTTP+SSE stream answered after a same-origin redirect names its
+/// endpoint relative to where it was answered (`/v2/sse` below), not to the
+/// URL first asked.
+#[test]
+fn an_endpoint_named_after_a_redirect_is_resolved_where_the_stream_answered() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            match (&seen.method, seen.path.as_str()) {
+                (&Method::GET, "/sse") => {
+                    let mut response = empty(307);
+                    response
+                        .headers_mut()
+                        .insert(http::header::LOCATION, "/v2/sse".parse().unwrap());
+                    response
+                }
+                (&Method::GET, "/v2/sse") => {
+                    let sid = state.writers.lock().unwrap().len();
+                    let (tx, response) = state.sse();
+                    // Relative to /v2/sse: /v2/messages?sid=N.
+                    let _ = tx.try_send(event(Some("endpoint"), &format!("messages?sid={sid}")));
+                    response
+                }
+                (&Method::POST, path) if path.starts_with("/v2/messages") => {
+                    if has_id(&seen) && seen.rpc().is_some() {
+                        if let Some(writer) = sse_writer(&seen, &state) {
+                            let _ = writer.try_send(message(&sse_answer(&seen)));
+                        }
+                    }
+                    empty(202)
+                }
+                _ => empty(404),
+            }
+        });
+        let session = owned_connector(&server.url("/sse"))
+            .protocol_version(ProtocolVersion::V2024_11_05)
+            .connect()
+            .await
+            .expect("connects through the redirect");
+        session.call_tool("echo", json!({})).await.expect("call");
+        session.close().await;
+        let posts: Vec<String> = server
+            .state
+            .seen()
+            .into_iter()
+            .filter(|s| s.method == Method::POST)
+            .map(|s| s.path)
+            .collect();
+        assert!(!posts.is_empty());
+        assert!(
+            posts.iter().all(|p| p.starts_with("/v2/messages?sid=")),
+            "{posts:?}"
+        );
+    });
+}

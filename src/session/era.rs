@@ -258,12 +258,20 @@ async fn discover(
                         initialized: Duration::ZERO,
                     }));
                 }
-                supported.into_iter().max().ok_or_else(|| {
-                    Error::protocol(
-                        "the server supports none of the protocol versions this client speaks",
-                    )
-                    .in_phase(ConnectPhase::Initialize)
-                })?
+                match supported.into_iter().max() {
+                    Some(instead) => instead,
+                    // Only revisions without Streamable HTTP (2024-11-05)
+                    // or none we know: not a server to speak 2026 to.
+                    None => {
+                        return Ok(Probe::Legacy(
+                            Error::protocol(
+                                "server/discover lists none of the Streamable HTTP revisions \
+                                 this client speaks",
+                            )
+                            .in_phase(ConnectPhase::Initialize),
+                        ));
+                    }
+                }
             }
             Err(error) if !retried => match supported_instead(&error) {
                 Some(instead) => instead,

@@ -558,8 +558,8 @@ impl StreamableHttp {
             let mut headers = self.headers(false);
             headers.insert(ACCEPT, ACCEPT_SSE);
             headers.remove(CONTENT_TYPE);
-            let response = self
-                .send(Method::GET, self.endpoint.clone(), &headers, None)
+            let (response, answered_at) = self
+                .send_following(Method::GET, self.endpoint.clone(), &headers, None)
                 .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
@@ -578,7 +578,9 @@ impl StreamableHttp {
                 self.config.max_batch_messages,
             );
             let named = stream.endpoint_event().await?;
-            let target = resolve_endpoint(&self.endpoint, &named)?;
+            // Relative to the URL that answered, after a same-origin
+            // redirect as before one.
+            let target = resolve_endpoint(&answered_at, &named)?;
             if Origin::of(&target).as_ref() != Some(&self.origin) {
                 return Err(Error::protocol(format!(
                     "the HTTP+SSE endpoint event names another origin; refused \
@@ -663,10 +665,24 @@ impl StreamableHttp {
     async fn send(
         &self,
         method: Method,
-        mut uri: Uri,
+        uri: Uri,
         headers: &HeaderMap,
         body: Option<Bytes>,
     ) -> Result<http::Response<ResponseBody>> {
+        self.send_following(method, uri, headers, body)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`send`](Self::send), also returning the URL that answered (after
+    /// the redirects followed).
+    async fn send_following(
+        &self,
+        method: Method,
+        mut uri: Uri,
+        headers: &HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<(http::Response<ResponseBody>, Uri)> {
         for _ in 0..=self.config.max_redirects {
             let mut request = http::Request::new(Full::new(body.clone().unwrap_or_default()));
             *request.method_mut() = method.clone();
@@ -675,7 +691,7 @@ impl StreamableHttp {
             let response = self.client.send_scoped(request, self.scope).await?;
             let status = response.status();
             if !status.is_redirection() {
-                return Ok(response);
+                return Ok((response, uri));
             }
             if status != StatusCode::TEMPORARY_REDIRECT && status != StatusCode::PERMANENT_REDIRECT
             {
