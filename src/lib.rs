@@ -1,11 +1,18 @@
 //! # mcp-scoped-http
 //!
-//! A Model Context Protocol (MCP) client over Streamable HTTP whose promise
-//! is **resource scoping**: whatever it acquires for a session is released
+//! A Model Context Protocol (MCP) client over HTTP whose promise is
+//! **resource scoping**: whatever it acquires for a session is released
 //! exactly once, in reverse order, on every way out (close after success,
 //! failure at any step of connect, or the caller dropping a future
 //! half-way), and whatever the caller lent it (its own HTTP client, a
 //! session it owns) is never closed, replaced or deleted.
+//!
+//! It speaks every era of MCP over HTTP, found per endpoint by probing
+//! (see [`Connector::protocol_version`] to pin one instead): 2026-07-28
+//! (stateless Streamable HTTP: `server/discover`, request metadata in
+//! `_meta` and headers, multi round-trip requests), the 2025 revisions
+//! (Streamable HTTP with `initialize` and sessions), and the deprecated
+//! HTTP+SSE transport of 2024-11-05. [`SessionInfo`] says which.
 //!
 //! ```
 //! # #[cfg(feature = "testkit")]
@@ -49,7 +56,9 @@
 //!
 //! A session pushes each resource the moment it exists: the owned client,
 //! its hooks, the transport, the entry of the server sessions it creates,
-//! background tasks (the GET listener, re-initialize, re-discovery).
+//! background tasks (the GET listener, or `subscriptions/listen` in
+//! 2026-07-28, or the HTTP+SSE event stream, which is that era's session;
+//! re-initialize, re-discovery).
 //! Release is the exact reverse:
 //!
 //! 1. background tasks are cancelled and joined;
