@@ -35,6 +35,16 @@ fn opening(eras: Eras) -> &'static str {
     }
 }
 
+/// An answer with this status and nothing else.
+fn bare(status: u16) -> FaultAction {
+    FaultAction::Status {
+        status,
+        content_type: None,
+        body: None,
+        headers: vec![],
+    }
+}
+
 async fn world(eras: Eras, config: ServerConfig) -> World {
     World::new(config.with_eras(eras)).await
 }
@@ -137,18 +147,7 @@ fn f12_a_failed_page_fails_connect_with_nothing_partial() {
                 ServerConfig::default()
                     .with_tools(9)
                     .with_page_size(3)
-                    .with_fault(
-                        Fault::on_rpc(
-                            "tools/list",
-                            FaultAction::Status {
-                                status: 500,
-                                content_type: None,
-                                body: None,
-                                headers: vec![],
-                            },
-                        )
-                        .page(2),
-                    ),
+                    .with_fault(Fault::on_rpc("tools/list", bare(500)).page(2)),
             )
             .await;
             let error = fails(connector(&world, borrowed)).await;
@@ -176,18 +175,9 @@ fn f20_f24_one_failed_request_spares_the_rest_and_many_run_at_once() {
         for (eras, borrowed) in cases() {
             let world = world(eras, ServerConfig::default()).await;
             let session = connected(&world, borrowed).await;
-            world.server.push_fault(
-                Fault::on_rpc(
-                    "tools/call",
-                    FaultAction::Status {
-                        status: 503,
-                        content_type: None,
-                        body: None,
-                        headers: vec![],
-                    },
-                )
-                .times(1),
-            );
+            world
+                .server
+                .push_fault(Fault::on_rpc("tools/call", bare(503)).times(1));
             let error = session
                 .call_tool("tool-000", json!({"text": "a"}))
                 .await
@@ -328,12 +318,7 @@ fn f07_an_opening_answered_without_its_response_fails_at_once() {
             // the POST itself is refused after being "accepted" elsewhere.
             let action = match eras {
                 Eras::Modern => FaultAction::Accepted,
-                _ => FaultAction::Status {
-                    status: 500,
-                    content_type: None,
-                    body: None,
-                    headers: vec![],
-                },
+                _ => bare(500),
             };
             let world = world(
                 eras,
@@ -371,15 +356,8 @@ fn f10_a_failed_initialized_over_http_sse_fails_connect_and_ends_the_stream() {
         for borrowed in [false, true] {
             let world = world(
                 Eras::HttpSse,
-                ServerConfig::default().with_fault(Fault::on_rpc(
-                    "notifications/initialized",
-                    FaultAction::Status {
-                        status: 500,
-                        content_type: None,
-                        body: None,
-                        headers: vec![],
-                    },
-                )),
+                ServerConfig::default()
+                    .with_fault(Fault::on_rpc("notifications/initialized", bare(500))),
             )
             .await;
             let error = fails(connector(&world, borrowed)).await;
@@ -437,15 +415,7 @@ fn f13_f18_discovery_is_all_or_nothing_and_asks_only_for_what_is_offered() {
         for (eras, borrowed) in cases() {
             let world = world(
                 eras,
-                ServerConfig::default().with_fault(Fault::on_rpc(
-                    "prompts/list",
-                    FaultAction::Status {
-                        status: 500,
-                        content_type: None,
-                        body: None,
-                        headers: vec![],
-                    },
-                )),
+                ServerConfig::default().with_fault(Fault::on_rpc("prompts/list", bare(500))),
             )
             .await;
             let error = fails(connector(&world, borrowed)).await;

@@ -595,11 +595,12 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             generation = engine.current() => generation?,
         };
         let waiter = engine.waiter(request.id.clone());
+        let no_extra_headers = http::HeaderMap::new();
         let posted = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
             _ = stop.cancelled() => return Err(given_up()),
-            posted = engine.post_request(&generation, &request, http::HeaderMap::new()) => posted,
+            posted = engine.post_request(&generation, &request, &no_extra_headers) => posted,
         };
         let answer = match posted {
             Ok(answer) => answer,

@@ -117,7 +117,7 @@ pub(super) async fn subscribe<F: Front>(
         };
         let mut fruitful = false;
         match engine
-            .post_request(generation, &request, http::HeaderMap::new())
+            .post_request(generation, &request, &http::HeaderMap::new())
             .await
         {
             Ok(mut stream) => {

@@ -78,6 +78,11 @@ impl Generation {
     pub(crate) fn era(&self) -> Era {
         self.era
     }
+
+    /// Whether requests on it are 2026-07-28's.
+    pub(crate) fn is_stateless(&self) -> bool {
+        self.era == Era::Stateless
+    }
 }
 
 /// The session requests go to right now.
@@ -718,7 +723,7 @@ impl<F: Front> Engine<F> {
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
-        extra: HeaderMap,
+        extra: &HeaderMap,
     ) -> Result<MessageStream> {
         generation
             .wire
@@ -738,7 +743,7 @@ impl<F: Front> Engine<F> {
         accepted: &AtomicBool,
     ) -> Result<Value> {
         let post = async {
-            let answer = self.post_request(generation, request, extra.clone()).await;
+            let answer = self.post_request(generation, request, extra).await;
             accepted.store(answer.is_ok(), Ordering::Relaxed);
             answer
         };

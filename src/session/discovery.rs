@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::engine::{Deadline, Engine, Era, Front};
+use crate::engine::{Deadline, Engine, Front};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::metadata::param_headers;
@@ -320,10 +320,7 @@ impl<'a, F: Front> Lister<'a, F> {
                 )));
             };
             let stateless = kind == ListKind::Tools
-                && self
-                    .engine
-                    .generation()
-                    .is_some_and(|g| g.era() == Era::Stateless);
+                && self.engine.generation().is_some_and(|g| g.is_stateless());
             for entry in entries {
                 if stateless && !valid_tool(&entry) {
                     continue;

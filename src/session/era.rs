@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::connect::PhaseCell;
 use super::front::SessionFront;
 use crate::client::RevisionMemory;
-use crate::engine::{Deadline, Engine, Era, Generation};
+use crate::engine::{Deadline, Engine, Generation};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{Notification, Request};
 use crate::transport::ProtocolVersion;
@@ -375,13 +375,12 @@ fn in_phase(error: Error) -> Error {
 /// A result's `resultType` must be `complete` (or absent, as before
 /// 2026-07-28) where nothing else is allowed.
 pub(crate) fn check_complete(result: &Value, method: &str) -> Result<()> {
-    match result.get("resultType") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(kind)) if kind == "complete" => Ok(()),
-        Some(other) => {
-            let shown: String = other.to_string().chars().take(40).collect();
+    match super::stateless::result_type(result, method)? {
+        None | Some("complete") => Ok(()),
+        Some(kind) => {
+            let shown: String = kind.chars().take(40).collect();
             Err(Error::protocol(format!(
-                "the {method} result has resultType {shown}, where only \"complete\" is allowed"
+                "the {method} result has resultType {shown:?}, where only \"complete\" is allowed"
             )))
         }
     }
@@ -401,11 +400,4 @@ pub(super) fn subscription_filter(capabilities: &Value) -> Option<Value> {
         }
     }
     (!filter.is_empty()).then_some(Value::Object(filter))
-}
-
-impl Generation {
-    /// Whether requests on it are 2026-07-28's.
-    pub(crate) fn is_stateless(&self) -> bool {
-        self.era() == Era::Stateless
-    }
 }

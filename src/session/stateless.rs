@@ -72,20 +72,7 @@ pub(super) async fn request(
             },
             Err(error) => return Err(error),
         };
-        // Not `as_str`: a `resultType` that is no string is junk, not an
-        // absent one (only absent or null means "complete", as in
-        // `check_complete`).
-        let kind = match result.get("resultType") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(kind)) => Some(kind.as_str()),
-            Some(other) => {
-                let shown: String = other.to_string().chars().take(40).collect();
-                return Err(Error::protocol(format!(
-                    "the {method} result has resultType {shown}, which is not a string"
-                )));
-            }
-        };
-        match kind {
+        match result_type(&result, method)? {
             None | Some("complete") => return Ok(result),
             Some("input_required") if MRTR_METHODS.contains(&method) => {
                 rounds += 1;
@@ -103,6 +90,22 @@ pub(super) async fn request(
                     "the {method} result has resultType {shown:?}, which this client does not handle"
                 )));
             }
+        }
+    }
+}
+
+/// A result's `resultType`: `None` when absent or null (complete, as
+/// before 2026-07-28). One that is no string is junk, not an absent one:
+/// refused.
+pub(super) fn result_type<'a>(result: &'a Value, method: &str) -> Result<Option<&'a str>> {
+    match result.get("resultType") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(kind)) => Ok(Some(kind.as_str())),
+        Some(other) => {
+            let shown: String = other.to_string().chars().take(40).collect();
+            Err(Error::protocol(format!(
+                "the {method} result has resultType {shown}, which is not a string"
+            )))
         }
     }
 }

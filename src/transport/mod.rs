@@ -326,7 +326,7 @@ impl StreamableHttp {
     /// on the event stream, any 2xx is the rule, its body unread: the
     /// stream returned is empty).
     pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
-        self.post_request_with(request, HeaderMap::new()).await
+        self.post_request_with(request, &HeaderMap::new()).await
     }
 
     /// [`post_request`](Self::post_request) with `extra` headers (the
@@ -334,26 +334,29 @@ impl StreamableHttp {
     pub(crate) async fn post_request_with(
         &self,
         request: &Request,
-        extra: HeaderMap,
+        extra: &HeaderMap,
     ) -> Result<MessageStream> {
         let is_initialize = request.method == "initialize";
         let span =
             tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %request.method);
         async {
-            let (body, headers) = self.prepare(
-                &request.method,
-                request.params.as_ref(),
-                |params| {
+            let (mut headers, version) = self.headers_and_version(!is_initialize);
+            let params = request.params.as_ref();
+            let body = match self.with_metadata(version, &request.method, params, &mut headers) {
+                Some(params) => {
+                    headers.extend(
+                        extra
+                            .iter()
+                            .map(|(name, value)| (name.clone(), value.clone())),
+                    );
                     encode(&Request {
                         id: request.id.clone(),
                         method: request.method.clone(),
-                        params,
+                        params: Some(params),
                     })
-                },
-                || encode(request),
-                !is_initialize,
-                extra,
-            );
+                }
+                None => encode(request),
+            };
             let response = self.post_body(body, headers, is_initialize).await?;
             if self.is_http_sse() {
                 // Over HTTP+SSE the answer comes on the event stream; a 2xx
@@ -368,49 +371,39 @@ impl StreamableHttp {
         .await
     }
 
-    /// The body and headers of a POST: in 2026-07-28, `_meta` goes into
-    /// the params and the request metadata headers are added.
-    fn prepare(
+    /// 2026-07-28 (when `version` is): the params to send, with `_meta`,
+    /// after adding the headers mirrored from the body to `headers`.
+    /// `None`: the message goes as it is.
+    fn with_metadata(
         &self,
+        version: Option<ProtocolVersion>,
         method: &str,
         params: Option<&Value>,
-        with_meta: impl FnOnce(Option<Value>) -> Vec<u8>,
-        plain: impl FnOnce() -> Vec<u8>,
-        with_session: bool,
-        extra: HeaderMap,
-    ) -> (Vec<u8>, HeaderMap) {
-        let mut headers = self.headers(with_session);
-        let version = self.protocol_version().filter(|v| v.is_modern());
-        let Some(version) = version.filter(|_| with_session) else {
-            return (plain(), headers);
-        };
+        headers: &mut HeaderMap,
+    ) -> Option<Value> {
+        let version = version.filter(|v| v.is_modern())?;
         let mut meta = self.client_meta.as_deref().cloned().unwrap_or_default();
         meta.insert(
             metadata::META_PROTOCOL_VERSION.into(),
             Value::from(version.as_str()),
         );
-        metadata::standard_headers(method, params, &mut headers);
-        headers.extend(extra);
-        (with_meta(Some(metadata::with_meta(params, &meta))), headers)
+        metadata::standard_headers(method, params, headers);
+        Some(metadata::with_meta(params, &meta))
     }
 
     /// POSTs a notification; any 2xx accepts it (a body, if any, is not
     /// read).
     pub async fn post_notification(&self, notification: &Notification) -> Result<()> {
         let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %notification.method);
-        let (body, headers) = self.prepare(
-            &notification.method,
-            notification.params.as_ref(),
-            |params| {
-                encode(&Notification {
-                    method: notification.method.clone(),
-                    params,
-                })
-            },
-            || encode(notification),
-            true,
-            HeaderMap::new(),
-        );
+        let (mut headers, version) = self.headers_and_version(true);
+        let params = notification.params.as_ref();
+        let body = match self.with_metadata(version, &notification.method, params, &mut headers) {
+            Some(params) => encode(&Notification {
+                method: notification.method.clone(),
+                params: Some(params),
+            }),
+            None => encode(notification),
+        };
         self.post_body(body, headers, false)
             .instrument(span)
             .await
@@ -629,22 +622,29 @@ impl StreamableHttp {
 
     /// The headers of a POST; with `session`, the session id and revision.
     fn headers(&self, session: bool) -> HeaderMap {
+        self.headers_and_version(session).0
+    }
+
+    /// [`headers`](Self::headers), and the revision they name (with
+    /// `session`), read under one lock.
+    fn headers_and_version(&self, session: bool) -> (HeaderMap, Option<ProtocolVersion>) {
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(CONTENT_TYPE, APPLICATION_JSON);
         headers.insert(ACCEPT, ACCEPT_POST);
-        if session {
-            let state = self.state();
-            if let Some(id) = &state.id {
-                headers.insert(MCP_SESSION_ID, id.header_value());
-            }
-            if let Some(version) = state.version.filter(|v| v.sends_version_header()) {
-                headers.insert(
-                    MCP_PROTOCOL_VERSION,
-                    HeaderValue::from_static(version.as_str()),
-                );
-            }
+        if !session {
+            return (headers, None);
         }
-        headers
+        let state = self.state();
+        if let Some(id) = &state.id {
+            headers.insert(MCP_SESSION_ID, id.header_value());
+        }
+        if let Some(version) = state.version.filter(|v| v.sends_version_header()) {
+            headers.insert(
+                MCP_PROTOCOL_VERSION,
+                HeaderValue::from_static(version.as_str()),
+            );
+        }
+        (headers, state.version)
     }
 
     fn take_session_id(&self, headers: &HeaderMap) -> Result<()> {
