@@ -11,6 +11,8 @@
 //! and shares the underlying client.
 
 mod hooks;
+#[cfg(feature = "oauth")]
+pub(crate) mod oauth;
 pub(crate) mod owned;
 pub(crate) mod quickack;
 
