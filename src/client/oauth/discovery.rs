@@ -67,6 +67,11 @@ pub(crate) fn authorization_server_metadata_urls(issuer: &str) -> Vec<String> {
     }
 }
 
+/// Whether `url` is an absolute `http` or `https` URL with a host.
+pub(crate) fn is_http_url(url: &str) -> bool {
+    split(url).is_some()
+}
+
 /// Whether `url` is on the same origin as `other` (scheme and authority,
 /// compared as written, the scheme and host ignoring case).
 pub(crate) fn same_origin(url: &str, other: &str) -> bool {
