@@ -87,6 +87,8 @@ pub(crate) enum Kind {
     Redirect,
     /// A header hook's provider failed.
     Hook,
+    /// The OAuth authorization flow failed or was refused.
+    Auth,
     /// The session is closed or closing.
     Closed,
     /// A deadline of ours passed.
@@ -191,6 +193,10 @@ impl Error {
         Error::new(Kind::Hook).with_boxed_source(source)
     }
 
+    pub(crate) fn auth(message: impl Into<String>) -> Self {
+        Error::new(Kind::Auth).with_message(message)
+    }
+
     pub(crate) fn timeout(message: impl Into<String>) -> Self {
         Error::new(Kind::Timeout).with_message(message)
     }
@@ -271,6 +277,14 @@ impl Error {
     /// refresh).
     pub fn is_hook(&self) -> bool {
         self.inner.kind == Kind::Hook
+    }
+
+    /// True when the OAuth authorization flow (feature `oauth`) failed or
+    /// refused to go on: metadata that does not check out, an
+    /// authorization server that refused, a server still refusing after
+    /// the bounded number of authorizations.
+    pub fn is_auth(&self) -> bool {
+        self.inner.kind == Kind::Auth
     }
 
     /// True when the session was closed (or was closing) before the call
@@ -358,6 +372,7 @@ impl Error {
             Kind::Limit => "size limit exceeded",
             Kind::Redirect => "redirect refused",
             Kind::Hook => "a header provider failed",
+            Kind::Auth => "authorization failed",
             Kind::Closed => "the session is closed",
             Kind::Timeout => "timed out",
         }

@@ -287,6 +287,8 @@ pub mod testkit;
 mod transport;
 mod version;
 
+#[cfg(feature = "oauth")]
+pub use client::oauth;
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
 pub use engine::Resumption;
 pub use error::{ConnectPhase, Error, Result};

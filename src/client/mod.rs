@@ -12,7 +12,7 @@
 
 mod hooks;
 #[cfg(feature = "oauth")]
-pub(crate) mod oauth;
+pub mod oauth;
 pub(crate) mod owned;
 pub(crate) mod quickack;
 

@@ -19,6 +19,9 @@ pub(crate) struct Endpoint {
     pub(crate) builder: HttpClientBuilder,
     hooks: Vec<std::result::Result<HeaderHook, Deferred>>,
     pub(crate) transport: TransportConfig,
+    /// OAuth for the session's requests.
+    #[cfg(feature = "oauth")]
+    pub(crate) oauth: Option<crate::client::oauth::OAuth>,
 }
 
 /// A setter's error, reported by every connect.
@@ -38,6 +41,8 @@ impl Endpoint {
             builder: HttpClientBuilder::new(),
             hooks: Vec::new(),
             transport: TransportConfig::default(),
+            #[cfg(feature = "oauth")]
+            oauth: None,
         }
     }
 
@@ -79,11 +84,21 @@ impl Endpoint {
             let hook = hook.clone().map_err(|deferred| deferred.0)?;
             stack.push_hook(client.add_session_hook(&self.url, scope, hook)?);
         }
-        let mut template = StreamableHttp::new(client, &self.url)?
+        let mut template = StreamableHttp::new(client.clone(), &self.url)?
             .with_config(self.transport.clone())
             .with_scope(scope);
         if let Some((info, capabilities)) = client_meta {
             template = template.with_client_meta(info, capabilities);
+        }
+        // The authorizer (its tokens, its in-memory store) lives with the
+        // transport on the stack and goes with it.
+        #[cfg(feature = "oauth")]
+        if let Some(oauth) = &self.oauth {
+            template = template.with_auth(Arc::new(crate::client::oauth::Authorizer::new(
+                oauth,
+                &self.url,
+                client.clone(),
+            )));
         }
         let template = Arc::new(template);
         stack.push_transport(template.clone());

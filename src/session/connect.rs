@@ -142,6 +142,15 @@ impl Connector {
         self
     }
 
+    /// Authorizes with OAuth 2.1 (feature `oauth`): a `401` (or a `403`
+    /// `insufficient_scope`) to any request runs the flow, and the request
+    /// is sent again. See [`oauth`](crate::oauth). Default: none.
+    #[cfg(feature = "oauth")]
+    pub fn oauth(mut self, oauth: crate::oauth::OAuth) -> Self {
+        self.config_mut().endpoint.oauth = Some(oauth);
+        self
+    }
+
     /// Adds a header hook for this session's requests (and no one else's).
     pub fn hook(mut self, hook: HeaderHook) -> Self {
         self.config_mut().endpoint.push_hook(Ok(hook));

@@ -201,6 +201,10 @@ pub struct StreamableHttp {
     /// `clientInfo` and `clientCapabilities` as `_meta` fields, for the
     /// requests of 2026-07-28.
     client_meta: Option<Arc<Map<String, Value>>>,
+    /// The session's OAuth authorizer: the bearer on every request, and
+    /// the flow when one is refused.
+    #[cfg(feature = "oauth")]
+    auth: Option<Arc<crate::client::oauth::Authorizer>>,
 }
 
 impl StreamableHttp {
@@ -220,6 +224,8 @@ impl StreamableHttp {
             state: Mutex::default(),
             scope: None,
             client_meta: None,
+            #[cfg(feature = "oauth")]
+            auth: None,
         })
     }
 
@@ -239,6 +245,14 @@ impl StreamableHttp {
     /// Replaces the configuration.
     pub fn with_config(mut self, config: TransportConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Authorizes with OAuth: `auth` adds the bearer, and runs the flow
+    /// when a request is refused.
+    #[cfg(feature = "oauth")]
+    pub(crate) fn with_auth(mut self, auth: Arc<crate::client::oauth::Authorizer>) -> Self {
+        self.auth = Some(auth);
         self
     }
 
@@ -309,6 +323,8 @@ impl StreamableHttp {
             state: Mutex::default(),
             scope: self.scope,
             client_meta: self.client_meta.clone(),
+            #[cfg(feature = "oauth")]
+            auth: self.auth.clone(),
         }
     }
 
@@ -675,8 +691,44 @@ impl StreamableHttp {
     }
 
     /// [`send`](Self::send), also returning the URL that answered (after
-    /// the redirects followed).
+    /// the redirects followed). With OAuth, a request refused for want of
+    /// authorization is sent again once the authorizer has recovered, at
+    /// most its bound of times.
     async fn send_following(
+        &self,
+        method: Method,
+        uri: Uri,
+        headers: &HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<(http::Response<ResponseBody>, Uri)> {
+        #[cfg(feature = "oauth")]
+        if let Some(auth) = &self.auth {
+            let mut authorizations = 0;
+            loop {
+                let mut headers = headers.clone();
+                let sent = auth.add_bearer(&mut headers).await?;
+                let (response, answered) = self
+                    .send_redirects(method.clone(), uri.clone(), &headers, body.clone())
+                    .await?;
+                let Some(refusal) = crate::client::oauth::Refusal::of(&response) else {
+                    return Ok((response, answered));
+                };
+                if authorizations >= auth.max_authorizations() {
+                    return Err(Error::auth(format!(
+                        "the server still refuses after {authorizations} authorizations"
+                    ))
+                    .with_status(refusal.status()));
+                }
+                authorizations += 1;
+                drop(response);
+                auth.recover(&refusal, sent).await?;
+            }
+        }
+        self.send_redirects(method, uri, headers, body).await
+    }
+
+    /// One request, following same-origin 307/308 redirects only.
+    async fn send_redirects(
         &self,
         method: Method,
         mut uri: Uri,
@@ -798,7 +850,7 @@ impl fmt::Debug for StreamableHttp {
     }
 }
 
-async fn read_limited(
+pub(crate) async fn read_limited(
     response: http::Response<ResponseBody>,
     limit: usize,
     what: &str,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_scoped_http::Connector;
+use mcp_scoped_http::oauth::{ClientCredentials, LoopbackAgent, OAuth, TokenAuthMethod};
 use mcp_scoped_http::testkit::Eras;
 use mcp_scoped_http::{ProtocolVersion, SessionId};
 
@@ -152,6 +153,30 @@ pub(crate) struct Common {
     /// Print one JSON object on stdout instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// Authorize with OAuth 2.1 when the server asks: prints the
+    /// authorization URL, opens a browser, and takes the redirect on
+    /// 127.0.0.1 (requests may then take up to 6 minutes, unless --timeout).
+    #[arg(long, global = true)]
+    pub(crate) oauth: bool,
+    /// With --oauth: a client registered in advance (else the server's
+    /// registration is used).
+    #[arg(long, value_name = "ID", requires = "oauth", global = true)]
+    pub(crate) client_id: Option<String>,
+    /// With --client-id: its secret (client_secret_basic).
+    #[arg(long, value_name = "SECRET", requires = "client_id", global = true)]
+    pub(crate) client_secret: Option<String>,
+    /// With --oauth: a scope to ask for (repeatable; else the server's).
+    #[arg(
+        long = "scope",
+        value_name = "SCOPE",
+        requires = "oauth",
+        global = true
+    )]
+    pub(crate) scopes: Vec<String>,
+    /// With --oauth: the port of the 127.0.0.1 redirect listener (default:
+    /// any free one).
+    #[arg(long, value_name = "PORT", requires = "oauth", global = true)]
+    pub(crate) redirect_port: Option<u16>,
 }
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {
@@ -216,7 +241,37 @@ impl Common {
         if let Some(timeout) = self.timeout {
             connector = connector.request_timeout(timeout).delete_timeout(timeout);
         }
+        if self.oauth {
+            if self.timeout.is_none() {
+                // A person at a browser: the loopback wait (5 minutes), and
+                // the rest of the flow.
+                connector = connector.request_timeout(Duration::from_secs(360));
+            }
+            connector = connector.oauth(self.oauth_settings());
+        }
         Ok(connector)
+    }
+
+    /// `--oauth` and its options, with the loopback user agent.
+    fn oauth_settings(&self) -> OAuth {
+        let mut agent = LoopbackAgent::new().open_browser(true);
+        if let Some(port) = self.redirect_port {
+            agent = agent.port(port);
+        }
+        let mut oauth = OAuth::new(agent);
+        if let Some(id) = &self.client_id {
+            let credentials = match &self.client_secret {
+                Some(secret) => {
+                    ClientCredentials::confidential(id, secret, TokenAuthMethod::ClientSecretBasic)
+                }
+                None => ClientCredentials::public(id),
+            };
+            oauth = oauth.client(credentials, None);
+        }
+        if !self.scopes.is_empty() {
+            oauth = oauth.scopes(self.scopes.iter().cloned());
+        }
+        oauth
     }
 }
 

@@ -12,6 +12,7 @@
 //! the elicitation handler answers.
 
 use mcp_scoped_http::jsonrpc::ErrorObject;
+use mcp_scoped_http::oauth::{ClientCredentials, HeadlessAgent, OAuth, TokenAuthMethod};
 use mcp_scoped_http::{Connector, ProtocolVersion, Session};
 use serde_json::{Map, Value, json};
 
@@ -38,6 +39,15 @@ const SCENARIOS: [&str; 11] = [
     // both
     "json-schema-2020-12-preservation",
 ];
+
+/// The authorization scenarios (`auth/...`): the server and its
+/// authorization server approve on their own, so a headless user agent
+/// reads the redirect; nothing listens at the redirect URI.
+const AUTH_PREFIX: &str = "auth/";
+const AUTH_REDIRECT_URI: &str = "http://localhost:3000/callback";
+/// The Client ID Metadata Document URL the suite expects where its
+/// authorization server supports them.
+const AUTH_CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
 
 /// The tools of `sep-2322-client-request-state`: two multi round-trip
 /// flows (with and without `requestState`), one plain tool called while
@@ -144,7 +154,8 @@ pub(crate) async fn run(url: &str, common: &Common) -> Outcome {
         ),
         Err(_) => None,
     };
-    if !SCENARIOS.contains(&scenario.as_str()) {
+    let auth = scenario.starts_with(AUTH_PREFIX);
+    if !auth && !SCENARIOS.contains(&scenario.as_str()) {
         return Err(Failure::usage(format!(
             "unknown conformance scenario {scenario:?} (known: {})",
             SCENARIOS.join(", ")
@@ -159,6 +170,9 @@ pub(crate) async fn run(url: &str, common: &Common) -> Outcome {
     let mut connector = common.connector(url)?;
     if let Some(revision) = pinned_revision() {
         connector = pin(connector, revision);
+    }
+    if auth {
+        connector = connector.oauth(conformance_oauth(context.as_ref()));
     }
     // sse-retry's server answers the pending tools/call on whichever GET it
     // sees first, the listener's or the resumption's: the library takes the
@@ -203,6 +217,25 @@ pub(crate) async fn run(url: &str, common: &Common) -> Outcome {
     let released = session.close().await;
     outcome?;
     close_outcome(&released)
+}
+
+/// OAuth as the authorization scenarios want it: a headless agent, the
+/// suite's metadata document URL, and the pre-registered client of the
+/// context (`client_id`, `client_secret`, and in 0.2 its `issuer`).
+fn conformance_oauth(context: Option<&Value>) -> OAuth {
+    let mut oauth = OAuth::new(HeadlessAgent::new(AUTH_REDIRECT_URI))
+        .client_metadata_url(AUTH_CLIENT_METADATA_URL);
+    let field = |name: &str| context.and_then(|c| c.get(name)).and_then(Value::as_str);
+    if let Some(id) = field("client_id") {
+        let credentials = match field("client_secret") {
+            Some(secret) => {
+                ClientCredentials::confidential(id, secret, TokenAuthMethod::ClientSecretBasic)
+            }
+            None => ClientCredentials::public(id),
+        };
+        oauth = oauth.client(credentials, field("issuer"));
+    }
+    oauth
 }
 
 /// What the scenario asks of the application once connected.

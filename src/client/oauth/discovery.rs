@@ -67,6 +67,12 @@ pub(crate) fn authorization_server_metadata_urls(issuer: &str) -> Vec<String> {
     }
 }
 
+/// The origin of `url` as written (`https://host:1`), when it is an
+/// absolute `http(s)` URL.
+pub(crate) fn origin_of(url: &str) -> Option<&str> {
+    split(url).map(|(origin, _)| origin)
+}
+
 /// Whether `url` is an absolute `http` or `https` URL with a host.
 pub(crate) fn is_http_url(url: &str) -> bool {
     split(url).is_some()

@@ -121,6 +121,38 @@ impl AuthorizationServer {
         })
     }
 
+    /// Reads metadata found by the 2025-03-26 fallback at `origin` (a
+    /// server with no protected resource metadata): that revision named
+    /// no issuer to check against, so the document's is taken as it is
+    /// (the origin when it names none). S256 is still required.
+    pub(crate) fn from_json_legacy(document: &Value, origin: &str) -> Result<AuthorizationServer> {
+        let issuer = document
+            .get("issuer")
+            .and_then(Value::as_str)
+            .unwrap_or(origin)
+            .to_owned();
+        let mut document = document.clone();
+        if let Some(object) = document.as_object_mut() {
+            object.insert("issuer".into(), Value::String(issuer.clone()));
+        }
+        AuthorizationServer::from_json(&document, &issuer)
+    }
+
+    /// The 2025-03-26 default endpoints at `origin`, for a server with no
+    /// metadata at all (PKCE S256 assumed, as that revision required it).
+    pub(crate) fn legacy_defaults(origin: &str) -> AuthorizationServer {
+        AuthorizationServer {
+            issuer: origin.to_owned(),
+            authorization_endpoint: format!("{origin}/authorize"),
+            token_endpoint: format!("{origin}/token"),
+            registration_endpoint: Some(format!("{origin}/register")),
+            scopes_supported: None,
+            token_endpoint_auth_methods: vec!["client_secret_basic".to_owned()],
+            client_id_metadata_documents: false,
+            iss_parameter: false,
+        }
+    }
+
     /// Whether `offline_access` may be asked for (only when listed).
     pub(crate) fn offers_offline_access(&self) -> bool {
         self.scopes_supported
@@ -161,7 +193,7 @@ fn strings(value: Option<&Value>) -> Option<Vec<String>> {
 }
 
 fn invalid(message: impl Into<String>) -> Error {
-    Error::protocol(message)
+    Error::auth(message)
 }
 
 #[cfg(test)]
@@ -202,7 +234,7 @@ mod tests {
                 ENDPOINT,
             )
             .expect_err(resource);
-            assert!(error.is_protocol(), "{resource}: {error:?}");
+            assert!(error.is_auth(), "{resource}: {error:?}");
         }
         for document in [
             json!({"authorization_servers": ["http://a"]}),

@@ -1,0 +1,400 @@
+//! The two user agents shipped: a loopback redirect listener for a person
+//! at a browser, and a headless one for servers that approve on their own.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, LOCATION};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::discovery::origin_of;
+use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, Redirect, UserAgent};
+use crate::error::{Error, Result};
+
+/// Redirects a headless agent follows on the authorization server's own
+/// origin before reaching the redirect URI.
+const MAX_HOPS: usize = 5;
+
+/// The bound on each of the headless agent's requests.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A user agent with no user: it GETs the authorization URL itself and
+/// reads the redirect to `redirect_uri` from `Location`, without ever
+/// requesting it. For authorization servers that approve without a person
+/// (test servers, the conformance suite, some machine-to-machine setups);
+/// one that shows a login page is reported as needing a person.
+#[derive(Clone, Debug)]
+pub struct HeadlessAgent {
+    redirect_uri: String,
+}
+
+impl HeadlessAgent {
+    /// Registers and sends `redirect_uri` (an absolute URL; nothing listens
+    /// there).
+    pub fn new(redirect_uri: impl Into<String>) -> HeadlessAgent {
+        HeadlessAgent {
+            redirect_uri: redirect_uri.into(),
+        }
+    }
+}
+
+impl UserAgent for HeadlessAgent {
+    fn prepare(&self) -> BoxFuture<'_, Result<Box<dyn Redirect>>> {
+        let redirect = HeadlessRedirect {
+            redirect_uri: self.redirect_uri.clone(),
+        };
+        Box::pin(async move { Ok(Box::new(redirect) as Box<dyn Redirect>) })
+    }
+}
+
+struct HeadlessRedirect {
+    redirect_uri: String,
+}
+
+impl Redirect for HeadlessRedirect {
+    fn redirect_uri(&self) -> &str {
+        &self.redirect_uri
+    }
+
+    fn authorize(
+        self: Box<Self>,
+        request: AuthorizationRequest,
+    ) -> BoxFuture<'static, Result<AuthorizationResponse>> {
+        Box::pin(async move {
+            let mut url = request.url.clone();
+            let origin = origin_of(&url)
+                .ok_or_else(|| Error::auth("the authorization endpoint is not an http(s) URL"))?
+                .to_owned();
+            for _ in 0..MAX_HOPS {
+                let (status, location) = redirect_of(&request, &url).await?;
+                if !status.is_redirection() {
+                    return Err(Error::auth(format!(
+                        "the authorization server answered HTTP {status} instead of \
+                         redirecting: it wants a person (use a LoopbackAgent)"
+                    ))
+                    .with_status(status));
+                }
+                let location = location.ok_or_else(|| {
+                    Error::auth("the authorization server redirected without a Location")
+                })?;
+                // Read as written: the issuer in `iss` is compared byte for byte.
+                if before_query(&location) == before_query(&self.redirect_uri) {
+                    return Ok(AuthorizationResponse::from_redirect(&location));
+                }
+                let next = url::Url::parse(&url)
+                    .and_then(|base| base.join(&location))
+                    .map_err(|_| Error::auth("the authorization server's redirect is not a URL"))?
+                    .to_string();
+                if before_query(&next) == before_query(&self.redirect_uri) {
+                    return Ok(AuthorizationResponse::from_redirect(&next));
+                }
+                if origin_of(&next).is_none_or(|o| !o.eq_ignore_ascii_case(&origin)) {
+                    return Err(Error::auth(
+                        "the authorization server redirected to another origin than the \
+                         redirect URI; not followed",
+                    ));
+                }
+                url = next;
+            }
+            Err(Error::auth(
+                "too many redirects from the authorization server",
+            ))
+        })
+    }
+}
+
+/// GETs `url` (no redirect followed) and returns its status and `Location`.
+async fn redirect_of(
+    request: &AuthorizationRequest,
+    url: &str,
+) -> Result<(StatusCode, Option<String>)> {
+    let get = Request::builder()
+        .method(Method::GET)
+        .uri(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|_| Error::auth("the authorization URL is not valid"))?;
+    let response = tokio::time::timeout(EXCHANGE_TIMEOUT, request.client.send(get))
+        .await
+        .map_err(|_| {
+            Error::timeout(format!(
+                "the authorization request took longer than {EXCHANGE_TIMEOUT:?}"
+            ))
+        })??;
+    let location = response
+        .headers()
+        .get(LOCATION)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    Ok((response.status(), location))
+}
+
+fn before_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+impl fmt::Debug for HeadlessRedirect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeadlessRedirect").finish_non_exhaustive()
+    }
+}
+
+/// A user agent for a person at a browser: binds an HTTP listener on
+/// `127.0.0.1` (RFC 8252 §7.3) for the redirect, shows the authorization
+/// URL (and opens a browser when asked), and waits for the redirect.
+///
+/// The listener exists from [`prepare`](UserAgent::prepare) until the
+/// redirect has come back, the wait has timed out, or the flow is
+/// dropped; it is closed then, with every connection it accepted.
+///
+/// Defaults: an ephemeral port, path `/callback`, the URL printed on
+/// standard error, no browser opened, a 5 minute wait.
+#[derive(Clone)]
+pub struct LoopbackAgent {
+    port: u16,
+    path: String,
+    open_browser: bool,
+    timeout: Duration,
+    show: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl LoopbackAgent {
+    /// A loopback agent with the defaults above.
+    pub fn new() -> LoopbackAgent {
+        LoopbackAgent {
+            port: 0,
+            path: "/callback".to_owned(),
+            open_browser: false,
+            timeout: Duration::from_secs(300),
+            show: Arc::new(|url| {
+                eprintln!("Open this URL in a browser to authorize:\n  {url}");
+            }),
+        }
+    }
+
+    /// Listens on this port (0: any free one). A fixed port is what an
+    /// authorization server that compares redirect URIs exactly needs.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The redirect path. Default `/callback`.
+    #[must_use]
+    pub fn path(mut self, path: impl Into<String>) -> Self {
+        let path = path.into();
+        self.path = if path.starts_with('/') {
+            path
+        } else {
+            format!("/{path}")
+        };
+        self
+    }
+
+    /// Also opens the system's browser (`xdg-open`, `open`, `start`) on
+    /// the URL. Default: off.
+    #[must_use]
+    pub fn open_browser(mut self, open: bool) -> Self {
+        self.open_browser = open;
+        self
+    }
+
+    /// How long to wait for the redirect. Default 5 minutes.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Shows the authorization URL with `show` instead of printing it.
+    #[must_use]
+    pub fn on_url(mut self, show: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.show = Arc::new(show);
+        self
+    }
+}
+
+impl Default for LoopbackAgent {
+    fn default() -> Self {
+        LoopbackAgent::new()
+    }
+}
+
+impl fmt::Debug for LoopbackAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoopbackAgent")
+            .field("port", &self.port)
+            .field("path", &self.path)
+            .field("open_browser", &self.open_browser)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UserAgent for LoopbackAgent {
+    fn prepare(&self) -> BoxFuture<'_, Result<Box<dyn Redirect>>> {
+        Box::pin(async move {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, self.port))
+                .await
+                .map_err(|e| {
+                    Error::auth(format!(
+                        "could not listen on 127.0.0.1:{} for the redirect",
+                        self.port
+                    ))
+                    .with_source(e)
+                })?;
+            let port = listener
+                .local_addr()
+                .map_err(|e| Error::auth("the redirect listener has no address").with_source(e))?
+                .port();
+            Ok(Box::new(LoopbackRedirect {
+                redirect_uri: format!("http://127.0.0.1:{port}{}", self.path),
+                listener,
+                agent: self.clone(),
+            }) as Box<dyn Redirect>)
+        })
+    }
+}
+
+struct LoopbackRedirect {
+    redirect_uri: String,
+    listener: TcpListener,
+    agent: LoopbackAgent,
+}
+
+impl Redirect for LoopbackRedirect {
+    fn redirect_uri(&self) -> &str {
+        &self.redirect_uri
+    }
+
+    fn authorize(
+        self: Box<Self>,
+        request: AuthorizationRequest,
+    ) -> BoxFuture<'static, Result<AuthorizationResponse>> {
+        Box::pin(async move {
+            let LoopbackRedirect {
+                listener, agent, ..
+            } = *self;
+            (agent.show)(request.url());
+            if agent.open_browser {
+                open_browser(request.url()).await;
+            }
+            let wait = serve_until_redirect(listener, agent.path.clone());
+            tokio::time::timeout(agent.timeout, wait)
+                .await
+                .map_err(|_| {
+                    Error::timeout(format!("no redirect came back within {:?}", agent.timeout))
+                })?
+        })
+    }
+}
+
+/// Serves the listener until a GET of `path` arrives, and returns its
+/// query. Connections are served by tasks of a set this future owns:
+/// dropping it closes the listener and aborts them.
+async fn serve_until_redirect(
+    listener: TcpListener,
+    path: String,
+) -> Result<AuthorizationResponse> {
+    let (tx, mut rx) = mpsc::channel::<AuthorizationResponse>(1);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            received = rx.recv() => {
+                if let Some(response) = received {
+                    return Ok(response);
+                }
+            }
+            accepted = listener.accept() => {
+                let (stream, _) = accepted.map_err(|e| {
+                    Error::auth("the redirect listener failed").with_source(e)
+                })?;
+                let (tx, path) = (tx.clone(), path.clone());
+                let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let answer = callback(&req, &path, &tx);
+                    async move { Ok::<_, Infallible>(answer) }
+                });
+                connections.spawn(async move {
+                    let connection = http1::Builder::new()
+                        .keep_alive(false)
+                        .serve_connection(TokioIo::new(stream), service);
+                    // A connection left idle (a browser's preconnect) ends
+                    // with the wait, when the set is dropped.
+                    let _ = connection.await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+/// Answers one request to the listener: the redirect, or a 404.
+fn callback(
+    req: &Request<hyper::body::Incoming>,
+    path: &str,
+    tx: &mpsc::Sender<AuthorizationResponse>,
+) -> Response<Full<Bytes>> {
+    let page = |status: StatusCode, text: &'static str| {
+        let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    };
+    if req.method() != Method::GET || req.uri().path() != path {
+        return page(StatusCode::NOT_FOUND, "Not found.\n");
+    }
+    let query = req.uri().query().unwrap_or("");
+    let response = AuthorizationResponse::from_redirect(&format!("?{query}"));
+    let refused = response.error.is_some();
+    // The first redirect wins; a second one finds the channel full.
+    let _ = tx.try_send(response);
+    if refused {
+        page(
+            StatusCode::OK,
+            "Authorization was refused. You can close this tab.\n",
+        )
+    } else {
+        page(
+            StatusCode::OK,
+            "Authorization received. You can close this tab.\n",
+        )
+    }
+}
+
+/// Asks the system to open `url` in a browser; a failure only means the
+/// person opens it from the printed line.
+async fn open_browser(url: &str) {
+    let (program, args): (&str, Vec<&str>) = if cfg!(target_os = "macos") {
+        ("open", vec![url])
+    } else if cfg!(windows) {
+        ("cmd", vec!["/C", "start", "", url])
+    } else {
+        ("xdg-open", vec![url])
+    };
+    let mut command = std::process::Command::new(program);
+    command
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // The opener returns once it has handed the URL over; waited for on a
+    // blocking thread so it is never left a zombie.
+    let opened = tokio::task::spawn_blocking(move || command.status()).await;
+    if !matches!(opened, Ok(Ok(status)) if status.success()) {
+        tracing::debug!("could not open a browser; the URL was printed");
+    }
+}

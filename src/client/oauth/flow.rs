@@ -1,0 +1,757 @@
+//! One session's authorizer: the bearer it sends, and what it does when a
+//! request is refused (refresh, or the whole flow), one at a time per
+//! endpoint.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{HeaderValue, StatusCode};
+use oauth2::basic::BasicClient;
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge,
+    RedirectUrl, RefreshToken, RequestTokenError, Scope, TokenResponse, TokenUrl,
+};
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use super::challenge::BearerChallenge;
+use super::discovery::{
+    authorization_server_metadata_urls, is_http_url, origin_of, resource_metadata_urls,
+};
+use super::http::{self as oauth_http, Answer};
+use super::metadata::{AuthorizationServer, ProtectedResource};
+use super::store::{
+    ClientCredentials, CredentialStore, MemoryStore, Secret, TokenAuthMethod, TokenSet,
+};
+use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, OAuth};
+use crate::HttpClient;
+use crate::error::{Error, Result};
+use crate::sync::lock;
+
+/// Tokens this close to expiry are refreshed before they are sent.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+
+/// One authorization at a time per endpoint.
+#[derive(Default)]
+pub(crate) struct Flights(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Flights {
+    fn for_endpoint(&self, endpoint: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.0)
+            .entry(endpoint.to_owned())
+            .or_default()
+            .clone()
+    }
+}
+
+/// A request refused for want of authorization: a 401, or a 403 with
+/// `error="insufficient_scope"`.
+pub(crate) struct Refusal {
+    status: StatusCode,
+    challenge: BearerChallenge,
+}
+
+impl Refusal {
+    /// The refusal `response` carries, if any.
+    pub(crate) fn of<B>(response: &http::Response<B>) -> Option<Refusal> {
+        let status = response.status();
+        if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let challenge = response
+            .headers()
+            .get_all(WWW_AUTHENTICATE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .find_map(BearerChallenge::parse)
+            .unwrap_or_default();
+        let step_up = challenge.error.as_deref() == Some("insufficient_scope");
+        (status == StatusCode::UNAUTHORIZED || step_up).then_some(Refusal { status, challenge })
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    fn scopes(&self) -> Vec<String> {
+        split_scopes(self.challenge.scope.as_deref())
+    }
+}
+
+/// The token sent with a request: its generation (0: none was sent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sent(u64);
+
+/// The authorization server of the last flow, and how it was found.
+struct Server {
+    metadata: AuthorizationServer,
+    /// The protected resource's `resource`; `None` in the 2025-03-26
+    /// fallback (no resource metadata, no `resource` parameter).
+    resource: Option<String>,
+}
+
+#[derive(Default)]
+struct Held {
+    token: Option<Arc<TokenSet>>,
+    header: Option<HeaderValue>,
+    /// Bumped whenever the token changes.
+    generation: u64,
+    /// Read from the store yet.
+    loaded: bool,
+    /// The access token the server last refused: never sent again, even
+    /// while the store still holds it.
+    refused: Option<Secret>,
+    /// The scopes the last authorization asked for.
+    asked: Vec<String>,
+    server: Option<Arc<Server>>,
+}
+
+/// One session's authorization state, on its transport.
+pub(crate) struct Authorizer {
+    oauth: OAuth,
+    endpoint: String,
+    client: HttpClient,
+    store: Arc<dyn CredentialStore>,
+    flight: Arc<tokio::sync::Mutex<()>>,
+    held: Mutex<Held>,
+}
+
+impl Authorizer {
+    pub(crate) fn new(oauth: &OAuth, endpoint: &str, client: HttpClient) -> Authorizer {
+        let config = &oauth.config;
+        Authorizer {
+            oauth: oauth.clone(),
+            endpoint: endpoint.to_owned(),
+            client,
+            store: config
+                .store
+                .clone()
+                .unwrap_or_else(|| Arc::new(MemoryStore::new())),
+            flight: config.flights.for_endpoint(endpoint),
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    /// How many times one request may authorize.
+    pub(crate) fn max_authorizations(&self) -> u32 {
+        self.oauth.config.max_authorizations
+    }
+
+    /// Adds the bearer to `headers` (refreshing a token about to expire
+    /// first), and says which token was sent.
+    pub(crate) fn add_bearer<'a>(
+        &'a self,
+        headers: &'a mut http::HeaderMap,
+    ) -> BoxFuture<'a, Result<Sent>> {
+        // Boxed: the flow's future is large, and its types stay here.
+        Box::pin(self.add_bearer_inner(headers))
+    }
+
+    async fn add_bearer_inner(&self, headers: &mut http::HeaderMap) -> Result<Sent> {
+        let expiring = {
+            let mut held = lock(&self.held);
+            self.load(&mut held);
+            held.token
+                .as_ref()
+                .filter(|token| {
+                    token.refresh_token.is_some() && token.expires_within(EXPIRY_MARGIN)
+                })
+                .map(|_| Sent(held.generation))
+        };
+        if let Some(sent) = expiring {
+            let _flight = self.flight.lock().await;
+            if self.generation() == sent {
+                if let Err(error) = self.refresh().await {
+                    // The server will refuse the old token, and the
+                    // refusal runs the whole flow.
+                    tracing::debug!(error = %error, "refreshing an expiring token failed");
+                }
+            }
+        }
+        let held = lock(&self.held);
+        if let Some(header) = &held.header {
+            headers.insert(AUTHORIZATION, header.clone());
+        }
+        Ok(Sent(if held.header.is_some() {
+            held.generation
+        } else {
+            0
+        }))
+    }
+
+    /// Answers `refusal` of a request that carried `sent`: another
+    /// session's new token, a refresh, or the whole flow. On success the
+    /// request is worth sending again.
+    pub(crate) fn recover<'a>(
+        &'a self,
+        refusal: &'a Refusal,
+        sent: Sent,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.recover_inner(refusal, sent))
+    }
+
+    async fn recover_inner(&self, refusal: &Refusal, sent: Sent) -> Result<()> {
+        let span = tracing::debug_span!("mcp.oauth", status = refusal.status.as_u16());
+        async {
+            let _flight = self.flight.lock().await;
+            let step_up = refusal.status == StatusCode::FORBIDDEN;
+            {
+                let mut held = lock(&self.held);
+                if Sent(held.generation) != sent && held.header.is_some() {
+                    let granted = held.token.as_ref().map(|t| t.scopes.clone());
+                    let enough = granted.is_some_and(|granted| {
+                        refusal.scopes().iter().all(|scope| granted.contains(scope))
+                    });
+                    // Authorized while this request was out: try that.
+                    if !step_up || enough {
+                        return Ok(());
+                    }
+                }
+                if step_up {
+                    let asked = &held.asked;
+                    let wanted = refusal.scopes();
+                    if sent.0 != 0 && !wanted.is_empty() && wanted.iter().all(|s| asked.contains(s))
+                    {
+                        return Err(Error::auth(
+                            "the server still refuses with insufficient_scope for scopes \
+                             already granted; not asking again",
+                        )
+                        .with_status(refusal.status));
+                    }
+                } else if let Some(token) = &held.token {
+                    // Refused: set aside, never sent again.
+                    held.refused = Some(token.access_token.clone());
+                    held.header = None;
+                }
+            }
+            if !step_up && self.has_refresh_token() {
+                match self.refresh().await {
+                    Ok(()) => return Ok(()),
+                    Err(error) => tracing::debug!(error = %error, "refresh failed; authorizing"),
+                }
+            }
+            self.authorize(refusal).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn oauth2_http(&self) -> oauth_http::ForOAuth2 {
+        oauth_http::ForOAuth2 {
+            client: self.client.clone(),
+            timeout: self.oauth.config.exchange_timeout,
+        }
+    }
+
+    fn generation(&self) -> Sent {
+        Sent(lock(&self.held).generation)
+    }
+
+    fn has_refresh_token(&self) -> bool {
+        lock(&self.held)
+            .token
+            .as_ref()
+            .is_some_and(|token| token.refresh_token.is_some())
+    }
+
+    /// Reads the store once, unless the store's token is the refused one.
+    fn load(&self, held: &mut Held) {
+        if held.loaded {
+            return;
+        }
+        held.loaded = true;
+        if let Some(token) = self.store.token(&self.endpoint) {
+            if held.refused.as_ref() != Some(&token.access_token) {
+                if let Ok(header) = bearer_header(&token.access_token) {
+                    held.header = Some(header);
+                    held.token = Some(Arc::new(token));
+                    held.generation += 1;
+                }
+            }
+        }
+    }
+
+    /// Takes `token` as the current one and keeps it in the store.
+    fn adopt(&self, token: TokenSet, asked: Option<Vec<String>>) -> Result<()> {
+        let header = bearer_header(&token.access_token)?;
+        self.store.save_token(&self.endpoint, token.clone());
+        let mut held = lock(&self.held);
+        held.header = Some(header);
+        held.token = Some(Arc::new(token));
+        held.generation += 1;
+        held.loaded = true;
+        if let Some(asked) = asked {
+            held.asked = asked;
+        }
+        Ok(())
+    }
+
+    /// Refreshes the current token (`refresh_token` grant, same resource).
+    async fn refresh(&self) -> Result<()> {
+        let token = lock(&self.held)
+            .token
+            .clone()
+            .ok_or_else(|| Error::auth("no token to refresh"))?;
+        let refresh_token = token
+            .refresh_token
+            .clone()
+            .ok_or_else(|| Error::auth("no refresh token"))?;
+        let server = self.server_of(&token.issuer).await?;
+        let client = self
+            .known_client(&server.metadata)
+            .ok_or_else(|| Error::auth("no client credentials for the token's issuer"))?;
+        let oauth_client = oauth2_client(&client, &server.metadata, None)?;
+        let refresh = RefreshToken::new(refresh_token.expose().to_owned());
+        let mut request = oauth_client.exchange_refresh_token(&refresh);
+        if !token.resource.is_empty() {
+            request = request.add_extra_param("resource", token.resource.clone());
+        }
+        let http = self.oauth2_http();
+        let response = request.request_async(&http).await.map_err(token_error)?;
+        let mut fresh = token_set(
+            &response,
+            &server.metadata.issuer,
+            &token.resource,
+            &token.scopes,
+        );
+        if fresh.refresh_token.is_none() {
+            fresh.refresh_token = Some(refresh_token);
+        }
+        tracing::debug!("token refreshed");
+        self.adopt(fresh, None)
+    }
+
+    /// The authorization server of the last flow when it is `issuer`'s,
+    /// else its metadata fetched again.
+    async fn server_of(&self, issuer: &str) -> Result<Arc<Server>> {
+        if let Some(server) = lock(&self.held).server.clone() {
+            if server.metadata.issuer == issuer {
+                return Ok(server);
+            }
+        }
+        let metadata = self.discover_server(issuer).await?;
+        Ok(Arc::new(Server {
+            metadata,
+            resource: None,
+        }))
+    }
+
+    /// The whole flow: discovery, client identity, the user agent, the
+    /// token.
+    async fn authorize(&self, refusal: &Refusal) -> Result<()> {
+        let config = &self.oauth.config;
+        let resource = self
+            .discover_resource(refusal.challenge.resource_metadata.as_deref())
+            .await?;
+        let server = match &resource {
+            Some(resource) => Server {
+                metadata: self
+                    .discover_server(&resource.authorization_servers[0])
+                    .await?,
+                resource: Some(resource.resource.clone()),
+            },
+            None => Server {
+                metadata: self.legacy_server().await?,
+                resource: None,
+            },
+        };
+        let server = Arc::new(server);
+        lock(&self.held).server = Some(server.clone());
+        let metadata = &server.metadata;
+
+        let redirect = config.agent.prepare().await?;
+        let redirect_uri = redirect.redirect_uri().to_owned();
+        let client = match self.known_client(metadata) {
+            Some(client) => client,
+            None => self.register(metadata, &redirect_uri).await?,
+        };
+
+        let scopes = self.scopes_for(refusal, resource.as_ref(), metadata);
+        let oauth_client = oauth2_client(&client, metadata, Some(&redirect_uri))?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let mut authorize = oauth_client
+            .authorize_url(CsrfToken::new_random)
+            .add_scopes(scopes.iter().cloned().map(Scope::new))
+            .set_pkce_challenge(challenge);
+        if let Some(resource) = &server.resource {
+            authorize = authorize.add_extra_param("resource", resource.clone());
+        }
+        let (url, state) = authorize.url();
+        tracing::debug!(scopes = scopes.len(), "authorization request");
+        let answer = redirect
+            .authorize(AuthorizationRequest {
+                url: url.to_string(),
+                client: self.client.clone(),
+            })
+            .await?;
+        let code = check_redirect(&answer, state.secret(), metadata)?;
+
+        let mut exchange = oauth_client
+            .exchange_code(AuthorizationCode::new(code.expose().to_owned()))
+            .set_pkce_verifier(verifier);
+        if let Some(resource) = &server.resource {
+            exchange = exchange.add_extra_param("resource", resource.clone());
+        }
+        let http = self.oauth2_http();
+        let response = exchange.request_async(&http).await.map_err(token_error)?;
+        let resource = server.resource.clone().unwrap_or_default();
+        let token = token_set(&response, &metadata.issuer, &resource, &scopes);
+        tracing::debug!("authorized");
+        self.adopt(token, Some(scopes))
+    }
+
+    /// The scopes to ask for: a step-up's union with what was asked
+    /// before; else the challenge's, else ours, else the resource's
+    /// `scopes_supported`, else none. `offline_access` only when the
+    /// authorization server lists it.
+    fn scopes_for(
+        &self,
+        refusal: &Refusal,
+        resource: Option<&ProtectedResource>,
+        metadata: &AuthorizationServer,
+    ) -> Vec<String> {
+        let ours = self.oauth.config.scopes.clone().unwrap_or_default();
+        let challenged = refusal.scopes();
+        let mut scopes = if refusal.status == StatusCode::FORBIDDEN {
+            lock(&self.held).asked.clone()
+        } else {
+            Vec::new()
+        };
+        let base = if !challenged.is_empty() {
+            challenged
+        } else if let Some(ours) = self.oauth.config.scopes.clone() {
+            ours.clone()
+        } else {
+            resource
+                .and_then(|r| r.scopes_supported.clone())
+                .unwrap_or_default()
+        };
+        for scope in base.into_iter().chain(ours) {
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        let offline = "offline_access".to_owned();
+        if !scopes.is_empty() && metadata.offers_offline_access() && !scopes.contains(&offline) {
+            scopes.push(offline);
+        }
+        scopes
+    }
+
+    /// Protected resource metadata: the challenge's URL alone, else the
+    /// well-known ones in order. `None` when there is none (4xx each).
+    async fn discover_resource(&self, hint: Option<&str>) -> Result<Option<ProtectedResource>> {
+        let urls = match hint.filter(|url| is_http_url(url)) {
+            Some(url) => vec![url.to_owned()],
+            None => resource_metadata_urls(&self.endpoint),
+        };
+        for url in urls {
+            let what = "the protected resource metadata";
+            let answer = self.fetch(&url, what).await?;
+            if let Some(document) = answer {
+                return ProtectedResource::from_json(&document, &self.endpoint).map(Some);
+            }
+        }
+        tracing::debug!("no protected resource metadata: the 2025-03-26 fallback");
+        Ok(None)
+    }
+
+    /// The metadata of `issuer`, in the spec's order; the first found is
+    /// checked and used (a wrong one is refused, not skipped).
+    async fn discover_server(&self, issuer: &str) -> Result<AuthorizationServer> {
+        for url in authorization_server_metadata_urls(issuer) {
+            if let Some(document) = self
+                .fetch(&url, "the authorization server metadata")
+                .await?
+            {
+                return AuthorizationServer::from_json(&document, issuer);
+            }
+        }
+        Err(Error::auth(
+            "the authorization server publishes no metadata (RFC 8414 or OpenID Connect)",
+        ))
+    }
+
+    /// The 2025-03-26 fallback: the endpoint's origin is the authorization
+    /// server.
+    async fn legacy_server(&self) -> Result<AuthorizationServer> {
+        let origin = origin_of(&self.endpoint)
+            .ok_or_else(|| Error::auth("the endpoint is not an http(s) URL"))?;
+        let url = format!("{origin}/.well-known/oauth-authorization-server");
+        match self
+            .fetch(&url, "the authorization server metadata")
+            .await?
+        {
+            Some(document) => AuthorizationServer::from_json_legacy(&document, origin),
+            None => Ok(AuthorizationServer::legacy_defaults(origin)),
+        }
+    }
+
+    /// GETs a metadata document: `Some` on 200, `None` on another 4xx,
+    /// an error on anything else.
+    async fn fetch(&self, url: &str, what: &str) -> Result<Option<Value>> {
+        let answer =
+            oauth_http::get(&self.client, url, self.oauth.config.exchange_timeout, what).await?;
+        if answer.status == StatusCode::OK {
+            return answer.json(what).map(Some);
+        }
+        if answer.status.is_client_error() {
+            return Ok(None);
+        }
+        Err(Error::auth(format!("{what}: HTTP {}", answer.status)).with_status(answer.status))
+    }
+
+    /// A client already known for this server: registered in advance (for
+    /// its issuer), in the store, or a Client ID Metadata Document.
+    fn known_client(&self, metadata: &AuthorizationServer) -> Option<ClientCredentials> {
+        let config = &self.oauth.config;
+        if let Some(pre) = &config.client {
+            if pre
+                .issuer
+                .as_deref()
+                .is_none_or(|issuer| issuer == metadata.issuer)
+            {
+                return Some(pre.credentials.clone());
+            }
+        }
+        if let Some(client) = self.store.client(&metadata.issuer) {
+            return Some(client);
+        }
+        match &config.client_metadata_url {
+            Some(url) if metadata.client_id_metadata_documents => {
+                Some(ClientCredentials::public(url.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Dynamic Client Registration (RFC 7591), kept in the store.
+    async fn register(
+        &self,
+        metadata: &AuthorizationServer,
+        redirect_uri: &str,
+    ) -> Result<ClientCredentials> {
+        let endpoint = metadata.registration_endpoint.as_deref().ok_or_else(|| {
+            Error::auth(
+                "no client for this authorization server: it offers no registration, \
+                 no Client ID Metadata Documents (or none configured), and no client \
+                 was registered in advance",
+            )
+        })?;
+        let supported = &metadata.token_endpoint_auth_methods;
+        let method = supported
+            .iter()
+            .find_map(|name| TokenAuthMethod::parse(name))
+            .unwrap_or(TokenAuthMethod::ClientSecretBasic);
+        let body = json!({
+            "client_name": self.oauth.config.client_name,
+            "redirect_uris": [redirect_uri],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": method.as_str(),
+            "application_type": "native",
+        });
+        let what = "the client registration";
+        let answer: Answer = oauth_http::post_json(
+            &self.client,
+            endpoint,
+            &body,
+            self.oauth.config.exchange_timeout,
+            what,
+        )
+        .await?;
+        if !answer.status.is_success() {
+            return Err(Error::auth(format!(
+                "{what} was refused: HTTP {}{}",
+                answer.status,
+                oauth_error(&answer)
+            ))
+            .with_status(answer.status));
+        }
+        let document = answer.json(what)?;
+        let client_id = document
+            .get("client_id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| Error::auth(format!("{what} answered no client_id")))?;
+        let secret = document
+            .get("client_secret")
+            .and_then(Value::as_str)
+            .map(Secret::new);
+        let has = |name: &str| supported.iter().any(|m| m == name);
+        let auth_method = document
+            .get("token_endpoint_auth_method")
+            .and_then(Value::as_str)
+            .and_then(TokenAuthMethod::parse)
+            .unwrap_or(match &secret {
+                Some(_) if has("client_secret_basic") => TokenAuthMethod::ClientSecretBasic,
+                Some(_) if has("client_secret_post") => TokenAuthMethod::ClientSecretPost,
+                _ => TokenAuthMethod::None,
+            });
+        let client = ClientCredentials {
+            client_id: client_id.to_owned(),
+            client_secret: secret,
+            auth_method,
+        };
+        tracing::debug!(method = auth_method.as_str(), "client registered");
+        self.store.save_client(&metadata.issuer, client.clone());
+        Ok(client)
+    }
+}
+
+/// The `oauth2` client for one exchange.
+type OAuth2Client = oauth2::basic::BasicClient<
+    oauth2::EndpointSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointSet,
+>;
+
+fn oauth2_client(
+    client: &ClientCredentials,
+    metadata: &AuthorizationServer,
+    redirect_uri: Option<&str>,
+) -> Result<OAuth2Client> {
+    let invalid = |what: &str| Error::auth(format!("the {what} is not a valid URL"));
+    let mut oauth_client = BasicClient::new(ClientId::new(client.client_id.clone()))
+        .set_auth_uri(
+            AuthUrl::new(metadata.authorization_endpoint.clone())
+                .map_err(|_| invalid("authorization endpoint"))?,
+        )
+        .set_token_uri(
+            TokenUrl::new(metadata.token_endpoint.clone())
+                .map_err(|_| invalid("token endpoint"))?,
+        );
+    match (client.auth_method, &client.client_secret) {
+        (TokenAuthMethod::ClientSecretBasic, Some(secret)) => {
+            oauth_client = oauth_client
+                .set_client_secret(ClientSecret::new(secret.expose().to_owned()))
+                .set_auth_type(AuthType::BasicAuth);
+        }
+        (TokenAuthMethod::ClientSecretPost, Some(secret)) => {
+            oauth_client = oauth_client
+                .set_client_secret(ClientSecret::new(secret.expose().to_owned()))
+                .set_auth_type(AuthType::RequestBody);
+        }
+        // A public client: its id in the body, no secret anywhere.
+        _ => oauth_client = oauth_client.set_auth_type(AuthType::RequestBody),
+    }
+    if let Some(redirect_uri) = redirect_uri {
+        oauth_client = oauth_client.set_redirect_uri(
+            RedirectUrl::new(redirect_uri.to_owned()).map_err(|_| invalid("redirect URI"))?,
+        );
+    }
+    Ok(oauth_client)
+}
+
+/// The code of a redirect that checks out: no error, our `state`, and the
+/// issuer's `iss` (RFC 9207) when sent or promised.
+fn check_redirect(
+    answer: &AuthorizationResponse,
+    state: &str,
+    metadata: &AuthorizationServer,
+) -> Result<Secret> {
+    if let Some(error) = &answer.error {
+        return Err(Error::auth(format!(
+            "the authorization server refused: error={}",
+            printable(error)
+        )));
+    }
+    if answer.state.as_deref() != Some(state) {
+        return Err(Error::auth(
+            "the redirect's state is not the one sent; refused",
+        ));
+    }
+    match &answer.iss {
+        Some(iss) if *iss != metadata.issuer => {
+            return Err(Error::auth(
+                "the redirect's iss is not the authorization server's issuer; refused (RFC 9207)",
+            ));
+        }
+        None if metadata.iss_parameter => {
+            return Err(Error::auth(
+                "the redirect has no iss though the authorization server says it sends one; \
+                 refused (RFC 9207)",
+            ));
+        }
+        _ => {}
+    }
+    answer
+        .code
+        .clone()
+        .ok_or_else(|| Error::auth("the redirect carries no code"))
+}
+
+fn token_set(
+    response: &oauth2::basic::BasicTokenResponse,
+    issuer: &str,
+    resource: &str,
+    asked: &[String],
+) -> TokenSet {
+    TokenSet {
+        access_token: Secret::new(response.access_token().secret().clone()),
+        refresh_token: response
+            .refresh_token()
+            .map(|token| Secret::new(token.secret().clone())),
+        expires_at: response
+            .expires_in()
+            .and_then(|within| SystemTime::now().checked_add(within)),
+        scopes: response.scopes().map_or_else(
+            || asked.to_vec(),
+            |scopes| scopes.iter().map(|s| s.to_string()).collect(),
+        ),
+        issuer: issuer.to_owned(),
+        resource: resource.to_owned(),
+    }
+}
+
+/// A token endpoint failure as an error that names no secret.
+fn token_error(error: RequestTokenError<Error, oauth2::basic::BasicErrorResponse>) -> Error {
+    match error {
+        RequestTokenError::Request(error) => error,
+        RequestTokenError::ServerResponse(response) => Error::auth(format!(
+            "the token endpoint refused: error={}",
+            printable(response.error().as_ref())
+        )),
+        RequestTokenError::Parse(..) => {
+            Error::auth("the token endpoint's answer is not a token response")
+        }
+        RequestTokenError::Other(_) => Error::auth("the token endpoint's answer was not usable"),
+    }
+}
+
+/// ` (error=...)` from an OAuth error body, when it has one.
+fn oauth_error(answer: &Answer) -> String {
+    serde_json::from_slice::<Value>(&answer.body)
+        .ok()
+        .and_then(|body| body.get("error").and_then(Value::as_str).map(printable))
+        .map_or_else(String::new, |error| format!(" (error={error})"))
+}
+
+/// A server-chosen word, safe to show: printable ASCII, at most 64 chars.
+fn printable(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(64)
+        .collect()
+}
+
+fn split_scopes(scope: Option<&str>) -> Vec<String> {
+    let mut scopes: Vec<String> = Vec::new();
+    for scope in scope.unwrap_or("").split_ascii_whitespace() {
+        if !scopes.iter().any(|s| s == scope) {
+            scopes.push(scope.to_owned());
+        }
+    }
+    scopes
+}
+
+fn bearer_header(token: &Secret) -> Result<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+        .map_err(|_| Error::auth("the access token is not a valid header value"))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
