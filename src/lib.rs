@@ -322,4 +322,11 @@ pub mod wire {
     pub use crate::transport::{
         DEFAULT_MAX_SESSION_ID_LEN, Exchange, MessageStream, SessionEnd, StreamableHttp,
     };
+    /// What OAuth reads from the network (with feature `oauth`): the
+    /// `Bearer` challenge and the two metadata documents, checked.
+    #[cfg(feature = "oauth")]
+    pub mod oauth {
+        pub use crate::client::oauth::challenge::BearerChallenge;
+        pub use crate::client::oauth::metadata::{AuthorizationServer, ProtectedResource};
+    }
 }

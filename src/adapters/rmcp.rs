@@ -176,6 +176,14 @@ impl ScopedTransportBuilder {
         self
     }
 
+    /// Authorizes with OAuth 2.1 (feature `oauth`), as
+    /// [`Connector::oauth`](crate::Connector::oauth) does.
+    #[cfg(feature = "oauth")]
+    pub fn oauth(mut self, oauth: crate::oauth::OAuth) -> Self {
+        self.endpoint.oauth = Some(oauth);
+        self
+    }
+
     /// Adds `Authorization: Bearer <token>` to this transport's requests.
     pub fn bearer(mut self, token: &str) -> Self {
         self.endpoint.push_hook(HeaderHook::bearer(token));

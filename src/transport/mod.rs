@@ -568,7 +568,7 @@ impl StreamableHttp {
             headers.insert(ACCEPT, ACCEPT_SSE);
             headers.remove(CONTENT_TYPE);
             let (response, answered_at) = self
-                .send_following(Method::GET, self.endpoint.clone(), &headers, None)
+                .send_following(Method::GET, self.endpoint.clone(), &headers, None, true)
                 .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
@@ -685,7 +685,10 @@ impl StreamableHttp {
         headers: &HeaderMap,
         body: Option<Bytes>,
     ) -> Result<http::Response<ResponseBody>> {
-        self.send_following(method, uri, headers, body)
+        // Only a POST is worth a person's attention: a listener's GET or a
+        // DELETE refused for want of authorization only refreshes.
+        let interactive = method == Method::POST;
+        self.send_following(method, uri, headers, body, interactive)
             .await
             .map(|(response, _)| response)
     }
@@ -693,13 +696,15 @@ impl StreamableHttp {
     /// [`send`](Self::send), also returning the URL that answered (after
     /// the redirects followed). With OAuth, a request refused for want of
     /// authorization is sent again once the authorizer has recovered, at
-    /// most its bound of times.
+    /// most its bound of times; without `interactive`, only by a refresh
+    /// (never the user agent).
     async fn send_following(
         &self,
         method: Method,
         uri: Uri,
         headers: &HeaderMap,
         body: Option<Bytes>,
+        interactive: bool,
     ) -> Result<(http::Response<ResponseBody>, Uri)> {
         #[cfg(feature = "oauth")]
         if let Some(auth) = &self.auth {
@@ -721,9 +726,11 @@ impl StreamableHttp {
                 }
                 authorizations += 1;
                 drop(response);
-                auth.recover(&refusal, sent).await?;
+                auth.recover(&refusal, sent, interactive).await?;
             }
         }
+        #[cfg(not(feature = "oauth"))]
+        let _ = interactive;
         self.send_redirects(method, uri, headers, body).await
     }
 

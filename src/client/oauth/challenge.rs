@@ -4,21 +4,22 @@
 
 /// What a server's `Bearer` challenge says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct BearerChallenge {
+#[non_exhaustive]
+pub struct BearerChallenge {
     /// `resource_metadata`: the URL of the protected resource metadata,
     /// to be used exactly as given.
-    pub(crate) resource_metadata: Option<String>,
+    pub resource_metadata: Option<String>,
     /// `scope`: the scopes the request needs, space-separated.
-    pub(crate) scope: Option<String>,
+    pub scope: Option<String>,
     /// `error`: `invalid_token`, `insufficient_scope`...
-    pub(crate) error: Option<String>,
+    pub error: Option<String>,
 }
 
 impl BearerChallenge {
     /// The `Bearer` challenge among those of a `WWW-Authenticate` value, if
     /// there is one. Other schemes (`Basic realm=...`) are skipped; a
     /// malformed header yields what could be read before the fault.
-    pub(crate) fn parse(header: &str) -> Option<BearerChallenge> {
+    pub fn parse(header: &str) -> Option<BearerChallenge> {
         let mut parser = Parser {
             rest: header.as_bytes(),
         };

@@ -184,15 +184,19 @@ impl Authorizer {
     /// Answers `refusal` of a request that carried `sent`: another
     /// session's new token, a refresh, or the whole flow. On success the
     /// request is worth sending again.
+    ///
+    /// Without `interactive` (a listener's GET, a DELETE), only a refresh
+    /// or another request's new token: never the user agent.
     pub(crate) fn recover<'a>(
         &'a self,
         refusal: &'a Refusal,
         sent: Sent,
+        interactive: bool,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.recover_inner(refusal, sent))
+        Box::pin(self.recover_inner(refusal, sent, interactive))
     }
 
-    async fn recover_inner(&self, refusal: &Refusal, sent: Sent) -> Result<()> {
+    async fn recover_inner(&self, refusal: &Refusal, sent: Sent, interactive: bool) -> Result<()> {
         let span = tracing::debug_span!("mcp.oauth", status = refusal.status.as_u16());
         async {
             let _flight = self.flight.lock().await;
@@ -231,6 +235,13 @@ impl Authorizer {
                     Ok(()) => return Ok(()),
                     Err(error) => tracing::debug!(error = %error, "refresh failed; authorizing"),
                 }
+            }
+            if !interactive {
+                return Err(Error::auth(
+                    "refused for want of authorization, and this request does not run the \
+                     authorization flow (a later request will)",
+                )
+                .with_status(refusal.status));
             }
             self.authorize(refusal).await
         }

@@ -11,13 +11,14 @@ use crate::error::{Error, Result};
 
 /// Protected resource metadata, checked against the endpoint it is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ProtectedResource {
+#[non_exhaustive]
+pub struct ProtectedResource {
     /// `resource`, as written: sent as the `resource` parameter (RFC 8707).
-    pub(crate) resource: String,
+    pub resource: String,
     /// `authorization_servers`, in the server's order.
-    pub(crate) authorization_servers: Vec<String>,
+    pub authorization_servers: Vec<String>,
     /// `scopes_supported`, if given.
-    pub(crate) scopes_supported: Option<Vec<String>>,
+    pub scopes_supported: Option<Vec<String>>,
 }
 
 impl ProtectedResource {
@@ -26,7 +27,7 @@ impl ProtectedResource {
     /// that is the endpoint's or a parent of it, segment by segment (a
     /// server may name its origin for all its endpoints). Anything else
     /// is refused: a token for another resource must never be asked for.
-    pub(crate) fn from_json(document: &Value, endpoint: &str) -> Result<ProtectedResource> {
+    pub fn from_json(document: &Value, endpoint: &str) -> Result<ProtectedResource> {
         let resource = document
             .get("resource")
             .and_then(Value::as_str)
@@ -52,19 +53,25 @@ impl ProtectedResource {
 /// Authorization server metadata, checked against the issuer it was
 /// fetched for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct AuthorizationServer {
-    pub(crate) issuer: String,
-    pub(crate) authorization_endpoint: String,
-    pub(crate) token_endpoint: String,
-    pub(crate) registration_endpoint: Option<String>,
-    pub(crate) scopes_supported: Option<Vec<String>>,
+#[non_exhaustive]
+pub struct AuthorizationServer {
+    /// `issuer`, exactly the string asked for.
+    pub issuer: String,
+    /// `authorization_endpoint`.
+    pub authorization_endpoint: String,
+    /// `token_endpoint`.
+    pub token_endpoint: String,
+    /// `registration_endpoint`, when it offers Dynamic Client Registration.
+    pub registration_endpoint: Option<String>,
+    /// `scopes_supported`, if given.
+    pub scopes_supported: Option<Vec<String>>,
     /// `token_endpoint_auth_methods_supported` (RFC 8414 default:
     /// `client_secret_basic`).
-    pub(crate) token_endpoint_auth_methods: Vec<String>,
+    pub token_endpoint_auth_methods: Vec<String>,
     /// `client_id_metadata_document_supported`.
-    pub(crate) client_id_metadata_documents: bool,
+    pub client_id_metadata_documents: bool,
     /// `authorization_response_iss_parameter_supported` (RFC 9207).
-    pub(crate) iss_parameter: bool,
+    pub iss_parameter: bool,
 }
 
 impl AuthorizationServer {
@@ -72,7 +79,7 @@ impl AuthorizationServer {
     /// resource metadata named). Its `issuer` must be exactly that string
     /// (RFC 8414 §3.3), and PKCE with `S256` must be listed: a server that
     /// does not say so is not used.
-    pub(crate) fn from_json(document: &Value, issuer: &str) -> Result<AuthorizationServer> {
+    pub fn from_json(document: &Value, issuer: &str) -> Result<AuthorizationServer> {
         let named = document.get("issuer").and_then(Value::as_str);
         if named != Some(issuer) {
             return Err(invalid(
