@@ -962,6 +962,16 @@ async fn client_secret_post_is_checked() {
             }),
         ),
         (
+            "both",
+            Box::new(|b| {
+                raw_token_post(
+                    &auth,
+                    format!("{b}&client_id=post-client&client_secret=post-secret"),
+                    Some(basic("post-client", "post-secret")),
+                )
+            }),
+        ),
+        (
             "unknown client",
             Box::new(|b| {
                 raw_token_post(
