@@ -1378,7 +1378,7 @@ async fn fault_reject_refresh() {
 
 #[tokio::test]
 async fn fault_slow_token() {
-    let wait = Duration::from_millis(300);
+    let wait = Duration::from_millis(500);
     let (auth, cred) =
         auth_with_public_client(AuthConfig::default().with_fault(AuthFault::SlowToken(wait)));
     let http = Http::new();
