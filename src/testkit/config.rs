@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::auth::ResourceAuth;
 use super::fault::Fault;
 use crate::TransportKind;
 
@@ -484,6 +485,11 @@ pub struct ServerConfig {
     /// stream, `subscriptions/listen` streams) carry a `: ping` comment
     /// this often. Default `None`.
     pub sse_keepalive: Option<Duration>,
+    /// If set, every request to the endpoint needs a bearer token the
+    /// [`AuthServer`](super::AuthServer) behind it issued, and the server
+    /// serves protected resource metadata (see [`ResourceAuth`]). Default
+    /// `None`: no authorization.
+    pub authorization: Option<ResourceAuth>,
 }
 
 impl Default for ServerConfig {
@@ -514,6 +520,7 @@ impl Default for ServerConfig {
             sse_endpoint: SseEndpoint::Relative,
             sse_crlf: false,
             sse_keepalive: None,
+            authorization: None,
         }
     }
 }
@@ -677,6 +684,12 @@ impl ServerConfig {
     #[must_use]
     pub fn with_sse_keepalive(mut self, every: Option<Duration>) -> Self {
         self.sse_keepalive = every;
+        self
+    }
+    /// Requires bearer tokens as `auth` says (all eras, every method).
+    #[must_use]
+    pub fn with_authorization(mut self, auth: ResourceAuth) -> Self {
+        self.authorization = Some(auth);
         self
     }
 }

@@ -234,6 +234,17 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
     if req.method == Method::DELETE {
         shared.counters.deletes.fetch_add(1, Ordering::SeqCst);
     }
+    // Authorization sits in front of every route of the endpoint and of
+    // the faults; its refusals are recorded like any request.
+    let refusal = match &cfg.authorization {
+        Some(auth) if on_path => auth.check(
+            &shared.origin,
+            &cfg.path,
+            &req.headers,
+            req.json.as_ref().and_then(|j| j.as_ref().ok()),
+        ),
+        _ => None,
+    };
     let (action, inflight) = {
         let mut st = shared.state();
         let page = rpc_method
@@ -256,7 +267,7 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
                 connection: conn,
             });
         }
-        let action = if on_path {
+        let action = if on_path && refusal.is_none() {
             fault::pick(
                 &mut st.faults,
                 &req.method,
@@ -290,7 +301,15 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
         key,
         cancel,
     });
+    if let Some(resp) = refusal {
+        return Ok(resp);
+    }
     if !on_path {
+        if let Some(auth) = &cfg.authorization {
+            if req.path == auth.metadata_path(&cfg.path) {
+                return Ok(auth.metadata_response(&req.method, &shared.origin, &cfg.path));
+            }
+        }
         return Ok(rpc_error_response(404, "not found"));
     }
     match action {

@@ -52,8 +52,17 @@
 //! // A test then triggers notifications on `subscriptions/listen` streams:
 //! server.list_changed("tools");
 //! ```
+//!
+//! # Authorization
+//!
+//! [`AuthServer`] is an auto-approving OAuth 2.1 authorization server
+//! (metadata, PKCE, refresh, dynamic registration, scripted
+//! [`AuthFault`]s); [`ServerConfig::with_authorization`] makes the MCP
+//! server require the tokens it issues ([`ResourceAuth`]); see
+//! [`AuthServer`] for an example.
 #![deny(missing_docs)]
 
+mod auth;
 pub mod churn;
 mod config;
 mod fault;
@@ -74,6 +83,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use auth::{
+    AuthClient, AuthConfig, AuthFault, AuthRequest, AuthServer, AuthStats, ChallengeScope,
+    ClientAuthMethod, IssuedToken, MetadataLocation, ResourceAuth, ResourceFault,
+};
 pub use config::{
     Era, Eras, InputRequest, InvalidHeader, ListenMode, ResponseMode, ServerConfig, SseEndpoint,
     TestTool, TlsIdentity, ToolBehavior,
@@ -557,6 +570,18 @@ impl TestServer {
     /// The socket address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The URL of its protected resource metadata, with
+    /// [`ServerConfig::with_authorization`]; `None` without.
+    pub fn resource_metadata_url(&self) -> Option<String> {
+        let cfg = &self.shared.config;
+        let auth = cfg.authorization.as_ref()?;
+        Some(format!(
+            "{}{}",
+            self.shared.origin,
+            auth.metadata_path(&cfg.path)
+        ))
     }
 
     /// Every request received so far, in arrival order.
