@@ -5,29 +5,12 @@
 
 mod support;
 
-use std::future::{Future, poll_fn};
-use std::pin::pin;
-use std::task::Poll;
+use std::future::Future;
 use std::time::Duration;
 
 use mcp_scoped_http::{Connector, Result, Session};
 use support::baseline::{Baseline, Caller};
 use support::*;
-
-/// Polls `future` at most `polls` times; `None` if it was still pending
-/// (and has now been dropped).
-async fn poll_at_most<F: Future>(future: F, polls: usize) -> Option<F::Output> {
-    let mut future = pin!(future);
-    let mut done = 0;
-    poll_fn(|cx| {
-        if done == polls {
-            return Poll::Ready(None);
-        }
-        done += 1;
-        future.as_mut().poll(cx).map(Some)
-    })
-    .await
-}
 
 /// A server of `eras` on which every step pends at least once: every POST
 /// and GET is delayed, so each exchange has an await that is really

@@ -167,3 +167,99 @@ fn no_secret_reaches_tracing_at_any_level() {
         });
     });
 }
+
+/// No OAuth secret (access and refresh tokens, codes, verifiers, client
+/// secrets) reaches tracing, an error, or the `Debug` of anything that
+/// holds one, through a registration, a step-up, a refresh and refused
+/// flows.
+#[test]
+fn no_oauth_secret_reaches_tracing_errors_or_debug() {
+    use base64::Engine as _;
+    use mcp_scoped_http::oauth::{CredentialStore, HeadlessAgent, MemoryStore, OAuth};
+    use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer};
+
+    let capture = Capture::default();
+    let dispatch = tracing::Dispatch::new(capture.clone());
+    tracing::dispatcher::with_default(&dispatch, || {
+        scenario(async {
+            let auth = AuthServer::start(AuthConfig::default());
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_authorization(auth.resource().with_tool_scope("tool-001", "mcp:write")),
+            );
+            let store = Arc::new(MemoryStore::new());
+            let oauth =
+                OAuth::new(HeadlessAgent::new("http://127.0.0.1:9/cb")).store(store.clone());
+            let connector = Connector::new(server.url()).oauth(oauth.clone());
+            let session = connector.connect().await.expect("connect");
+            session.call_tool("tool-000", json!({})).await.unwrap();
+            session.call_tool("tool-001", json!({})).await.unwrap();
+            auth.expire_all_tokens();
+            session.call_tool("tool-000", json!({})).await.unwrap();
+            let mut shown = vec![
+                format!("{session:?}"),
+                format!("{connector:?}"),
+                format!("{oauth:?}"),
+                format!("{store:?}"),
+                // What the store holds: tokens and the registered client.
+                format!("{:?}", store.token(&server.url()).expect("a token")),
+                format!("{:?}", store.client(&auth.issuer()).expect("a client")),
+            ];
+            // Refused: a refresh, then a redirect with a wrong iss; then a
+            // token endpoint that fails.
+            auth.revoke_all_tokens();
+            auth.push_fault(AuthFault::WrongIss);
+            let error = session.call_tool("tool-000", json!({})).await.unwrap_err();
+            shown.push(format!("{error} {error:?}"));
+            auth.clear_faults();
+            auth.push_fault(AuthFault::TokenError(400));
+            let error = session.call_tool("tool-000", json!({})).await.unwrap_err();
+            shown.push(format!("{error} {error:?}"));
+            let released = session.close().await;
+            shown.push(format!("{released:?}"));
+            mcp_scoped_http::shutdown().await;
+
+            let mut secrets: Vec<String> =
+                auth.tokens().into_iter().map(|t| t.access_token).collect();
+            for request in auth.requests() {
+                for name in ["code", "code_verifier", "refresh_token", "client_secret"] {
+                    if let Some(value) = request.param(name) {
+                        secrets.push(value.to_owned());
+                    }
+                }
+                if let Some(basic) = request
+                    .header("authorization")
+                    .and_then(|h| h.strip_prefix("Basic "))
+                {
+                    secrets.push(basic.to_owned());
+                    let decoded = base64::engine::general_purpose::STANDARD
+                        .decode(basic)
+                        .expect("base64");
+                    let decoded = String::from_utf8(decoded).expect("utf-8");
+                    let (_, secret) = decoded.split_once(':').expect("id:secret");
+                    secrets.push(secret.to_owned());
+                }
+            }
+            let kinds = ["code", "code_verifier", "refresh_token"]
+                .iter()
+                .filter(|name| auth.requests().iter().any(|r| r.param(name).is_some()))
+                .count();
+            assert_eq!(kinds, 3, "codes, verifiers and refresh tokens were sent");
+            assert!(secrets.len() > 8, "{}", secrets.len());
+            let text = capture.text.lock().unwrap().clone();
+            assert!(text.contains("mcp.oauth"), "the flow was traced: {text}");
+            for secret in &secrets {
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "a secret reached tracing:\n{text}"
+                );
+                for shown in &shown {
+                    assert!(
+                        !shown.contains(secret.as_str()),
+                        "a secret was shown: {shown}"
+                    );
+                }
+            }
+        });
+    });
+}

@@ -12,11 +12,9 @@
 mod support;
 
 use std::fmt::Debug;
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -76,21 +74,6 @@ where
     if let Err(out) = drive_until(future, ready).await {
         panic!("{what}: the request finished before the scenario's point: {out:?}");
     }
-}
-
-/// Polls `future` at most `polls` times; `None` if it was still pending
-/// (and has now been dropped).
-async fn poll_at_most<F: Future>(future: F, polls: usize) -> Option<F::Output> {
-    let mut future = pin!(future);
-    let mut done = 0;
-    poll_fn(|cx| {
-        if done == polls {
-            return Poll::Ready(None);
-        }
-        done += 1;
-        future.as_mut().poll(cx).map(Some)
-    })
-    .await
 }
 
 /// Every POST and GET the server saw that `matters`, other than

@@ -130,6 +130,21 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
 /// descriptors, and a test building its runtime in the middle of another's
 /// scenario would add to them. Every test that checks the baseline runs
 /// through this.
+/// Polls `future` at most `polls` times; `None` if it was still pending
+/// (and has now been dropped): a drop after exactly `polls` polls.
+pub async fn poll_at_most<F: std::future::Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut done = 0;
+    std::future::poll_fn(|cx| {
+        if done == polls {
+            return std::task::Poll::Ready(None);
+        }
+        done += 1;
+        future.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
 pub fn scenario(test: impl std::future::Future<Output = ()>) {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = LOCK
