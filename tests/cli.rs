@@ -430,3 +430,71 @@ fn probe_reports_the_era_it_found() {
         assert_eq!(probe["detected"], false, "{probe}");
     }
 }
+
+/// `probe --oauth` against a protected server: the authorization URL is
+/// printed, a "browser" (this test) opens it and follows the redirect to
+/// the CLI's loopback listener, and the probe goes on.
+#[test]
+fn probe_with_oauth_takes_the_loopback_redirect() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
+
+    let auth = AuthServer::start(AuthConfig::default());
+    let server = TestServer::start(ServerConfig::default().with_authorization(auth.resource()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["probe", "--oauth", "--no-browser", "--json", &server.url()])
+        .env_remove("MCP_CONFORMANCE_SCENARIO")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mcp-scoped-http");
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = Vec::new();
+    let mut url = None;
+    for line in stderr.lines() {
+        let line = line.expect("a line");
+        seen.push(line.clone());
+        if line.trim_start().starts_with("http://") && line.contains("/authorize?") {
+            url = Some(line.trim().to_owned());
+            break;
+        }
+    }
+    let url = url.unwrap_or_else(|| panic!("the authorization URL was printed: {seen:?}"));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(async {
+            let client = mcp_scoped_http::HttpClient::owned().expect("a client");
+            let get = |url: &str| {
+                http::Request::get(url)
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .expect("a request")
+            };
+            let answer = client.send(get(&url)).await.expect("authorize");
+            let location = answer.headers()["location"].to_str().unwrap().to_owned();
+            assert!(location.starts_with("http://127.0.0.1:"), "{location}");
+            let answer = client.send(get(&location)).await.expect("the redirect");
+            assert!(answer.status().is_success());
+        });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            panic!("probe --oauth did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{status}: {out}");
+    let probe: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(probe["tools"].as_array().map(Vec::len), Some(3), "{probe}");
+    assert_eq!(auth.stats().code_grants, 1);
+}

@@ -156,8 +156,13 @@ pub(crate) struct Common {
     /// Authorize with OAuth 2.1 when the server asks: prints the
     /// authorization URL, opens a browser, and takes the redirect on
     /// 127.0.0.1 (requests may then take up to 6 minutes, unless --timeout).
+    /// For `serve`: require tokens from an embedded, auto-approving
+    /// authorization server.
     #[arg(long, global = true)]
     pub(crate) oauth: bool,
+    /// With --oauth: print the authorization URL only, open no browser.
+    #[arg(long, requires = "oauth", global = true)]
+    pub(crate) no_browser: bool,
     /// With --oauth: a client registered in advance (else the server's
     /// registration is used).
     #[arg(long, value_name = "ID", requires = "oauth", global = true)]
@@ -254,7 +259,7 @@ impl Common {
 
     /// `--oauth` and its options, with the loopback user agent.
     fn oauth_settings(&self) -> OAuth {
-        let mut agent = LoopbackAgent::new().open_browser(true);
+        let mut agent = LoopbackAgent::new().open_browser(!self.no_browser);
         if let Some(port) = self.redirect_port {
             agent = agent.port(port);
         }

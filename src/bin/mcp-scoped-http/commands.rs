@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::testkit::{ListenMode, ServerConfig, TestServer};
+use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ListenMode, ServerConfig, TestServer};
 use mcp_scoped_http::{Catalog, Released, Session, SessionRelease, ledger};
 use serde_json::{Value, json};
 
@@ -252,10 +252,23 @@ pub(crate) async fn call(url: &str, tool: &str, args: Option<&str>, common: &Com
     close_outcome(&released)
 }
 
-/// `serve [--port P] [--tools N] [--page-size K] [--revision R]`.
-pub(crate) async fn serve(port: u16, config: ServerConfig) -> Outcome {
+/// `serve [--port P] [--tools N] [--page-size K] [--revision R] [--oauth]`.
+pub(crate) async fn serve(port: u16, mut config: ServerConfig, oauth: bool) -> Outcome {
     let (tools, page_size, mode) = (config.tools, config.page_size, config.response_mode);
     let revision = config.eras;
+    let auth = if oauth {
+        let auth = std::panic::catch_unwind(|| AuthServer::start(AuthConfig::default()))
+            .map_err(|_| Failure::server("cannot start the authorization server"))?;
+        let mut resource = auth.resource();
+        if port != 0 {
+            // Reached through the forwarded port: the resource is named so.
+            resource = resource.with_resource(format!("http://127.0.0.1:{port}{}", config.path));
+        }
+        config = config.with_authorization(resource);
+        Some(auth)
+    } else {
+        None
+    };
     let server = std::panic::catch_unwind(|| TestServer::start(config))
         .map_err(|_| Failure::server("cannot start the test server"))?;
     let forward = if port == 0 {
@@ -275,7 +288,14 @@ pub(crate) async fn serve(port: u16, config: ServerConfig) -> Outcome {
     out!(
         "serving the test kit MCP server at {url} (revision {revision}, {tools} tools, page size {page_size}, {mode:?} answers); Ctrl-C to stop"
     );
+    if let Some(auth) = &auth {
+        out!(
+            "requiring OAuth tokens from the authorization server at {} (approves every request); try `probe --oauth {url}`",
+            auth.issuer()
+        );
+    }
     let interrupted = tokio::signal::ctrl_c().await;
+    drop(auth);
     if let Some(forward) = forward {
         forward.abort();
     }

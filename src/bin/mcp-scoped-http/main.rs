@@ -120,7 +120,7 @@ fn main() -> ExitCode {
                     .with_eras(revision)
                     // A long-running server keeps no record of requests.
                     .with_record_requests(false);
-                commands::serve(port, config).await
+                commands::serve(port, config, cli.common.oauth).await
             }
             Command::Conformance { url } => conformance::run(&url, &cli.common).await,
         };
