@@ -36,6 +36,27 @@
 //!    refused, single flight per endpoint among the sessions of one
 //!    [`OAuth`].
 //!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use mcp_scoped_http::Connector;
+//! use mcp_scoped_http::oauth::{CredentialStore, LoopbackAgent, OAuth};
+//!
+//! async fn run(url: &str, store: Arc<dyn CredentialStore>) -> mcp_scoped_http::Result<()> {
+//!     let oauth = OAuth::new(LoopbackAgent::new().open_browser(true))
+//!         .store(store) // default: an in-memory store per session
+//!         .scopes(["mcp:read"]); // when the server's challenge names none
+//!     let session = Connector::new(url)
+//!         .oauth(oauth)
+//!         .request_timeout(Duration::from_secs(360))
+//!         .connect()
+//!         .await?;
+//!     session.close().await;
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Ownership
 //!
 //! The flow runs inside the request that needed it: dropping the request
