@@ -356,3 +356,49 @@ fn the_flow_is_bounded_by_the_request_timeout() {
         baseline.check(&server, 0).await;
     });
 }
+
+#[test]
+fn sessions_sharing_a_store_refresh_once_between_them() {
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let (server, _caller, baseline) =
+            scene(protected(Eras::Streamable2025, auth.resource())).await;
+        let oauth = headless().store(Arc::new(MemoryStore::new()));
+        let mut sessions = Vec::new();
+        for _ in 0..2 {
+            let session = connector(&server, &oauth, None)
+                .connect()
+                .await
+                .expect("connect");
+            sessions.push(Arc::new(session));
+        }
+        assert_eq!(
+            auth.stats().authorize_requests,
+            1,
+            "the second used the store"
+        );
+        auth.expire_all_tokens();
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let session = sessions[i % 2].clone();
+                tokio::spawn(async move { call_first_tool(&session).await })
+            })
+            .collect();
+        for call in calls {
+            call.await
+                .expect("joined")
+                .expect("a call after the refresh");
+        }
+        // The refresh token rotates: a second refresh with the old one
+        // would be refused and run the whole flow again.
+        let stats = auth.stats();
+        assert_eq!(stats.refresh_grants, 1, "{stats:?}");
+        assert_eq!(stats.authorize_requests, 1, "{stats:?}");
+        for session in sessions {
+            Arc::into_inner(session).expect("one owner").close().await;
+        }
+        baseline
+            .check(&server, server.stats().sessions_created)
+            .await;
+    });
+}

@@ -162,7 +162,7 @@ impl Authorizer {
         };
         if let Some(sent) = expiring {
             let _flight = self.flight.lock().await;
-            if self.generation() == sent {
+            if self.generation() == sent && !self.take_newer_from_store(&[]) {
                 if let Err(error) = self.refresh().await {
                     // The server will refuse the old token, and the
                     // refusal runs the whole flow.
@@ -201,6 +201,16 @@ impl Authorizer {
         async {
             let _flight = self.flight.lock().await;
             let step_up = refusal.status == StatusCode::FORBIDDEN;
+            // Another session of the store got a new token meanwhile (its
+            // refresh rotated the refresh token this one holds).
+            let wanted = if step_up {
+                refusal.scopes()
+            } else {
+                Vec::new()
+            };
+            if self.take_newer_from_store(&wanted) {
+                return Ok(());
+            }
             {
                 let mut held = lock(&self.held);
                 if Sent(held.generation) != sent && held.header.is_some() {
@@ -282,6 +292,34 @@ impl Authorizer {
                 }
             }
         }
+    }
+
+    /// Takes the store's token when it is not the one held (another
+    /// session put it there), not the refused one, not about to expire,
+    /// and has the `wanted` scopes.
+    fn take_newer_from_store(&self, wanted: &[String]) -> bool {
+        let Some(stored) = self.store.token(&self.endpoint) else {
+            return false;
+        };
+        let mut held = lock(&self.held);
+        let held_already = held
+            .token
+            .as_ref()
+            .is_some_and(|token| token.access_token == stored.access_token);
+        if held_already
+            || held.refused.as_ref() == Some(&stored.access_token)
+            || stored.expires_within(EXPIRY_MARGIN)
+            || !wanted.iter().all(|scope| stored.scopes.contains(scope))
+        {
+            return false;
+        }
+        let Ok(header) = bearer_header(&stored.access_token) else {
+            return false;
+        };
+        held.header = Some(header);
+        held.token = Some(Arc::new(stored));
+        held.generation += 1;
+        true
     }
 
     /// Takes `token` as the current one and keeps it in the store.
