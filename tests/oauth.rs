@@ -2,6 +2,8 @@
 //! every era with owned and borrowed clients, each scenario ending with the
 //! baseline check; step-up, refresh, refusals, the caller's store.
 
+#[path = "support/hostile_http.rs"]
+mod hostile_http;
 mod support;
 
 use std::sync::Arc;
@@ -400,5 +402,51 @@ fn sessions_sharing_a_store_refresh_once_between_them() {
         baseline
             .check(&server, server.stats().sessions_created)
             .await;
+    });
+}
+
+/// An authorization server whose endpoints are plain HTTP to another
+/// machine: no code, verifier or secret is sent there.
+#[test]
+fn plain_http_endpoints_on_another_machine_are_refused() {
+    scenario(async {
+        let server = hostile_http::Server::start(|seen, _| async move {
+            let origin = format!("http://{}", seen.header("host").expect("a host header"));
+            match (seen.method.as_str(), seen.path.as_str()) {
+                ("GET", "/.well-known/oauth-protected-resource/mcp") => {
+                    hostile_http::json_response(
+                        200,
+                        &json!({"resource": format!("{origin}/mcp"), "authorization_servers": [origin]}),
+                    )
+                }
+                ("GET", "/.well-known/oauth-authorization-server") => hostile_http::json_response(
+                    200,
+                    &json!({
+                        "issuer": origin,
+                        "authorization_endpoint": "http://as.invalid/authorize",
+                        "token_endpoint": "http://as.invalid/token",
+                        "registration_endpoint": "http://as.invalid/register",
+                        "code_challenge_methods_supported": ["S256"],
+                    }),
+                ),
+                _ => {
+                    let mut refused =
+                        hostile_http::json_response(401, &json!({"error": "invalid_token"}));
+                    refused.headers_mut().insert(
+                        "www-authenticate",
+                        http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                    );
+                    refused
+                }
+            }
+        });
+        let error = Connector::new(server.url("/mcp"))
+            .oauth(headless())
+            .protocol_version(mcp_scoped_http::ProtocolVersion::V2025_11_25)
+            .connect()
+            .await
+            .expect_err("refused");
+        assert!(error.is_auth(), "{error:?}");
+        assert!(error.to_string().contains("plain HTTP"), "{error}");
     });
 }

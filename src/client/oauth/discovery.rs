@@ -87,8 +87,59 @@ pub(crate) fn same_origin(url: &str, other: &str) -> bool {
     }
 }
 
+/// Whether secrets may be sent to `url`: HTTPS, or plain HTTP to this
+/// machine (`localhost`, `127.0.0.0/8`, `[::1]`), as the spec allows for
+/// development and for loopback redirects.
+pub(crate) fn is_https_or_loopback(url: &str) -> bool {
+    let Some((origin, _)) = split(url) else {
+        return false;
+    };
+    let lower = origin.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return true;
+    }
+    let authority = &lower["http://".len()..];
+    // Credentials in the authority (`user@`) are not a host.
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let host = if let Some(rest) = host_port.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host == "localhost"
+        || host == "::1"
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn secrets_go_over_https_or_to_this_machine_only() {
+        for url in [
+            "https://as.example.com/token",
+            "HTTPS://AS.EXAMPLE.COM/token",
+            "http://localhost:3000/token",
+            "http://127.0.0.1:1/token",
+            "http://127.9.9.9/token",
+            "http://[::1]:8080/token",
+        ] {
+            assert!(is_https_or_loopback(url), "{url}");
+        }
+        for url in [
+            "http://as.example.com/token",
+            "http://localhost.example.com/token",
+            "http://127.0.0.1.example.com/token",
+            "http://localhost@evil.example.com/token",
+            "http://10.0.0.1/token",
+            "ftp://localhost/token",
+            "not a url",
+        ] {
+            assert!(!is_https_or_loopback(url), "{url}");
+        }
+    }
+
     use super::*;
 
     #[test]

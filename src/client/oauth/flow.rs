@@ -18,7 +18,8 @@ use tracing::Instrument;
 
 use super::challenge::BearerChallenge;
 use super::discovery::{
-    authorization_server_metadata_urls, is_http_url, origin_of, resource_metadata_urls,
+    authorization_server_metadata_urls, is_http_url, is_https_or_loopback, origin_of,
+    resource_metadata_urls,
 };
 use super::http::{self as oauth_http, Answer};
 use super::metadata::{AuthorizationServer, ProtectedResource};
@@ -348,6 +349,7 @@ impl Authorizer {
             .clone()
             .ok_or_else(|| Error::auth("no refresh token"))?;
         let server = self.server_of(&token.issuer).await?;
+        self.check_endpoints(&server.metadata)?;
         let client = self
             .known_client(&server.metadata)
             .ok_or_else(|| Error::auth("no client credentials for the token's issuer"))?;
@@ -406,6 +408,7 @@ impl Authorizer {
                 resource: None,
             },
         };
+        self.check_endpoints(&server.metadata)?;
         let server = Arc::new(server);
         lock(&self.held).server = Some(server.clone());
         let metadata = &server.metadata;
@@ -449,6 +452,34 @@ impl Authorizer {
         let token = token_set(&response, &metadata.issuer, &resource, &scopes);
         tracing::debug!("authorized");
         self.adopt(token, Some(scopes))
+    }
+
+    /// Codes, verifiers and secrets go over HTTPS, or to this machine,
+    /// unless the caller allowed plain HTTP.
+    fn check_endpoints(&self, metadata: &AuthorizationServer) -> Result<()> {
+        if self.oauth.config.allow_insecure_http {
+            return Ok(());
+        }
+        let endpoints = [
+            (
+                "authorization endpoint",
+                Some(&metadata.authorization_endpoint),
+            ),
+            ("token endpoint", Some(&metadata.token_endpoint)),
+            (
+                "registration endpoint",
+                metadata.registration_endpoint.as_ref(),
+            ),
+        ];
+        for (what, url) in endpoints {
+            if url.is_some_and(|url| !is_https_or_loopback(url)) {
+                return Err(Error::auth(format!(
+                    "the authorization server's {what} is plain HTTP to another machine; \
+                     refused (OAuth::allow_insecure_http allows it)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The scopes to ask for: a step-up's union with what was asked

@@ -112,7 +112,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Defaults: an in-memory store per session, no pre-registered client, no
 /// Client ID Metadata Document, client name `mcp-scoped-http`, no scopes of
 /// your own, at most 3 authorizations per request, 30 s per exchange with
-/// the authorization server.
+/// the authorization server, its endpoints HTTPS (or plain HTTP on this
+/// machine only).
 #[derive(Clone)]
 pub struct OAuth {
     pub(crate) config: Arc<Config>,
@@ -127,6 +128,7 @@ pub(crate) struct Config {
     pub(crate) scopes: Option<Vec<String>>,
     pub(crate) max_authorizations: u32,
     pub(crate) exchange_timeout: Duration,
+    pub(crate) allow_insecure_http: bool,
     /// One authorization at a time per endpoint, for every session of this
     /// value (a shared store's tokens are refreshed once, not per session).
     pub(crate) flights: flow::Flights,
@@ -143,6 +145,7 @@ impl Clone for Config {
             scopes: self.scopes.clone(),
             max_authorizations: self.max_authorizations,
             exchange_timeout: self.exchange_timeout,
+            allow_insecure_http: self.allow_insecure_http,
             flights: flow::Flights::default(),
         }
     }
@@ -169,6 +172,7 @@ impl OAuth {
                 scopes: None,
                 max_authorizations: 3,
                 exchange_timeout: Duration::from_secs(30),
+                allow_insecure_http: false,
                 flights: flow::Flights::default(),
             }),
         }
@@ -243,6 +247,15 @@ impl OAuth {
     #[must_use]
     pub fn exchange_timeout(mut self, timeout: Duration) -> Self {
         self.config_mut().exchange_timeout = timeout;
+        self
+    }
+
+    /// Lets codes, verifiers and client secrets go over plain HTTP to
+    /// another machine. Default: refused; HTTPS, or HTTP to `localhost`,
+    /// `127.0.0.0/8` or `[::1]` only.
+    #[must_use]
+    pub fn allow_insecure_http(mut self, allow: bool) -> Self {
+        self.config_mut().allow_insecure_http = allow;
         self
     }
 }
