@@ -193,6 +193,7 @@ impl Error {
         Error::new(Kind::Hook).with_boxed_source(source)
     }
 
+    #[cfg(feature = "oauth")]
     pub(crate) fn auth(message: impl Into<String>) -> Self {
         Error::new(Kind::Auth).with_message(message)
     }
