@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::discovery::{is_http_url, same_origin};
+use super::discovery::{is_http_url, origin_of, same_origin};
 use crate::error::{Error, Result};
 
 /// Protected resource metadata, checked against the endpoint it is for.
@@ -129,15 +129,25 @@ impl AuthorizationServer {
     }
 
     /// Reads metadata found by the 2025-03-26 fallback at `origin` (a
-    /// server with no protected resource metadata): that revision named
-    /// no issuer to check against, so the document's is taken as it is
-    /// (the origin when it names none). S256 is still required.
+    /// server with no protected resource metadata). Fetched from the
+    /// origin's root, its `issuer` must be that origin (RFC 8414 §3.3; a
+    /// trailing `/` allowed), as written in the document (the origin when
+    /// it names none): another issuer would have the credentials kept for
+    /// that one sent to this server's token endpoint. S256 is still
+    /// required.
     pub(crate) fn from_json_legacy(document: &Value, origin: &str) -> Result<AuthorizationServer> {
         let issuer = document
             .get("issuer")
             .and_then(Value::as_str)
             .unwrap_or(origin)
             .to_owned();
+        let bare = issuer.trim_end_matches('/');
+        if !same_origin(bare, origin) || origin_of(bare) != Some(bare) {
+            return Err(invalid(
+                "the authorization server metadata at the MCP server's origin names another \
+                 issuer than that origin; refused",
+            ));
+        }
         let mut document = document.clone();
         if let Some(object) = document.as_object_mut() {
             object.insert("issuer".into(), Value::String(issuer.clone()));
@@ -291,6 +301,32 @@ mod tests {
                 AuthorizationServer::from_json(&server(json!({})), asked).is_err(),
                 "{asked}"
             );
+        }
+    }
+
+    #[test]
+    fn a_legacy_servers_issuer_must_be_its_origin() {
+        let origin = "http://localhost:3000";
+        let legacy = |issuer: Option<&str>| {
+            let mut document = server(json!({}));
+            match issuer {
+                Some(issuer) => document["issuer"] = json!(issuer),
+                None => {
+                    document.as_object_mut().unwrap().remove("issuer");
+                }
+            }
+            AuthorizationServer::from_json_legacy(&document, origin)
+        };
+        for issuer in [None, Some(origin), Some("http://localhost:3000/")] {
+            assert!(legacy(issuer).is_ok(), "{issuer:?}");
+        }
+        for issuer in [
+            "https://trusted.example.com",
+            "http://localhost:3001",
+            "http://localhost:3000/tenant1",
+            "http://localhost:3000?x",
+        ] {
+            assert!(legacy(Some(issuer)).is_err(), "{issuer}");
         }
     }
 
