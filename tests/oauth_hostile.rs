@@ -10,6 +10,7 @@ use mcp_scoped_http::Connector;
 use mcp_scoped_http::oauth::{
     ClientCredentials, CredentialStore, HeadlessAgent, MemoryStore, OAuth, TokenAuthMethod,
 };
+use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer};
 use serde_json::json;
 use support::*;
 
@@ -22,6 +23,27 @@ const REDIRECT: &str = "http://127.0.0.1:9/callback";
 
 fn headless() -> OAuth {
     OAuth::new(HeadlessAgent::new(REDIRECT))
+}
+
+fn protected(auth: &AuthServer) -> TestServer {
+    TestServer::start(
+        ServerConfig::default()
+            .with_eras(Eras::Streamable2025)
+            .with_tools(2)
+            .with_authorization(auth.resource()),
+    )
+}
+
+async fn call_first_tool(
+    session: &mcp_scoped_http::Session,
+) -> mcp_scoped_http::Result<serde_json::Value> {
+    let tool = session
+        .catalog()
+        .tool_names()
+        .next()
+        .expect("a tool")
+        .to_owned();
+    session.call_tool(&tool, json!({})).await
 }
 
 /// A hostile MCP server in the 2025-03-26 style (no protected resource
@@ -118,5 +140,110 @@ fn a_legacy_server_cannot_claim_another_issuer_to_get_its_client_secret() {
                 );
             }
         }
+    });
+}
+
+// Two sessions of one `OAuth` sharing a store, one refreshing for both:
+// tests/oauth.rs, `sessions_sharing_a_store_refresh_once_between_them`.
+
+/// A token about to expire whose refresh fails: concurrent requests each
+/// refreshed again behind the single-flight lock, one after another, and
+/// every later request too (a refresh storm at a failing authorization
+/// server, every request of the session waiting behind it).
+#[test]
+fn a_failed_refresh_of_an_expiring_token_is_not_repeated_by_every_request() {
+    scenario(async {
+        // Within the 30 s margin from the start: expiring at once.
+        let auth = AuthServer::start(
+            AuthConfig::default()
+                .with_token_lifetime(Duration::from_secs(20))
+                .with_fault(AuthFault::RejectRefresh),
+        );
+        let server = protected(&auth);
+        let session = Arc::new(
+            Connector::new(server.url())
+                .oauth(headless())
+                .connect()
+                .await
+                .expect("connect"),
+        );
+        let before = auth.stats().refresh_grants;
+        let calls: Vec<_> = (0..6)
+            .map(|_| {
+                let session = session.clone();
+                tokio::spawn(async move { call_first_tool(&session).await })
+            })
+            .collect();
+        for call in calls {
+            call.await.expect("joined").expect("the token still works");
+        }
+        call_first_tool(&session).await.expect("one more");
+        let stats = auth.stats();
+        assert!(
+            stats.refresh_grants - before <= 1,
+            "a refresh storm: {} refresh grants for 7 calls ({stats:?})",
+            stats.refresh_grants - before
+        );
+        Arc::into_inner(session).expect("one owner").close().await;
+    });
+}
+
+/// A protected resource whose challenge asks for a huge number of distinct
+/// scopes (a header of some 300 KB, within what hyper reads): the flow
+/// must stay within the request's deadline, not spin the runtime's thread
+/// comparing scopes with each other.
+#[test]
+fn a_challenge_with_a_huge_scope_list_is_bounded() {
+    scenario(async {
+        use hostile_http::{empty, json_response, whole};
+        let mut scopes = String::new();
+        for i in 0..60_000u32 {
+            let digits: String = (0..4)
+                .map(|k| char::from_digit((i / 36u32.pow(k)) % 36, 36).unwrap())
+                .collect();
+            scopes.push_str(&digits);
+            scopes.push(' ');
+        }
+        let challenge = Arc::new(format!("Bearer scope=\"{}\"", scopes.trim_end()));
+        let server = hostile_http::Server::start(move |seen, _state| {
+            let challenge = challenge.clone();
+            async move {
+                let host = seen.header("host").unwrap_or_default().to_owned();
+                match seen.path.as_str() {
+                    "/.well-known/oauth-authorization-server" => json_response(
+                        200,
+                        &json!({
+                            "issuer": format!("http://{host}"),
+                            "authorization_endpoint": format!("http://{host}/authorize"),
+                            "token_endpoint": format!("http://{host}/token"),
+                            "code_challenge_methods_supported": ["S256"],
+                        }),
+                    ),
+                    path if path.starts_with("/.well-known/") => empty(404),
+                    path if path.starts_with("/authorize") => empty(400),
+                    _ => {
+                        let mut response = whole(401, Some("application/json"), "{}");
+                        response.headers_mut().insert(
+                            "www-authenticate",
+                            http::HeaderValue::from_str(&challenge).unwrap(),
+                        );
+                        response
+                    }
+                }
+            }
+        });
+        let timeout = Duration::from_secs(2);
+        let started = std::time::Instant::now();
+        let error = Connector::new(server.url("/mcp"))
+            .oauth(headless().client(ClientCredentials::public("c"), None))
+            .request_timeout(timeout)
+            .connect()
+            .await
+            .expect_err("refused");
+        let took = started.elapsed();
+        assert!(
+            took < timeout * 2,
+            "the flow took {took:?}, past the {timeout:?} deadline: {error:?}"
+        );
     });
 }

@@ -2,7 +2,7 @@
 //! request is refused (refresh, or the whole flow), one at a time per
 //! endpoint.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -104,6 +104,9 @@ struct Held {
     /// The access token the server last refused: never sent again, even
     /// while the store still holds it.
     refused: Option<Secret>,
+    /// The generation whose refresh before expiry failed: not tried again
+    /// by every request (a refusal of it still refreshes once).
+    refresh_failed: Option<u64>,
     /// The scopes the last authorization asked for.
     asked: Vec<String>,
     server: Option<Arc<Server>>,
@@ -159,12 +162,15 @@ impl Authorizer {
                 .filter(|token| {
                     token.refresh_token.is_some() && token.expires_within(EXPIRY_MARGIN)
                 })
+                .filter(|_| held.refresh_failed != Some(held.generation))
                 .map(|_| Sent(held.generation))
         };
         if let Some(sent) = expiring {
             let _flight = self.flight.lock().await;
-            if self.generation() == sent && !self.take_newer_from_store(&[]) {
+            let failed = lock(&self.held).refresh_failed == Some(sent.0);
+            if self.generation() == sent && !failed && !self.take_newer_from_store(&[]) {
                 if let Err(error) = self.refresh().await {
+                    lock(&self.held).refresh_failed = Some(sent.0);
                     // The server will refuse the old token, and the
                     // refusal runs the whole flow.
                     tracing::debug!(error = %error, "refreshing an expiring token failed");
@@ -216,9 +222,8 @@ impl Authorizer {
                 let mut held = lock(&self.held);
                 if Sent(held.generation) != sent && held.header.is_some() {
                     let granted = held.token.as_ref().map(|t| t.scopes.clone());
-                    let enough = granted.is_some_and(|granted| {
-                        refusal.scopes().iter().all(|scope| granted.contains(scope))
-                    });
+                    let enough =
+                        granted.is_some_and(|granted| contains_all(&granted, &refusal.scopes()));
                     // Authorized while this request was out: try that.
                     if !step_up || enough {
                         return Ok(());
@@ -227,8 +232,7 @@ impl Authorizer {
                 if step_up {
                     let asked = &held.asked;
                     let wanted = refusal.scopes();
-                    if sent.0 != 0 && !wanted.is_empty() && wanted.iter().all(|s| asked.contains(s))
-                    {
+                    if sent.0 != 0 && !wanted.is_empty() && contains_all(asked, &wanted) {
                         return Err(Error::auth(
                             "the server still refuses with insufficient_scope for scopes \
                              already granted; not asking again",
@@ -310,7 +314,7 @@ impl Authorizer {
         if held_already
             || held.refused.as_ref() == Some(&stored.access_token)
             || stored.expires_within(EXPIRY_MARGIN)
-            || !wanted.iter().all(|scope| stored.scopes.contains(scope))
+            || !contains_all(&stored.scopes, wanted)
         {
             return false;
         }
@@ -508,13 +512,14 @@ impl Authorizer {
                 .and_then(|r| r.scopes_supported.clone())
                 .unwrap_or_default()
         };
+        let mut seen: HashSet<String> = scopes.iter().cloned().collect();
         for scope in base.into_iter().chain(ours) {
-            if !scopes.contains(&scope) {
+            if seen.insert(scope.clone()) {
                 scopes.push(scope);
             }
         }
         let offline = "offline_access".to_owned();
-        if !scopes.is_empty() && metadata.offers_offline_access() && !scopes.contains(&offline) {
+        if !scopes.is_empty() && metadata.offers_offline_access() && !seen.contains(&offline) {
             scopes.push(offline);
         }
         scopes
@@ -819,14 +824,22 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
+// Scope lists come from the server, tens of thousands long at worst:
+// compared through sets, never each with each.
 fn split_scopes(scope: Option<&str>) -> Vec<String> {
-    let mut scopes: Vec<String> = Vec::new();
-    for scope in scope.unwrap_or("").split_ascii_whitespace() {
-        if !scopes.iter().any(|s| s == scope) {
-            scopes.push(scope.to_owned());
-        }
-    }
-    scopes
+    let mut seen = HashSet::new();
+    scope
+        .unwrap_or("")
+        .split_ascii_whitespace()
+        .filter(|scope| seen.insert(*scope))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether every one of `wanted` is in `have`.
+fn contains_all(have: &[String], wanted: &[String]) -> bool {
+    let have: HashSet<&String> = have.iter().collect();
+    wanted.iter().all(|scope| have.contains(scope))
 }
 
 fn bearer_header(token: &Secret) -> Result<HeaderValue> {
