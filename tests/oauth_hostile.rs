@@ -247,3 +247,46 @@ fn a_challenge_with_a_huge_scope_list_is_bounded() {
         );
     });
 }
+
+/// Requests refused together while the flow then fails: each ran the flow
+/// (and the user agent) again in turn; now the ones refused along with it
+/// fail with it.
+#[test]
+fn requests_refused_together_share_one_failed_flow() {
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let server = protected(&auth);
+        let session = Arc::new(
+            Connector::new(server.url())
+                .oauth(headless())
+                .connect()
+                .await
+                .expect("connect"),
+        );
+        let before = auth.stats().authorize_requests;
+        auth.revoke_all_tokens();
+        auth.push_fault(AuthFault::WrongIss);
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let session = session.clone();
+                tokio::spawn(async move { call_first_tool(&session).await })
+            })
+            .collect();
+        for call in calls {
+            let error = call.await.expect("joined").expect_err("refused");
+            assert!(error.is_auth(), "{error:?}");
+        }
+        assert_eq!(
+            auth.stats().authorize_requests,
+            before + 1,
+            "{:?}",
+            auth.stats()
+        );
+        // A later request asks again.
+        auth.clear_faults();
+        call_first_tool(&session)
+            .await
+            .expect("a later call authorizes");
+        Arc::into_inner(session).expect("one owner").close().await;
+    });
+}

@@ -174,3 +174,40 @@ fn a_flow_dropped_while_waiting_for_the_redirect_closes_the_listener() {
         baseline.check(&server, 0).await;
     });
 }
+
+/// Another local process sends a made-up redirect to the listener first:
+/// it is answered 400 and the wait goes on until the real one.
+#[test]
+fn the_loopback_agent_ignores_a_redirect_with_another_state() {
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let (server, _caller, baseline) = scene(protected(&auth)).await;
+        let agent = LoopbackAgent::new().on_url(|url| {
+            let url = url.to_owned();
+            tokio::spawn(async move {
+                let redirect_uri =
+                    url::form_urlencoded::parse(url.split_once('?').expect("a query").1.as_bytes())
+                        .find(|(name, _)| name == "redirect_uri")
+                        .map(|(_, value)| value.into_owned())
+                        .expect("a redirect_uri");
+                let client = HttpClient::owned().expect("a client");
+                let forged = http::Request::get(format!("{redirect_uri}?code=forged&state=forged"))
+                    .body(Full::new(Bytes::new()))
+                    .expect("a request");
+                let answer = client.send(forged).await.expect("the forged redirect");
+                assert_eq!(answer.status(), http::StatusCode::BAD_REQUEST);
+                browse(url).await;
+            });
+        });
+        let session = Connector::new(server.url())
+            .oauth(OAuth::new(agent))
+            .connect()
+            .await
+            .expect("the real redirect wins");
+        session.close().await;
+        assert_eq!(auth.stats().code_grants, 1);
+        baseline
+            .check(&server, server.stats().sessions_created)
+            .await;
+    });
+}

@@ -202,7 +202,7 @@ impl LoopbackAgent {
         self
     }
 
-    /// Also opens the system's browser (`xdg-open`, `open`, `start`) on
+    /// Also opens the system's browser (`xdg-open`, `open`, `rundll32`) on
     /// the URL. Default: off.
     #[must_use]
     pub fn open_browser(mut self, open: bool) -> Self {
@@ -288,9 +288,12 @@ impl Redirect for LoopbackRedirect {
             } = *self;
             (agent.show)(request.url());
             if agent.open_browser {
-                open_browser(request.url()).await;
+                open_browser(request.url());
             }
-            let wait = serve_until_redirect(listener, agent.path.clone());
+            // Only the redirect of this request: another local process
+            // cannot end the wait with a made-up one.
+            let state = AuthorizationResponse::from_redirect(request.url()).state;
+            let wait = serve_until_redirect(listener, agent.path.clone(), state);
             tokio::time::timeout(agent.timeout, wait)
                 .await
                 .map_err(|_| {
@@ -300,12 +303,16 @@ impl Redirect for LoopbackRedirect {
     }
 }
 
-/// Serves the listener until a GET of `path` arrives, and returns its
-/// query. Connections are served by tasks of a set this future owns:
-/// dropping it closes the listener and aborts them.
+/// Connections served at once by the redirect listener; more wait.
+const MAX_CONNECTIONS: usize = 16;
+
+/// Serves the listener until a GET of `path` with `state` arrives, and
+/// returns its query. Connections are served by tasks of a set this future
+/// owns: dropping it closes the listener and aborts them.
 async fn serve_until_redirect(
     listener: TcpListener,
     path: String,
+    state: Option<String>,
 ) -> Result<AuthorizationResponse> {
     let (tx, mut rx) = mpsc::channel::<AuthorizationResponse>(1);
     let mut connections = JoinSet::new();
@@ -316,13 +323,13 @@ async fn serve_until_redirect(
                     return Ok(response);
                 }
             }
-            accepted = listener.accept() => {
+            accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => {
                 let (stream, _) = accepted.map_err(|e| {
                     Error::auth("the redirect listener failed").with_source(e)
                 })?;
-                let (tx, path) = (tx.clone(), path.clone());
+                let (tx, path, state) = (tx.clone(), path.clone(), state.clone());
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let answer = callback(&req, &path, &tx);
+                    let answer = callback(&req, &path, state.as_deref(), &tx);
                     async move { Ok::<_, Infallible>(answer) }
                 });
                 connections.spawn(async move {
@@ -339,10 +346,12 @@ async fn serve_until_redirect(
     }
 }
 
-/// Answers one request to the listener: the redirect, or a 404.
+/// Answers one request to the listener: the redirect (with the `state`
+/// sent), a 400 for another, or a 404.
 fn callback(
     req: &Request<hyper::body::Incoming>,
     path: &str,
+    state: Option<&str>,
     tx: &mpsc::Sender<AuthorizationResponse>,
 ) -> Response<Full<Bytes>> {
     let page = |status: StatusCode, text: &'static str| {
@@ -359,6 +368,12 @@ fn callback(
     }
     let query = req.uri().query().unwrap_or("");
     let response = AuthorizationResponse::from_redirect(&format!("?{query}"));
+    if response.state.as_deref() != state {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Not the redirect of this authorization.\n",
+        );
+    }
     let refused = response.error.is_some();
     // The first redirect wins; a second one finds the channel full.
     let _ = tx.try_send(response);
@@ -375,26 +390,27 @@ fn callback(
     }
 }
 
-/// Asks the system to open `url` in a browser; a failure only means the
-/// person opens it from the printed line.
-async fn open_browser(url: &str) {
+/// Asks the system to open `url` in a browser, without a shell (the URL
+/// is one argument, never parsed as a command line); a failure only means
+/// the person opens it from the printed line. Not waited for: the opener
+/// may live as long as the browser it started, and the runtime reaps it
+/// when it exits.
+fn open_browser(url: &str) {
     let (program, args): (&str, Vec<&str>) = if cfg!(target_os = "macos") {
         ("open", vec![url])
     } else if cfg!(windows) {
-        ("cmd", vec!["/C", "start", "", url])
+        ("rundll32", vec!["url.dll,FileProtocolHandler", url])
     } else {
         ("xdg-open", vec![url])
     };
-    let mut command = std::process::Command::new(program);
-    command
+    let opened = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // The opener returns once it has handed the URL over; waited for on a
-    // blocking thread so it is never left a zombie.
-    let opened = tokio::task::spawn_blocking(move || command.status()).await;
-    if !matches!(opened, Ok(Ok(status)) if status.success()) {
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(false)
+        .spawn();
+    if opened.is_err() {
         tracing::debug!("could not open a browser; the URL was printed");
     }
 }

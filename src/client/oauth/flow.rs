@@ -107,6 +107,11 @@ struct Held {
     /// The generation whose refresh before expiry failed: not tried again
     /// by every request (a refusal of it still refreshes once).
     refresh_failed: Option<u64>,
+    /// Whole flows run to an end, and whether the last one failed: the
+    /// requests refused along with the one that ran it fail with it
+    /// instead of asking the user agent again, one after another.
+    flows: u64,
+    last_flow_failed: bool,
     /// The scopes the last authorization asked for.
     asked: Vec<String>,
     server: Option<Arc<Server>>,
@@ -154,9 +159,9 @@ impl Authorizer {
     }
 
     async fn add_bearer_inner(&self, headers: &mut http::HeaderMap) -> Result<Sent> {
+        self.load();
         let expiring = {
-            let mut held = lock(&self.held);
-            self.load(&mut held);
+            let held = lock(&self.held);
             held.token
                 .as_ref()
                 .filter(|token| {
@@ -206,6 +211,7 @@ impl Authorizer {
     async fn recover_inner(&self, refusal: &Refusal, sent: Sent, interactive: bool) -> Result<()> {
         let span = tracing::debug_span!("mcp.oauth", status = refusal.status.as_u16());
         async {
+            let flows_before = lock(&self.held).flows;
             let _flight = self.flight.lock().await;
             let step_up = refusal.status == StatusCode::FORBIDDEN;
             // Another session of the store got a new token meanwhile (its
@@ -258,7 +264,21 @@ impl Authorizer {
                 )
                 .with_status(refusal.status));
             }
-            self.authorize(refusal).await
+            {
+                let held = lock(&self.held);
+                if held.flows != flows_before && held.last_flow_failed {
+                    return Err(Error::auth(
+                        "the authorization flow failed for a request refused at the same \
+                         time; not asking again for this one",
+                    )
+                    .with_status(refusal.status));
+                }
+            }
+            let outcome = self.authorize(refusal).await;
+            let mut held = lock(&self.held);
+            held.flows += 1;
+            held.last_flow_failed = outcome.is_err();
+            outcome
         }
         .instrument(span)
         .await
@@ -283,12 +303,18 @@ impl Authorizer {
     }
 
     /// Reads the store once, unless the store's token is the refused one.
-    fn load(&self, held: &mut Held) {
+    fn load(&self) {
+        if lock(&self.held).loaded {
+            return;
+        }
+        // The caller's store is asked under no lock of ours.
+        let stored = self.store.token(&self.endpoint);
+        let mut held = lock(&self.held);
         if held.loaded {
             return;
         }
         held.loaded = true;
-        if let Some(token) = self.store.token(&self.endpoint) {
+        if let Some(token) = stored {
             if held.refused.as_ref() != Some(&token.access_token) {
                 if let Ok(header) = bearer_header(&token.access_token) {
                     held.header = Some(header);
