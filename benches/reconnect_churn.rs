@@ -151,6 +151,23 @@ fn pinned(churn: Churn, pin: Option<ProtocolVersion>) -> Churn {
     }
 }
 
+/// A hyper-util client as a caller builds one (no delay), lent.
+fn callers_client(quick_ack: bool) -> HttpClient {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+    use mcp_scoped_http::client::{QuickAckConnector, RequestBody};
+
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let builder = Client::builder(TokioExecutor::new());
+    if quick_ack {
+        HttpClient::borrowed(builder.build::<_, RequestBody>(QuickAckConnector::new(http)))
+    } else {
+        HttpClient::borrowed(builder.build::<_, RequestBody>(http))
+    }
+}
+
 async fn pair(
     url: &str,
     cycle: Cycle,
@@ -701,6 +718,24 @@ fn contenders(
         Runner::Floor(owned.floor),
         1,
     ));
+    // A caller's own hyper-util client, lent: plain (it stalls against a
+    // server that leaves Nagle on) and on the public QuickAckConnector.
+    for (name, quick_ack) in [
+        ("ours, caller's hyper client", false),
+        ("ours, caller's hyper client on QuickAckConnector", true),
+    ] {
+        let churn = runtime.block_on(async {
+            Churn::new(url, Cycle::Complete, Some(callers_client(quick_ack)))
+                .await
+                .expect("the churn starts")
+                .with_call(call_some.clone())
+        });
+        list.push(measured(
+            name,
+            Runner::Ours(Arc::new(pinned(churn, pin))),
+            1,
+        ));
+    }
     if !with_rmcp {
         return list;
     }

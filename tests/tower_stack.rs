@@ -213,3 +213,54 @@ fn the_callers_timeout_layer_answers_for_a_slow_request_and_the_session_carries_
         baseline.check(&server, 1).await;
     });
 }
+
+/// A caller's own hyper-util client on `QuickAckConnector` (the owned
+/// client's fix for servers that leave Nagle on) serves sessions like any
+/// other lent client, SSE answers included, and stays the caller's.
+#[test]
+fn a_callers_client_on_the_quick_ack_connector_serves_sessions() {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+    use mcp_scoped_http::client::{QuickAckConnector, RequestBody};
+
+    scenario(async {
+        let server =
+            TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        let hyper = Client::builder(TokioExecutor::new())
+            .build::<_, RequestBody>(QuickAckConnector::new(http));
+        let lent = HttpClient::borrowed(hyper.clone());
+        for _ in 0..3 {
+            let session = Connector::new(server.url())
+                .client(lent.clone())
+                .bearer("quick")
+                .connect()
+                .await
+                .expect("connect");
+            session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect("a call");
+            session.close().await;
+        }
+        assert!(lent.hooks().is_empty());
+        // Still the caller's: its own request goes through.
+        let own = http::Request::post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            )))
+            .unwrap();
+        let status = hyper
+            .request(own)
+            .await
+            .expect("the caller's request")
+            .status();
+        assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(server.stats().sessions_created, 3);
+        assert_eq!(server.stats().deletes, 3);
+    });
+}

@@ -14,7 +14,7 @@ mod hooks;
 #[cfg(feature = "oauth")]
 pub mod oauth;
 pub(crate) mod owned;
-pub(crate) mod quickack;
+mod quickack;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,6 +28,7 @@ use tower::{Service, ServiceExt, util::BoxCloneService};
 pub use hooks::{HeaderHook, HookHandle, HookId, HookInfo, HookOwner, ScopeId};
 pub use owned::HttpClientBuilder;
 use owned::OwnedParts;
+pub use quickack::{QuickAckConnecting, QuickAckConnector, QuickAckStream};
 
 use crate::error::{BoxError, Error, Result};
 use crate::ledger::{Count, Counters, Field, Ledger};

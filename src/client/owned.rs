@@ -166,7 +166,7 @@ impl HttpClientBuilder {
         http.set_connect_timeout(self.connect_timeout);
         http.set_keepalive(self.tcp_keepalive);
         http.enforce_http(false);
-        let http = QuickAckConnector::new(http, self.tcp_quickack);
+        let http = QuickAckConnector::with_enabled(http, self.tcp_quickack);
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()

@@ -23,16 +23,46 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower::Service;
 
-/// [`HttpConnector`] whose connections re-arm `TCP_QUICKACK` after each read
-/// (when `enabled`).
+/// An [`HttpConnector`] whose connections re-arm `TCP_QUICKACK` after each
+/// read (Linux and Android; elsewhere it is the plain connector): the
+/// owned client's fix for servers that leave Nagle on, for a hyper-util
+/// client of your own that you lend to sessions.
+///
+/// ```
+/// use hyper_util::client::legacy::Client;
+/// use hyper_util::client::legacy::connect::HttpConnector;
+/// use hyper_util::rt::TokioExecutor;
+/// use mcp_scoped_http::HttpClient;
+/// use mcp_scoped_http::client::{QuickAckConnector, RequestBody};
+///
+/// let mut http = HttpConnector::new();
+/// http.set_nodelay(true);
+/// let hyper = Client::builder(TokioExecutor::new())
+///     .build::<_, RequestBody>(QuickAckConnector::new(http));
+/// let lent = HttpClient::borrowed(hyper);
+/// # let _ = lent;
+/// ```
+///
+/// For `https`, wrap it as any `HttpConnector` (hyper-rustls:
+/// `HttpsConnectorBuilder::...().wrap_connector(QuickAckConnector::new(http))`).
 #[derive(Clone, Debug)]
-pub(crate) struct QuickAckConnector {
+pub struct QuickAckConnector {
     inner: HttpConnector,
     enabled: bool,
 }
 
 impl QuickAckConnector {
-    pub(super) fn new(inner: HttpConnector, enabled: bool) -> Self {
+    /// Wraps `inner`: its connections acknowledge every read at once.
+    pub fn new(inner: HttpConnector) -> Self {
+        QuickAckConnector {
+            inner,
+            enabled: true,
+        }
+    }
+
+    /// Wraps `inner`, re-arming only when `enabled` (the owned client's
+    /// `tcp_quickack` setting).
+    pub(super) fn with_enabled(inner: HttpConnector, enabled: bool) -> Self {
         QuickAckConnector { inner, enabled }
     }
 }
@@ -40,27 +70,36 @@ impl QuickAckConnector {
 impl Service<http::Uri> for QuickAckConnector {
     type Response = QuickAckStream;
     type Error = <HttpConnector as Service<http::Uri>>::Error;
-    type Future = Connecting;
+    type Future = QuickAckConnecting;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        Connecting {
+        QuickAckConnecting {
             inner: self.inner.call(uri),
             enabled: self.enabled,
         }
     }
 }
 
-/// The connect future: hyper-util's, with the stream wrapped.
-pub(crate) struct Connecting {
+/// The connect future of a [`QuickAckConnector`]: hyper-util's, with the
+/// stream wrapped.
+pub struct QuickAckConnecting {
     inner: <HttpConnector as Service<http::Uri>>::Future,
     enabled: bool,
 }
 
-impl Future for Connecting {
+impl std::fmt::Debug for QuickAckConnecting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuickAckConnecting")
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for QuickAckConnecting {
     type Output = Result<QuickAckStream, <HttpConnector as Service<http::Uri>>::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -72,9 +111,9 @@ impl Future for Connecting {
     }
 }
 
-/// A TCP connection from [`QuickAckConnector`].
+/// A TCP connection from a [`QuickAckConnector`].
 #[derive(Debug)]
-pub(crate) struct QuickAckStream {
+pub struct QuickAckStream {
     io: TokioIo<TcpStream>,
     quickack: bool,
 }
