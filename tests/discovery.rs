@@ -653,3 +653,84 @@ fn lists_turned_off_by_the_caller_are_never_requested() {
         }
     });
 }
+
+/// `Discovery::concurrent`: the kinds are listed at once (each kind's
+/// pages in order), after `notifications/initialized`, with the same
+/// catalog as one after the other; a failing list drops the others and
+/// the session (all or nothing).
+#[test]
+fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_tools(20)
+                    .with_page_size(4)
+                    .with_prompts(6)
+                    .with_resources(6)
+                    // The first tools page is slow: the other kinds are
+                    // asked for before the second tools page.
+                    .with_fault(Fault::on_rpc(
+                        "tools/list",
+                        FaultAction::Delay(std::time::Duration::from_millis(200)),
+                    )
+                    .page(1)),
+            );
+            let (caller, baseline) = start(&server).await;
+            let sequential = connector(&server, &caller, borrowed)
+                .connect()
+                .await
+                .expect("sequential");
+            let expected = sequential.catalog().clone();
+            sequential.close().await;
+            server.clear_requests();
+
+            let session = connector(&server, &caller, borrowed)
+                .discovery(Discovery::default().concurrent(true))
+                .connect()
+                .await
+                .expect("concurrent");
+            assert_eq!(session.catalog().tools, expected.tools);
+            assert_eq!(session.catalog().prompts, expected.prompts);
+            assert_eq!(session.catalog().resources, expected.resources);
+            assert_eq!(
+                session.catalog().resource_templates,
+                expected.resource_templates
+            );
+            session.close().await;
+            let order: Vec<String> = server
+                .requests()
+                .iter()
+                .filter_map(|r| r.rpc_method.clone())
+                .collect();
+            let initialized = order
+                .iter()
+                .position(|m| m == "notifications/initialized")
+                .expect("initialized");
+            let first_list = order
+                .iter()
+                .position(|m| m.ends_with("/list"))
+                .expect("a list");
+            assert!(initialized < first_list, "{order:?}");
+            let second_tools_page = order
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| *m == "tools/list")
+                .nth(1)
+                .map(|(i, _)| i)
+                .expect("a second tools page");
+            let prompts = order.iter().position(|m| m == "prompts/list").expect("prompts");
+            assert!(prompts < second_tools_page, "at once: {order:?}");
+
+            // One list fails: the connect fails, nothing is left.
+            server.push_fault(Fault::on_rpc("prompts/list", FaultAction::status(500)).times(1));
+            let error = connector(&server, &caller, borrowed)
+                .discovery(Discovery::default().concurrent(true))
+                .connect()
+                .await
+                .expect_err("a list failed");
+            assert!(error.is_status(), "{error:?}");
+            baseline.check(&server, 3).await;
+        }
+    });
+}

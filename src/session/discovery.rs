@@ -29,6 +29,11 @@ pub struct Discovery {
     pub resource_templates: bool,
     /// Most pages followed per list; one more is an error. Default: 100.
     pub max_pages: usize,
+    /// List the kinds at once (each kind's pages still in order), after
+    /// `notifications/initialized` has been accepted: a connect then takes
+    /// about as long as its longest list instead of all of them. Default:
+    /// false (one list after the other).
+    pub concurrent: bool,
 }
 
 impl Default for Discovery {
@@ -39,6 +44,7 @@ impl Default for Discovery {
             resources: true,
             resource_templates: true,
             max_pages: 100,
+            concurrent: false,
         }
     }
 }
@@ -81,6 +87,13 @@ impl Discovery {
     #[must_use]
     pub fn resource_templates(mut self, list: bool) -> Self {
         self.resource_templates = list;
+        self
+    }
+
+    /// Sets [`concurrent`](Self::concurrent).
+    #[must_use]
+    pub fn concurrent(mut self, at_once: bool) -> Self {
+        self.concurrent = at_once;
         self
     }
 
@@ -228,8 +241,37 @@ pub(crate) async fn discover<F: Front>(
 ) -> Result<Catalog> {
     let discovery = lister.discovery;
     let mut catalog = Catalog::default();
+    let wanted = |kind: ListKind| kind.wanted(discovery) && kind.offered(capabilities);
+    if discovery.concurrent {
+        // All or nothing: the first failure drops the other lists.
+        let shared = &*lister;
+        let list = |kind: ListKind| async move {
+            if wanted(kind) {
+                // Boxed: four engine calls side by side make a future too
+                // large for a stack.
+                Box::pin(shared.list_counted(kind)).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let [tools, prompts, resources, templates] = ListKind::ALL;
+        let lists = tokio::try_join!(list(tools), list(prompts), list(resources), list(templates))?;
+        let lists = [
+            (tools, lists.0),
+            (prompts, lists.1),
+            (resources, lists.2),
+            (templates, lists.3),
+        ];
+        for (kind, listed) in lists {
+            if let Some((items, duplicates)) = listed {
+                *kind.field(&mut catalog) = items;
+                catalog.duplicates_dropped += duplicates;
+            }
+        }
+        return Ok(catalog);
+    }
     for kind in ListKind::ALL {
-        if kind.wanted(discovery) && kind.offered(capabilities) {
+        if wanted(kind) {
             *kind.field(&mut catalog) = lister.list(kind).await?;
         }
     }
@@ -283,11 +325,19 @@ impl<'a, F: Front> Lister<'a, F> {
     }
 
     pub(crate) async fn list(&mut self, kind: ListKind) -> Result<Vec<Value>> {
+        let (items, duplicates) = self.list_counted(kind).await?;
+        self.duplicates += duplicates;
+        Ok(items)
+    }
+
+    /// Every page of `kind`, and how many duplicates were dropped.
+    async fn list_counted(&self, kind: ListKind) -> Result<(Vec<Value>, usize)> {
         let span = tracing::debug_span!("mcp.discover", method = kind.method());
         self.pages(kind).instrument(span).await
     }
 
-    async fn pages(&mut self, kind: ListKind) -> Result<Vec<Value>> {
+    async fn pages(&self, kind: ListKind) -> Result<(Vec<Value>, usize)> {
+        let mut duplicates = 0;
         let mut items = Vec::new();
         let mut names = HashSet::new();
         let mut cursors = HashSet::new();
@@ -307,7 +357,7 @@ impl<'a, F: Front> Lister<'a, F> {
                         && page == 1
                         && e.rpc_code() == Some(codes::METHOD_NOT_FOUND) =>
                 {
-                    return Ok(Vec::new());
+                    return Ok((Vec::new(), 0));
                 }
                 Err(e) => return Err(e),
             };
@@ -330,13 +380,13 @@ impl<'a, F: Front> Lister<'a, F> {
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 if key.is_some_and(|key| !names.insert(key)) {
-                    self.duplicates += 1;
+                    duplicates += 1;
                 } else {
                     items.push(entry);
                 }
             }
             match result.get("nextCursor") {
-                None | Some(Value::Null) => return Ok(items),
+                None | Some(Value::Null) => return Ok((items, duplicates)),
                 Some(Value::String(next)) => {
                     if !cursors.insert(next.clone()) {
                         return Err(Error::protocol(format!(
