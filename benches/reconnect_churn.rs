@@ -32,7 +32,7 @@ use mcp_scoped_http::testkit::TestServer;
 use mcp_scoped_http::testkit::churn::{
     Churn, Cycle, Figures, Floor, FloorClient, Recording, drive, server_config,
 };
-use mcp_scoped_http::{HttpClient, HttpClientBuilder, ProtocolVersion};
+use mcp_scoped_http::{Discovery, HttpClient, HttpClientBuilder, ProtocolVersion};
 use serde_json::{Value, json};
 
 fn quick() -> bool {
@@ -716,6 +716,31 @@ fn contenders(
     list.push(measured(
         "floor client per cycle",
         Runner::Floor(owned.floor),
+        1,
+    ));
+    // The kinds of list at once (`Discovery::concurrent`).
+    let concurrent = runtime.block_on(async {
+        Churn::new(
+            url,
+            Cycle::Complete,
+            Some(settings.clone().build().expect("a client")),
+        )
+        .await
+        .expect("the churn starts")
+        .with_call(call_some.clone())
+        .configure(move |connector| {
+            let connector = connector
+                .bearer("churn-token")
+                .discovery(Discovery::default().concurrent(true));
+            match pin {
+                Some(version) => connector.protocol_version(version),
+                None => connector,
+            }
+        })
+    });
+    list.push(measured(
+        "ours borrowed, concurrent discovery",
+        Runner::Ours(Arc::new(concurrent)),
         1,
     ));
     // A caller's own hyper-util client, lent: plain (it stalls against a

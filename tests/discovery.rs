@@ -11,9 +11,19 @@ use serde_json::{Value, json};
 use support::baseline::{Baseline, Caller};
 use support::*;
 
-/// A connector for `server`, over the caller's client when `borrowed`.
+/// One list after the other (the default, said here because the
+/// F-scenarios check where discovery stopped, which only that order
+/// defines; listing at once has its own test at the end).
+fn sequential() -> Discovery {
+    Discovery::default().concurrent(false)
+}
+
+/// A connector for `server`, over the caller's client when `borrowed`,
+/// listing one kind after the other.
 fn connector(server: &TestServer, caller: &Caller, borrowed: bool) -> Connector {
-    let connector = Connector::new(server.url()).bearer("discovery-token");
+    let connector = Connector::new(server.url())
+        .bearer("discovery-token")
+        .discovery(sequential());
     if borrowed {
         connector.client(caller.client.clone())
     } else {
@@ -174,7 +184,7 @@ fn exactly_max_pages_pages_is_fine_and_one_more_is_a_limit_error() {
 
             // Five pages with a cap of five: complete.
             let session = connector(&server, &caller, borrowed)
-                .discovery(Discovery::default().max_pages(5))
+                .discovery(sequential().max_pages(5))
                 .connect()
                 .await
                 .unwrap();
@@ -184,7 +194,7 @@ fn exactly_max_pages_pages_is_fine_and_one_more_is_a_limit_error() {
             // Five pages with a cap of four: the fifth is never asked for.
             server.clear_requests();
             let error = connector(&server, &caller, borrowed)
-                .discovery(Discovery::default().max_pages(4))
+                .discovery(sequential().max_pages(4))
                 .connect()
                 .await
                 .unwrap_err();
@@ -376,7 +386,7 @@ fn f15_an_endless_cursor_stops_at_max_pages() {
             let (caller, baseline) = start(&server).await;
 
             let error = connector(&server, &caller, borrowed)
-                .discovery(Discovery::default().max_pages(5))
+                .discovery(sequential().max_pages(5))
                 .connect()
                 .await
                 .unwrap_err();
@@ -621,7 +631,7 @@ fn lists_turned_off_by_the_caller_are_never_requested() {
             let server = TestServer::start(ServerConfig::default());
             let (caller, baseline) = start(&server).await;
 
-            let mut only_prompts = Discovery::default();
+            let mut only_prompts = sequential();
             only_prompts.tools = false;
             only_prompts.resources = false;
             only_prompts.resource_templates = false;
@@ -670,14 +680,17 @@ fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
                     .with_resources(6)
                     // The first tools page is slow: the other kinds are
                     // asked for before the second tools page.
-                    .with_fault(Fault::on_rpc(
-                        "tools/list",
-                        FaultAction::Delay(std::time::Duration::from_millis(200)),
-                    )
-                    .page(1)),
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/list",
+                            FaultAction::Delay(std::time::Duration::from_millis(200)),
+                        )
+                        .page(1),
+                    ),
             );
             let (caller, baseline) = start(&server).await;
             let sequential = connector(&server, &caller, borrowed)
+                .discovery(sequential())
                 .connect()
                 .await
                 .expect("sequential");
@@ -719,7 +732,10 @@ fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
                 .nth(1)
                 .map(|(i, _)| i)
                 .expect("a second tools page");
-            let prompts = order.iter().position(|m| m == "prompts/list").expect("prompts");
+            let prompts = order
+                .iter()
+                .position(|m| m == "prompts/list")
+                .expect("prompts");
             assert!(prompts < second_tools_page, "at once: {order:?}");
 
             // One list fails: the connect fails, nothing is left.

@@ -31,8 +31,10 @@ pub struct Discovery {
     pub max_pages: usize,
     /// List the kinds at once (each kind's pages still in order), after
     /// `notifications/initialized` has been accepted: a connect then takes
-    /// about as long as its longest list instead of all of them. Default:
-    /// false (one list after the other).
+    /// about as long as its longest list instead of all of them, with a
+    /// client that already holds a connection per kind (a pooled, lent
+    /// one, or HTTP/2); a session's own new client opens one per kind.
+    /// Default: false (one list after the other).
     pub concurrent: bool,
 }
 

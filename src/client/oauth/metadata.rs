@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::discovery::{is_http_url, origin_of, same_origin};
+use super::discovery::{is_http_url, same_origin};
 use crate::error::{Error, Result};
 
 /// Protected resource metadata, checked against the endpoint it is for.
@@ -130,22 +130,22 @@ impl AuthorizationServer {
 
     /// Reads metadata found by the 2025-03-26 fallback at `origin` (a
     /// server with no protected resource metadata). Fetched from the
-    /// origin's root, its `issuer` must be that origin (RFC 8414 §3.3; a
-    /// trailing `/` allowed), as written in the document (the origin when
-    /// it names none): another issuer would have the credentials kept for
-    /// that one sent to this server's token endpoint. S256 is still
-    /// required.
+    /// origin's root, its `issuer` must be on that origin (that revision
+    /// put the authorization server there; a path is allowed, as servers
+    /// of that time used, `/oauth` say), as written in the document (the
+    /// origin when it names none): an issuer elsewhere would have the
+    /// credentials kept for it sent to this server's token endpoint. S256
+    /// is still required.
     pub(crate) fn from_json_legacy(document: &Value, origin: &str) -> Result<AuthorizationServer> {
         let issuer = document
             .get("issuer")
             .and_then(Value::as_str)
             .unwrap_or(origin)
             .to_owned();
-        let bare = issuer.trim_end_matches('/');
-        if !same_origin(bare, origin) || origin_of(bare) != Some(bare) {
+        if !same_origin(&issuer, origin) || issuer.contains(['?', '#']) {
             return Err(invalid(
-                "the authorization server metadata at the MCP server's origin names another \
-                 issuer than that origin; refused",
+                "the authorization server metadata at the MCP server's origin names an \
+                 issuer elsewhere; refused",
             ));
         }
         let mut document = document.clone();
@@ -305,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn a_legacy_servers_issuer_must_be_its_origin() {
+    fn a_legacy_servers_issuer_must_be_on_its_origin() {
         let origin = "http://localhost:3000";
         let legacy = |issuer: Option<&str>| {
             let mut document = server(json!({}));
@@ -317,14 +317,23 @@ mod tests {
             }
             AuthorizationServer::from_json_legacy(&document, origin)
         };
-        for issuer in [None, Some(origin), Some("http://localhost:3000/")] {
+        for issuer in [
+            None,
+            Some(origin),
+            Some("http://localhost:3000/"),
+            // The conformance suite's 2025-03-26 server, as servers then did.
+            Some("http://localhost:3000/oauth"),
+        ] {
             assert!(legacy(issuer).is_ok(), "{issuer:?}");
         }
         for issuer in [
             "https://trusted.example.com",
+            "https://trusted.example.com/localhost:3000",
             "http://localhost:3001",
-            "http://localhost:3000/tenant1",
+            "http://localhost:30000",
+            "https://localhost:3000",
             "http://localhost:3000?x",
+            "http://localhost:3000#x",
         ] {
             assert!(legacy(Some(issuer)).is_err(), "{issuer}");
         }
