@@ -9,31 +9,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_scoped_http::oauth::{CredentialStore, HeadlessAgent, MemoryStore, OAuth};
-use mcp_scoped_http::testkit::{
-    AuthConfig, AuthFault, AuthServer, ResourceAuth, ResourceFault, ServerStats,
-};
-use mcp_scoped_http::{Connector, Session, SessionRelease};
+use mcp_scoped_http::oauth::{CredentialStore, MemoryStore, OAuth};
+use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer, ResourceFault, ServerStats};
+use mcp_scoped_http::{Connector, SessionRelease};
 use serde_json::json;
 use support::baseline::{Caller, scene};
+use support::oauth::{call_first_tool, headless, protected};
 use support::*;
-
-/// Nothing listens there: the headless agent reads the redirect from
-/// `Location`.
-const REDIRECT: &str = "http://127.0.0.1:9/callback";
-
-fn protected(eras: Eras, resource: ResourceAuth) -> TestServer {
-    TestServer::start(
-        ServerConfig::default()
-            .with_eras(eras)
-            .with_tools(2)
-            .with_authorization(resource),
-    )
-}
-
-fn headless() -> OAuth {
-    OAuth::new(HeadlessAgent::new(REDIRECT))
-}
 
 fn connector(server: &TestServer, oauth: &OAuth, caller: Option<&Caller>) -> Connector {
     let mut connector = Connector::new(server.url()).oauth(oauth.clone());
@@ -49,16 +31,6 @@ fn deletes(eras: Eras, stats: &ServerStats) -> usize {
         Eras::Streamable2025 => stats.sessions_created,
         _ => 0,
     }
-}
-
-async fn call_first_tool(session: &Session) -> mcp_scoped_http::Result<serde_json::Value> {
-    let tool = session
-        .catalog()
-        .tool_names()
-        .next()
-        .expect("a tool")
-        .to_owned();
-    session.call_tool(&tool, json!({})).await
 }
 
 #[test]
@@ -448,5 +420,79 @@ fn plain_http_endpoints_on_another_machine_are_refused() {
             .expect_err("refused");
         assert!(error.is_auth(), "{error:?}");
         assert!(error.to_string().contains("plain HTTP"), "{error}");
+    });
+}
+
+#[test]
+fn a_session_dropped_without_close_releases_everything_in_every_era() {
+    scenario(async {
+        for eras in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse] {
+            for borrowed in [false, true] {
+                let auth = AuthServer::start(AuthConfig::default());
+                let (server, caller, baseline) = scene(protected(eras, auth.resource())).await;
+                let caller = borrowed.then_some(&caller);
+                let session = connector(&server, &headless(), caller)
+                    .connect()
+                    .await
+                    .expect("connect");
+                call_first_tool(&session).await.expect("a call");
+                drop(session);
+                mcp_scoped_http::shutdown().await;
+                let ended =
+                    eventually(Duration::from_secs(5), || server.stats().live_sessions == 0).await;
+                assert!(ended, "{eras}, borrowed {borrowed}: {:?}", server.stats());
+                let stats = server.stats();
+                baseline.check(&server, deletes(eras, &stats)).await;
+                // The reaper's DELETE carried the session's token.
+                for delete in seen_http(&server, http::Method::DELETE) {
+                    let header = delete.header("authorization").unwrap_or("");
+                    assert!(header.starts_with("Bearer "), "{eras}: {header:?}");
+                }
+            }
+        }
+    });
+}
+
+/// An expired 2025 session is replaced with the token in hand: the new
+/// `initialize` carries it, nothing is authorized again, and a call
+/// dropped at every poll of that re-initialize leaves every session the
+/// server minted ended.
+#[test]
+fn re_initialize_carries_the_token_and_a_drop_at_every_poll_leaves_nothing() {
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let (server, _caller, baseline) =
+            scene(protected(Eras::Streamable2025, auth.resource())).await;
+        let session = connector(&server, &headless(), None)
+            .connect()
+            .await
+            .expect("connect");
+        let mut completed = false;
+        for polls in 0..2_000 {
+            // Settled on a live session (a renewal a drop left behind has
+            // finished), then expired.
+            call_first_tool(&session).await.expect("a call");
+            server.expire_sessions();
+            if let Some(called) = poll_at_most(call_first_tool(&session), polls).await {
+                called.expect("a call after re-initialize");
+                completed = true;
+                break;
+            }
+        }
+        assert!(completed, "the call completes within the bound");
+        assert_eq!(auth.stats().authorize_requests, 1, "{:?}", auth.stats());
+        for initialize in seen(&server, "initialize") {
+            let header = initialize.header("authorization").unwrap_or("");
+            assert!(header.starts_with("Bearer "), "{header:?}");
+        }
+        session.close().await;
+        mcp_scoped_http::shutdown().await;
+        let settled = eventually(Duration::from_secs(5), || {
+            sessions_settled(&server.session_log())
+        })
+        .await;
+        assert!(settled, "{:?}", server.session_log());
+        assert!(server.stats().sessions_created > 2);
+        baseline.check(&server, server.stats().deletes).await;
     });
 }

@@ -7,43 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_scoped_http::Connector;
-use mcp_scoped_http::oauth::{
-    ClientCredentials, CredentialStore, HeadlessAgent, MemoryStore, OAuth, TokenAuthMethod,
-};
+use mcp_scoped_http::oauth::{ClientCredentials, CredentialStore, MemoryStore, TokenAuthMethod};
 use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer};
 use serde_json::json;
+use support::oauth::{call_first_tool, headless};
 use support::*;
 
 #[path = "support/hostile_http.rs"]
 mod hostile_http;
 
-/// Nothing listens there: the headless agent reads the redirect from
-/// `Location`.
-const REDIRECT: &str = "http://127.0.0.1:9/callback";
-
-fn headless() -> OAuth {
-    OAuth::new(HeadlessAgent::new(REDIRECT))
-}
-
 fn protected(auth: &AuthServer) -> TestServer {
-    TestServer::start(
-        ServerConfig::default()
-            .with_eras(Eras::Streamable2025)
-            .with_tools(2)
-            .with_authorization(auth.resource()),
-    )
-}
-
-async fn call_first_tool(
-    session: &mcp_scoped_http::Session,
-) -> mcp_scoped_http::Result<serde_json::Value> {
-    let tool = session
-        .catalog()
-        .tool_names()
-        .next()
-        .expect("a tool")
-        .to_owned();
-    session.call_tool(&tool, json!({})).await
+    support::oauth::protected(Eras::Streamable2025, auth.resource())
 }
 
 /// A hostile MCP server in the 2025-03-26 style (no protected resource

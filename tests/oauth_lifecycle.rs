@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use mcp_scoped_http::oauth::{HeadlessAgent, LoopbackAgent, OAuth};
+use mcp_scoped_http::oauth::{LoopbackAgent, OAuth};
 use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
 use mcp_scoped_http::{Connector, HttpClient};
 use serde_json::json;
@@ -22,7 +22,7 @@ use support::*;
 const MAX_POLLS: usize = 2_000;
 
 fn protected(auth: &AuthServer) -> TestServer {
-    TestServer::start(ServerConfig::default().with_authorization(auth.resource()))
+    support::oauth::protected(Eras::Streamable2025, auth.resource())
 }
 
 #[test]
@@ -34,7 +34,7 @@ fn dropping_connect_at_every_await_of_the_flow_leaves_nothing_behind() {
             let caller = borrowed.then_some(&caller);
             // A store per session (the default): every attempt runs the
             // whole flow.
-            let oauth = OAuth::new(HeadlessAgent::new("http://127.0.0.1:9/cb"));
+            let oauth = support::oauth::headless();
             let connect = || {
                 let mut connector = Connector::new(server.url()).oauth(oauth.clone());
                 if let Some(caller) = caller {

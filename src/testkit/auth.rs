@@ -20,7 +20,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{RespBody, full, random_u64};
@@ -612,12 +611,7 @@ impl AuthServer {
     ///
     /// If the socket cannot be bound or the runtime cannot be built.
     pub fn start(mut config: AuthConfig) -> AuthServer {
-        let std_listener =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("testkit: bind 127.0.0.1:0");
-        std_listener
-            .set_nonblocking(true)
-            .expect("testkit: set_nonblocking");
-        let addr = std_listener.local_addr().expect("testkit: local_addr");
+        let (std_listener, addr) = super::serve::bind_loopback();
         config.path_prefix = normalize_prefix(&config.path_prefix);
         let origin = format!("http://{addr}");
         let issuer = format!("{origin}{}", config.path_prefix);
@@ -647,14 +641,11 @@ impl AuthServer {
             .enable_all()
             .build()
             .expect("testkit: build runtime");
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("mcp-testkit-auth".into())
-            .spawn(move || {
-                runtime.block_on(accept_loop(std_listener, thread_shared));
-                runtime.shutdown_timeout(Duration::from_secs(5));
-            })
-            .expect("testkit: spawn thread");
+        let thread = super::serve::spawn_thread(
+            "mcp-testkit-auth",
+            runtime,
+            accept_loop(std_listener, shared.clone()),
+        );
         AuthServer {
             addr,
             shared,
@@ -797,33 +788,15 @@ impl Drop for AuthServer {
 }
 
 async fn accept_loop(std_listener: std::net::TcpListener, shared: Arc<AsShared>) {
-    let listener =
-        tokio::net::TcpListener::from_std(std_listener).expect("testkit: register listener");
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            () = shared.shutdown.cancelled() => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => {
-                let Ok((tcp, _peer)) = accepted else {
-                    // Out of descriptors or similar: back off a little
-                    // instead of spinning.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                let shared = shared.clone();
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| handle(shared.clone(), req));
-                    let builder = auto::Builder::new(TokioExecutor::new());
-                    let _ = builder.serve_connection(TokioIo::new(tcp), svc).await;
-                });
-            }
+    let serve_one = |tcp| {
+        let shared = shared.clone();
+        async move {
+            let svc = service_fn(move |req| handle(shared.clone(), req));
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let _ = builder.serve_connection(TokioIo::new(tcp), svc).await;
         }
-    }
-    drop(listener);
-    conns.abort_all();
-    while conns.join_next().await.is_some() {}
+    };
+    super::serve::accept_until(std_listener, &shared.shutdown, serve_one, || {}).await;
 }
 
 /// Which endpoint a request is for.

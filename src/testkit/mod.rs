@@ -70,6 +70,7 @@ mod handler;
 mod http_sse;
 mod mcp;
 mod modern;
+mod serve;
 mod sse;
 
 use std::collections::{HashMap, HashSet};
@@ -80,7 +81,6 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{
@@ -502,12 +502,7 @@ impl TestServer {
     /// If the socket cannot be bound, the runtime cannot be built, or the TLS
     /// identity is invalid.
     pub fn start(mut config: ServerConfig) -> TestServer {
-        let std_listener =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("testkit: bind 127.0.0.1:0");
-        std_listener
-            .set_nonblocking(true)
-            .expect("testkit: set_nonblocking");
-        let addr = std_listener.local_addr().expect("testkit: local_addr");
+        let (std_listener, addr) = serve::bind_loopback();
         let tls = config.tls.as_ref().map(handler::tls_acceptor);
         let scheme = if tls.is_some() { "https" } else { "http" };
         let faults = std::mem::take(&mut config.faults)
@@ -546,15 +541,11 @@ impl TestServer {
             .enable_all()
             .build()
             .expect("testkit: build runtime");
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("mcp-testkit".into())
-            .spawn(move || {
-                runtime.block_on(accept_loop(std_listener, tls, thread_shared));
-                // Drops every remaining task (stream producers, h2 streams).
-                runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-            })
-            .expect("testkit: spawn thread");
+        let thread = serve::spawn_thread(
+            "mcp-testkit",
+            runtime,
+            accept_loop(std_listener, tls, shared.clone()),
+        );
         TestServer {
             addr,
             shared,
@@ -898,36 +889,18 @@ async fn accept_loop(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
 ) {
-    let listener =
-        tokio::net::TcpListener::from_std(std_listener).expect("testkit: register listener");
-    let mut conns = JoinSet::new();
     let mut next_conn: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept() => {
-                let Ok((tcp, _peer)) = accepted else {
-                    // Out of descriptors or similar: back off a little
-                    // instead of spinning.
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                next_conn += 1;
-                let guard = CountGuard::new(shared.clone(), |c| &c.open);
-                shared.counters.accepted.fetch_add(1, Ordering::SeqCst);
-                conns.spawn(handler::serve_connection(tcp, tls.clone(), shared.clone(), next_conn, guard));
-            }
-        }
-    }
-    drop(listener);
-    {
+    let serve_one = |tcp| {
+        next_conn += 1;
+        let guard = CountGuard::new(shared.clone(), |c| &c.open);
+        shared.counters.accepted.fetch_add(1, Ordering::SeqCst);
+        handler::serve_connection(tcp, tls.clone(), shared.clone(), next_conn, guard)
+    };
+    let stopped = || {
         let mut st = shared.state();
         st.listeners.clear();
         st.sse_sessions.clear();
         st.subscriptions.clear();
-    }
-    conns.abort_all();
-    while conns.join_next().await.is_some() {}
+    };
+    serve::accept_until(std_listener, &shared.shutdown, serve_one, stopped).await;
 }

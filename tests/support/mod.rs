@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod baseline;
+pub mod oauth;
 
 use std::time::{Duration, Instant};
 
