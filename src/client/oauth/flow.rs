@@ -117,6 +117,15 @@ struct Held {
     server: Option<Arc<Server>>,
 }
 
+impl Held {
+    /// Takes `token` (whose bearer header is `header`) as the one to send.
+    fn hold(&mut self, token: TokenSet, header: HeaderValue) {
+        self.header = Some(header);
+        self.token = Some(Arc::new(token));
+        self.generation += 1;
+    }
+}
+
 /// One session's authorization state, on its transport.
 pub(crate) struct Authorizer {
     oauth: OAuth,
@@ -317,9 +326,7 @@ impl Authorizer {
         if let Some(token) = stored {
             if held.refused.as_ref() != Some(&token.access_token) {
                 if let Ok(header) = bearer_header(&token.access_token) {
-                    held.header = Some(header);
-                    held.token = Some(Arc::new(token));
-                    held.generation += 1;
+                    held.hold(token, header);
                 }
             }
         }
@@ -347,9 +354,7 @@ impl Authorizer {
         let Ok(header) = bearer_header(&stored.access_token) else {
             return false;
         };
-        held.header = Some(header);
-        held.token = Some(Arc::new(stored));
-        held.generation += 1;
+        held.hold(stored, header);
         true
     }
 
@@ -358,9 +363,7 @@ impl Authorizer {
         let header = bearer_header(&token.access_token)?;
         self.store.save_token(&self.endpoint, token.clone());
         let mut held = lock(&self.held);
-        held.header = Some(header);
-        held.token = Some(Arc::new(token));
-        held.generation += 1;
+        held.hold(token, header);
         held.loaded = true;
         if let Some(asked) = asked {
             held.asked = asked;
