@@ -445,7 +445,7 @@ impl std::error::Error for Error {
 /// A response without an id: the server's error about a message it could
 /// not read (an id-less result is no answer to anything).
 pub(crate) fn idless_response(
-    outcome: std::result::Result<serde_json::Value, ErrorObject>,
+    outcome: std::result::Result<Box<serde_json::value::RawValue>, ErrorObject>,
 ) -> Error {
     Error::rpc(outcome.err().unwrap_or_else(|| ErrorObject {
         code: crate::jsonrpc::codes::INTERNAL_ERROR,

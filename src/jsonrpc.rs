@@ -3,9 +3,12 @@
 //! Lenient on input, exact on output:
 //!
 //! - Parsing ignores unknown top-level fields and does not insist on
-//!   `"jsonrpc": "2.0"`. `params`, `result` and `error.data` are kept as
-//!   [`serde_json::Value`] verbatim, so `_meta`, `structuredContent`,
-//!   `outputSchema` or `$schema` pass through untouched.
+//!   `"jsonrpc": "2.0"`. `params` and `error.data` are kept as
+//!   [`serde_json::Value`], and a `result` as its JSON text
+//!   ([`RawValue`]), verbatim, so `_meta`, `structuredContent`,
+//!   `outputSchema` or `$schema` pass through untouched. A result is only
+//!   checked to be JSON until it is read: parse it into the type you need
+//!   ([`Response::result_as`]) without building a tree of values first.
 //! - A body may be one message or a batch (a JSON array), which servers that
 //!   negotiated 2025-03-26 may send; see [`parse_messages`]. The client never
 //!   sends a batch.
@@ -17,6 +20,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed as _, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// A request id: JSON-RPC allows numbers and strings. MCP forbids `null`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -76,13 +80,70 @@ pub struct Notification {
 }
 
 /// A response: the result of a request, or its error.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Equality compares results as JSON text (two results that differ only in
+/// whitespace or key order are not equal).
+#[derive(Clone, Debug)]
 pub struct Response {
     /// The id of the request answered. `None` only for an error about a
     /// message whose id could not be read.
     pub id: Option<RequestId>,
-    /// The result, or the error object.
-    pub outcome: Result<Value, ErrorObject>,
+    /// The result as the server wrote it (valid JSON), or the error object.
+    pub outcome: Result<Box<RawValue>, ErrorObject>,
+}
+
+impl Response {
+    /// A result response: `result` serialized.
+    pub fn result(id: RequestId, result: &impl Serialize) -> Response {
+        Response {
+            id: Some(id),
+            outcome: Ok(raw(result)),
+        }
+    }
+
+    /// An error response.
+    pub fn error(id: Option<RequestId>, error: ErrorObject) -> Response {
+        Response {
+            id,
+            outcome: Err(error),
+        }
+    }
+
+    /// The result parsed into `T` (a [`Value`], or a type of your own),
+    /// or the error object.
+    pub fn result_as<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<Result<T, serde_json::Error>, &ErrorObject> {
+        match &self.outcome {
+            Ok(result) => Ok(serde_json::from_str(result.get())),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl PartialEq for Response {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && match (&self.outcome, &other.outcome) {
+                (Ok(a), Ok(b)) => a.get() == b.get(),
+                (Err(a), Err(b)) => a == b,
+                _ => false,
+            }
+    }
+}
+
+/// A result (JSON text, as the engine returns it) read as a [`Value`], for
+/// the results the session or its caller reads whole.
+pub(crate) fn result_value(result: &RawValue, method: &str) -> crate::Result<Value> {
+    serde_json::from_str(result.get())
+        .map_err(|e| crate::Error::protocol(format!("the {method} result could not be read: {e}")))
+}
+
+/// `value` as JSON text.
+pub(crate) fn raw(value: &impl Serialize) -> Box<RawValue> {
+    // Serializing to JSON text cannot fail for the values this crate
+    // sends: every map key is a string.
+    serde_json::value::to_raw_value(value).expect("a JSON-RPC result always serializes")
 }
 
 /// A JSON-RPC error object.
@@ -282,7 +343,7 @@ struct Out<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     params: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a Value>,
+    result: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a ErrorObject>,
 }
@@ -326,7 +387,7 @@ impl Serialize for Notification {
 impl Serialize for Response {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (result, error) = match &self.outcome {
-            Ok(result) => (Some(result), None),
+            Ok(result) => (Some(&**result), None),
             Err(error) => (None, Some(error)),
         };
         let Some(id) = &self.id else {
@@ -336,7 +397,7 @@ impl Serialize for Response {
                 jsonrpc: &'static str,
                 id: &'a Value,
                 #[serde(skip_serializing_if = "Option::is_none")]
-                result: Option<&'a Value>,
+                result: Option<&'a RawValue>,
                 #[serde(skip_serializing_if = "Option::is_none")]
                 error: Option<&'a ErrorObject>,
             }
@@ -382,6 +443,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
     Value::deserialize(d).map(Some)
 }
 
+/// [`present`] for a result, kept as text.
+fn present_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
 #[derive(Deserialize)]
 struct In {
     #[serde(default, deserialize_with = "present")]
@@ -390,8 +456,8 @@ struct In {
     method: Option<String>,
     #[serde(default)]
     params: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    result: Option<Value>,
+    #[serde(default, deserialize_with = "present_raw")]
+    result: Option<Box<RawValue>>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
@@ -478,10 +544,7 @@ mod tests {
             String::from_utf8(notification.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}"#
         );
-        let response = Message::Response(Response {
-            id: Some("a".into()),
-            outcome: Ok(json!({})),
-        });
+        let response = Message::Response(Response::result("a".into(), &json!({})));
         assert_eq!(
             String::from_utf8(response.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","id":"a","result":{}}"#
@@ -517,6 +580,7 @@ mod tests {
             panic!("not a response: {message:?}");
         };
         assert_eq!(id, "x-1");
+        let result: Value = serde_json::from_str(result.get()).unwrap();
         assert_eq!(result["tools"][0]["inputSchema"]["$schema"], "s");
         assert_eq!(result["_meta"]["k"], json!([1, 2]));
     }
@@ -526,10 +590,7 @@ mod tests {
         let message = parse(json!({"jsonrpc":"2.0","id":1,"result":null}));
         assert_eq!(
             message,
-            Message::Response(Response {
-                id: Some(1.into()),
-                outcome: Ok(Value::Null)
-            })
+            Message::Response(Response::result(1.into(), &Value::Null))
         );
     }
 

@@ -295,8 +295,8 @@ pub use error::{ConnectPhase, Error, Result};
 pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};
 pub use session::{
-    Catalog, Connector, Discovery, Page, RequestOptions, Session, SessionInfo, SessionOwnership,
-    Timings,
+    Catalog, Connector, Discovery, Entry, Page, RequestOptions, Session, SessionInfo,
+    SessionOwnership, Timings,
 };
 pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use scopeguard::ScopeGuard;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -201,14 +202,10 @@ impl Spawner {
         // long session does not accumulate them.
         while set.try_join_next().is_some() {}
         let count = Count::new(Field::Tasks, Some(self.counters.clone()));
-        let future = task(self.token.clone());
-        set.spawn_on(
-            async move {
-                let _count = count;
-                future.await;
-            },
-            &runtime,
-        );
+        // `map`, not an async block: a block would hold the task twice
+        // (captured, then awaited).
+        let future = task(self.token.clone()).map(move |()| drop(count));
+        set.spawn_on(future, &runtime);
         true
     }
 
@@ -355,10 +352,10 @@ impl SessionsHandle {
         // Counted as the session it runs, not as a background task.
         let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
         let task = runtime.spawn(
-            async move {
-                let _count = count;
-                run.await
-            }
+            run.map(move |released| {
+                drop(count);
+                released
+            })
             .instrument(tracing::debug_span!("mcp.server_session", number)),
         );
         registry.records.push(Record {

@@ -159,8 +159,8 @@ fn opaque_cursors_go_back_byte_for_byte() {
             );
             // Entries are the server's JSON, verbatim.
             assert_eq!(
-                session.catalog().tool("p1"),
-                Some(&json!({"name": "p1", "inputSchema": {"type": "object"}}))
+                session.catalog().tool("p1").unwrap(),
+                &json!({"name": "p1", "inputSchema": {"type": "object"}})
             );
             let pages = seen(&server, "tools/list");
             assert_eq!(pages.len(), 4);

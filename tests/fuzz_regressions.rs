@@ -28,14 +28,22 @@ fn floats_survive_a_round_trip() {
     assert_round_trip(br#"{"jsonrpc":"2.0","method":"m","params":{"x":1.2345678901234567e20}}"#);
 }
 
-/// The same message through a `Value` first.
+/// The same message through a `Value` first: the same values (a result is
+/// kept as its text, so from bytes it is the server's text verbatim).
 #[test]
 fn floats_parse_alike_from_bytes_and_from_a_value() {
     let input = br#"{"jsonrpc":"2.0","id":1,"result":123456789012345678908}"#;
     let value: serde_json::Value = serde_json::from_slice(input).unwrap();
+    let from_bytes = &parse_messages(input).unwrap()[0];
     assert_eq!(
-        Message::from_value(value).unwrap(),
-        parse_messages(input).unwrap()[0]
+        serde_json::to_value(Message::from_value(value).unwrap()).unwrap(),
+        serde_json::to_value(from_bytes).unwrap()
+    );
+    assert!(
+        String::from_utf8(from_bytes.to_vec())
+            .unwrap()
+            .contains("123456789012345678908"),
+        "a result passes on verbatim"
     );
 }
 

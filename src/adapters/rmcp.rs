@@ -113,6 +113,7 @@ use std::time::Duration;
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{DynamicTransportError, Transport};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -123,7 +124,9 @@ use crate::engine::{
     Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings, negotiated,
 };
 use crate::error::{Error, Result};
-use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId, Response, codes};
+use crate::jsonrpc::{
+    ErrorObject, Message, Notification, Request, RequestId, Response, codes, result_value,
+};
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
@@ -392,7 +395,7 @@ impl RmcpFront {
     /// Resolves rmcp's request `id` with `outcome`: the result, the
     /// server's JSON-RPC error as it sent it, or an error (code `-32603`)
     /// naming any other cause.
-    async fn resolve(&self, id: RequestId, outcome: Result<Value>) {
+    async fn resolve(&self, id: RequestId, outcome: Result<Box<RawValue>>) {
         let outcome = outcome.map_err(|error| match error.rpc_error() {
             Some(rpc) if error.status().is_none() => rpc.clone(),
             _ => ErrorObject {
@@ -524,7 +527,8 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         let read = async {
             let outcome = started.waiter.read(&generation, started.answer).await;
             let answered = match &outcome {
-                Ok(result) => negotiated(result, crate::engine::Era::Sessions)
+                Ok(result) => result_value(result, "initialize")
+                    .and_then(|result| negotiated(&result, crate::engine::Era::Sessions))
                     .map(|version| generation.wire().set_protocol_version(version)),
                 Err(error) => Err(error.duplicate()),
             };

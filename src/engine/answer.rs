@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{Backoff, Engine, Front, Generation};
 use crate::error::{Error, Result, idless_response};
@@ -21,7 +21,7 @@ pub(super) async fn read<F: Front>(
     generation: &Arc<Generation>,
     mut stream: MessageStream,
     id: &RequestId,
-) -> Result<Value> {
+) -> Result<Box<RawValue>> {
     let resumption = engine.settings.resumption;
     let mut replays = ReplayFilter::new();
     let mut backoff = Backoff::new(resumption.first_backoff, resumption.max_wait);

@@ -26,14 +26,17 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use http::HeaderMap;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, Notification, Request, RequestId, Response};
+use crate::jsonrpc::{self, Message, Notification, Request, RequestId, Response};
 pub(crate) use crate::scope::Opening;
 use crate::scope::{SessionsHandle, Spawner, deadline_after};
 use crate::sync::lock;
@@ -206,12 +209,20 @@ impl Deadline {
     }
 
     /// Runs `future` until the deadline.
-    pub(crate) async fn run<T>(self, future: impl Future<Output = Result<T>>) -> Result<T> {
+    ///
+    /// A combinator, not an `async fn`: an `async fn` would hold `future`
+    /// twice (as its argument and inside the timeout), doubling the size of
+    /// every future above it.
+    pub(crate) fn run<T>(
+        self,
+        future: impl Future<Output = Result<T>>,
+    ) -> impl Future<Output = Result<T>> {
         match self.0 {
-            None => future.await,
-            Some((limit, at)) => tokio::time::timeout_at(at, future)
-                .await
-                .unwrap_or_else(|_| Err(Error::request_timeout(limit))),
+            None => Either::Left(future),
+            Some((limit, at)) => Either::Right(
+                tokio::time::timeout_at(at, future)
+                    .map(move |timed| timed.unwrap_or_else(|_| Err(Error::request_timeout(limit)))),
+            ),
         }
     }
 }
@@ -529,6 +540,7 @@ impl<F: Front> Engine<F> {
             .read(&generation, started.answer)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
+        let result = jsonrpc::result_value(&result, "initialize")?;
         let version = negotiated(&result, generation.era)?;
         generation.wire.set_protocol_version(version);
         if send_initialized {
@@ -741,15 +753,17 @@ impl<F: Front> Engine<F> {
         request: &Request,
         extra: &HeaderMap,
         accepted: &AtomicBool,
-    ) -> Result<Value> {
-        let post = async {
+    ) -> Result<Box<RawValue>> {
+        let post = || async {
             let answer = self.post_request(generation, request, extra).await;
             accepted.store(answer.is_ok(), Ordering::Relaxed);
             answer
         };
-        self.waiter(request.id.clone())
-            .read_when(generation, post)
-            .await
+        // Boxed: the POST and the reader of its answer make a future of
+        // about 10 KB, which every caller up the chain (the deadline, the
+        // select on closing, the session's request, a spawned connect)
+        // would otherwise embed and move by value, memcpy after memcpy.
+        Box::pin(self.waiter(request.id.clone()).read_when(generation, post)).await
     }
 
     /// A request on the current session, within `deadline`: an owned
@@ -761,7 +775,7 @@ impl<F: Front> Engine<F> {
         request: &Request,
         deadline: Deadline,
         renew: bool,
-    ) -> Result<Value> {
+    ) -> Result<Box<RawValue>> {
         self.call_with(request, &HeaderMap::new(), deadline, renew)
             .await
     }
@@ -773,7 +787,7 @@ impl<F: Front> Engine<F> {
         extra: &HeaderMap,
         deadline: Deadline,
         renew: bool,
-    ) -> Result<Value> {
+    ) -> Result<Box<RawValue>> {
         let closing = self.closing().clone();
         let mut renewed = !renew;
         loop {
@@ -831,7 +845,7 @@ impl<F: Front> Engine<F> {
         generation: &Arc<Generation>,
         request: &Request,
         deadline: Deadline,
-    ) -> Result<Value> {
+    ) -> Result<Box<RawValue>> {
         let accepted = AtomicBool::new(false);
         deadline
             .run(self.exchange(generation, request, &HeaderMap::new(), &accepted))
@@ -991,20 +1005,25 @@ impl<F: Front> Waiter<F> {
         self,
         generation: &Arc<Generation>,
         answer: MessageStream,
-    ) -> Result<Value> {
-        self.read_when(generation, async { Ok(answer) }).await
+    ) -> Result<Box<RawValue>> {
+        self.read_when(generation, || async { Ok(answer) }).await
     }
 
-    /// Like [`read`](Self::read), with the answer still to come: the
-    /// response may arrive on another stream before it does.
-    pub(crate) async fn read_when(
+    /// Like [`read`](Self::read), with the answer still to come (`answer`
+    /// starts it): the response may arrive on another stream before it
+    /// does.
+    ///
+    /// `answer` is a closure, not a future, so that its future is made
+    /// where it is awaited: a future argument would be held twice (as the
+    /// argument, then where it is awaited).
+    pub(crate) async fn read_when<A: Future<Output = Result<MessageStream>>>(
         mut self,
         generation: &Arc<Generation>,
-        answer: impl Future<Output = Result<MessageStream>>,
-    ) -> Result<Value> {
+        answer: impl FnOnce() -> A,
+    ) -> Result<Box<RawValue>> {
         if generation.era == Era::HttpSse {
             // The POST is answered 202; the response comes on the stream.
-            answer.await?;
+            answer().await?;
             let ended = matches!(&*self.engine.current.borrow(), Current::Ended(_));
             if ended {
                 // The stream may have ended before this waiter was
@@ -1026,7 +1045,7 @@ impl<F: Front> Waiter<F> {
         let engine = &self.engine;
         let id = &self.id;
         tokio::select! {
-            outcome = async { answer::read(engine, generation, answer.await?, id).await } => outcome,
+            outcome = async { answer::read(engine, generation, answer().await?, id).await } => outcome,
             // A dropped sender (never, while registered) disables this arm.
             Ok(response) = &mut self.delivered => response.outcome.map_err(Error::rpc),
         }

@@ -1,10 +1,11 @@
 //! Discovery: every page of tools, prompts, resources and resource templates.
 
 use std::collections::HashSet;
-
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hashbrown::HashTable;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
@@ -13,6 +14,8 @@ use crate::engine::{Deadline, Engine, Front};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::metadata::param_headers;
+
+use super::entry::{Entry, parse_page};
 
 /// What discovery lists, and how far it follows a server's cursors.
 #[derive(Clone, Debug)]
@@ -108,7 +111,8 @@ impl Discovery {
 }
 
 /// What the server offers, as discovered at connect. Entries are the
-/// server's JSON, verbatim (schemas, `_meta` and all).
+/// server's JSON text, verbatim (schemas, `_meta` and all), read when
+/// looked into (see [`Entry`]).
 ///
 /// Duplicate names across pages: the first entry with a name is kept and
 /// later ones are dropped (counted in
@@ -119,26 +123,26 @@ impl Discovery {
 #[non_exhaustive]
 pub struct Catalog {
     /// `tools/list`, every page.
-    pub tools: Vec<Value>,
+    pub tools: Vec<Entry>,
     /// `prompts/list`, every page.
-    pub prompts: Vec<Value>,
+    pub prompts: Vec<Entry>,
     /// `resources/list`, every page.
-    pub resources: Vec<Value>,
+    pub resources: Vec<Entry>,
     /// `resources/templates/list`, every page.
-    pub resource_templates: Vec<Value>,
+    pub resource_templates: Vec<Entry>,
     /// Entries dropped because an earlier one had the same name (or URI).
     pub duplicates_dropped: usize,
 }
 
 impl Catalog {
     /// The tool called `name`.
-    pub fn tool(&self, name: &str) -> Option<&Value> {
-        self.tools.iter().find(|t| t["name"] == name)
+    pub fn tool(&self, name: &str) -> Option<&Entry> {
+        self.tools.iter().find(|t| t.key() == Some(name))
     }
 
     /// The names of the tools, in the server's order.
     pub fn tool_names(&self) -> impl Iterator<Item = &str> {
-        self.tools.iter().filter_map(|t| t["name"].as_str())
+        self.tools.iter().filter_map(Entry::key)
     }
 }
 
@@ -179,7 +183,7 @@ impl ListKind {
         capabilities.is_none_or(|c| c.get(capability).is_some())
     }
 
-    fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             ListKind::Tools => "tools/list",
             ListKind::Prompts => "prompts/list",
@@ -189,7 +193,7 @@ impl ListKind {
     }
 
     /// The result field that holds the entries.
-    fn result_field(self) -> &'static str {
+    pub(crate) fn result_field(self) -> &'static str {
         match self {
             ListKind::Tools => "tools",
             ListKind::Prompts => "prompts",
@@ -199,7 +203,7 @@ impl ListKind {
     }
 
     /// The field that names an entry, for spotting duplicates.
-    fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             ListKind::Tools | ListKind::Prompts => "name",
             ListKind::Resources => "uri",
@@ -212,7 +216,7 @@ impl ListKind {
     }
 
     /// The catalog's list of this kind.
-    pub(crate) fn field(self, catalog: &mut Catalog) -> &mut Vec<Value> {
+    pub(crate) fn field(self, catalog: &mut Catalog) -> &mut Vec<Entry> {
         match self {
             ListKind::Tools => &mut catalog.tools,
             ListKind::Prompts => &mut catalog.prompts,
@@ -284,7 +288,14 @@ pub(crate) async fn discover<F: Front>(
 /// Lists, every page, through a front end's engine.
 /// 2026-07-28: whether a tool's `x-mcp-header` annotations are valid;
 /// a tool with an invalid one is left out of the list, with a warning.
-pub(crate) fn valid_tool(tool: &Value) -> bool {
+pub(crate) fn valid_tool(tool: &Entry) -> bool {
+    // Only text that spells `x-mcp-header`, plainly or through `\u`
+    // escapes, can hold an annotation: any other tool is valid without
+    // reading it into a value.
+    let text = tool.json();
+    if !text.contains("x-mcp-header") && !text.contains("\\u") {
+        return true;
+    }
     match param_headers(tool) {
         Ok(_) => true,
         Err(reason) => {
@@ -326,22 +337,22 @@ impl<'a, F: Front> Lister<'a, F> {
         }
     }
 
-    pub(crate) async fn list(&mut self, kind: ListKind) -> Result<Vec<Value>> {
+    pub(crate) async fn list(&mut self, kind: ListKind) -> Result<Vec<Entry>> {
         let (items, duplicates) = self.list_counted(kind).await?;
         self.duplicates += duplicates;
         Ok(items)
     }
 
     /// Every page of `kind`, and how many duplicates were dropped.
-    async fn list_counted(&self, kind: ListKind) -> Result<(Vec<Value>, usize)> {
+    async fn list_counted(&self, kind: ListKind) -> Result<(Vec<Entry>, usize)> {
         let span = tracing::debug_span!("mcp.discover", method = kind.method());
         self.pages(kind).instrument(span).await
     }
 
-    async fn pages(&self, kind: ListKind) -> Result<(Vec<Value>, usize)> {
+    async fn pages(&self, kind: ListKind) -> Result<(Vec<Entry>, usize)> {
         let mut duplicates = 0;
-        let mut items = Vec::new();
-        let mut names = HashSet::new();
+        let mut items: Vec<Entry> = Vec::new();
+        let mut names = Names::default();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
         for page in 1..=self.discovery.max_pages {
@@ -352,7 +363,7 @@ impl<'a, F: Front> Lister<'a, F> {
                 params,
             };
             let deadline = Deadline::after(self.page_timeout);
-            let mut result = match self.engine.call(&request, deadline, self.renew).await {
+            let result = match self.engine.call(&request, deadline, self.renew).await {
                 Ok(result) => result,
                 Err(e)
                     if self.probing
@@ -363,32 +374,28 @@ impl<'a, F: Front> Lister<'a, F> {
                 }
                 Err(e) => return Err(e),
             };
-            let Some(Value::Array(entries)) = result.get_mut(kind.result_field()).map(Value::take)
-            else {
-                return Err(Error::protocol(format!(
+            let no_array = || {
+                Error::protocol(format!(
                     "the {} result (page {page}) has no `{}` array",
                     kind.method(),
                     kind.result_field()
-                )));
+                ))
             };
+            let listed =
+                parse_page(&result, kind.result_field(), kind.key()).map_err(|_| no_array())?;
+            let entries = listed.entries.ok_or_else(no_array)?;
             let stateless = kind == ListKind::Tools
                 && self.engine.generation().is_some_and(|g| g.is_stateless());
             for entry in entries {
                 if stateless && !valid_tool(&entry) {
                     continue;
                 }
-                let key = entry
-                    .get(kind.key())
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                if key.is_some_and(|key| !names.insert(key)) {
+                if !names.push(&mut items, entry) {
                     duplicates += 1;
-                } else {
-                    items.push(entry);
                 }
             }
-            match result.get("nextCursor") {
-                None | Some(Value::Null) => return Ok((items, duplicates)),
+            match listed.next_cursor {
+                None => return Ok((items, duplicates)),
                 Some(Value::String(next)) => {
                     if !cursors.insert(next.clone()) {
                         return Err(Error::protocol(format!(
@@ -396,7 +403,7 @@ impl<'a, F: Front> Lister<'a, F> {
                             kind.method()
                         )));
                     }
-                    cursor = Some(next.clone());
+                    cursor = Some(next);
                 }
                 Some(_) => {
                     return Err(Error::protocol(format!(
@@ -411,5 +418,39 @@ impl<'a, F: Front> Lister<'a, F> {
             kind.method(),
             self.discovery.max_pages
         )))
+    }
+}
+
+/// The names (or URIs) of the entries kept so far, as indexes into them:
+/// spotting a duplicate copies no name.
+#[derive(Default)]
+struct Names {
+    hasher: RandomState,
+    kept: HashTable<usize>,
+}
+
+impl Names {
+    /// Pushes `entry` onto `items`, unless an entry there has its key:
+    /// then returns false.
+    fn push(&mut self, items: &mut Vec<Entry>, entry: Entry) -> bool {
+        let Some(key) = entry.key() else {
+            items.push(entry);
+            return true;
+        };
+        let hash = self.hasher.hash_one(key);
+        if self
+            .kept
+            .find(hash, |&i| items[i].key() == Some(key))
+            .is_some()
+        {
+            return false;
+        }
+        items.push(entry);
+        let (items, hasher) = (&*items, &self.hasher);
+        // Only keyed entries are in the table.
+        self.kept.insert_unique(hash, items.len() - 1, |&i| {
+            hasher.hash_one(items[i].key().unwrap_or_default())
+        });
+        true
     }
 }

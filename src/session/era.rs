@@ -20,7 +20,7 @@ use super::front::SessionFront;
 use crate::client::RevisionMemory;
 use crate::engine::{Deadline, Engine, Generation};
 use crate::error::{ConnectPhase, Error, Result};
-use crate::jsonrpc::{Notification, Request};
+use crate::jsonrpc::{Notification, Request, result_value};
 use crate::transport::ProtocolVersion;
 
 /// `HeaderMismatch`: the request metadata headers do not match the body.
@@ -237,6 +237,7 @@ async fn discover(
             .request_on(&generation, &request, deadline)
             .instrument(tracing::debug_span!("mcp.discover_server", %version))
             .await
+            .and_then(|result| result_value(&result, "server/discover"))
             .map_err(in_phase);
         let instead = match outcome {
             Ok(result) => {

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::discovery::{Catalog, Discovery, ListKind, Lister};
+use super::entry::Entry;
 use super::handlers::Handlers;
 use crate::engine::{Engine, Front, Generation, ServerMessage};
 use crate::jsonrpc::{Message, Response};
@@ -75,7 +76,7 @@ impl SessionFront {
 
     /// Replaces one list, under the lock: runs of different kinds ending
     /// together never undo each other.
-    pub(crate) fn set_list(&self, kind: ListKind, list: Vec<Value>) {
+    pub(crate) fn set_list(&self, kind: ListKind, list: Vec<Entry>) {
         let mut lists = lock(&self.lists);
         *kind.field(Arc::make_mut(&mut lists.catalog)) = list;
         lists.relisted[kind.index()] = true;
@@ -135,9 +136,9 @@ impl Front for SessionFront {
                         .handlers
                         .answer(&request.method, request.params)
                         .await;
-                    let response = Response {
-                        id: Some(request.id),
-                        outcome,
+                    let response = match outcome {
+                        Ok(result) => Response::result(request.id, &result),
+                        Err(error) => Response::error(Some(request.id), error),
                     };
                     if let Err(error) = engine.respond(generation, &response).await {
                         tracing::debug!(%error, "answering a server request failed");

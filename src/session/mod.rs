@@ -7,6 +7,7 @@
 
 mod connect;
 mod discovery;
+mod entry;
 mod era;
 mod front;
 mod handlers;
@@ -17,21 +18,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
+pub use entry::Entry;
 
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, Notification, Request};
+use crate::jsonrpc::{self, Message, Notification, Request, result_value};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId, TransportKind};
+use discovery::ListKind;
+use entry::{ListResult, parse_page};
 use front::SessionFront;
 
 /// Whether we created the server session or the caller lent it.
@@ -116,10 +121,16 @@ impl RequestOptions {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct Page {
-    /// The entries, verbatim.
-    pub items: Vec<Value>,
+    /// The entries, verbatim (see [`Entry`]).
+    pub items: Vec<Entry>,
     /// The cursor of the next page, if any.
     pub next_cursor: Option<String>,
+}
+
+/// A request's result: as the server wrote it, or already read.
+enum Answer {
+    Raw(Box<RawValue>),
+    Read(Value),
 }
 
 /// An established MCP session.
@@ -255,12 +266,29 @@ impl Session {
         params: Option<Value>,
         options: RequestOptions,
     ) -> Result<Value> {
+        let result = self.request_raw(method, params, options).await?;
+        match result {
+            Answer::Raw(result) => result_value(&result, method),
+            Answer::Read(result) => Ok(result),
+        }
+    }
+
+    /// [`request_with`](Self::request_with), its result as the server
+    /// wrote it where the session did not have to read it.
+    async fn request_raw(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        options: RequestOptions,
+    ) -> Result<Answer> {
         refuse_lifecycle(method)?;
         let timeout = options.timeout.unwrap_or(self.request_timeout);
         if self.engine.generation().is_some_and(|g| g.is_stateless()) {
+            // Read whole: its resultType decides what comes next.
             return stateless::request(&self.engine, method, params, Deadline::after(timeout))
                 .instrument(tracing::debug_span!("mcp.request", method))
-                .await;
+                .await
+                .map(Answer::Read);
         }
         let request = Request {
             id: self.engine.next_id(),
@@ -274,6 +302,7 @@ impl Session {
             .call(&request, deadline, true)
             .instrument(tracing::debug_span!("mcp.request", method))
             .await
+            .map(Answer::Raw)
     }
 
     /// Sends a notification, within the session's default timeout. Like a
@@ -317,44 +346,51 @@ impl Session {
         .await
     }
 
-    async fn page(&self, method: &str, field: &str, cursor: Option<&str>) -> Result<Page> {
+    async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {
+        let (method, field) = (kind.method(), kind.result_field());
         let params = cursor.map(|c| json!({ "cursor": c }));
-        let mut result = self.request(method, params).await?;
-        let Some(Value::Array(mut items)) = result.get_mut(field).map(Value::take) else {
+        let result = match self
+            .request_raw(method, params, RequestOptions::default())
+            .await?
+        {
+            Answer::Raw(result) => result,
+            Answer::Read(result) => jsonrpc::raw(&result),
+        };
+        let Ok(ListResult {
+            entries: Some(mut items),
+            next_cursor,
+        }) = parse_page(&result, field, kind.key())
+        else {
             return Err(Error::protocol(format!(
                 "the {method} result has no `{field}` array"
             )));
         };
-        if method == "tools/list" && self.engine.generation().is_some_and(|g| g.is_stateless()) {
+        if kind == ListKind::Tools && self.engine.generation().is_some_and(|g| g.is_stateless()) {
             // 2026-07-28: a tool whose x-mcp-header is invalid is left out.
             items.retain(discovery::valid_tool);
         }
-        let next_cursor = result
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let next_cursor = next_cursor.and_then(|c| c.as_str().map(str::to_owned));
         Ok(Page { items, next_cursor })
     }
 
     /// One page of `tools/list`.
     pub async fn list_tools(&self, cursor: Option<&str>) -> Result<Page> {
-        self.page("tools/list", "tools", cursor).await
+        self.page(ListKind::Tools, cursor).await
     }
 
     /// One page of `prompts/list`.
     pub async fn list_prompts(&self, cursor: Option<&str>) -> Result<Page> {
-        self.page("prompts/list", "prompts", cursor).await
+        self.page(ListKind::Prompts, cursor).await
     }
 
     /// One page of `resources/list`.
     pub async fn list_resources(&self, cursor: Option<&str>) -> Result<Page> {
-        self.page("resources/list", "resources", cursor).await
+        self.page(ListKind::Resources, cursor).await
     }
 
     /// One page of `resources/templates/list`.
     pub async fn list_resource_templates(&self, cursor: Option<&str>) -> Result<Page> {
-        self.page("resources/templates/list", "resourceTemplates", cursor)
-            .await
+        self.page(ListKind::ResourceTemplates, cursor).await
     }
 
     /// `resources/read` of one URI.

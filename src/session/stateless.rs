@@ -14,7 +14,7 @@ use super::era::{HEADER_MISMATCH, supported_instead};
 use super::front::SessionFront;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::Request;
+use crate::jsonrpc::{Request, result_value};
 use crate::transport::metadata::{add_param_headers, param_headers};
 
 /// Rounds of input one request may ask for, at most.
@@ -49,7 +49,7 @@ pub(super) async fn request(
             params: params.clone(),
         };
         let result = match engine.call_with(&request, &extra, deadline, false).await {
-            Ok(result) => result,
+            Ok(result) => result_value(&result, method)?,
             Err(error)
                 if error.rpc_code() == Some(HEADER_MISMATCH)
                     && method == "tools/call"

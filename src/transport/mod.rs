@@ -477,10 +477,9 @@ impl StreamableHttp {
         while let Some(message) = stream.next().await {
             match message? {
                 Message::Response(response) if response.id.as_ref() == Some(&request.id) => {
-                    return response
-                        .outcome
-                        .map(|result| Exchange { result, preceding })
-                        .map_err(Error::rpc);
+                    let result = response.outcome.map_err(Error::rpc)?;
+                    return crate::jsonrpc::result_value(&result, &request.method)
+                        .map(|result| Exchange { result, preceding });
                 }
                 Message::Response(Response { id: None, outcome }) => {
                     // An error about a message the server could not read.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ListenMode, ServerConfig, TestServer};
-use mcp_scoped_http::{Catalog, Released, Session, SessionRelease, ledger};
+use mcp_scoped_http::{Catalog, Entry, Released, Session, SessionRelease, ledger};
 use serde_json::{Value, json};
 
 use crate::args::{Common, json_object};
@@ -79,37 +79,33 @@ pub(crate) fn close_outcome(released: &Released) -> Outcome {
     }
 }
 
-fn names(items: &[Value], key: &str) -> String {
+fn names(items: &[Entry]) -> String {
     if items.is_empty() {
         return "(none)".to_owned();
     }
     items
         .iter()
-        .map(|item| item[key].as_str().unwrap_or("?"))
+        .map(|item| item.key().unwrap_or("?"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 fn print_catalog(catalog: &Catalog) {
-    out!(
-        "tools ({}): {}",
-        catalog.tools.len(),
-        names(&catalog.tools, "name")
-    );
+    out!("tools ({}): {}", catalog.tools.len(), names(&catalog.tools));
     out!(
         "prompts ({}): {}",
         catalog.prompts.len(),
-        names(&catalog.prompts, "name")
+        names(&catalog.prompts)
     );
     out!(
         "resources ({}): {}",
         catalog.resources.len(),
-        names(&catalog.resources, "uri")
+        names(&catalog.resources)
     );
     out!(
         "resource templates ({}): {}",
         catalog.resource_templates.len(),
-        names(&catalog.resource_templates, "uriTemplate")
+        names(&catalog.resource_templates)
     );
 }
 
