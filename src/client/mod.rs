@@ -18,12 +18,14 @@ mod quickack;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body::Body;
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
-use tower::{Service, ServiceExt, util::BoxCloneService};
+use tower::{Service, ServiceExt};
 
 pub use hooks::{HeaderHook, HookHandle, HookId, HookInfo, HookOwner, ScopeId};
 pub use owned::HttpClientBuilder;
@@ -71,8 +73,37 @@ pub type RequestBody = Full<Bytes>;
 /// The response body type the client port hands back, boxed.
 pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
 
-type BoxService =
-    BoxCloneService<http::Request<RequestBody>, http::Response<ResponseBody>, BoxError>;
+/// Sends one request: the lent or built service behind a function, so that
+/// a request costs one boxed future, not a boxed clone of the service too.
+type SendFn = dyn Fn(
+        http::Request<RequestBody>,
+    ) -> Pin<
+        Box<
+            dyn Future<Output = std::result::Result<http::Response<ResponseBody>, BoxError>> + Send,
+        >,
+    > + Send
+    + Sync;
+
+/// `service` as a [`SendFn`]: each request calls a clone of it (tower
+/// services are called through `&mut`), taken under a lock because a
+/// service need not be `Sync`; the lock is never held across a call.
+fn send_fn<S>(service: S) -> Box<SendFn>
+where
+    S: Service<
+            http::Request<RequestBody>,
+            Response = http::Response<ResponseBody>,
+            Error = BoxError,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let service = Mutex::new(service);
+    Box::new(move |request| {
+        let service = lock(&service).clone();
+        Box::pin(service.oneshot(request))
+    })
+}
 
 /// Who owns an [`HttpClient`], fixed when it is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,9 +122,7 @@ pub struct HttpClient {
 }
 
 struct Inner {
-    // `BoxCloneService` is `Send` but not `Sync`; the lock only guards the
-    // clone taken for each request, never a call in flight.
-    service: Mutex<BoxService>,
+    send: Box<SendFn>,
     ownership: Ownership,
     owned: Option<OwnedParts>,
     hooks: Arc<hooks::Registry>,
@@ -144,16 +173,16 @@ impl HttpClient {
                 response.map(|body| body.map_err(Into::into).boxed_unsync())
             })
             .map_err(Into::into);
-        HttpClient::from_parts(BoxCloneService::new(service), Ownership::Borrowed, None)
+        HttpClient::from_parts(send_fn(service), Ownership::Borrowed, None)
     }
 
-    fn from_parts(service: BoxService, ownership: Ownership, owned: Option<OwnedParts>) -> Self {
+    fn from_parts(send: Box<SendFn>, ownership: Ownership, owned: Option<OwnedParts>) -> Self {
         let counters = Arc::new(Counters::default());
         let owned_count = (ownership == Ownership::Owned)
             .then(|| Count::new(Field::OwnedClients, Some(counters.clone())));
         HttpClient {
             inner: Arc::new(Inner {
-                service: Mutex::new(service),
+                send,
                 ownership,
                 owned,
                 hooks: Arc::default(),
@@ -250,8 +279,7 @@ impl HttpClient {
         scope: Option<ScopeId>,
     ) -> Result<http::Response<ResponseBody>> {
         self.inner.hooks.apply(&mut request, scope).await?;
-        let service = lock(&self.inner.service).clone();
-        service.oneshot(request).await.map_err(Error::transport)
+        (self.inner.send)(request).await.map_err(Error::transport)
     }
 }
 

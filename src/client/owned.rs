@@ -7,8 +7,6 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioTimer;
 use tokio_util::task::TaskTracker;
-use tower::util::BoxCloneService;
-use tower::{ServiceExt, service_fn};
 
 use super::quickack::QuickAckConnector;
 use super::{HttpClient, Ownership, RequestBody};
@@ -217,18 +215,18 @@ impl HttpClientBuilder {
     }
 }
 
-fn boxed<C>(client: Client<C, RequestBody>) -> super::BoxService
+fn boxed<C>(client: Client<C, RequestBody>) -> Box<super::SendFn>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
-    BoxCloneService::new(service_fn(move |request: http::Request<RequestBody>| {
-        let client = client.clone();
-        async move {
-            let response = client.request(request).await.map_err(BoxError::from)?;
+    // A hyper-util client is called through `&self`: no clone per request.
+    Box::new(move |request: http::Request<RequestBody>| {
+        let response = client.request(request);
+        Box::pin(async move {
+            let response = response.await.map_err(BoxError::from)?;
             Ok::<_, BoxError>(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
-        }
-    }))
-    .boxed_clone()
+        })
+    })
 }
 
 /// The connector of an owned client.

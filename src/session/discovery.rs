@@ -386,6 +386,8 @@ impl<'a, F: Front> Lister<'a, F> {
             let entries = listed.entries.ok_or_else(no_array)?;
             let stateless = kind == ListKind::Tools
                 && self.engine.generation().is_some_and(|g| g.is_stateless());
+            items.reserve(entries.len());
+            names.reserve(&items, entries.len());
             for entry in entries {
                 if stateless && !valid_tool(&entry) {
                     continue;
@@ -430,6 +432,14 @@ struct Names {
 }
 
 impl Names {
+    /// Room for `more` keys, at once rather than doubling as they come.
+    fn reserve(&mut self, items: &[Entry], more: usize) {
+        let hasher = &self.hasher;
+        self.kept.reserve(more, |&i| {
+            hasher.hash_one(items[i].key().unwrap_or_default())
+        });
+    }
+
     /// Pushes `entry` onto `items`, unless an entry there has its key:
     /// then returns false.
     fn push(&mut self, items: &mut Vec<Entry>, entry: Entry) -> bool {

@@ -303,7 +303,8 @@ impl<'de> Visitor<'de> for EntriesOf<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let base = self.page.as_ptr() as usize;
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        // serde_json gives no size hint; most pages are short.
+        let mut entries = Vec::with_capacity(16);
         while let Some(entry) = seq.next_element::<&'de RawValue>()? {
             // Borrowed from the page: its offset there.
             let start = entry.get().as_ptr() as usize - base;

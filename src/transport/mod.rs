@@ -184,6 +184,8 @@ pub enum SessionEnd {
 #[derive(Default)]
 struct SessionState {
     id: Option<SessionId>,
+    /// `id` as a header value, made once: a clone per request shares it.
+    id_header: Option<HeaderValue>,
     version: Option<ProtocolVersion>,
     /// HTTP+SSE (2024-11-05): where messages are POSTed, from the stream's
     /// `endpoint` event.
@@ -308,6 +310,7 @@ impl StreamableHttp {
     /// Uses a session the caller already has (no `initialize` needed).
     pub fn attach(&self, id: SessionId, version: ProtocolVersion) {
         let mut state = self.state();
+        state.id_header = Some(id.header_value());
         state.id = Some(id);
         state.version = Some(version);
     }
@@ -650,8 +653,8 @@ impl StreamableHttp {
             return (headers, None);
         }
         let state = self.state();
-        if let Some(id) = &state.id {
-            headers.insert(MCP_SESSION_ID, id.header_value());
+        if let Some(id) = &state.id_header {
+            headers.insert(MCP_SESSION_ID, id.clone());
         }
         if let Some(version) = state.version.filter(|v| v.sends_version_header()) {
             headers.insert(
@@ -671,6 +674,7 @@ impl StreamableHttp {
             None => None,
         };
         let mut state = self.state();
+        state.id_header = id.as_ref().map(SessionId::header_value);
         state.id = id;
         state.version = None;
         Ok(())

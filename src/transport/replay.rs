@@ -34,7 +34,10 @@ pub(crate) struct ReplayKey {
 /// message.
 pub(crate) struct ReplayFilter {
     state: RandomState,
-    /// Hashes in the order seen, oldest first.
+    /// The one hash seen, while there is one: most answers are a single
+    /// event, and remembering it costs no allocation.
+    only: Option<u64>,
+    /// Hashes in the order seen, oldest first, from the second one on.
     order: VecDeque<u64>,
     seen: HashSet<u64>,
     /// The id hashed last and its hash.
@@ -48,6 +51,7 @@ impl ReplayFilter {
     pub(crate) fn new() -> Self {
         ReplayFilter {
             state: RandomState::new(),
+            only: None,
             order: VecDeque::new(),
             seen: HashSet::new(),
             last_id: None,
@@ -66,6 +70,20 @@ impl ReplayFilter {
             }
         };
         let hash = self.state.hash_one((id_hash, key.index));
+        if self.order.is_empty() {
+            match self.only {
+                None => {
+                    self.only = Some(hash);
+                    return true;
+                }
+                Some(only) if only == hash => return false,
+                Some(only) => {
+                    self.only = None;
+                    self.order.push_back(only);
+                    self.seen.insert(only);
+                }
+            }
+        }
         if self.seen.contains(&hash) {
             return false;
         }
@@ -106,6 +124,21 @@ mod tests {
         }
         let other: Arc<str> = Arc::from("ev-2");
         assert!(filter.first(&key(&other, 0)));
+    }
+
+    /// The usual answer, one event, is remembered without a set; its
+    /// replay is still dropped, and a second event moves both into the set.
+    #[test]
+    fn a_lone_event_replayed_is_dropped() {
+        let mut filter = ReplayFilter::new();
+        let id: Arc<str> = Arc::from("ev-1");
+        assert!(filter.first(&key(&id, 0)));
+        assert!(filter.order.is_empty() && filter.seen.capacity() == 0);
+        assert!(!filter.first(&key(&Arc::from("ev-1"), 0)));
+        assert!(filter.first(&key(&Arc::from("ev-2"), 0)));
+        assert_eq!(filter.order.len(), 2);
+        assert!(!filter.first(&key(&Arc::from("ev-1"), 0)));
+        assert!(!filter.first(&key(&Arc::from("ev-2"), 0)));
     }
 
     #[test]
