@@ -464,3 +464,56 @@ impl Names {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn tools(text: &str) -> Vec<Entry> {
+        let result = RawValue::from_string(format!(r#"{{"tools":{text}}}"#)).unwrap();
+        parse_page(&result, "tools", "name").unwrap().entries.unwrap()
+    }
+
+    /// Only tools whose text can spell `x-mcp-header` are read whole, and
+    /// an annotation spelled with `\u` escapes is checked like a plain one.
+    #[test]
+    fn tools_are_checked_whatever_the_spelling_of_the_annotation() {
+        let unreachable = |key: &str| {
+            format!(
+                r#"{{"name":"t","inputSchema":{{"type":"object","properties":{{"a":{{"type":"array","items":{{"type":"string","{key}":"A"}}}}}}}}}}"#
+            )
+        };
+        for key in ["x-mcp-header", r"x\u002dmcp-header", r"\u0078-mcp-header"] {
+            let [tool] = &tools(&format!("[{}]", unreachable(key)))[..] else {
+                panic!()
+            };
+            assert!(!valid_tool(tool), "{key}");
+        }
+        let plain = tools(
+            r#"[{"name":"p","description":"a \"quoted\"\nline","inputSchema":{"type":"object"}},
+                {"name":"h","inputSchema":{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Region"}}}}]"#,
+        );
+        assert!(plain.iter().all(valid_tool));
+    }
+
+    /// Duplicates are spotted by key, escaped or not, across pages, and
+    /// entries without a key are all kept.
+    #[test]
+    fn names_spot_duplicates_by_key() {
+        let mut names = Names::default();
+        let mut items = Vec::new();
+        let page = tools(r#"[{"name":"a"},{"name":"b"},{"name":"\u0061"},{"title":"no name"},{"title":"no name"}]"#);
+        let kept: Vec<bool> = page
+            .into_iter()
+            .map(|entry| names.push(&mut items, entry))
+            .collect();
+        assert_eq!(kept, [true, true, false, true, true]);
+        names.reserve(&items, 100);
+        for entry in tools(r#"[{"name":"b"},{"name":"c"}]"#) {
+            names.push(&mut items, entry);
+        }
+        let keys: Vec<Option<&str>> = items.iter().map(Entry::key).collect();
+        assert_eq!(keys, [Some("a"), Some("b"), None, None, Some("c")]);
+    }
+}
