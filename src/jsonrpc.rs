@@ -245,6 +245,27 @@ pub fn parse_messages(bytes: &[u8]) -> Result<Vec<Message>, serde_json::Error> {
     }
 }
 
+/// What a body held: one message (the usual case, kept without a vector),
+/// or a batch.
+#[derive(Debug)]
+pub(crate) enum Batch {
+    /// A single message.
+    One(Message),
+    /// A JSON array of messages, in order.
+    Many(Vec<Message>),
+}
+
+impl Batch {
+    /// How many messages.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Batch::One(_) => 1,
+            Batch::Many(messages) => messages.len(),
+        }
+    }
+}
+
 /// Why [`parse_messages_bounded`] refused a body.
 #[derive(Debug)]
 pub(crate) enum ParseError {
@@ -261,7 +282,7 @@ pub(crate) enum ParseError {
 /// refused when its message `max + 1` is reached, before that one or any
 /// later one is built: a body of many tiny messages does not expand into as
 /// many values.
-pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Vec<Message>, ParseError> {
+pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Batch, ParseError> {
     let first = bytes
         .iter()
         .copied()
@@ -269,7 +290,7 @@ pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Vec<Mes
         .unwrap_or(b'{');
     if first != b'[' {
         return serde_json::from_slice(bytes)
-            .map(|message| vec![message])
+            .map(Batch::One)
             .map_err(ParseError::Json);
     }
     let mut too_many = false;
@@ -286,7 +307,7 @@ pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Vec<Mes
         Ok(batch) if batch.is_empty() => Err(ParseError::Json(serde_json::Error::custom(
             "empty JSON-RPC batch",
         ))),
-        Ok(batch) => Ok(batch),
+        Ok(batch) => Ok(Batch::Many(batch)),
     }
 }
 

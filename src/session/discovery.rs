@@ -472,7 +472,10 @@ mod tests {
 
     fn tools(text: &str) -> Vec<Entry> {
         let result = RawValue::from_string(format!(r#"{{"tools":{text}}}"#)).unwrap();
-        parse_page(&result, "tools", "name").unwrap().entries.unwrap()
+        parse_page(&result, "tools", "name")
+            .unwrap()
+            .entries
+            .unwrap()
     }
 
     /// Only tools whose text can spell `x-mcp-header` are read whole, and
@@ -503,7 +506,9 @@ mod tests {
     fn names_spot_duplicates_by_key() {
         let mut names = Names::default();
         let mut items = Vec::new();
-        let page = tools(r#"[{"name":"a"},{"name":"b"},{"name":"\u0061"},{"title":"no name"},{"title":"no name"}]"#);
+        let page = tools(
+            r#"[{"name":"a"},{"name":"b"},{"name":"\u0061"},{"title":"no name"},{"title":"no name"}]"#,
+        );
         let kept: Vec<bool> = page
             .into_iter()
             .map(|entry| names.push(&mut items, entry))

@@ -64,7 +64,7 @@ pub use stream::MessageStream;
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
 use crate::jsonrpc::{
-    Message, Notification, Request, Response, encode, parse_messages, parse_messages_bounded,
+    Batch, Message, Notification, Request, Response, encode, parse_messages, parse_messages_bounded,
 };
 use crate::origin::Origin;
 use crate::sync::lock;
@@ -382,7 +382,7 @@ impl StreamableHttp {
                 // only says the POST was accepted, whatever it carries
                 // (servers send `Accepted` as text/plain, or an empty JSON
                 // body). The body is not read.
-                return Ok(MessageStream::from_messages(Vec::new()));
+                return Ok(MessageStream::from_messages(Batch::Many(Vec::new())));
             }
             self.read_answer(response).await
         }

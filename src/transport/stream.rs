@@ -11,7 +11,7 @@ use super::replay::ReplayKey;
 use super::sse::{SseDecoder, SseError};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, ParseError, parse_messages_bounded};
+use crate::jsonrpc::{Batch, Message, ParseError, parse_messages_bounded};
 
 /// The server's messages on one HTTP response, in the order sent.
 ///
@@ -26,6 +26,9 @@ use crate::jsonrpc::{Message, ParseError, parse_messages_bounded};
 ///
 /// [`TransportConfig::max_batch_messages`]: super::TransportConfig::max_batch_messages
 pub struct MessageStream {
+    /// The next message, ahead of `queue`: a body or event of one message
+    /// (the usual case) never needs the queue.
+    front: Option<Message>,
     queue: VecDeque<Message>,
     body: Option<ResponseBody>,
     // Boxed: the decoder is large and a JSON answer never needs one.
@@ -41,9 +44,14 @@ pub struct MessageStream {
 }
 
 impl MessageStream {
-    pub(crate) fn from_messages(messages: Vec<Message>) -> Self {
+    pub(crate) fn from_messages(messages: Batch) -> Self {
+        let (front, queue) = match messages {
+            Batch::One(message) => (Some(message), VecDeque::new()),
+            Batch::Many(messages) => (None, messages.into()),
+        };
         MessageStream {
-            queue: messages.into(),
+            front,
+            queue,
             body: None,
             decoder: None,
             failed: false,
@@ -58,6 +66,7 @@ impl MessageStream {
     /// at most `max_batch` messages.
     pub(crate) fn from_sse(body: ResponseBody, max_event_size: usize, max_batch: usize) -> Self {
         MessageStream {
+            front: None,
             queue: VecDeque::new(),
             body: Some(body),
             decoder: Some(Box::new(SseDecoder::with_max_event_size(max_event_size))),
@@ -111,7 +120,7 @@ impl MessageStream {
             return None;
         }
         loop {
-            if let Some(message) = self.queue.pop_front() {
+            if let Some(message) = self.front.take().or_else(|| self.queue.pop_front()) {
                 self.replay_key = self.event_id.clone().map(|event_id| ReplayKey {
                     event_id,
                     index: self.next_index,
@@ -125,7 +134,12 @@ impl MessageStream {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
                         match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
-                            Ok(messages) => {
+                            Ok(Batch::One(message)) => {
+                                self.front = Some(message);
+                                self.event_id = event.id.filter(|_| event.own_id);
+                                self.next_index = 0;
+                            }
+                            Ok(Batch::Many(messages)) => {
                                 self.queue.extend(messages);
                                 self.event_id = event.id.filter(|_| event.own_id);
                                 self.next_index = 0;
