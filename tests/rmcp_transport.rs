@@ -823,6 +823,54 @@ fn an_id_less_error_on_a_calls_answer_resolves_that_call() {
     });
 }
 
+/// The server answers a call with a result that is JSON (kept as text by
+/// the engine) but not a `serde_json::Value` (a number beyond `f64`, a lone
+/// surrogate): that call still resolves, with an error, at once, and the
+/// next call works.
+#[test]
+fn a_result_no_value_can_hold_resolves_that_call_with_an_error() {
+    scenario(async {
+        for result in [
+            r#"{"content":[],"n":1e400}"#,
+            r#"{"content":[{"type":"text","text":"\ud800"}]}"#,
+        ] {
+            let world = World::new(
+                ServerConfig::default().with_fault(
+                    Fault::on_rpc(
+                        "tools/call",
+                        FaultAction::Raw {
+                            status: 200,
+                            content_type: "application/json".into(),
+                            body: format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#)
+                                .into(),
+                        },
+                    )
+                    .times(1),
+                ),
+            )
+            .await;
+            let (transport, report) = world.transport(false);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let error = tokio::time::timeout(
+                Duration::from_secs(5),
+                client
+                    .peer()
+                    .call_tool(CallToolRequestParams::new("tool-000")),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{result}: the call was never resolved"))
+            .unwrap_err();
+            let ServiceError::McpError(rpc) = &error else {
+                panic!("{result}: {error:?}");
+            };
+            assert_eq!(rpc.code.0, -32603, "{result}");
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
 // --------------------------------------- expiry, attach, initialize streamed
 
 /// The server expires the session rmcp's handshake created: the transport

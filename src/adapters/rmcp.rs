@@ -691,10 +691,10 @@ fn from_rmcp(message: TxJsonRpcMessage<RoleClient>) -> Result<Message> {
 }
 
 /// Ours as rmcp's. A response rmcp cannot read still resolves its request,
-/// as an error.
+/// as an error; so does one whose result is JSON no `Value` can hold (a
+/// number beyond `f64`, a lone surrogate: the engine keeps results as text).
 fn to_rmcp(message: Message) -> Option<RxJsonRpcMessage<RoleClient>> {
-    let value = serde_json::to_value(&message).ok()?;
-    match serde_json::from_value(value) {
+    match serde_json::to_value(&message).and_then(serde_json::from_value) {
         Ok(message) => Some(message),
         Err(error) => match message {
             Message::Response(Response { id: Some(id), .. }) => {
