@@ -265,10 +265,10 @@ impl<'de> Visitor<'de> for PageOf<'_> {
         };
         while let Some(name) = map.next_key::<CowStr<'de>>()? {
             if name.0 == self.field {
-                page.entries = Some(map.next_value_seed(EntriesOf {
+                page.entries = map.next_value_seed(EntriesOf {
                     page: self.page,
                     key_field: self.key_field,
-                })?);
+                })?;
             } else if name.0 == "nextCursor" {
                 page.next_cursor = Some(map.next_value::<Value>()?).filter(|c| !c.is_null());
             } else {
@@ -279,26 +279,56 @@ impl<'de> Visitor<'de> for PageOf<'_> {
     }
 }
 
-/// An array of entries (anything else is an error), each a span of the
-/// page: one pass, no copy.
+/// An array of entries, each a span of the page: one pass, no copy.
+/// Anything else is `None` (skipped, not an error: a later occurrence of
+/// the field may still be the array).
 struct EntriesOf<'p> {
     page: &'p Arc<str>,
     key_field: &'static str,
 }
 
 impl<'de> DeserializeSeed<'de> for EntriesOf<'_> {
-    type Value = Vec<Entry>;
+    type Value = Option<Vec<Entry>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_seq(self)
+        deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for EntriesOf<'_> {
-    type Value = Vec<Entry>;
+    type Value = Option<Vec<Entry>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array")
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -311,7 +341,7 @@ impl<'de> Visitor<'de> for EntriesOf<'_> {
             let span = start..start + entry.get().len();
             entries.push(Entry::new(self.page, span, self.key_field));
         }
-        Ok(entries)
+        Ok(Some(entries))
     }
 }
 
@@ -386,13 +416,25 @@ mod tests {
             (r#"{"prompts":[]}"#, false, None),
             (r#"{"tools":[1],"nextCursor":7}"#, true, Some(json!(7))),
             (r#"{"tools":[],"tools":[{"name":"a"}]}"#, true, None),
+            // Not an array: no entries, as a Value would read it.
+            (r#"{"tools":{"name":"a"}}"#, false, None),
+            (r#"{"tools":"x"}"#, false, None),
+            (r#"{"tools":[],"tools":null}"#, false, None),
+            // The last occurrence counts, whatever the earlier ones were.
+            (r#"{"tools":"x","tools":[]}"#, true, None),
+            (r#"{"tools":{"a":[1]},"tools":[{"name":"b"}]}"#, true, None),
+            (
+                r#"{"tools":1.5,"nextCursor":"a","nextCursor":null}"#,
+                false,
+                None,
+            ),
         ] {
             let result = RawValue::from_string(text.into()).unwrap();
             let page = parse_page(&result, "tools", "name").unwrap();
             assert_eq!(page.entries.is_some(), has_entries, "{text}");
             assert_eq!(page.next_cursor, cursor, "{text}");
         }
-        for bad in ["[1]", r#"{"tools":{}}"#, r#"{"tools":"x","tools":[]}"#] {
+        for bad in ["[1]", "null", r#""tools""#] {
             let result = RawValue::from_string(bad.into()).unwrap();
             assert!(parse_page(&result, "tools", "name").is_err(), "{bad}");
         }
