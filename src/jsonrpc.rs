@@ -94,11 +94,16 @@ pub struct Response {
 
 impl Response {
     /// A result response: `result` serialized.
-    pub fn result(id: RequestId, result: &impl Serialize) -> Response {
-        Response {
+    ///
+    /// # Errors
+    ///
+    /// When `result` does not serialize to JSON (its `Serialize` fails, or
+    /// it is a map whose keys are not strings).
+    pub fn result(id: RequestId, result: &impl Serialize) -> serde_json::Result<Response> {
+        Ok(Response {
             id: Some(id),
-            outcome: Ok(raw(result)),
-        }
+            outcome: Ok(serde_json::value::to_raw_value(result)?),
+        })
     }
 
     /// An error response.
@@ -140,10 +145,9 @@ pub(crate) fn result_value(result: &RawValue, method: &str) -> crate::Result<Val
 }
 
 /// `value` as JSON text.
-pub(crate) fn raw(value: &impl Serialize) -> Box<RawValue> {
-    // Serializing to JSON text cannot fail for the values this crate
-    // sends: every map key is a string.
-    serde_json::value::to_raw_value(value).expect("a JSON-RPC result always serializes")
+pub(crate) fn raw(value: &Value) -> Box<RawValue> {
+    // A `Value` always serializes: its map keys are strings.
+    serde_json::value::to_raw_value(value).expect("a Value always serializes")
 }
 
 /// A JSON-RPC error object.
@@ -565,7 +569,7 @@ mod tests {
             String::from_utf8(notification.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}"#
         );
-        let response = Message::Response(Response::result("a".into(), &json!({})));
+        let response = Message::Response(Response::result("a".into(), &json!({})).unwrap());
         assert_eq!(
             String::from_utf8(response.to_vec()).unwrap(),
             r#"{"jsonrpc":"2.0","id":"a","result":{}}"#
@@ -611,7 +615,7 @@ mod tests {
         let message = parse(json!({"jsonrpc":"2.0","id":1,"result":null}));
         assert_eq!(
             message,
-            Message::Response(Response::result(1.into(), &Value::Null))
+            Message::Response(Response::result(1.into(), &Value::Null).unwrap())
         );
     }
 
@@ -637,6 +641,21 @@ mod tests {
             ),
             Message::Notification(_)
         ));
+    }
+
+    /// A result that does not serialize to JSON (a map whose keys are not
+    /// strings) is an error for the caller, not a panic.
+    #[test]
+    fn a_result_that_does_not_serialize_is_an_error() {
+        let bad: std::collections::BTreeMap<Vec<u8>, u8> = [(vec![1], 2)].into();
+        assert!(Response::result(1.into(), &bad).is_err());
+        assert_eq!(
+            Response::result(1.into(), &json!({"k": [1]})).unwrap(),
+            Response {
+                id: Some(1.into()),
+                outcome: Ok(RawValue::from_string(r#"{"k":[1]}"#.into()).unwrap()),
+            }
+        );
     }
 
     #[test]

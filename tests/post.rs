@@ -14,7 +14,7 @@ async fn every_message_is_a_json_post_accepting_both_media_types() {
         let wire = wire(client, &server);
         handshake(&wire).await;
         wire.request(request(2, "tools/list", None)).await.unwrap();
-        let response = Response::result("server-1".into(), &json!({}));
+        let response = Response::result("server-1".into(), &json!({})).unwrap();
         wire.post_response(&response).await.unwrap();
 
         let posts = seen_http(&server, http::Method::POST);

@@ -137,7 +137,10 @@ impl Front for SessionFront {
                         .answer(&request.method, request.params)
                         .await;
                     let response = match outcome {
-                        Ok(result) => Response::result(request.id, &result),
+                        Ok(result) => Response {
+                            id: Some(request.id),
+                            outcome: Ok(crate::jsonrpc::raw(&result)),
+                        },
                         Err(error) => Response::error(Some(request.id), error),
                     };
                     if let Err(error) = engine.respond(generation, &response).await {
