@@ -296,7 +296,15 @@ pub(crate) fn valid_tool(tool: &Entry) -> bool {
     if !text.contains("x-mcp-header") && !text.contains("\\u") {
         return true;
     }
-    match param_headers(tool) {
+    // Here the text is no bare `null`, so a `null` value means JSON no
+    // `Value` holds (a number beyond f64, a lone surrogate): annotations
+    // that cannot be read cannot be shown valid.
+    let checked = if tool.is_null() {
+        Err("the tool could not be read".to_owned())
+    } else {
+        param_headers(tool)
+    };
+    match checked {
         Ok(_) => true,
         Err(reason) => {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
@@ -520,5 +528,22 @@ mod tests {
         }
         let keys: Vec<Option<&str>> = items.iter().map(Entry::key).collect();
         assert_eq!(keys, [Some("a"), Some("b"), None, None, Some("c")]);
+    }
+
+    fn tool(extra: &str) -> Entry {
+        tools(&format!(
+            r#"[{{"name":"t","inputSchema":{{"type":"object","properties":{{"r":{{"type":"string","x-mcp-header":"R"}}}}}}{extra}}}]"#
+        ))
+        .remove(0)
+    }
+
+    /// A tool whose annotations cannot be read (JSON that no `Value` holds)
+    /// cannot be shown valid: it is left out, not listed without headers.
+    #[test]
+    fn a_tool_that_cannot_be_read_is_not_valid() {
+        assert!(valid_tool(&tool("")));
+        assert!(valid_tool(&tool(r#","description":"caf\u00e9""#)));
+        assert!(!valid_tool(&tool(r#","big":1e400"#)));
+        assert!(!valid_tool(&tool(r#","description":"\ud800""#)));
     }
 }
