@@ -461,10 +461,14 @@ struct Contender {
     run: Box<dyn Fn(usize) -> Option<Value>>,
 }
 
+const RMCP_SERVER_INSTALL: &str = "`bash benches/compare` builds it (or set RMCP_PEER_SERVER)";
+
 /// A server in another process, and how our cycle runs against it.
 struct External {
     name: &'static str,
     process: Option<Process>,
+    /// How to get the server when it is not found.
+    install: &'static str,
     call: (String, Value),
     /// The revision our cycle pins (none: detected, then remembered).
     pin: Option<ProtocolVersion>,
@@ -481,6 +485,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
         External {
             name: "test kit server, 2025-11-25 (mcp-scoped-http serve)",
             process: serve_process(None),
+            install: "the crate's own binary: `cargo bench` builds it",
             call: test_kit_call.clone(),
             pin: None,
             rmcp: true,
@@ -488,6 +493,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
         External {
             name: "test kit server, 2026-07-28 (mcp-scoped-http serve --revision 2026-07-28)",
             process: serve_process(Some("2026-07-28")),
+            install: "the crate's own binary: `cargo bench` builds it",
             call: test_kit_call,
             pin: None,
             rmcp: false,
@@ -495,6 +501,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
         External {
             name: "rmcp 3.11 server (tests/peers/rmcp-server), pinned to 2025-11-25 as rmcp's client speaks",
             process: rmcp_server(),
+            install: RMCP_SERVER_INSTALL,
             call: echo.clone(),
             pin: Some(ProtocolVersion::V2025_11_25),
             rmcp: true,
@@ -502,6 +509,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
         External {
             name: "rmcp 3.11 server (tests/peers/rmcp-server), 2026-07-28 (detected)",
             process: rmcp_server(),
+            install: RMCP_SERVER_INSTALL,
             call: echo.clone(),
             pin: None,
             rmcp: false,
@@ -509,6 +517,7 @@ fn external(runtime: &tokio::runtime::Runtime) {
         External {
             name: "Python SDK 2.3 server (tests/peers/python2_server.py, stateless), 2026-07-28 (detected)",
             process: python2_server(),
+            install: "`bash .ci/install-peers` installs it (or set PYTHON2_PEER)",
             call: echo,
             pin: None,
             rmcp: false,
@@ -517,15 +526,14 @@ fn external(runtime: &tokio::runtime::Runtime) {
     for External {
         name: server_name,
         process,
+        install,
         call,
         pin,
         rmcp,
     } in servers
     {
         let Some(process) = process else {
-            println!(
-                "\n## {server_name}: not found; `bash benches/compare` builds it (or set RMCP_PEER_SERVER)"
-            );
+            println!("\n## {server_name}: not found; {install}");
             continue;
         };
         let url = process.url.clone();
