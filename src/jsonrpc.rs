@@ -82,7 +82,10 @@ pub struct Notification {
 /// A response: the result of a request, or its error.
 ///
 /// Equality compares results as JSON text (two results that differ only in
-/// whitespace or key order are not equal).
+/// whitespace or key order are not equal). It serializes the result
+/// verbatim through serde_json's [`RawValue`], which only serde_json (its
+/// writers and `to_value`) understands: for another format, serialize
+/// [`Response::result_as`]`::<Value>()` instead.
 #[derive(Clone, Debug)]
 pub struct Response {
     /// The id of the request answered. `None` only for an error about a

@@ -364,6 +364,42 @@ fn a_declared_list_answering_method_not_found_fails_an_owned_session() {
     });
 }
 
+/// A page that is JSON but not a list page says which: unreadable (a
+/// cursor no `Value` holds) or without its array; in discovery (which then
+/// unwinds) and in `list_tools` alike.
+#[test]
+fn a_page_that_cannot_be_read_is_told_apart_from_one_without_its_array() {
+    scenario(async {
+        let unreadable = r#"{"jsonrpc":"2.0","id":{id},"result":{"tools":[],"nextCursor":1e400}}"#;
+        let cases = [
+            (
+                FaultAction::raw(200, "application/json", unreadable),
+                "cannot be read",
+            ),
+            (result_page(json!({"prompts": []})), "has no `tools` array"),
+        ];
+        for (answer, said) in cases {
+            let server = TestServer::start(ServerConfig::default());
+            server.push_fault(Fault::on_rpc("tools/list", answer.clone()).times(1));
+            let (caller, baseline) = start(&server).await;
+            let error = connector(&server, &caller, true)
+                .connect()
+                .await
+                .unwrap_err();
+            assert!(error.is_protocol(), "{error:?}");
+            assert!(error.to_string().contains(said), "{error}");
+            baseline.check(&server, 1).await;
+
+            let session = connector(&server, &caller, true).connect().await.unwrap();
+            server.push_fault(Fault::on_rpc("tools/list", answer).times(1));
+            let error = session.list_tools(None).await.unwrap_err();
+            assert!(error.is_protocol(), "{error:?}");
+            assert!(error.to_string().contains(said), "{error}");
+            close_deleted(session).await;
+        }
+    });
+}
+
 // ------------------------------------------------------------ F15
 
 /// F15: a server whose `nextCursor` never ends is stopped at the page cap

@@ -112,7 +112,8 @@ impl Discovery {
 
 /// What the server offers, as discovered at connect. Entries are the
 /// server's JSON text, verbatim (schemas, `_meta` and all), read when
-/// looked into (see [`Entry`]).
+/// looked into (see [`Entry`]); it serializes them verbatim, which only
+/// serde_json understands (see [`Entry`]'s `Serialize`).
 ///
 /// Duplicate names across pages: the first entry with a name is kept and
 /// later ones are dropped (counted in
@@ -389,8 +390,12 @@ impl<'a, F: Front> Lister<'a, F> {
                     kind.result_field()
                 ))
             };
-            let listed =
-                parse_page(&result, kind.result_field(), kind.key()).map_err(|_| no_array())?;
+            let listed = parse_page(&result, kind.result_field(), kind.key()).map_err(|e| {
+                Error::protocol(format!(
+                    "the {} result (page {page}) cannot be read: {e}",
+                    kind.method()
+                ))
+            })?;
             let entries = listed.entries.ok_or_else(no_array)?;
             let stateless = kind == ListKind::Tools
                 && self.engine.generation().is_some_and(|g| g.is_stateless());

@@ -133,7 +133,10 @@ impl PartialEq<Value> for Entry {
     }
 }
 
-/// Writes the server's text verbatim.
+/// Writes the server's text verbatim, through serde_json's [`RawValue`]:
+/// only serde_json (its writers and `to_value`) understands that. For
+/// another format (YAML, CBOR, ...), serialize the entry's [`Value`]
+/// (`&*entry`) instead.
 impl Serialize for Entry {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Valid JSON (it came out of a parsed page), borrowed as such.

@@ -356,11 +356,12 @@ impl Session {
             Answer::Raw(result) => result,
             Answer::Read(result) => jsonrpc::raw(&result),
         };
-        let Ok(ListResult {
-            entries: Some(mut items),
+        let ListResult {
+            entries,
             next_cursor,
-        }) = parse_page(&result, field, kind.key())
-        else {
+        } = parse_page(&result, field, kind.key())
+            .map_err(|e| Error::protocol(format!("the {method} result cannot be read: {e}")))?;
+        let Some(mut items) = entries else {
             return Err(Error::protocol(format!(
                 "the {method} result has no `{field}` array"
             )));

@@ -242,7 +242,10 @@ impl fmt::Debug for MessageStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MessageStream")
             .field("sse", &self.is_sse())
-            .field("queued", &self.queue.len())
+            .field(
+                "queued",
+                &(usize::from(self.front.is_some()) + self.queue.len()),
+            )
             .field("open", &self.body.is_some())
             .finish()
     }
