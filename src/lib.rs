@@ -312,6 +312,7 @@ pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 #[cfg(feature = "wire")]
 pub mod wire {
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+    pub use crate::session::entry::{ListResult, parse_page};
     pub use crate::transport::sse;
     /// 2026-07-28 request metadata: header values and `x-mcp-header`.
     pub mod metadata {

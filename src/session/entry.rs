@@ -150,7 +150,13 @@ impl Serialize for Entry {
 /// Reads a page of a list result: its `field` array (each element kept
 /// as text, named by its `key_field`) and its `nextCursor`. Like a
 /// [`Value`] would, a repeated field counts as its last occurrence.
-pub(crate) fn parse_page(
+///
+/// # Errors
+///
+/// When `result` is not an object, or a part of it that is read (a key,
+/// `nextCursor`, a `field` that is not an array) is JSON that no [`Value`]
+/// holds (a number beyond `f64`, a lone surrogate).
+pub fn parse_page(
     result: &RawValue,
     field: &'static str,
     key_field: &'static str,
@@ -230,12 +236,14 @@ impl<'de> Visitor<'de> for KeyOf {
     }
 }
 
-/// One page of a list result.
-pub(crate) struct ListResult {
+/// One page of a list result, as [`parse_page`] reads it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ListResult {
     /// The entries; `None` when the field is absent or not an array.
-    pub(crate) entries: Option<Vec<Entry>>,
+    pub entries: Option<Vec<Entry>>,
     /// `nextCursor`: absent or `null` is `None`.
-    pub(crate) next_cursor: Option<Value>,
+    pub next_cursor: Option<Value>,
 }
 
 /// A list result's array `field` and its `nextCursor`.

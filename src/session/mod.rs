@@ -7,7 +7,7 @@
 
 mod connect;
 mod discovery;
-mod entry;
+pub(crate) mod entry;
 mod era;
 mod front;
 mod handlers;
