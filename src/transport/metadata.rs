@@ -66,9 +66,14 @@ pub(crate) fn standard_headers(method: &str, params: Option<&Value>, headers: &m
     }
 }
 
-/// `params` with `_meta` holding `meta`'s fields (the caller's own `_meta`
-/// keys are kept; ours win).
-pub(crate) fn with_meta(params: Option<&Value>, meta: &Map<String, Value>) -> Value {
+/// `params` with `_meta` holding `meta`'s fields and the protocol
+/// `version` (the caller's own `_meta` keys are kept; ours win). The
+/// fields are cloned once, straight into the request's `_meta`.
+pub(crate) fn with_meta(
+    params: Option<&Value>,
+    meta: Option<&Map<String, Value>>,
+    version: &str,
+) -> Value {
     let mut params = match params {
         Some(Value::Object(map)) => map.clone(),
         _ => Map::new(),
@@ -80,9 +85,10 @@ pub(crate) fn with_meta(params: Option<&Value>, meta: &Map<String, Value>) -> Va
         *target = Value::Object(Map::new());
     }
     if let Value::Object(target) = target {
-        for (key, value) in meta {
+        for (key, value) in meta.into_iter().flatten() {
             target.insert(key.clone(), value.clone());
         }
+        target.insert(META_PROTOCOL_VERSION.into(), Value::from(version));
     }
     Value::Object(params)
 }
@@ -294,15 +300,25 @@ mod tests {
 
     #[test]
     fn meta_is_merged_into_params() {
-        let meta = json!({ META_PROTOCOL_VERSION: "2026-07-28" });
-        let meta = meta.as_object().unwrap();
-        let merged = with_meta(Some(&json!({"a": 1, "_meta": {"progressToken": 7}})), meta);
-        assert_eq!(merged["a"], 1);
-        assert_eq!(merged["_meta"]["progressToken"], 7);
-        assert_eq!(merged["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+        let meta = json!({ "io.example/client": {"name": "c"}, "progressToken": 1 });
+        let meta = meta.as_object();
+        let merged = with_meta(
+            Some(&json!({"a": 1, "_meta": {"progressToken": 7, "mine": true}})),
+            meta,
+            "2026-07-28",
+        );
         assert_eq!(
-            with_meta(None, meta)["_meta"][META_PROTOCOL_VERSION],
-            "2026-07-28"
+            merged,
+            json!({"a": 1, "_meta": {
+                "progressToken": 1,
+                "mine": true,
+                "io.example/client": {"name": "c"},
+                META_PROTOCOL_VERSION: "2026-07-28",
+            }})
+        );
+        assert_eq!(
+            with_meta(Some(&json!({"_meta": 3})), None, "2026-07-28"),
+            json!({"_meta": { META_PROTOCOL_VERSION: "2026-07-28" }})
         );
     }
 

@@ -401,13 +401,12 @@ impl StreamableHttp {
         headers: &mut HeaderMap,
     ) -> Option<Value> {
         let version = version.filter(|v| v.is_modern())?;
-        let mut meta = self.client_meta.as_deref().cloned().unwrap_or_default();
-        meta.insert(
-            metadata::META_PROTOCOL_VERSION.into(),
-            Value::from(version.as_str()),
-        );
         metadata::standard_headers(method, params, headers);
-        Some(metadata::with_meta(params, &meta))
+        Some(metadata::with_meta(
+            params,
+            self.client_meta.as_deref(),
+            version.as_str(),
+        ))
     }
 
     /// POSTs a notification; any 2xx accepts it (a body, if any, is not
