@@ -781,6 +781,44 @@ fn concurrent_calls_each_get_their_own_result() {
     });
 }
 
+/// The first `tools/call` is answered with `body` (HTTP 200, JSON): that
+/// call resolves at once with a JSON-RPC error, whose code is returned;
+/// the next call works and the session ends back at baseline.
+async fn first_call_answered_with(body: String, borrowed: bool, label: &str) -> i32 {
+    let world = World::new(
+        ServerConfig::default().with_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::Raw {
+                    status: 200,
+                    content_type: "application/json".into(),
+                    body: body.into(),
+                },
+            )
+            .times(1),
+        ),
+    )
+    .await;
+    let (transport, report) = world.transport(borrowed);
+    let client = serve(transport).await.expect("rmcp initializes");
+    let error = tokio::time::timeout(
+        Duration::from_secs(5),
+        client
+            .peer()
+            .call_tool(CallToolRequestParams::new("tool-000")),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{label}: the call was never resolved"))
+    .unwrap_err();
+    let ServiceError::McpError(rpc) = &error else {
+        panic!("{label}: {error:?}");
+    };
+    call(&client, "tool-001").await;
+    deleted(&cancel(client, report).await);
+    world.check(1).await;
+    rpc.code.0
+}
+
 /// The server answers a call with an id-less JSON-RPC error (it could not
 /// read the request): that call resolves with it, at once, and the next
 /// call works.
@@ -788,37 +826,10 @@ fn concurrent_calls_each_get_their_own_result() {
 fn an_id_less_error_on_a_calls_answer_resolves_that_call() {
     scenario(async {
         for borrowed in [false, true] {
-            let world = World::new(ServerConfig::default().with_fault(
-                Fault::on_rpc(
-                    "tools/call",
-                    FaultAction::Raw {
-                        status: 200,
-                        content_type: "application/json".into(),
-                        body: r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#
-                            .into(),
-                    },
-                )
-                .times(1),
-            ))
-            .await;
-            let (transport, report) = world.transport(borrowed);
-            let client = serve(transport).await.expect("rmcp initializes");
-            let error = tokio::time::timeout(
-                Duration::from_secs(5),
-                client
-                    .peer()
-                    .call_tool(CallToolRequestParams::new("tool-000")),
-            )
-            .await
-            .expect("resolved at once")
-            .unwrap_err();
-            let ServiceError::McpError(rpc) = &error else {
-                panic!("{}: {error:?}", mode(borrowed));
-            };
-            assert_eq!(rpc.code.0, -32700);
-            call(&client, "tool-001").await;
-            deleted(&cancel(client, report).await);
-            world.check(1).await;
+            let body =
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#;
+            let code = first_call_answered_with(body.into(), borrowed, mode(borrowed)).await;
+            assert_eq!(code, -32700);
         }
     });
 }
@@ -834,39 +845,9 @@ fn a_result_no_value_can_hold_resolves_that_call_with_an_error() {
             r#"{"content":[],"n":1e400}"#,
             r#"{"content":[{"type":"text","text":"\ud800"}]}"#,
         ] {
-            let world = World::new(
-                ServerConfig::default().with_fault(
-                    Fault::on_rpc(
-                        "tools/call",
-                        FaultAction::Raw {
-                            status: 200,
-                            content_type: "application/json".into(),
-                            body: format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#)
-                                .into(),
-                        },
-                    )
-                    .times(1),
-                ),
-            )
-            .await;
-            let (transport, report) = world.transport(false);
-            let client = serve(transport).await.expect("rmcp initializes");
-            let error = tokio::time::timeout(
-                Duration::from_secs(5),
-                client
-                    .peer()
-                    .call_tool(CallToolRequestParams::new("tool-000")),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("{result}: the call was never resolved"))
-            .unwrap_err();
-            let ServiceError::McpError(rpc) = &error else {
-                panic!("{result}: {error:?}");
-            };
-            assert_eq!(rpc.code.0, -32603, "{result}");
-            call(&client, "tool-001").await;
-            deleted(&cancel(client, report).await);
-            world.check(1).await;
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#);
+            let code = first_call_answered_with(body, false, result).await;
+            assert_eq!(code, -32603, "{result}");
         }
     });
 }
