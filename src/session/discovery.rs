@@ -15,6 +15,8 @@ use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::metadata::param_headers;
 
+use serde_json::value::RawValue;
+
 use super::entry::{Entry, parse_page};
 
 /// What discovery lists, and how far it follows a server's cursors.
@@ -216,6 +218,37 @@ impl ListKind {
         self as usize
     }
 
+    /// Reads one page of this kind's `result`: its entries and its
+    /// `nextCursor`. With `stateless` (2026-07-28), a tool whose
+    /// `x-mcp-header` is invalid is left out. `page` numbers the page in
+    /// errors.
+    pub(crate) fn read_page(
+        self,
+        result: &RawValue,
+        stateless: bool,
+        page: Option<usize>,
+    ) -> Result<(Vec<Entry>, Option<Value>)> {
+        let which = || page.map(|p| format!(" (page {p})")).unwrap_or_default();
+        let method = self.method();
+        let listed = parse_page(result, self.result_field(), self.key()).map_err(|e| {
+            Error::protocol(format!(
+                "the {method} result{} cannot be read: {e}",
+                which()
+            ))
+        })?;
+        let Some(mut entries) = listed.entries else {
+            return Err(Error::protocol(format!(
+                "the {method} result{} has no `{}` array",
+                which(),
+                self.result_field()
+            )));
+        };
+        if stateless && self == ListKind::Tools {
+            entries.retain(valid_tool);
+        }
+        Ok((entries, listed.next_cursor))
+    }
+
     /// The catalog's list of this kind.
     pub(crate) fn field(self, catalog: &mut Catalog) -> &mut Vec<Entry> {
         match self {
@@ -383,33 +416,16 @@ impl<'a, F: Front> Lister<'a, F> {
                 }
                 Err(e) => return Err(e),
             };
-            let no_array = || {
-                Error::protocol(format!(
-                    "the {} result (page {page}) has no `{}` array",
-                    kind.method(),
-                    kind.result_field()
-                ))
-            };
-            let listed = parse_page(&result, kind.result_field(), kind.key()).map_err(|e| {
-                Error::protocol(format!(
-                    "the {} result (page {page}) cannot be read: {e}",
-                    kind.method()
-                ))
-            })?;
-            let entries = listed.entries.ok_or_else(no_array)?;
-            let stateless = kind == ListKind::Tools
-                && self.engine.generation().is_some_and(|g| g.is_stateless());
+            let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
+            let (entries, next_cursor) = kind.read_page(&result, stateless, Some(page))?;
             items.reserve(entries.len());
             names.reserve(&items, entries.len());
             for entry in entries {
-                if stateless && !valid_tool(&entry) {
-                    continue;
-                }
                 if !names.push(&mut items, entry) {
                     duplicates += 1;
                 }
             }
-            match listed.next_cursor {
+            match next_cursor {
                 None => return Ok((items, duplicates)),
                 Some(Value::String(next)) => {
                     if !cursors.insert(next.clone()) {
@@ -481,7 +497,6 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::value::RawValue;
 
     fn tools(text: &str) -> Vec<Entry> {
         let result = RawValue::from_string(format!(r#"{{"tools":{text}}}"#)).unwrap();

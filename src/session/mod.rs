@@ -36,7 +36,6 @@ use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId, TransportKind};
 use discovery::ListKind;
-use entry::{ListResult, parse_page};
 use front::SessionFront;
 
 /// Whether we created the server session or the caller lent it.
@@ -347,7 +346,7 @@ impl Session {
     }
 
     async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {
-        let (method, field) = (kind.method(), kind.result_field());
+        let method = kind.method();
         let params = cursor.map(|c| json!({ "cursor": c }));
         let result = match self
             .request_raw(method, params, RequestOptions::default())
@@ -356,20 +355,8 @@ impl Session {
             Answer::Raw(result) => result,
             Answer::Read(result) => jsonrpc::raw(&result),
         };
-        let ListResult {
-            entries,
-            next_cursor,
-        } = parse_page(&result, field, kind.key())
-            .map_err(|e| Error::protocol(format!("the {method} result cannot be read: {e}")))?;
-        let Some(mut items) = entries else {
-            return Err(Error::protocol(format!(
-                "the {method} result has no `{field}` array"
-            )));
-        };
-        if kind == ListKind::Tools && self.engine.generation().is_some_and(|g| g.is_stateless()) {
-            // 2026-07-28: a tool whose x-mcp-header is invalid is left out.
-            items.retain(discovery::valid_tool);
-        }
+        let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
+        let (items, next_cursor) = kind.read_page(&result, stateless, None)?;
         let next_cursor = next_cursor.and_then(|c| c.as_str().map(str::to_owned));
         Ok(Page { items, next_cursor })
     }
