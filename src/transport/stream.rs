@@ -134,18 +134,12 @@ impl MessageStream {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
                         match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
-                            Ok(Batch::One(message)) => {
-                                self.front = Some(message);
-                                self.event_id = event.id.filter(|_| event.own_id);
-                                self.next_index = 0;
-                            }
-                            Ok(Batch::Many(messages)) => {
-                                self.queue.extend(messages);
-                                self.event_id = event.id.filter(|_| event.own_id);
-                                self.next_index = 0;
-                            }
+                            Ok(Batch::One(message)) => self.front = Some(message),
+                            Ok(Batch::Many(messages)) => self.queue.extend(messages),
                             Err(e) => return self.fail(parse_error(e, "an SSE event")),
                         }
+                        self.event_id = event.id.filter(|_| event.own_id);
+                        self.next_index = 0;
                     }
                     continue;
                 }
