@@ -176,9 +176,13 @@ pub(crate) async fn run(url: &str, common: &Common) -> Outcome {
     }
     // sse-retry's server answers the pending tools/call on whichever GET it
     // sees first, the listener's or the resumption's: the library takes the
-    // response on either.
+    // response on either, but the scenario checks the resumption's
+    // Last-Event-ID and retry delay, so the call waits until the
+    // listener's GET has been answered (else, sent late, it can be the
+    // first GET after the call).
     let mut listen_watch = None;
     match scenario.as_str() {
+        "sse-retry" => listen_watch = phase::ListenWatch::install(),
         "elicitation-sep1034-client-defaults" => {
             // This server sends `elicitation/create` on the GET listening
             // stream, and drops it if that stream is not open yet: the call
