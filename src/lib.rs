@@ -273,6 +273,7 @@
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
 pub mod client;
+mod deadline;
 mod engine;
 pub mod error;
 mod headers;

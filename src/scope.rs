@@ -39,22 +39,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HookHandle, HttpClient};
+pub(crate) use crate::deadline::deadline_after;
 use crate::error::{Error, Result};
 use crate::jsonrpc::Request;
 use crate::ledger::{self, Count, Counters, Field};
 use crate::sync::lock;
 use crate::transport::{MessageStream, SessionEnd, StreamableHttp};
-
-/// About thirty years: the deadline of a bound too large to add to now.
-const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
-
-/// The instant `bound` from now; a bound that overflows (a timeout of
-/// `Duration::MAX`, meaning none) is the far future, never a panic, which
-/// in a `Drop` during unwinding would abort the process.
-pub(crate) fn deadline_after(bound: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(bound).unwrap_or_else(|| now + FAR_FUTURE)
-}
 
 /// A release that cannot fail and needs no waiting.
 type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;

@@ -26,19 +26,17 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::FutureExt as _;
-use futures_util::future::Either;
 use http::HeaderMap;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
 use tracing::Instrument;
 
+pub(crate) use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{self, Message, Notification, Request, RequestId, Response};
 pub(crate) use crate::scope::Opening;
-use crate::scope::{SessionsHandle, Spawner, deadline_after};
+use crate::scope::{SessionsHandle, Spawner};
 use crate::sync::lock;
 use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
 
@@ -195,35 +193,6 @@ impl Backoff {
         let wait = server_retry.unwrap_or(self.next).min(self.max);
         self.next = self.next.saturating_mul(2).min(self.max);
         wait
-    }
-}
-
-/// A request's deadline: its timeout, and when it ends.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadline(Option<(Duration, Instant)>);
-
-impl Deadline {
-    /// From now, `limit` (none: never).
-    pub(crate) fn after(limit: Option<Duration>) -> Self {
-        Deadline(limit.map(|limit| (limit, deadline_after(limit))))
-    }
-
-    /// Runs `future` until the deadline.
-    ///
-    /// A combinator, not an `async fn`: an `async fn` would hold `future`
-    /// twice (as its argument and inside the timeout), doubling the size of
-    /// every future above it.
-    pub(crate) fn run<T>(
-        self,
-        future: impl Future<Output = Result<T>>,
-    ) -> impl Future<Output = Result<T>> {
-        match self.0 {
-            None => Either::Left(future),
-            Some((limit, at)) => Either::Right(
-                tokio::time::timeout_at(at, future)
-                    .map(move |timed| timed.unwrap_or_else(|_| Err(Error::request_timeout(limit)))),
-            ),
-        }
     }
 }
 
