@@ -200,10 +200,11 @@ impl Common {
         let mut connector = Connector::new(url);
         for header in &self.headers {
             let Some((name, value)) = header.split_once(':') else {
-                return Err(Failure::usage(format!(
-                    "--header wants 'Name: value', got {:?}",
-                    header.chars().take(40).collect::<String>()
-                )));
+                // Not echoed: the whole argument may be a secret
+                // (`X-Api-Key=...` written with `=` for `:`).
+                return Err(Failure::usage(
+                    "--header wants 'Name: value' (a colon after the name); the value is not shown",
+                ));
             };
             let name = name.trim();
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {

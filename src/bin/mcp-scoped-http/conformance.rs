@@ -306,7 +306,10 @@ async fn call(
 ) -> Outcome {
     let result = call_tool(session, tool, arguments, common.timeout).await?;
     if !common.json {
-        eprintln!("{scenario}: {tool} answered {result}");
+        eprintln!(
+            "{scenario}: {tool} answered {}",
+            crate::terminal_safe(&result.to_string())
+        );
     }
     Ok(())
 }
@@ -341,7 +344,10 @@ fn request_outcome(
     match outcome {
         Some(Ok(result)) => {
             if !common.json {
-                eprintln!("{scenario}: {method} {name} answered {result}");
+                eprintln!(
+                    "{scenario}: {method} {name} answered {}",
+                    crate::terminal_safe(&result.to_string())
+                );
             }
             Ok(())
         }

@@ -7,12 +7,35 @@
 //! usage error.
 
 /// `println!` that never panics: a closed stdout (`| head`) is ignored, so
-/// the session is still closed properly.
+/// the session is still closed properly. What it prints passes through
+/// [`terminal_safe`]: much of it is server text.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        let line = $crate::terminal_safe(&format!($($arg)*)).into_owned();
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
     }};
+}
+
+/// `text` with every control character but newline and tab written as a
+/// visible `\u{..}` escape: names, results and error messages come from
+/// the server, and a hostile one could otherwise send escape sequences to
+/// the user's terminal (ESC ] 52 writes the clipboard, ESC [ 2J clears the
+/// screen, a bare CR overwrites the line).
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut safe = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            safe.extend(c.escape_unicode());
+        } else {
+            safe.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(safe)
 }
 
 mod args;
@@ -132,11 +155,11 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
-            eprintln!("mcp-scoped-http: usage error: {message}");
+            eprintln!("mcp-scoped-http: usage error: {}", terminal_safe(&message));
             ExitCode::from(2)
         }
         Err(Failure::Server(message)) => {
-            eprintln!("mcp-scoped-http: {message}");
+            eprintln!("mcp-scoped-http: {}", terminal_safe(&message));
             ExitCode::from(1)
         }
     }
