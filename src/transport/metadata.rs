@@ -108,16 +108,17 @@ pub fn param_headers(tool: &Value) -> std::result::Result<Vec<ParamHeader>, Stri
     if let Some(schema) = tool.get("inputSchema") {
         walk(schema, Some(&mut Vec::new()), &mut found)?;
     }
-    let mut seen: Vec<String> = Vec::new();
+    // A set, not a scan of a list: a hostile tool may annotate tens of
+    // thousands of parameters, and this runs on the runtime's thread, where
+    // no timeout can interrupt it. `HeaderName`s are lowercase already.
+    let mut seen = std::collections::HashSet::with_capacity(found.len());
     for header in &found {
-        let lower = header.name.as_str().to_ascii_lowercase();
-        if seen.contains(&lower) {
+        if !seen.insert(header.name.as_str()) {
             return Err(format!(
                 "x-mcp-header {:?} is used twice",
                 header_suffix(&header.name)
             ));
         }
-        seen.push(lower);
     }
     Ok(found)
 }
@@ -265,6 +266,36 @@ fn not_mirrorable(param: &ParamHeader) -> Error {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The duplicate check is linear: 200 000 annotated parameters (about
+    /// 9 MiB of schema, a page a hostile server can send) are read well
+    /// inside the bound, where a scan of a list took minutes. The bound
+    /// guards against a hang; it measures nothing.
+    #[test]
+    fn many_annotated_parameters_are_checked_in_linear_time() {
+        const N: usize = 200_000;
+        let mut properties = Map::new();
+        for i in 0..N {
+            properties.insert(
+                format!("p{i}"),
+                json!({"type": "string", "x-mcp-header": format!("h{i}")}),
+            );
+        }
+        properties.insert(
+            "dup".into(),
+            json!({"type": "string", "x-mcp-header": "H7"}),
+        );
+        let tool =
+            json!({"name": "wide", "inputSchema": {"type": "object", "properties": properties}});
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(param_headers(&tool));
+        });
+        let verdict = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("param_headers hung");
+        assert!(verdict.unwrap_err().contains("\"h7\" is used twice"));
+    }
 
     #[test]
     fn values_are_plain_or_base64_as_the_spec_shows() {
