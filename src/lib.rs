@@ -272,6 +272,7 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
+mod budget;
 pub mod client;
 mod deadline;
 mod engine;
@@ -288,6 +289,7 @@ pub mod testkit;
 mod transport;
 mod version;
 
+pub use budget::MemoryBudget;
 #[cfg(feature = "oauth")]
 pub use client::oauth;
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};

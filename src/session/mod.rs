@@ -356,7 +356,8 @@ impl Session {
             Answer::Read(result) => jsonrpc::raw(&result),
         };
         let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
-        let (items, next_cursor) = kind.read_page(&result, stateless, None)?;
+        let account = self.engine.front.account();
+        let (items, next_cursor) = kind.read_page(result, stateless, None, account)?;
         let next_cursor = next_cursor.and_then(|c| c.as_str().map(str::to_owned));
         Ok(Page { items, next_cursor })
     }
