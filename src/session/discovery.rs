@@ -612,4 +612,43 @@ mod tests {
         assert!(!valid_tool(&tool(r#","big":1e400"#)));
         assert!(!valid_tool(&tool(r#","description":"\ud800""#)));
     }
+
+    /// Issue 20 (2): the 2026-07-28 `x-mcp-header` check reads tools
+    /// with a `\u` escape, and keeps nothing it read: after a stateless
+    /// read the account holds what a plain read holds.
+    #[test]
+    fn the_header_check_keeps_no_parsed_value() {
+        let text = r#"{"tools":[{"name":"a","description":"caf\u00e9","inputSchema":{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"R"}}}},{"name":"b","description":"\u00e9","inputSchema":{"type":"object","properties":{"s":{"type":"array","items":{"type":"string","x-mcp-header":"S"}}}}}]}"#;
+        let held = |stateless: bool| {
+            let account = Account::new(MemoryBudget::default());
+            let result = RawValue::from_string(text.into()).unwrap();
+            let (tools, _) = ListKind::Tools
+                .read_page(result, stateless, Some(1), &account)
+                .unwrap();
+            let names: Vec<_> = tools.iter().filter_map(Entry::key).collect();
+            (names.join(","), account.bytes())
+        };
+        let (plain, plain_bytes) = held(false);
+        let (checked, checked_bytes) = held(true);
+        assert_eq!((plain.as_str(), checked.as_str()), ("a,b", "a"));
+        // The page (shared by the entries) and the entries, nothing more.
+        assert_eq!(checked_bytes, plain_bytes);
+
+        // A budget with room for the page, not for the check's value: a
+        // limit error naming the bound, not a tool silently left out.
+        let account = Account::new(MemoryBudget::default().max_bytes(text.len() + 2 * 200));
+        let result = RawValue::from_string(text.into()).unwrap();
+        let error = ListKind::Tools
+            .read_page(result, true, Some(1), &account)
+            .unwrap_err();
+        assert!(error.is_limit(), "{error}");
+        assert!(
+            error.to_string().contains("MemoryBudget::max_bytes"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("tools/list result (page 1)"),
+            "{error}"
+        );
+    }
 }

@@ -664,4 +664,101 @@ mod tests {
             assert!(parse_page(&result, "tools", "name").is_err(), "{bad}");
         }
     }
+
+    fn page_of(text: &str, account: &Account) -> Result<ListResult, PageError> {
+        read_page(text.into(), "tools", "name", account)
+    }
+
+    /// Issue 20 (1): each entry is charged, however small its text, so a
+    /// page of bare `0`s stops at the entry cap; and everything is released
+    /// with the last entry of the page.
+    #[test]
+    fn every_entry_is_charged_and_released_with_its_page() {
+        let account = Account::new(MemoryBudget::default().max_entries(1000));
+        let zeros = format!("{{\"tools\":[0{}]}}", ",0".repeat(999));
+        let page = page_of(&zeros, &account).unwrap();
+        assert_eq!(account.entries(), 1000);
+        assert_eq!(account.bytes(), zeros.len() + 1000 * ENTRY_COST);
+        let over = page_of(r#"{"tools":[{"name":"a"}]}"#, &account).unwrap_err();
+        assert!(matches!(
+            over,
+            PageError::Spent(Spent::Entries { limit: 1000 })
+        ));
+        // A failed read leaves nothing charged behind.
+        assert_eq!(account.entries(), 1000);
+        let mut entries = page.entries.unwrap();
+        entries.truncate(1);
+        assert_eq!(
+            account.entries(),
+            1000,
+            "held while an entry of the page is"
+        );
+        drop(entries);
+        assert_eq!((account.bytes(), account.entries()), (0, 0));
+        // Bytes: the page's text counts before any entry.
+        let account = Account::new(MemoryBudget::default().max_bytes(100));
+        let long = format!(r#"{{"tools":[],"x":"{}"}}"#, "y".repeat(100));
+        assert!(matches!(
+            page_of(&long, &account),
+            Err(PageError::Spent(Spent::Bytes { limit: 100, .. }))
+        ));
+        assert_eq!(account.bytes(), 0);
+    }
+
+    /// A cursor longer than the cap is refused before it is read; one at
+    /// the cap is read.
+    #[test]
+    fn a_cursor_over_its_cap_is_refused() {
+        let account = Account::new(MemoryBudget::default().max_cursor_len(10));
+        let at_cap = page_of(r#"{"tools":[],"nextCursor":"12345678"}"#, &account).unwrap();
+        assert_eq!(at_cap.next_cursor, Some(Value::from("12345678")));
+        let over = page_of(r#"{"tools":[],"nextCursor":"123456789"}"#, &account).unwrap_err();
+        assert!(matches!(
+            over,
+            PageError::Spent(Spent::Cursor { limit: 10, len: 11 })
+        ));
+    }
+
+    /// Issue 20 (2): a value read from an entry is charged while it is
+    /// kept (by the entry, or by whoever holds the charged read) and
+    /// released with it; one the budget cannot hold is never built and
+    /// reads as `null`.
+    #[test]
+    fn parsed_values_are_charged_while_kept() {
+        let account = Account::new(MemoryBudget::default());
+        let text = r#"{"tools":[{"name":"t","a":[0,0,0,0],"b":{"c":"\u00e9"}}]}"#;
+        let page = page_of(text, &account).unwrap();
+        let entry = page.entries.unwrap().remove(0);
+        let held = account.bytes();
+        let (value, charge) = entry.value_charged().unwrap().unwrap();
+        let cost = value_cost(entry.json()).unwrap();
+        assert_eq!(account.bytes(), held + cost);
+        assert_eq!(value["b"]["c"], "é");
+        drop((value, charge));
+        assert_eq!(account.bytes(), held);
+        // Through Deref: kept, and charged as long as it is.
+        assert_eq!(entry["a"][3], 0);
+        assert_eq!(account.bytes(), held + cost);
+        let clone = entry.clone();
+        assert_eq!(
+            account.bytes(),
+            held + cost,
+            "a clone does not copy the value"
+        );
+        assert_eq!(entry.into_value()["name"], "t");
+        assert_eq!(account.bytes(), held);
+        drop(clone);
+        assert_eq!(account.bytes(), 0);
+
+        // A budget with room for the page but not for its value.
+        let budget = MemoryBudget::default().max_bytes(text.len() + ENTRY_COST + 8);
+        let account = Account::new(budget);
+        let entry = page_of(text, &account).unwrap().entries.unwrap().remove(0);
+        assert!(entry.value_charged().is_err());
+        assert!(entry.is_null());
+        assert_eq!(entry.parse::<Value>().unwrap()["name"], "t");
+        // The cost bounds what a Value takes, arrays of tiny values included.
+        assert!(value_cost("[0,0,0]").unwrap() >= 4 * size_of::<Value>());
+        assert!(value_cost("1e400").is_err());
+    }
 }
