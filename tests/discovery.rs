@@ -917,3 +917,48 @@ fn i20_pages_the_caller_holds_are_charged_to_the_session() {
         close_deleted(session).await;
     });
 }
+
+/// Issue 20: a re-discovery (after `list_changed`) is charged to the same
+/// account while the list it replaces is still held: one that would go
+/// over the budget fails, and the previous list stays; one that fits
+/// replaces it, and the old list's charge is released.
+#[test]
+fn i20_a_rediscovery_over_the_budget_keeps_the_previous_list() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+        let tools_only = Discovery::none()
+            .tools(true)
+            .memory(MemoryBudget::default().max_entries(8));
+        let session = Connector::new(server.url())
+            .discovery(tools_only)
+            .connect()
+            .await
+            .unwrap();
+        let bound = std::time::Duration::from_secs(5);
+        assert!(
+            eventually(bound, || server.stats().listen_streams_open == 1).await,
+            "the listener is up"
+        );
+        assert_eq!(session.catalog().tools.len(), 3);
+        let listed = |n: usize| seen(&server, "tools/list").len() == n;
+
+        // 3 held and 6 more: over the 8 entries.
+        server.set_tools(6);
+        assert_eq!(server.list_changed("tools"), 1);
+        assert!(eventually(bound, || listed(2)).await, "re-listed once");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(session.catalog().tools.len(), 3, "the previous list stays");
+
+        // 3 held and 4 more fit; then the 3 are released: 4 and 4 fit too.
+        for (tools, pages) in [(4, 3), (4, 4)] {
+            server.set_tools(tools);
+            assert_eq!(server.list_changed("tools"), 1);
+            assert!(eventually(bound, || listed(pages)).await);
+            assert!(
+                eventually(bound, || session.catalog().tools.len() == tools).await,
+                "{tools} tools"
+            );
+        }
+        close_deleted(session).await;
+    });
+}
