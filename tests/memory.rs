@@ -449,6 +449,24 @@ fn i20_a_page_of_bare_zeros_2026() {
     });
 }
 
+#[test]
+fn i20_a_page_of_bare_zeros_http_sse() {
+    isolated("i20_a_page_of_bare_zeros_http_sse", || {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"result":{}}}"#,
+            bare_zeros(PAGE, "")
+        );
+        let fault = Fault::on_rpc("tools/list", FaultAction::StreamRaw(Bytes::from(body)));
+        catalog_attack(
+            "8 MiB page of bare 0s, HTTP+SSE 2024-11-05",
+            Eras::HttpSse,
+            vec![fault],
+            Connects::Limit("MemoryBudget::max_entries"),
+            PEAK_LIMIT,
+        );
+    });
+}
+
 /// Issue 20 (1): page after page of bare `0`s, each small (64 KiB, 32 768
 /// entries), each with a new cursor: what the pages hold together is
 /// bounded, not just each page.
