@@ -674,6 +674,9 @@ mod tests {
     /// with the last entry of the page.
     #[test]
     fn every_entry_is_charged_and_released_with_its_page() {
+        // What an entry costs stays small: a page of tiny entries is
+        // bounded by the entry cap long before the bytes.
+        assert!(size_of::<Entry>() <= 64, "{}", size_of::<Entry>());
         let account = Account::new(MemoryBudget::default().max_entries(1000));
         let zeros = format!("{{\"tools\":[0{}]}}", ",0".repeat(999));
         let page = page_of(&zeros, &account).unwrap();

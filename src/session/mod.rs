@@ -115,7 +115,8 @@ impl RequestOptions {
     }
 }
 
-/// One page of a list method.
+/// One page of a list method. Its entries are charged to the session's
+/// memory budget ([`Discovery::memory`]) for as long as they are held.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
