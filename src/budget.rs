@@ -26,9 +26,10 @@ const MIB: usize = 1024 * 1024;
 #[non_exhaustive]
 pub struct MemoryBudget {
     /// The most bytes kept at once: the text of every page an entry still
-    /// comes from, about twice the size of each entry (a few dozen bytes,
-    /// for the list that holds it and the spotting of duplicates), and
-    /// every parsed value kept (estimated before parsing). Default: 64 MiB.
+    /// comes from, 192 bytes per entry (three times its size, for the
+    /// lists that hold it and the spotting of duplicates), and every
+    /// parsed value kept (estimated from its text before it is built).
+    /// Default: 64 MiB.
     pub max_bytes: usize,
     /// The most entries kept at once (tools, prompts, resources and
     /// templates together, kept or not yet dropped as duplicates).

@@ -27,8 +27,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mcp_scoped_http::Connector;
 use mcp_scoped_http::Resumption;
+use mcp_scoped_http::{Connector, MemoryBudget};
 use serde_json::json;
 use support::*;
 
@@ -548,6 +548,40 @@ fn i20_huge_cursors() {
             vec![fault],
             Connects::Limit("MemoryBudget::max_cursor_len"),
             PEAK_LIMIT,
+        );
+    });
+}
+
+/// Issue 20: pages of ordinary, named tools, each page near the body
+/// limit, each with a new cursor, until the catalog's bytes are spent:
+/// what is held is the budget, not the page cap times the body limit
+/// (800 MiB before). The peak is the budget (held) and [`PEAK_LIMIT`] for
+/// the rest: the transport's copies of the last page and the test server's.
+#[test]
+fn i20_pages_of_big_tools_fill_the_budget() {
+    isolated("i20_pages_of_big_tools_fill_the_budget", || {
+        let fault = {
+            let description = "d".repeat(8 * 1024);
+            let mut page = String::from(r#"{"tools":["#);
+            let mut i = 0;
+            while page.len() < PAGE - 16 * 1024 {
+                if i > 0 {
+                    page.push(',');
+                }
+                page.push_str(&format!(
+                    r#"{{"name":"t-{{id}}-{i}","description":"{description}"}}"#
+                ));
+                i += 1;
+            }
+            page.push_str(r#"],"nextCursor":"c-{id}"}"#);
+            Fault::on_rpc("tools/list", raw_result(&page))
+        };
+        catalog_attack(
+            "8 MiB pages of big tools, endless",
+            Eras::Streamable2025,
+            vec![fault],
+            Connects::Limit("MemoryBudget::max_bytes"),
+            PEAK_LIMIT + MemoryBudget::default().max_bytes,
         );
     });
 }

@@ -55,10 +55,10 @@ struct Kept {
     _charge: Option<Charge>,
 }
 
-/// What one entry costs beyond its text: itself, and as much again for the
-/// lists it passes through (a page's, the catalog's, grown by doubling) and
-/// the table that spots duplicates.
-pub(crate) const ENTRY_COST: usize = 2 * size_of::<Entry>();
+/// What one entry costs beyond its text: itself (64 bytes), and twice as
+/// much again for the lists it passes through (a page's, then the
+/// catalog's, each grown by doubling) and the table that spots duplicates.
+pub(crate) const ENTRY_COST: usize = 3 * size_of::<Entry>();
 
 /// Where an entry's name (or URI) is.
 #[derive(Clone, Debug)]
