@@ -6,8 +6,18 @@
 //! [`PEAK_LIMIT`], bounded by the limits rather than by their product with
 //! the number of events.
 //!
+//! The catalog attacks of issue 20 (`i20_*`) do the same to discovery, with
+//! the default memory budget (`MemoryBudget`: 64 MiB, 100 000 entries,
+//! cursors of 4 KiB): an 8 MiB `tools/list` page of bare `0`s in each era
+//! (2025, 2026-07-28, HTTP+SSE), endless small pages of them, 2026-07-28
+//! tools whose text holds a `\u` escape (which the `x-mcp-header` check
+//! reads), endless 8 MiB cursors, and endless 8 MiB pages of big tools. The
+//! connect is measured, from its first byte to its error (or, for the
+//! escaped tools, to the session holding them).
+//!
 //! Each attack goes through a real session (`Connector::new(url).connect()`)
-//! against the test kit, whose `tools/call` answers with the flood. Peak
+//! against the test kit, whose `tools/call` (F37) or list pages (i20)
+//! answer with the flood. Peak
 //! resident memory is the kernel's high-water mark (`VmHWM`), reset before
 //! the attack through `/proc/self/clear_refs`; where that is not allowed, a
 //! thread samples `VmRSS` while the attack runs.
@@ -15,7 +25,10 @@
 //! The peak is the whole process's, and memory an earlier attack freed may
 //! stay resident (the allocator keeps it), so each attack runs alone in a
 //! process of its own: the test re-runs this test binary for just that test
-//! (and, inside it, through `scenario`, like every other scenario).
+//! (and, inside it, through `scenario`, like every other scenario). Resident
+//! memory rather than a counting allocator: it is what the bound promises
+//! (the allocator's own keeping included), and a process per attack makes
+//! it exact, where a counter would need a global allocator in this binary.
 
 mod support;
 
