@@ -17,10 +17,10 @@
 //!
 //! Each attack goes through a real session (`Connector::new(url).connect()`)
 //! against the test kit, whose `tools/call` (F37) or list pages (i20)
-//! answer with the flood. Peak
-//! resident memory is the kernel's high-water mark (`VmHWM`), reset before
-//! the attack through `/proc/self/clear_refs`; where that is not allowed, a
-//! thread samples `VmRSS` while the attack runs.
+//! answer with the flood. Peak resident memory is the kernel's high-water
+//! mark (`VmHWM`), reset before the attack through `/proc/self/clear_refs`;
+//! where that is not allowed, a thread samples `VmRSS` while the attack
+//! runs.
 //!
 //! The peak is the whole process's, and memory an earlier attack freed may
 //! stay resident (the allocator keeps it), so each attack runs alone in a
