@@ -16,7 +16,8 @@ const MIB: usize = 1024 * 1024;
 /// connect, each re-discovery, and each page of `Session::list_*` are
 /// charged to one account per session, and so is every value parsed from
 /// an entry (through `Entry`'s `Deref`, or by the 2026-07-28 `x-mcp-header`
-/// check) for as long as it is kept.
+/// check), each for as long as it is held, by the session or by the caller
+/// (a page's text lives as long as any entry of it).
 ///
 /// Going over any bound is an [`Error::is_limit`](crate::Error::is_limit)
 /// naming it; at connect, the connect unwinds; in a re-discovery, the
