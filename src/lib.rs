@@ -148,7 +148,9 @@
 //!   previous list.
 //! - **Memory** is bounded by the configured limits ([`TransportConfig`]),
 //!   whatever the server sends: SSE lines, events, ids, batches and the
-//!   replay filter are all counted against them.
+//!   replay filter are all counted against them; what the session keeps of
+//!   the catalog (page texts, entries, values parsed from them) is charged
+//!   to its [`MemoryBudget`] (see [`Discovery::memory`]).
 //!
 //! # A borrowed client shared by sessions
 //!
