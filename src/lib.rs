@@ -148,7 +148,9 @@
 //!   previous list.
 //! - **Memory** is bounded by the configured limits ([`TransportConfig`]),
 //!   whatever the server sends: SSE lines, events, ids, batches and the
-//!   replay filter are all counted against them.
+//!   replay filter are all counted against them; what the session keeps of
+//!   the catalog (page texts, entries, values parsed from them) is charged
+//!   to its [`MemoryBudget`] (see [`Discovery::memory`]).
 //!
 //! # A borrowed client shared by sessions
 //!
@@ -272,6 +274,7 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
+mod budget;
 pub mod client;
 mod deadline;
 mod engine;
@@ -288,6 +291,7 @@ pub mod testkit;
 mod transport;
 mod version;
 
+pub use budget::MemoryBudget;
 #[cfg(feature = "oauth")]
 pub use client::oauth;
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::HashSet;
 
-use mcp_scoped_http::{Connector, Discovery, Session, SessionRelease};
+use mcp_scoped_http::{ConnectPhase, Connector, Discovery, MemoryBudget, Session, SessionRelease};
 use serde_json::{Value, json};
 use support::baseline::{Baseline, Caller};
 use support::*;
@@ -784,5 +784,181 @@ fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
             assert!(error.is_status(), "{error:?}");
             baseline.check(&server, 3).await;
         }
+    });
+}
+
+// ------------------------------------------------------------ issue 20: the memory budget
+
+/// Issue 20: a catalog over any bound of the session's memory budget (its
+/// bytes, its entries) fails the connect with a limit error naming the
+/// bound and the page, DELETEs the session and leaves nothing behind.
+#[test]
+fn i20_a_catalog_over_the_memory_budget_unwinds_the_connect() {
+    scenario(async {
+        for borrowed in [false, true] {
+            for (budget, says, pages) in [
+                // 20 tools in pages of 4: the third page takes it to 12.
+                (
+                    MemoryBudget::default().max_entries(10),
+                    "MemoryBudget::max_entries",
+                    3,
+                ),
+                // A few pages' text and entries, not five.
+                (
+                    MemoryBudget::default().max_bytes(2 * 1024),
+                    "MemoryBudget::max_bytes",
+                    2,
+                ),
+            ] {
+                let server = paged_server();
+                let (caller, baseline) = start(&server).await;
+                let error = connector(&server, &caller, borrowed)
+                    .discovery(sequential().memory(budget))
+                    .connect()
+                    .await
+                    .unwrap_err();
+                assert!(error.is_limit(), "{error:?}");
+                assert_eq!(error.connect_phase(), Some(ConnectPhase::Discovery));
+                let text = error.to_string();
+                assert!(text.contains(says), "{text}");
+                assert!(text.contains("tools/list"), "{text}");
+                let listed = seen(&server, "tools/list").len();
+                assert!((2..=pages).contains(&listed), "{text}: {listed} pages");
+                baseline.check(&server, 1).await;
+            }
+        }
+    });
+}
+
+/// Issue 20 (suspected, confirmed: every cursor, up to 8 MiB each, was
+/// kept and sent back): a `nextCursor` longer than the cap is a limit error
+/// at the page that brings it, and is never sent back; one at the cap is
+/// followed.
+#[test]
+fn i20_a_cursor_over_its_cap_is_never_sent_back() {
+    scenario(async {
+        let cap = MemoryBudget::default().max_cursor_len;
+        // The cap counts the cursor's JSON text, quotes included.
+        let at_cap = "a".repeat(cap - 2);
+        let server = TestServer::start(ServerConfig::default());
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/list",
+                result_page(json!({"tools": [{"name": "t1"}], "nextCursor": at_cap})),
+            )
+            .times(1),
+        );
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/list",
+                result_page(json!({"tools": [{"name": "t2"}]})),
+            )
+            .times(1),
+        );
+        let (caller, baseline) = start(&server).await;
+        let session = connector(&server, &caller, false).connect().await.unwrap();
+        let pages = seen(&server, "tools/list");
+        assert_eq!(pages.len(), 2);
+        assert_eq!(cursor_of(&pages[1]), Some(at_cap.as_str()));
+        close_deleted(session).await;
+        baseline.check(&server, 1).await;
+
+        let over = "b".repeat(cap - 1);
+        let server = TestServer::start(ServerConfig::default());
+        server.push_fault(Fault::on_rpc(
+            "tools/list",
+            result_page(json!({"tools": [{"name": "t1"}], "nextCursor": over})),
+        ));
+        let (caller, baseline) = start(&server).await;
+        let error = connector(&server, &caller, false)
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(error.is_limit(), "{error:?}");
+        assert!(
+            error.to_string().contains("MemoryBudget::max_cursor_len"),
+            "{error}"
+        );
+        assert_eq!(seen(&server, "tools/list").len(), 1, "never sent back");
+        baseline.check(&server, 1).await;
+    });
+}
+
+/// Issue 20: `Session::list_*` pages are charged to the same account as
+/// the catalog, for as long as the caller holds them.
+#[test]
+fn i20_pages_the_caller_holds_are_charged_to_the_session() {
+    scenario(async {
+        // Three tools in the catalog; room for two pages more, not three.
+        let server = TestServer::start(ServerConfig::default());
+        let tools_only = Discovery::none()
+            .tools(true)
+            .memory(MemoryBudget::default().max_entries(9));
+        let session = Connector::new(server.url())
+            .discovery(tools_only)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(session.catalog().tools.len(), 3);
+        let first = session.list_tools(None).await.unwrap();
+        let second = session.list_tools(None).await.unwrap();
+        let error = session.list_tools(None).await.unwrap_err();
+        assert!(error.is_limit(), "{error:?}");
+        assert!(
+            error.to_string().contains("MemoryBudget::max_entries"),
+            "{error}"
+        );
+        assert_eq!(first.items.len() + second.items.len(), 6);
+        drop(first);
+        // Released with the page: room again.
+        let third = session.list_tools(None).await.unwrap();
+        assert_eq!(third.items.len(), 3);
+        drop((second, third));
+        close_deleted(session).await;
+    });
+}
+
+/// Issue 20: a re-discovery (after `list_changed`) is charged to the same
+/// account while the list it replaces is still held: one that would go
+/// over the budget fails, and the previous list stays; one that fits
+/// replaces it, and the old list's charge is released.
+#[test]
+fn i20_a_rediscovery_over_the_budget_keeps_the_previous_list() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+        let tools_only = Discovery::none()
+            .tools(true)
+            .memory(MemoryBudget::default().max_entries(8));
+        let session = Connector::new(server.url())
+            .discovery(tools_only)
+            .connect()
+            .await
+            .unwrap();
+        let bound = std::time::Duration::from_secs(5);
+        assert!(
+            eventually(bound, || server.stats().listen_streams_open == 1).await,
+            "the listener is up"
+        );
+        assert_eq!(session.catalog().tools.len(), 3);
+        let listed = |n: usize| seen(&server, "tools/list").len() == n;
+
+        // 3 held and 6 more: over the 8 entries.
+        server.set_tools(6);
+        assert_eq!(server.list_changed("tools"), 1);
+        assert!(eventually(bound, || listed(2)).await, "re-listed once");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(session.catalog().tools.len(), 3, "the previous list stays");
+
+        // 3 held and 4 more fit; then the 3 are released: 4 and 4 fit too.
+        for (tools, pages) in [(4, 3), (4, 4)] {
+            server.set_tools(tools);
+            assert_eq!(server.list_changed("tools"), 1);
+            assert!(eventually(bound, || listed(pages)).await);
+            assert!(
+                eventually(bound, || session.catalog().tools.len() == tools).await,
+                "{tools} tools"
+            );
+        }
+        close_deleted(session).await;
     });
 }

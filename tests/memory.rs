@@ -6,16 +6,29 @@
 //! [`PEAK_LIMIT`], bounded by the limits rather than by their product with
 //! the number of events.
 //!
+//! The catalog attacks of issue 20 (`i20_*`) do the same to discovery, with
+//! the default memory budget (`MemoryBudget`: 64 MiB, 100 000 entries,
+//! cursors of 4 KiB): an 8 MiB `tools/list` page of bare `0`s in each era
+//! (2025, 2026-07-28, HTTP+SSE), endless small pages of them, 2026-07-28
+//! tools whose text holds a `\u` escape (which the `x-mcp-header` check
+//! reads), endless 8 MiB cursors, and endless 8 MiB pages of big tools. The
+//! connect is measured, from its first byte to its error (or, for the
+//! escaped tools, to the session holding them).
+//!
 //! Each attack goes through a real session (`Connector::new(url).connect()`)
-//! against the test kit, whose `tools/call` answers with the flood. Peak
-//! resident memory is the kernel's high-water mark (`VmHWM`), reset before
-//! the attack through `/proc/self/clear_refs`; where that is not allowed, a
-//! thread samples `VmRSS` while the attack runs.
+//! against the test kit, whose `tools/call` (F37) or list pages (i20)
+//! answer with the flood. Peak resident memory is the kernel's high-water
+//! mark (`VmHWM`), reset before the attack through `/proc/self/clear_refs`;
+//! where that is not allowed, a thread samples `VmRSS` while the attack
+//! runs.
 //!
 //! The peak is the whole process's, and memory an earlier attack freed may
 //! stay resident (the allocator keeps it), so each attack runs alone in a
 //! process of its own: the test re-runs this test binary for just that test
-//! (and, inside it, through `scenario`, like every other scenario).
+//! (and, inside it, through `scenario`, like every other scenario). Resident
+//! memory rather than a counting allocator: it is what the bound promises
+//! (the allocator's own keeping included), and a process per attack makes
+//! it exact, where a counter would need a global allocator in this binary.
 
 mod support;
 
@@ -27,8 +40,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mcp_scoped_http::Connector;
 use mcp_scoped_http::Resumption;
+use mcp_scoped_http::{Connector, MemoryBudget};
 use serde_json::json;
 use support::*;
 
@@ -316,4 +329,272 @@ fn f37_a_long_id_then_a_batch_of_tiny_messages_near_the_event_limit() {
             );
         },
     );
+}
+
+// ------------------------------------------------------------ the catalog
+
+/// What a connect under a catalog attack should end with.
+#[derive(Clone, Copy, Debug)]
+enum Connects {
+    /// A limit error naming this bound (`MemoryBudget::...`).
+    Limit(&'static str),
+    /// A session holding at least this many tools.
+    Tools(usize),
+}
+
+/// A JSON answer to whatever list request it answers: `result` is the
+/// result's text, with `{id}` (the request's id) where the caller put it.
+fn raw_result(result: &str) -> FaultAction {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#);
+    FaultAction::Raw {
+        status: 200,
+        content_type: "application/json".into(),
+        body: Bytes::from(body),
+    }
+}
+
+/// `{"tools":[0,0,...]}` of about `bytes` bytes, and `tail` after the array.
+fn bare_zeros(bytes: usize, tail: &str) -> String {
+    let count = bytes / 2;
+    let mut text = String::with_capacity(bytes + 64);
+    text.push_str(r#"{"tools":["#);
+    for i in 0..count {
+        text.push_str(if i == 0 { "0" } else { ",0" });
+    }
+    text.push(']');
+    text.push_str(tail);
+    text.push('}');
+    text
+}
+
+/// Runs one catalog attack: a server of `eras` whose list pages are
+/// `faults`; the connect must end within [`DEADLINE`] as `expect` says,
+/// and the peak resident memory meanwhile (the session held, in the
+/// success case) stay under `peak_limit`.
+fn catalog_attack(
+    name: &'static str,
+    eras: Eras,
+    faults: Vec<Fault>,
+    expect: Connects,
+    peak_limit: usize,
+) {
+    scenario(async move {
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_eras(eras)
+                .with_faults(faults)
+                .with_record_requests(false),
+        );
+        let connector = Connector::new(server.url()).listen(false);
+        // Warm: the runtime's, the client's and the allocator's first use,
+        // on a connect that lists nothing.
+        connector
+            .clone()
+            .discovery(mcp_scoped_http::Discovery::none())
+            .connect()
+            .await
+            .unwrap()
+            .close()
+            .await;
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(DEADLINE, connector.connect()).await;
+        let took = started.elapsed();
+        let peak = meter.peak();
+        eprintln!(
+            "{name}: peak resident {:.1} MiB (from {:.1} MiB), {took:?}",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+        );
+        let outcome = outcome.unwrap_or_else(|_| panic!("{name}: no end within {DEADLINE:?}"));
+        match (expect, outcome) {
+            (Connects::Limit(says), Err(error)) => assert!(
+                error.is_limit() && error.to_string().contains(says),
+                "{name}: {error}"
+            ),
+            (Connects::Tools(n), Ok(session)) => {
+                assert!(session.catalog().tools.len() >= n, "{name}");
+                session.close().await;
+            }
+            (expect, Err(error)) => panic!("{name}: expected {expect:?}, got {error}"),
+            (expect, Ok(session)) => panic!(
+                "{name}: expected {expect:?}, connected with {} tools",
+                session.catalog().tools.len()
+            ),
+        }
+        assert!(
+            peak < peak_limit,
+            "{name}: peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            peak_limit / MIB
+        );
+    });
+}
+
+/// Just under the default body limit, room left for the envelope.
+const PAGE: usize = 8 * MIB - 64 * 1024;
+
+/// Issue 20 (1): one `tools/list` page of bare `0`s, in an era.
+fn one_page_of_bare_zeros(name: &'static str, eras: Eras) {
+    // The test's copy of the page is dropped before the attack.
+    let fault = Fault::on_rpc("tools/list", raw_result(&bare_zeros(PAGE, "")));
+    catalog_attack(
+        name,
+        eras,
+        vec![fault],
+        Connects::Limit("MemoryBudget::max_entries"),
+        PEAK_LIMIT,
+    );
+}
+
+#[test]
+fn i20_a_page_of_bare_zeros_2025() {
+    isolated("i20_a_page_of_bare_zeros_2025", || {
+        one_page_of_bare_zeros("8 MiB page of bare 0s, 2025", Eras::Streamable2025);
+    });
+}
+
+#[test]
+fn i20_a_page_of_bare_zeros_2026() {
+    isolated("i20_a_page_of_bare_zeros_2026", || {
+        one_page_of_bare_zeros("8 MiB page of bare 0s, 2026-07-28", Eras::Modern);
+    });
+}
+
+#[test]
+fn i20_a_page_of_bare_zeros_http_sse() {
+    isolated("i20_a_page_of_bare_zeros_http_sse", || {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"result":{}}}"#,
+            bare_zeros(PAGE, "")
+        );
+        let fault = Fault::on_rpc("tools/list", FaultAction::StreamRaw(Bytes::from(body)));
+        catalog_attack(
+            "8 MiB page of bare 0s, HTTP+SSE 2024-11-05",
+            Eras::HttpSse,
+            vec![fault],
+            Connects::Limit("MemoryBudget::max_entries"),
+            PEAK_LIMIT,
+        );
+    });
+}
+
+/// Issue 20 (1): page after page of bare `0`s, each small (64 KiB, 32 768
+/// entries), each with a new cursor: what the pages hold together is
+/// bounded, not just each page.
+#[test]
+fn i20_many_pages_of_bare_zeros() {
+    isolated("i20_many_pages_of_bare_zeros", || {
+        let page = bare_zeros(64 * 1024, r#","nextCursor":"c-{id}""#);
+        catalog_attack(
+            "64 KiB pages of bare 0s, endless",
+            Eras::Streamable2025,
+            vec![Fault::on_rpc("tools/list", raw_result(&page))],
+            Connects::Limit("MemoryBudget::max_entries"),
+            PEAK_LIMIT,
+        );
+    });
+}
+
+/// About `bytes` of 2026-07-28 tools, each with a `\u` escape (as Python's
+/// `json.dumps` writes every non-ASCII character) and a schema of many
+/// small values; `tail` after the array.
+fn escaped_tools(page: usize, bytes: usize, tail: &str) -> String {
+    let zeros = vec!["0"; 1800].join(",");
+    let mut text = String::from(r#"{"tools":["#);
+    let mut i = 0;
+    while text.len() < bytes {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#"{{"name":"t-{page}-{i}","description":"caf\u00e9","inputSchema":{{"type":"object","properties":{{"p":{{"type":"integer","examples":[{zeros}]}}}}}}}}"#
+        ));
+        i += 1;
+    }
+    text.push(']');
+    text.push_str(tail);
+    text.push('}');
+    text
+}
+
+/// Issue 20 (2): two pages of 2026-07-28 tools whose text holds a `\u`
+/// escape: the `x-mcp-header` check reads each, and must not keep what it
+/// read.
+#[test]
+fn i20_escaped_tools_2026() {
+    isolated("i20_escaped_tools_2026", || {
+        let (faults, tools) = {
+            let first = escaped_tools(1, 7 * MIB, r#","nextCursor":"c-2""#);
+            let second = escaped_tools(2, 7 * MIB, "");
+            let tools = first.matches("\"name\"").count() + second.matches("\"name\"").count();
+            let faults = vec![
+                Fault::on_rpc("tools/list", raw_result(&first)).times(1),
+                Fault::on_rpc("tools/list", raw_result(&second)).times(1),
+            ];
+            (faults, tools)
+        };
+        catalog_attack(
+            "14 MiB of tools with a \\u escape, 2026-07-28",
+            Eras::Modern,
+            faults,
+            Connects::Tools(tools),
+            PEAK_LIMIT,
+        );
+    });
+}
+
+/// Suspected in issue 20: each `nextCursor` of about 8 MiB, a new one per
+/// page, kept and sent back, up to the page cap.
+#[test]
+fn i20_huge_cursors() {
+    isolated("i20_huge_cursors", || {
+        let fault = {
+            let cursor = "x".repeat(PAGE);
+            let page = format!(r#"{{"tools":[],"nextCursor":"{cursor}-{{id}}"}}"#);
+            Fault::on_rpc("tools/list", raw_result(&page))
+        };
+        catalog_attack(
+            "8 MiB cursors, a new one per page",
+            Eras::Streamable2025,
+            vec![fault],
+            Connects::Limit("MemoryBudget::max_cursor_len"),
+            PEAK_LIMIT,
+        );
+    });
+}
+
+/// Issue 20: pages of ordinary, named tools, each page near the body
+/// limit, each with a new cursor, until the catalog's bytes are spent:
+/// what is held is the budget, not the page cap times the body limit
+/// (800 MiB before). The peak is the budget (held) and [`PEAK_LIMIT`] for
+/// the rest: the transport's copies of the last page and the test server's.
+#[test]
+fn i20_pages_of_big_tools_fill_the_budget() {
+    isolated("i20_pages_of_big_tools_fill_the_budget", || {
+        let fault = {
+            let description = "d".repeat(8 * 1024);
+            let mut page = String::from(r#"{"tools":["#);
+            let mut i = 0;
+            while page.len() < PAGE - 16 * 1024 {
+                if i > 0 {
+                    page.push(',');
+                }
+                page.push_str(&format!(
+                    r#"{{"name":"t-{{id}}-{i}","description":"{description}"}}"#
+                ));
+                i += 1;
+            }
+            page.push_str(r#"],"nextCursor":"c-{id}"}"#);
+            Fault::on_rpc("tools/list", raw_result(&page))
+        };
+        catalog_attack(
+            "8 MiB pages of big tools, endless",
+            Eras::Streamable2025,
+            vec![fault],
+            Connects::Limit("MemoryBudget::max_bytes"),
+            PEAK_LIMIT + MemoryBudget::default().max_bytes,
+        );
+    });
 }

@@ -10,14 +10,16 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::engine::{Deadline, Engine, Front};
+use crate::budget::{Account, MemoryBudget, Spent};
+use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::metadata::param_headers;
 
 use serde_json::value::RawValue;
 
-use super::entry::{Entry, parse_page};
+use super::entry::{Entry, PageError, read_page};
+use super::front::SessionFront;
 
 /// What discovery lists, and how far it follows a server's cursors.
 #[derive(Clone, Debug)]
@@ -41,6 +43,12 @@ pub struct Discovery {
     /// one, or HTTP/2); a session's own new client opens one per kind.
     /// Default: false (one list after the other).
     pub concurrent: bool,
+    /// What the session may keep of the catalog: every page read (at
+    /// connect, in a re-discovery, by `Session::list_*`) and every value
+    /// parsed from an entry is charged to one account per session. Default:
+    /// [`MemoryBudget::default`] (64 MiB, 100 000 entries, cursors of
+    /// 4 KiB).
+    pub memory: MemoryBudget,
 }
 
 impl Default for Discovery {
@@ -52,6 +60,7 @@ impl Default for Discovery {
             resource_templates: true,
             max_pages: 100,
             concurrent: false,
+            memory: MemoryBudget::default(),
         }
     }
 }
@@ -108,6 +117,13 @@ impl Discovery {
     #[must_use]
     pub fn max_pages(mut self, pages: usize) -> Self {
         self.max_pages = pages;
+        self
+    }
+
+    /// Sets [`memory`](Self::memory).
+    #[must_use]
+    pub fn memory(mut self, budget: MemoryBudget) -> Self {
+        self.memory = budget;
         self
     }
 }
@@ -219,23 +235,33 @@ impl ListKind {
     }
 
     /// Reads one page of this kind's `result`: its entries and its
-    /// `nextCursor`. With `stateless` (2026-07-28), a tool whose
-    /// `x-mcp-header` is invalid is left out. `page` numbers the page in
-    /// errors.
+    /// `nextCursor`, charged to the session's `account`. With `stateless`
+    /// (2026-07-28), a tool whose `x-mcp-header` is invalid is left out.
+    /// `page` numbers the page in errors.
     pub(crate) fn read_page(
         self,
-        result: &RawValue,
+        result: Box<RawValue>,
         stateless: bool,
         page: Option<usize>,
+        account: &Account,
     ) -> Result<(Vec<Entry>, Option<Value>)> {
         let which = || page.map(|p| format!(" (page {p})")).unwrap_or_default();
         let method = self.method();
-        let listed = parse_page(result, self.result_field(), self.key()).map_err(|e| {
-            Error::protocol(format!(
-                "the {method} result{} cannot be read: {e}",
+        let over = |spent: Spent| {
+            Error::limit(format!(
+                "the {method} result{} was not kept: {spent}",
                 which()
             ))
-        })?;
+        };
+        let listed = read_page(result.into(), self.result_field(), self.key(), account).map_err(
+            |e| match e {
+                PageError::Json(e) => Error::protocol(format!(
+                    "the {method} result{} cannot be read: {e}",
+                    which()
+                )),
+                PageError::Spent(spent) => over(spent),
+            },
+        )?;
         let Some(mut entries) = listed.entries else {
             return Err(Error::protocol(format!(
                 "the {method} result{} has no `{}` array",
@@ -244,7 +270,17 @@ impl ListKind {
             )));
         };
         if stateless && self == ListKind::Tools {
-            entries.retain(valid_tool);
+            let mut spent = None;
+            entries.retain(|tool| match valid_tool(tool) {
+                Ok(valid) => valid,
+                Err(over) => {
+                    spent.get_or_insert(over);
+                    false
+                }
+            });
+            if let Some(spent) = spent {
+                return Err(over(spent));
+            }
         }
         Ok((entries, listed.next_cursor))
     }
@@ -275,8 +311,8 @@ impl ListKind {
 /// Lists what `capabilities` declares and `discovery` asks for; with
 /// `capabilities` unknown (an attached session), lists everything asked for
 /// and treats "method not found" as "not offered". All or nothing.
-pub(crate) async fn discover<F: Front>(
-    lister: &mut Lister<'_, F>,
+pub(crate) async fn discover(
+    lister: &mut Lister<'_>,
     capabilities: Option<&Value>,
 ) -> Result<Catalog> {
     let discovery = lister.discovery;
@@ -319,38 +355,40 @@ pub(crate) async fn discover<F: Front>(
     Ok(catalog)
 }
 
-/// Lists, every page, through a front end's engine.
 /// 2026-07-28: whether a tool's `x-mcp-header` annotations are valid;
 /// a tool with an invalid one is left out of the list, with a warning.
-pub(crate) fn valid_tool(tool: &Entry) -> bool {
+/// The value read for the check is charged while it lives and not kept;
+/// `Err` when the session's memory budget cannot hold it.
+pub(crate) fn valid_tool(tool: &Entry) -> std::result::Result<bool, Spent> {
     // Only text that spells `x-mcp-header`, plainly or through `\u`
     // escapes, can hold an annotation: any other tool is valid without
     // reading it into a value.
     let text = tool.json();
     if !text.contains("x-mcp-header") && !text.contains("\\u") {
-        return true;
+        return Ok(true);
     }
-    // Here the text is no bare `null`, so a `null` value means JSON no
-    // `Value` holds (a number beyond f64, a lone surrogate): annotations
-    // that cannot be read cannot be shown valid.
-    let checked = if tool.is_null() {
-        Err("the tool could not be read".to_owned())
-    } else {
-        param_headers(tool)
+    // Read here and dropped here: never through the entry's `Deref`,
+    // which would keep the value for the catalog's life.
+    let read = tool.value_charged()?;
+    // Annotations that cannot be read cannot be shown valid.
+    let checked = match &read {
+        None => Err("the tool could not be read".to_owned()),
+        Some((value, _charge)) => param_headers(value),
     };
     match checked {
-        Ok(_) => true,
+        Ok(_) => Ok(true),
         Err(reason) => {
-            let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
-            let name: String = name.chars().take(64).collect();
+            let name: String = tool.key().unwrap_or("").chars().take(64).collect();
             tracing::warn!(tool = %name, %reason, "left a tool out: invalid x-mcp-header");
-            false
+            Ok(false)
         }
     }
 }
 
-pub(crate) struct Lister<'a, F> {
-    engine: &'a Arc<Engine<F>>,
+/// Lists, every page, through a session's engine, charging what it reads
+/// to the session's memory account.
+pub(crate) struct Lister<'a> {
+    engine: &'a Arc<Engine<SessionFront>>,
     discovery: &'a Discovery,
     /// Each page's timeout.
     page_timeout: Option<Duration>,
@@ -361,9 +399,9 @@ pub(crate) struct Lister<'a, F> {
     duplicates: usize,
 }
 
-impl<'a, F: Front> Lister<'a, F> {
+impl<'a> Lister<'a> {
     pub(crate) fn new(
-        engine: &'a Arc<Engine<F>>,
+        engine: &'a Arc<Engine<SessionFront>>,
         discovery: &'a Discovery,
         page_timeout: Option<Duration>,
         renew: bool,
@@ -395,8 +433,12 @@ impl<'a, F: Front> Lister<'a, F> {
         let mut duplicates = 0;
         let mut items: Vec<Entry> = Vec::new();
         let mut names = Names::default();
+        // Only the cursor to send back is kept; the earlier ones as hashes,
+        // enough to spot a repeat (each is capped by the budget).
+        let cursor_hasher = RandomState::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
+        let account = self.engine.front.account();
         for page in 1..=self.discovery.max_pages {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
             let request = Request {
@@ -417,7 +459,7 @@ impl<'a, F: Front> Lister<'a, F> {
                 Err(e) => return Err(e),
             };
             let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
-            let (entries, next_cursor) = kind.read_page(&result, stateless, Some(page))?;
+            let (entries, next_cursor) = kind.read_page(result, stateless, Some(page), account)?;
             items.reserve(entries.len());
             names.reserve(&items, entries.len());
             for entry in entries {
@@ -428,7 +470,7 @@ impl<'a, F: Front> Lister<'a, F> {
             match next_cursor {
                 None => return Ok((items, duplicates)),
                 Some(Value::String(next)) => {
-                    if !cursors.insert(next.clone()) {
+                    if !cursors.insert(cursor_hasher.hash_one(&next)) {
                         return Err(Error::protocol(format!(
                             "{} repeated a cursor on page {page}; stopped",
                             kind.method()
@@ -500,10 +542,14 @@ mod tests {
 
     fn tools(text: &str) -> Vec<Entry> {
         let result = RawValue::from_string(format!(r#"{{"tools":{text}}}"#)).unwrap();
-        parse_page(&result, "tools", "name")
+        crate::session::entry::parse_page(&result, "tools", "name")
             .unwrap()
             .entries
             .unwrap()
+    }
+
+    fn valid_tool(tool: &Entry) -> bool {
+        super::valid_tool(tool).unwrap()
     }
 
     /// Only tools whose text can spell `x-mcp-header` are read whole, and
@@ -565,5 +611,44 @@ mod tests {
         assert!(valid_tool(&tool(r#","description":"caf\u00e9""#)));
         assert!(!valid_tool(&tool(r#","big":1e400"#)));
         assert!(!valid_tool(&tool(r#","description":"\ud800""#)));
+    }
+
+    /// Issue 20 (2): the 2026-07-28 `x-mcp-header` check reads tools
+    /// with a `\u` escape, and keeps nothing it read: after a stateless
+    /// read the account holds what a plain read holds.
+    #[test]
+    fn the_header_check_keeps_no_parsed_value() {
+        let text = r#"{"tools":[{"name":"a","description":"caf\u00e9","inputSchema":{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"R"}}}},{"name":"b","description":"\u00e9","inputSchema":{"type":"object","properties":{"s":{"type":"array","items":{"type":"string","x-mcp-header":"S"}}}}}]}"#;
+        let held = |stateless: bool| {
+            let account = Account::new(MemoryBudget::default());
+            let result = RawValue::from_string(text.into()).unwrap();
+            let (tools, _) = ListKind::Tools
+                .read_page(result, stateless, Some(1), &account)
+                .unwrap();
+            let names: Vec<_> = tools.iter().filter_map(Entry::key).collect();
+            (names.join(","), account.bytes())
+        };
+        let (plain, plain_bytes) = held(false);
+        let (checked, checked_bytes) = held(true);
+        assert_eq!((plain.as_str(), checked.as_str()), ("a,b", "a"));
+        // The page (shared by the entries) and the entries, nothing more.
+        assert_eq!(checked_bytes, plain_bytes);
+
+        // A budget with room for the page, not for the check's value: a
+        // limit error naming the bound, not a tool silently left out.
+        let account = Account::new(MemoryBudget::default().max_bytes(text.len() + 2 * 200));
+        let result = RawValue::from_string(text.into()).unwrap();
+        let error = ListKind::Tools
+            .read_page(result, true, Some(1), &account)
+            .unwrap_err();
+        assert!(error.is_limit(), "{error}");
+        assert!(
+            error.to_string().contains("MemoryBudget::max_bytes"),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("tools/list result (page 1)"),
+            "{error}"
+        );
     }
 }

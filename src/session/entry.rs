@@ -1,8 +1,11 @@
 //! Catalog entries, kept as the server's JSON text until they are read, and
-//! the parsing of list pages into them.
+//! the parsing of list pages into them, charged to the session's memory
+//! account (see [`MemoryBudget`](crate::MemoryBudget)).
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
+use std::mem::size_of;
 use std::ops::{Deref, Range};
 use std::sync::{Arc, OnceLock};
 
@@ -10,6 +13,8 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::budget::{Account, Charge, MemoryBudget, Spent};
 
 /// One entry of a list (a tool, prompt, resource or resource template):
 /// the server's JSON text, verbatim, with its name (or URI) read at
@@ -19,19 +24,41 @@ use serde_json::value::RawValue;
 /// schemas above all) is never looked into by the client, and building a
 /// tree of values for all of it was most of a connect's CPU. An entry reads
 /// as a [`Value`] (through `Deref`, so `tool["description"]` works), parsed
-/// the first time it is looked into and kept; [`parse`](Self::parse) reads
-/// it straight into a type of your own instead.
+/// the first time it is looked into and kept, charged to the session's
+/// memory budget (see [`MemoryBudget`](crate::MemoryBudget)) as long as it
+/// is kept; [`parse`](Self::parse) reads it straight into a type of your
+/// own instead.
 ///
-/// The entries of one page share its text: an entry is a span of it.
-#[derive(Clone)]
+/// The entries of one page share its text: an entry is a span of it. A
+/// clone shares the text too, but not the parsed value.
 pub struct Entry {
-    /// The text of the page the entry came in (valid JSON).
-    page: Arc<str>,
-    /// The entry's span of `page`.
+    /// The text of the page the entry came in (valid JSON), charged.
+    page: Arc<PageText>,
+    /// The entry's span of the page's text.
     span: Range<usize>,
     key: Key,
-    value: OnceLock<Value>,
+    /// Boxed: most entries are never parsed, and an entry stays small.
+    value: OnceLock<Box<Kept>>,
 }
+
+/// A page's text, charged (with its entries) to the session's account for
+/// as long as an entry of it lives.
+struct PageText {
+    text: Box<str>,
+    charge: Charge,
+}
+
+/// An entry's parsed value, and its charge (none for `null`, kept when
+/// the entry could not be read or the budget was spent).
+struct Kept {
+    value: Value,
+    _charge: Option<Charge>,
+}
+
+/// What one entry costs beyond its text: itself (64 bytes), and twice as
+/// much again for the lists it passes through (a page's, then the
+/// catalog's, each grown by doubling) and the table that spots duplicates.
+pub(crate) const ENTRY_COST: usize = 3 * size_of::<Entry>();
 
 /// Where an entry's name (or URI) is.
 #[derive(Clone, Debug)]
@@ -44,29 +71,52 @@ enum Key {
     Unescaped(Box<str>),
 }
 
+/// A clone shares the page's text and leaves the value to be parsed again
+/// (and charged again) when looked into.
+impl Clone for Entry {
+    fn clone(&self) -> Self {
+        Entry {
+            page: self.page.clone(),
+            span: self.span.clone(),
+            key: self.key.clone(),
+            value: OnceLock::new(),
+        }
+    }
+}
+
 impl Entry {
     /// The entry at `span` of `page`, named by its field `key_field`
-    /// (`name`, `uri` or `uriTemplate`) when that is a string.
-    fn new(page: &Arc<str>, span: Range<usize>, key_field: &'static str) -> Entry {
-        let text = &page[span.clone()];
+    /// (`name`, `uri` or `uriTemplate`) when that is a string, charged to
+    /// the page: [`ENTRY_COST`] and an unescaped key's length.
+    fn new(
+        page: &Arc<PageText>,
+        span: Range<usize>,
+        key_field: &'static str,
+    ) -> Result<Entry, Spent> {
+        page.charge.grow(ENTRY_COST, 1)?;
+        let base = page.text.as_ptr() as usize;
+        let text = &page.text[span.clone()];
         let key = match (KeyOf { field: key_field })
             .deserialize(&mut serde_json::Deserializer::from_str(text))
         {
             Ok(Some(Cow::Borrowed(key))) => {
                 // Borrowed from the page: its offset there.
-                let start = key.as_ptr() as usize - page.as_ptr() as usize;
+                let start = key.as_ptr() as usize - base;
                 Key::Span(start..start + key.len())
             }
-            Ok(Some(Cow::Owned(key))) => Key::Unescaped(key.into()),
+            Ok(Some(Cow::Owned(key))) => {
+                page.charge.grow(key.len(), 0)?;
+                Key::Unescaped(key.into())
+            }
             // Not an object: no key, like an object without one.
             Ok(None) | Err(_) => Key::Absent,
         };
-        Entry {
+        Ok(Entry {
             page: page.clone(),
             span,
             key,
             value: OnceLock::new(),
-        }
+        })
     }
 
     /// Its name (`name` of a tool or prompt, `uri` of a resource,
@@ -74,14 +124,14 @@ impl Entry {
     pub fn key(&self) -> Option<&str> {
         match &self.key {
             Key::Absent => None,
-            Key::Span(span) => Some(&self.page[span.clone()]),
+            Key::Span(span) => Some(&self.page.text[span.clone()]),
             Key::Unescaped(key) => Some(key),
         }
     }
 
     /// The server's JSON text of the entry, verbatim.
     pub fn json(&self) -> &str {
-        &self.page[self.span.clone()]
+        &self.page.text[self.span.clone()]
     }
 
     /// Reads the entry into `T` (for example an SDK's own tool type),
@@ -90,18 +140,52 @@ impl Entry {
         serde_json::from_str(self.json())
     }
 
-    /// The entry as a [`Value`], parsed on the first call and kept. An
-    /// entry serde_json cannot hold as a `Value` (a number beyond `f64`)
-    /// reads as `null` here; [`parse`](Self::parse) reports why.
+    /// The entry as a [`Value`], parsed on the first call and kept,
+    /// charged to the session's memory budget while it is kept. An entry
+    /// serde_json cannot hold as a `Value` (a number beyond `f64`) reads as
+    /// `null` here, and so does one whose value would take the session
+    /// over its budget (with a warning); [`parse`](Self::parse) reads
+    /// either way, uncharged, into a value of the caller's.
     pub fn value(&self) -> &Value {
-        self.value
-            .get_or_init(|| serde_json::from_str(self.json()).unwrap_or(Value::Null))
+        let kept = self.value.get_or_init(|| {
+            let (value, charge) = match self.value_charged() {
+                Ok(Some((value, charge))) => (value, Some(charge)),
+                Ok(None) => (Value::Null, None),
+                Err(spent) => {
+                    let name: String = self.key().unwrap_or("").chars().take(64).collect();
+                    tracing::warn!(entry = %name, %spent, "an entry reads as null: the memory budget is spent");
+                    (Value::Null, None)
+                }
+            };
+            Box::new(Kept {
+                value,
+                _charge: charge,
+            })
+        });
+        &kept.value
     }
 
-    /// The entry as a [`Value`], owned.
+    /// The entry as a [`Value`], owned (the caller's, so not charged to
+    /// the session).
     pub fn into_value(mut self) -> Value {
-        self.value();
-        self.value.take().unwrap_or_default()
+        match self.value.take() {
+            Some(kept) => kept.value,
+            None => serde_json::from_str(self.json()).unwrap_or_default(),
+        }
+    }
+
+    /// The entry parsed into a [`Value`] that is charged to the session's
+    /// account until the charge is dropped: its cost is estimated from the
+    /// text before anything is built, so a value over the budget is never
+    /// built. `None` when serde_json cannot hold the entry as a `Value`.
+    pub(crate) fn value_charged(&self) -> Result<Option<(Value, Charge)>, Spent> {
+        let Ok(cost) = value_cost(self.json()) else {
+            return Ok(None);
+        };
+        let charge = self.page.charge.account().charge(cost, 0)?;
+        Ok(serde_json::from_str(self.json())
+            .ok()
+            .map(|value| (value, charge)))
     }
 }
 
@@ -149,25 +233,131 @@ impl Serialize for Entry {
 
 /// Reads a page of a list result: its `field` array (each element kept
 /// as text, named by its `key_field`) and its `nextCursor`. Like a
-/// [`Value`] would, a repeated field counts as its last occurrence.
+/// [`Value`] would, a repeated field counts as its last occurrence. The
+/// page is charged to an account of its own with
+/// [`MemoryBudget::default`](crate::MemoryBudget) (a session charges
+/// every page to its one account).
 ///
 /// # Errors
 ///
 /// When `result` is not an object, or a part of it that is read (a key,
 /// `nextCursor`, a `field` that is not an array) is JSON that no [`Value`]
-/// holds (a number beyond `f64`, a lone surrogate).
+/// holds (a number beyond `f64`, a lone surrogate), or when the page goes
+/// over a bound of the default budget (the error names it).
 pub fn parse_page(
     result: &RawValue,
     field: &'static str,
     key_field: &'static str,
 ) -> Result<ListResult, serde_json::Error> {
-    let page: Arc<str> = Arc::from(result.get());
+    let account = Account::new(MemoryBudget::default());
+    read_page(result.get().into(), field, key_field, &account).map_err(|e| match e {
+        PageError::Json(e) => e,
+        PageError::Spent(spent) => de::Error::custom(spent),
+    })
+}
+
+/// Why a page could not be read.
+#[derive(Debug)]
+pub(crate) enum PageError {
+    /// It is not a list result (see [`parse_page`]).
+    Json(serde_json::Error),
+    /// It goes over a bound of the session's memory budget.
+    Spent(Spent),
+}
+
+/// [`parse_page`], charged to `account`: the page's text as it is read,
+/// each entry as it is made, and `nextCursor` checked against its cap
+/// before it is read.
+pub(crate) fn read_page(
+    text: Box<str>,
+    field: &'static str,
+    key_field: &'static str,
+    account: &Account,
+) -> Result<ListResult, PageError> {
+    let charge = account.charge(text.len(), 0).map_err(PageError::Spent)?;
+    let page = Arc::new(PageText { text, charge });
+    let spent = Cell::new(None);
     let seed = PageOf {
         page: &page,
         field,
         key_field,
+        spent: &spent,
     };
-    seed.deserialize(&mut serde_json::Deserializer::from_str(&page))
+    seed.deserialize(&mut serde_json::Deserializer::from_str(&page.text))
+        .map_err(|e| spent.take().map_or(PageError::Json(e), PageError::Spent))
+}
+
+/// The bytes a [`Value`] read from `text` takes, about and at most: each
+/// node, each string's bytes, each array element twice (a `Vec` grows by
+/// doubling), each object member with room for its map. Read without
+/// building anything; an error where a `Value` could not be read either.
+pub(crate) fn value_cost(text: &str) -> serde_json::Result<usize> {
+    Cost.deserialize(&mut serde_json::Deserializer::from_str(text))
+}
+
+/// Counts what [`value_cost`] counts.
+struct Cost;
+
+const NODE: usize = size_of::<Value>();
+/// A member of a map: its key (a `String`) and its value, twice over for
+/// the map's nodes and slack.
+const MEMBER: usize = 2 * (size_of::<String>() + size_of::<Value>());
+
+impl<'de> DeserializeSeed<'de> for Cost {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Cost {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
+        Ok(NODE + v.len())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
+        while let Some(element) = seq.next_element_seed(Cost)? {
+            total = total.saturating_add(element + NODE);
+        }
+        Ok(total)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
+        while let Some(key) = map.next_key::<CowStr<'de>>()? {
+            let value = map.next_value_seed(Cost)?;
+            total = total.saturating_add(MEMBER + key.0.len() + value);
+        }
+        Ok(total)
+    }
 }
 
 /// A string, borrowed from the input when it has no escapes.
@@ -249,9 +439,11 @@ pub struct ListResult {
 /// A list result's array `field` and its `nextCursor`.
 struct PageOf<'p> {
     /// The text being read: entries are spans of it.
-    page: &'p Arc<str>,
+    page: &'p Arc<PageText>,
     field: &'static str,
     key_field: &'static str,
+    /// Where a bound of the budget that stopped the read is told.
+    spent: &'p Cell<Option<Spent>>,
 }
 
 impl<'de> DeserializeSeed<'de> for PageOf<'_> {
@@ -279,9 +471,20 @@ impl<'de> Visitor<'de> for PageOf<'_> {
                 page.entries = map.next_value_seed(EntriesOf {
                     page: self.page,
                     key_field: self.key_field,
+                    spent: self.spent,
                 })?;
             } else if name.0 == "nextCursor" {
-                page.next_cursor = Some(map.next_value::<Value>()?).filter(|c| !c.is_null());
+                // Its length checked before it is read into a value.
+                let cursor: &'de RawValue = map.next_value()?;
+                let len = cursor.get().len();
+                if let Err(spent) = self.page.charge.account().check_cursor(len) {
+                    self.spent.set(Some(spent));
+                    return Err(de::Error::custom("nextCursor is over its cap"));
+                }
+                page.next_cursor = Some(serde_json::from_str::<Value>(cursor.get()))
+                    .transpose()
+                    .map_err(de::Error::custom)?
+                    .filter(|c| !c.is_null());
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -294,8 +497,9 @@ impl<'de> Visitor<'de> for PageOf<'_> {
 /// Anything else is `None` (skipped, not an error: a later occurrence of
 /// the field may still be the array).
 struct EntriesOf<'p> {
-    page: &'p Arc<str>,
+    page: &'p Arc<PageText>,
     key_field: &'static str,
+    spent: &'p Cell<Option<Spent>>,
 }
 
 impl<'de> DeserializeSeed<'de> for EntriesOf<'_> {
@@ -343,14 +547,22 @@ impl<'de> Visitor<'de> for EntriesOf<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let base = self.page.as_ptr() as usize;
+        let base = self.page.text.as_ptr() as usize;
         // serde_json gives no size hint; most pages are short.
         let mut entries = Vec::with_capacity(16);
         while let Some(entry) = seq.next_element::<&'de RawValue>()? {
             // Borrowed from the page: its offset there.
             let start = entry.get().as_ptr() as usize - base;
             let span = start..start + entry.get().len();
-            entries.push(Entry::new(self.page, span, self.key_field));
+            // Each entry charged before it is kept, so that tiny ones (a
+            // bare `0`) cannot cost many times their text unbounded.
+            match Entry::new(self.page, span, self.key_field) {
+                Ok(entry) => entries.push(entry),
+                Err(spent) => {
+                    self.spent.set(Some(spent));
+                    return Err(de::Error::custom("the memory budget is spent"));
+                }
+            }
         }
         Ok(Some(entries))
     }
@@ -362,8 +574,10 @@ mod tests {
     use serde_json::json;
 
     fn entry(text: &str, key: &'static str) -> Entry {
-        let page: Arc<str> = Arc::from(format!("[{text}]"));
-        Entry::new(&page, 1..page.len() - 1, key)
+        let text: Box<str> = format!("[{text}]").into();
+        let charge = Account::new(MemoryBudget::default()).charge(0, 0).unwrap();
+        let page = Arc::new(PageText { text, charge });
+        Entry::new(&page, 1..page.text.len() - 1, key).unwrap()
     }
 
     #[test]
@@ -449,5 +663,105 @@ mod tests {
             let result = RawValue::from_string(bad.into()).unwrap();
             assert!(parse_page(&result, "tools", "name").is_err(), "{bad}");
         }
+    }
+
+    fn page_of(text: &str, account: &Account) -> Result<ListResult, PageError> {
+        read_page(text.into(), "tools", "name", account)
+    }
+
+    /// Issue 20 (1): each entry is charged, however small its text, so a
+    /// page of bare `0`s stops at the entry cap; and everything is released
+    /// with the last entry of the page.
+    #[test]
+    fn every_entry_is_charged_and_released_with_its_page() {
+        // What an entry costs stays small: a page of tiny entries is
+        // bounded by the entry cap long before the bytes.
+        assert!(size_of::<Entry>() <= 64, "{}", size_of::<Entry>());
+        let account = Account::new(MemoryBudget::default().max_entries(1000));
+        let zeros = format!("{{\"tools\":[0{}]}}", ",0".repeat(999));
+        let page = page_of(&zeros, &account).unwrap();
+        assert_eq!(account.entries(), 1000);
+        assert_eq!(account.bytes(), zeros.len() + 1000 * ENTRY_COST);
+        let over = page_of(r#"{"tools":[{"name":"a"}]}"#, &account).unwrap_err();
+        assert!(matches!(
+            over,
+            PageError::Spent(Spent::Entries { limit: 1000 })
+        ));
+        // A failed read leaves nothing charged behind.
+        assert_eq!(account.entries(), 1000);
+        let mut entries = page.entries.unwrap();
+        entries.truncate(1);
+        assert_eq!(
+            account.entries(),
+            1000,
+            "held while an entry of the page is"
+        );
+        drop(entries);
+        assert_eq!((account.bytes(), account.entries()), (0, 0));
+        // Bytes: the page's text counts before any entry.
+        let account = Account::new(MemoryBudget::default().max_bytes(100));
+        let long = format!(r#"{{"tools":[],"x":"{}"}}"#, "y".repeat(100));
+        assert!(matches!(
+            page_of(&long, &account),
+            Err(PageError::Spent(Spent::Bytes { limit: 100, .. }))
+        ));
+        assert_eq!(account.bytes(), 0);
+    }
+
+    /// A cursor longer than the cap is refused before it is read; one at
+    /// the cap is read.
+    #[test]
+    fn a_cursor_over_its_cap_is_refused() {
+        let account = Account::new(MemoryBudget::default().max_cursor_len(10));
+        let at_cap = page_of(r#"{"tools":[],"nextCursor":"12345678"}"#, &account).unwrap();
+        assert_eq!(at_cap.next_cursor, Some(Value::from("12345678")));
+        let over = page_of(r#"{"tools":[],"nextCursor":"123456789"}"#, &account).unwrap_err();
+        assert!(matches!(
+            over,
+            PageError::Spent(Spent::Cursor { limit: 10, len: 11 })
+        ));
+    }
+
+    /// Issue 20 (2): a value read from an entry is charged while it is
+    /// kept (by the entry, or by whoever holds the charged read) and
+    /// released with it; one the budget cannot hold is never built and
+    /// reads as `null`.
+    #[test]
+    fn parsed_values_are_charged_while_kept() {
+        let account = Account::new(MemoryBudget::default());
+        let text = r#"{"tools":[{"name":"t","a":[0,0,0,0],"b":{"c":"\u00e9"}}]}"#;
+        let page = page_of(text, &account).unwrap();
+        let entry = page.entries.unwrap().remove(0);
+        let held = account.bytes();
+        let (value, charge) = entry.value_charged().unwrap().unwrap();
+        let cost = value_cost(entry.json()).unwrap();
+        assert_eq!(account.bytes(), held + cost);
+        assert_eq!(value["b"]["c"], "é");
+        drop((value, charge));
+        assert_eq!(account.bytes(), held);
+        // Through Deref: kept, and charged as long as it is.
+        assert_eq!(entry["a"][3], 0);
+        assert_eq!(account.bytes(), held + cost);
+        let clone = entry.clone();
+        assert_eq!(
+            account.bytes(),
+            held + cost,
+            "a clone does not copy the value"
+        );
+        assert_eq!(entry.into_value()["name"], "t");
+        assert_eq!(account.bytes(), held);
+        drop(clone);
+        assert_eq!(account.bytes(), 0);
+
+        // A budget with room for the page but not for its value.
+        let budget = MemoryBudget::default().max_bytes(text.len() + ENTRY_COST + 8);
+        let account = Account::new(budget);
+        let entry = page_of(text, &account).unwrap().entries.unwrap().remove(0);
+        assert!(entry.value_charged().is_err());
+        assert!(entry.is_null());
+        assert_eq!(entry.parse::<Value>().unwrap()["name"], "t");
+        // The cost bounds what a Value takes, arrays of tiny values included.
+        assert!(value_cost("[0,0,0]").unwrap() >= 4 * size_of::<Value>());
+        assert!(value_cost("1e400").is_err());
     }
 }

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::discovery::{Catalog, Discovery, ListKind, Lister};
 use super::entry::Entry;
 use super::handlers::Handlers;
+use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ServerMessage};
 use crate::jsonrpc::{Message, Response};
 use crate::sync::lock;
@@ -30,6 +31,9 @@ pub(crate) struct SessionFront {
     sink: mpsc::Sender<Message>,
     lists: Mutex<Lists>,
     pub(crate) discovery: Discovery,
+    /// The session's memory account: every catalog page read, at connect
+    /// or later, is charged to it.
+    account: Account,
     /// Bound on each page of a re-discovery.
     request_timeout: Option<Duration>,
     /// Per list kind: at most one re-discovery at a time.
@@ -47,10 +51,15 @@ impl SessionFront {
             handlers,
             sink,
             lists: Mutex::default(),
+            account: Account::new(discovery.memory),
             discovery,
             request_timeout,
             rediscovery: Default::default(),
         }
+    }
+
+    pub(crate) fn account(&self) -> &Account {
+        &self.account
     }
 
     pub(crate) fn catalog(&self) -> Arc<Catalog> {

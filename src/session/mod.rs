@@ -115,7 +115,8 @@ impl RequestOptions {
     }
 }
 
-/// One page of a list method.
+/// One page of a list method. Its entries are charged to the session's
+/// memory budget ([`Discovery::memory`]) for as long as they are held.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -356,7 +357,8 @@ impl Session {
             Answer::Read(result) => jsonrpc::raw(&result),
         };
         let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
-        let (items, next_cursor) = kind.read_page(&result, stateless, None)?;
+        let account = self.engine.front.account();
+        let (items, next_cursor) = kind.read_page(result, stateless, None, account)?;
         let next_cursor = next_cursor.and_then(|c| c.as_str().map(str::to_owned));
         Ok(Page { items, next_cursor })
     }

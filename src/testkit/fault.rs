@@ -209,6 +209,12 @@ pub enum FaultAction {
         /// Body template.
         body: Bytes,
     },
+    /// HTTP+SSE (2024-11-05): the POST gets `202`, and its answer goes on
+    /// the session's stream as an `event: message` whose data is this text,
+    /// `{id}` replaced by the JSON of the request's id (as in `Raw`): a
+    /// hostile answer in that era. Elsewhere, or with no live stream for
+    /// the session: `400`.
+    StreamRaw(Bytes),
     /// `initialize` answers normally but with this `protocolVersion`
     /// (a session is minted as usual).
     ProtocolVersion(String),

@@ -950,6 +950,25 @@ async fn apply(
             let body = replace_bytes(&body, b"{id}", id.to_string().as_bytes());
             full(status, Some(&content_type), body)
         }
+        FaultAction::StreamRaw(body) => {
+            let stream = req
+                .session()
+                .filter(|_| req.era == Era::HttpSse && is_post)
+                .and_then(|session| shared.state().sse_sessions.get(session).cloned());
+            let Some(tx) = stream else {
+                return Ok(full(400, Some("text/plain"), "no HTTP+SSE stream"));
+            };
+            let id = req
+                .first_message()
+                .and_then(|m| m.get("id"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let body = replace_bytes(&body, b"{id}", id.to_string().as_bytes());
+            let data = String::from_utf8_lossy(&body);
+            let event = shared.framing().event(Some("message"), None, None, &data);
+            let _ = tx.try_send(Ok(event));
+            empty(202)
+        }
         FaultAction::CloseConnection => return Err("testkit: scripted connection close".into()),
         FaultAction::UnsupportedVersion { supported } => {
             let requested = req

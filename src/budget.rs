@@ -1,0 +1,281 @@
+//! The memory account of a session: what it keeps of a server's catalog
+//! (the text of its list pages, the entries read from them, and every
+//! value parsed from them) is charged here, against one budget, and
+//! released when it is dropped. A leaf, below the session and the engine,
+//! so that every path that reads a catalog takes the same account instead
+//! of bounding memory its own way: a page's text can only be kept through
+//! a [`Charge`], and an entry only made from a charged page.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const MIB: usize = 1024 * 1024;
+
+/// Bounds on what one session keeps of its server's catalog: discovery at
+/// connect, each re-discovery, and each page of `Session::list_*` are
+/// charged to one account per session, and so is every value parsed from
+/// an entry (through `Entry`'s `Deref`, or by the 2026-07-28 `x-mcp-header`
+/// check), each for as long as it is held, by the session or by the caller
+/// (a page's text lives as long as any entry of it).
+///
+/// Going over any bound is an [`Error::is_limit`](crate::Error::is_limit)
+/// naming it; at connect, the connect unwinds; in a re-discovery, the
+/// previous list stays. The defaults are far above what real servers list
+/// (a large catalog is a few MiB and a few thousand entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryBudget {
+    /// The most bytes kept at once: the text of every page an entry still
+    /// comes from, 192 bytes per entry (three times its size, for the
+    /// lists that hold it and the spotting of duplicates), and every
+    /// parsed value kept (estimated from its text before it is built).
+    /// Default: 64 MiB.
+    pub max_bytes: usize,
+    /// The most entries kept at once (tools, prompts, resources and
+    /// templates together, kept or not yet dropped as duplicates).
+    /// Default: 100 000.
+    pub max_entries: usize,
+    /// The longest `nextCursor` accepted, in bytes of its JSON text; only
+    /// the one to send back is kept (earlier ones as hashes, to spot a
+    /// repeat). Default: 4 KiB.
+    pub max_cursor_len: usize,
+}
+
+impl Default for MemoryBudget {
+    fn default() -> Self {
+        MemoryBudget {
+            max_bytes: 64 * MIB,
+            max_entries: 100_000,
+            max_cursor_len: 4 * 1024,
+        }
+    }
+}
+
+impl MemoryBudget {
+    /// Sets [`max_bytes`](Self::max_bytes).
+    #[must_use]
+    pub fn max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// Sets [`max_entries`](Self::max_entries).
+    #[must_use]
+    pub fn max_entries(mut self, entries: usize) -> Self {
+        self.max_entries = entries;
+        self
+    }
+
+    /// Sets [`max_cursor_len`](Self::max_cursor_len).
+    #[must_use]
+    pub fn max_cursor_len(mut self, bytes: usize) -> Self {
+        self.max_cursor_len = bytes;
+        self
+    }
+}
+
+/// A bound of [`MemoryBudget`] that a charge would have crossed; its
+/// `Display` names the bound and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Spent {
+    /// `max_bytes`: `wanted` more bytes with `held` already held.
+    Bytes {
+        limit: usize,
+        held: usize,
+        wanted: usize,
+    },
+    /// `max_entries`.
+    Entries { limit: usize },
+    /// `max_cursor_len`: a cursor of `len` bytes.
+    Cursor { limit: usize, len: usize },
+}
+
+impl fmt::Display for Spent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Spent::Bytes {
+                limit,
+                held,
+                wanted,
+            } => write!(
+                f,
+                "the session's catalog memory budget of {} (MemoryBudget::max_bytes) is spent: \
+                 {} held, {wanted} more bytes wanted",
+                show(limit),
+                show(held),
+            ),
+            Spent::Entries { limit } => write!(
+                f,
+                "more than {limit} catalog entries (MemoryBudget::max_entries)"
+            ),
+            Spent::Cursor { limit, len } => write!(
+                f,
+                "a nextCursor of {len} bytes, over the cap of {limit} (MemoryBudget::max_cursor_len)"
+            ),
+        }
+    }
+}
+
+/// Bytes, in MiB when that is whole.
+fn show(bytes: usize) -> String {
+    if bytes >= MIB && bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// One session's account: shared by everything that reads its catalog.
+#[derive(Clone, Debug)]
+pub(crate) struct Account(Arc<Held>);
+
+#[derive(Debug)]
+struct Held {
+    budget: MemoryBudget,
+    bytes: AtomicUsize,
+    entries: AtomicUsize,
+}
+
+impl Account {
+    pub(crate) fn new(budget: MemoryBudget) -> Self {
+        Account(Arc::new(Held {
+            budget,
+            bytes: AtomicUsize::new(0),
+            entries: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Entries held now.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.0.entries.load(Ordering::Relaxed)
+    }
+
+    /// Charges `bytes` and `entries`, held until the charge is dropped.
+    pub(crate) fn charge(&self, bytes: usize, entries: usize) -> Result<Charge, Spent> {
+        let charge = Charge {
+            account: self.clone(),
+            bytes: AtomicUsize::new(0),
+            entries: AtomicUsize::new(0),
+        };
+        charge.grow(bytes, entries)?;
+        Ok(charge)
+    }
+
+    /// Adds to `counter` unless that passes `limit`; all or nothing.
+    fn take(counter: &AtomicUsize, limit: usize, more: usize) -> Result<(), usize> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(more).filter(|total| *total <= limit)
+            })
+            .map(drop)
+    }
+
+    /// Checks a cursor's length against the cap.
+    pub(crate) fn check_cursor(&self, len: usize) -> Result<(), Spent> {
+        let limit = self.0.budget.max_cursor_len;
+        if len > limit {
+            return Err(Spent::Cursor { limit, len });
+        }
+        Ok(())
+    }
+}
+
+/// Bytes and entries held from an [`Account`], released when dropped. It
+/// can grow (a page's entries are charged as they are read, to the page).
+#[derive(Debug)]
+pub(crate) struct Charge {
+    account: Account,
+    bytes: AtomicUsize,
+    entries: AtomicUsize,
+}
+
+impl Charge {
+    /// Charges `bytes` and `entries` more, or nothing.
+    pub(crate) fn grow(&self, bytes: usize, entries: usize) -> Result<(), Spent> {
+        let held = &self.account.0;
+        let budget = held.budget;
+        if entries > 0 {
+            Account::take(&held.entries, budget.max_entries, entries).map_err(|_| {
+                Spent::Entries {
+                    limit: budget.max_entries,
+                }
+            })?;
+            self.entries.fetch_add(entries, Ordering::AcqRel);
+        }
+        if let Err(now) = Account::take(&held.bytes, budget.max_bytes, bytes) {
+            // All or nothing: the entries of this step go back.
+            held.entries.fetch_sub(entries, Ordering::AcqRel);
+            self.entries.fetch_sub(entries, Ordering::AcqRel);
+            return Err(Spent::Bytes {
+                limit: budget.max_bytes,
+                held: now,
+                wanted: bytes,
+            });
+        }
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The account charged.
+    pub(crate) fn account(&self) -> &Account {
+        &self.account
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let held = &self.account.0;
+        held.bytes
+            .fetch_sub(*self.bytes.get_mut(), Ordering::AcqRel);
+        held.entries
+            .fetch_sub(*self.entries.get_mut(), Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charges_are_bounded_all_or_nothing_and_released_on_drop() {
+        let account = Account::new(MemoryBudget::default().max_bytes(100).max_entries(3));
+        let page = account.charge(40, 1).unwrap();
+        page.grow(10, 1).unwrap();
+        assert_eq!((account.bytes(), account.entries()), (50, 2));
+        // Over the entries: nothing taken.
+        let spent = page.grow(1, 2).unwrap_err();
+        assert_eq!(spent, Spent::Entries { limit: 3 });
+        assert!(spent.to_string().contains("MemoryBudget::max_entries"));
+        // Over the bytes: the entries go back too.
+        let spent = account.charge(51, 1).unwrap_err();
+        assert!(matches!(
+            spent,
+            Spent::Bytes {
+                limit: 100,
+                held: 50,
+                wanted: 51
+            }
+        ));
+        assert!(
+            spent.to_string().contains("MemoryBudget::max_bytes"),
+            "{spent}"
+        );
+        assert_eq!((account.bytes(), account.entries()), (50, 2));
+        let other = account.charge(50, 1).unwrap();
+        drop(page);
+        assert_eq!((account.bytes(), account.entries()), (50, 1));
+        drop(other);
+        assert_eq!((account.bytes(), account.entries()), (0, 0));
+        assert!(account.charge(usize::MAX, 0).is_err());
+        assert!(account.check_cursor(4096).is_ok() && account.check_cursor(4097).is_err());
+        assert_eq!(show(64 * MIB), "64 MiB");
+    }
+}
