@@ -14,10 +14,12 @@
 //!   starts the backoff again.
 //! - A stream that ends (cleanly or not, at once or after hours) is opened
 //!   again, for as long as the session lasts, after the shared [`Backoff`]
-//!   (capped, jittered; at least the server's `retry`), counted from when
-//!   the attempt began: a stream held open longer than the wait is reopened
-//!   at once, one that ends at once waits; so the rate of attempts is
-//!   bounded by construction, whatever the server does.
+//!   (capped, jittered; at least the server's `retry`), whose step doubles
+//!   per attempt without progress. A stream that was held open for at
+//!   least the cap (a proxy closing idle streams) starts the step again:
+//!   each attempt either lasted that long or is followed by a wait of at
+//!   least half the first step, so the rate of attempts is bounded by
+//!   construction, whatever the server does.
 //! - **Stops** (each logged at `info`, never silently):
 //!   - the server says it will not serve the stream: a 405 to the GET; an
 //!     error answer or a client error (4xx, but 408 and 429) to
@@ -72,8 +74,8 @@ pub(super) enum Attempt {
 /// What the listener does next.
 #[derive(Debug, PartialEq)]
 pub(super) enum Next {
-    /// Waits until this instant, then tries again.
-    Retry(Instant),
+    /// Waits this long, then tries again.
+    Retry(Duration),
     /// Checks the session (a 404), then goes on or stops.
     CheckSession,
     /// Stops listening, for this reason.
@@ -97,8 +99,8 @@ impl Policy {
         }
     }
 
-    /// What follows `attempt`, which began at `began`.
-    pub(super) fn next(&mut self, attempt: Attempt, began: Instant) -> Next {
+    /// What follows `attempt`, which lasted `lasted`.
+    pub(super) fn next(&mut self, attempt: Attempt, lasted: Duration) -> Next {
         match attempt {
             Attempt::Refused(why) => Next::Stop(why),
             Attempt::Finished => Next::Stop("the server ended the subscription".into()),
@@ -111,6 +113,8 @@ impl Policy {
                 if progress {
                     self.backoff.reset();
                     self.broken = 0;
+                } else if lasted >= self.backoff.max() {
+                    self.backoff.reset();
                 }
                 if broken {
                     self.broken += 1;
@@ -120,7 +124,7 @@ impl Policy {
                         ));
                     }
                 }
-                Next::Retry(began + self.backoff.wait(retry))
+                Next::Retry(self.backoff.wait(retry))
             }
         }
     }
@@ -128,8 +132,8 @@ impl Policy {
     /// The session is alive after a 404 could not be checked (the ping
     /// failed for another reason): wait as after an attempt without
     /// progress.
-    fn after_check(&mut self, began: Instant) -> Instant {
-        began + self.backoff.wait(None)
+    fn after_check(&mut self) -> Duration {
+        self.backoff.wait(None)
     }
 }
 
@@ -160,8 +164,8 @@ pub(super) async fn run<F: Front, S: Source<F>>(
         let began = Instant::now();
         let attempt = source.attempt(engine, generation).await;
         tracing::debug!(what, ?attempt, "a listening attempt ended");
-        let until = match policy.next(attempt, began) {
-            Next::Retry(until) => until,
+        let wait = match policy.next(attempt, began.elapsed()) {
+            Next::Retry(wait) => wait,
             Next::Stop(why) => {
                 tracing::info!(what, %why, "listening stopped");
                 return;
@@ -172,10 +176,10 @@ pub(super) async fn run<F: Front, S: Source<F>>(
                     tracing::info!(what, %why, "listening stopped");
                     return;
                 }
-                Checked::Unknown => policy.after_check(began),
+                Checked::Unknown => policy.after_check(),
             },
         };
-        tokio::time::sleep_until(until).await;
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -388,7 +392,7 @@ mod tests {
     /// without progress never stops the listener but waits longer (capped).
     #[test]
     fn the_policy_stops_on_refusals_and_backs_off_on_ends() {
-        let now = Instant::now();
+        let now = Duration::ZERO;
         let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
         assert!(matches!(
             policy.next(Attempt::Refused("405".into()), now),
@@ -402,10 +406,9 @@ mod tests {
         let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
         let mut step = FIRST_BACKOFF;
         for _ in 0..100 {
-            let Next::Retry(until) = policy.next(ended(false, false), now) else {
+            let Next::Retry(wait) = policy.next(ended(false, false), now) else {
                 panic!("an end without progress stops nothing");
             };
-            let wait = until - now;
             assert!(
                 wait >= step / 2 && wait <= step,
                 "{wait:?} for step {step:?}"
@@ -413,10 +416,19 @@ mod tests {
             step = (step * 2).min(MAX_BACKOFF);
         }
         // Progress starts again from the first step.
-        let Next::Retry(until) = policy.next(ended(true, false), now) else {
+        let Next::Retry(wait) = policy.next(ended(true, false), now) else {
             panic!()
         };
-        assert!(until - now <= FIRST_BACKOFF);
+        assert!(wait <= FIRST_BACKOFF);
+        // So does a stream held open for the cap (a proxy closing idle
+        // streams), without a message.
+        for _ in 0..10 {
+            policy.next(ended(false, false), now);
+        }
+        let Next::Retry(wait) = policy.next(ended(false, false), MAX_BACKOFF) else {
+            panic!()
+        };
+        assert!(wait <= FIRST_BACKOFF);
 
         // Broken streams stop after MAX_BROKEN in a row; progress between
         // them starts the count again.
@@ -448,7 +460,7 @@ mod tests {
     /// backoff.
     #[test]
     fn the_servers_retry_is_a_floor_under_the_cap() {
-        let now = Instant::now();
+        let now = Duration::ZERO;
         let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
         let next = policy.next(
             Attempt::Ended {
@@ -458,8 +470,8 @@ mod tests {
             },
             now,
         );
-        assert_eq!(next, Next::Retry(now + MAX_BACKOFF));
-        let Next::Retry(until) = policy.next(
+        assert_eq!(next, Next::Retry(MAX_BACKOFF));
+        let Next::Retry(wait) = policy.next(
             Attempt::Ended {
                 progress: true,
                 broken: false,
@@ -469,6 +481,6 @@ mod tests {
         ) else {
             panic!()
         };
-        assert!(until - now >= FIRST_BACKOFF / 2);
+        assert!(wait >= FIRST_BACKOFF / 2);
     }
 }

@@ -226,10 +226,9 @@ impl Backoff {
         self.step = self.first;
     }
 
-    /// The least wait this backoff returns.
-    #[cfg(test)]
-    fn floor(&self) -> Duration {
-        (self.first / 2).max(MIN_BACKOFF)
+    /// The longest wait.
+    pub(crate) fn max(&self) -> Duration {
+        self.max
     }
 }
 
