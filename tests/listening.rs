@@ -63,7 +63,9 @@ fn a_subscription_acknowledged_then_dropped_is_reopened_at_a_bounded_rate() {
             "{opened} subscriptions/listen in {window:?}"
         );
         assert_eq!(session.ledger().tasks, 1, "listening goes on");
+        assert!(session.is_listening());
         session.close().await;
+        assert!(!session.is_listening());
     });
 }
 
@@ -86,6 +88,7 @@ fn a_subscription_ended_gracefully_is_not_reopened() {
         // Absence can only be watched for: a window past several backoffs.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(listens(&server), 1);
+        assert!(!session.is_listening(), "the end is visible");
         session
             .call_tool("tool-000", json!({}))
             .await
@@ -126,6 +129,7 @@ fn a_get_stream_that_keeps_ending_is_reopened_for_the_sessions_life_at_a_bounded
                 gets(&server)
             );
             let elapsed = start.elapsed();
+            assert!(session.is_listening());
             // Bounded: 11 reopens need at least 5+10+9*20 ms.
             assert!(elapsed >= Duration::from_millis(190), "{elapsed:?}");
             // Each reopen resumes after the last event id.
@@ -215,6 +219,7 @@ fn a_404_to_the_get_on_a_live_session_stops_listening_after_one_ping() {
         assert_eq!(gets(&server), 1);
         assert_eq!(seen(&server, "ping").len(), 1);
         assert_eq!(seen(&server, "initialize").len(), 1, "not renewed");
+        assert!(!session.is_listening(), "the end is visible");
         session
             .call_tool("tool-000", json!({}))
             .await

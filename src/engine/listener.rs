@@ -27,9 +27,11 @@
 //!   - the server ends a subscription gracefully (its successful
 //!     `subscriptions/listen` response);
 //!   - the stream breaks the protocol or a limit [`MAX_BROKEN`] times in a
-//!     row (a broken server, logged at `warn`);
+//!     row (a broken server);
 //!   - the session is replaced (its successor has its own listener) or
 //!     closed.
+//!
+//!   `Session::is_listening` tells whether a listener runs.
 //! - A **404** to the GET checks the session with a `ping`: an expired
 //!   session is renewed there (the new session gets its own listener); an
 //!   attached one that expired is reported by its requests; a session

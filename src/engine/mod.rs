@@ -22,7 +22,7 @@ pub(crate) use endpoint::Endpoint;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -289,6 +289,8 @@ pub(crate) struct Engine<F> {
     initialize_params: Mutex<Option<Value>>,
     /// The newest generation given a listener.
     listening: AtomicU64,
+    /// Listener tasks running.
+    listeners: AtomicUsize,
     generations: AtomicU64,
     ids: AtomicI64,
 }
@@ -311,6 +313,7 @@ impl<F: Front> Engine<F> {
             settings,
             initialize_params: Mutex::default(),
             listening: AtomicU64::new(0),
+            listeners: AtomicUsize::new(0),
             generations: AtomicU64::new(0),
             ids: AtomicI64::new(0),
         })
@@ -972,14 +975,37 @@ impl<F: Front> Engine<F> {
         {
             return;
         }
+        self.spawn_listening(generation, listener::GetStream::new(), "GET stream");
+    }
+
+    /// Runs `source` under the listening policy in a background task,
+    /// counted in [`listening`](Self::listening) while it runs.
+    fn spawn_listening<S: listener::Source<F> + 'static>(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        source: S,
+        what: &'static str,
+    ) {
         let engine = self.clone();
         let generation = generation.clone();
+        self.listeners.fetch_add(1, Ordering::AcqRel);
+        // Uncounted when the task ends, is aborted, or never starts.
+        let counted = scopeguard::guard(self.clone(), |engine| {
+            engine.listeners.fetch_sub(1, Ordering::AcqRel);
+        });
         self.spawner.spawn(move |cancel| async move {
+            let _counted = counted;
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = listener::run(&engine, &generation, listener::GetStream::new(), "GET stream") => {}
+                _ = listener::run(&engine, &generation, source, what) => {}
             }
         });
+    }
+
+    /// Whether a listener (the GET stream, or `subscriptions/listen`) is
+    /// running.
+    pub(crate) fn listening(&self) -> bool {
+        self.listeners.load(Ordering::Acquire) > 0
     }
 }
 
@@ -995,14 +1021,11 @@ impl<F: Front> Engine<F> {
         if generation.era != Era::Stateless || !self.settings.listen {
             return;
         }
-        let engine = self.clone();
-        let generation = generation.clone();
-        self.spawner.spawn(move |cancel| async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = listener::run(&engine, &generation, listener::Subscription::new(filter), "subscriptions/listen") => {}
-            }
-        });
+        self.spawn_listening(
+            generation,
+            listener::Subscription::new(filter),
+            "subscriptions/listen",
+        );
     }
 }
 

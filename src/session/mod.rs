@@ -234,6 +234,21 @@ impl Session {
         lock(&self.notifications).take()
     }
 
+    /// Whether the session is listening for what the server sends unasked
+    /// (the GET stream in 2025, `subscriptions/listen` in 2026-07-28).
+    ///
+    /// Listening lasts as long as the session: a stream that ends is opened
+    /// again after a capped, jittered backoff, and a 404 to the GET checks
+    /// the session (a `ping`, which renews an expired one). It stops, with
+    /// a log line at `info`, only when the server refuses it (405; an error
+    /// answer or a 4xx to `subscriptions/listen`; a 404 while the session
+    /// is alive), ends a subscription gracefully, or breaks the protocol or
+    /// a limit three times in a row; and when listening is off
+    /// ([`Connector::listen`]) or the session is closed. This tells which.
+    pub fn is_listening(&self) -> bool {
+        self.engine.listening()
+    }
+
     /// Whether [`close`](Self::close) has begun.
     pub fn is_closed(&self) -> bool {
         self.engine.closing().is_cancelled()
