@@ -130,8 +130,9 @@ fn a_get_stream_that_keeps_ending_is_reopened_for_the_sessions_life_at_a_bounded
             );
             let elapsed = start.elapsed();
             assert!(session.is_listening());
-            // Bounded: 11 reopens need at least 5+10+9*20 ms.
-            assert!(elapsed >= Duration::from_millis(190), "{elapsed:?}");
+            // Bounded: 11 reopens need at least 5+10+9*20 ms (less the
+            // polling's slack); without a backoff they take a few ms.
+            assert!(elapsed >= Duration::from_millis(150), "{elapsed:?}");
             // Each reopen resumes after the last event id.
             let all = seen_http(&server, Method::GET);
             assert!(

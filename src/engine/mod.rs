@@ -1165,6 +1165,30 @@ mod tests {
         async fn renewed(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: &Value) {}
     }
 
+    /// Every wait is within the step's upper half (so the rate is bounded
+    /// whatever the jitter draws), the step doubles to the cap, the
+    /// server's `retry` is a floor (capped), and progress starts again.
+    #[test]
+    fn backoff_is_capped_jittered_and_floored() {
+        let ms = Duration::from_millis;
+        let mut backoff = Backoff::new(ms(100), ms(800));
+        let mut step = ms(100);
+        let mut distinct = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let wait = backoff.wait(None);
+            assert!(wait >= step / 2 && wait <= step, "{wait:?} for {step:?}");
+            distinct.insert(wait);
+            step = (step * 2).min(ms(800));
+        }
+        assert!(distinct.len() > 10, "jittered: {distinct:?}");
+        assert_eq!(backoff.wait(Some(Duration::from_secs(60))), ms(800));
+        backoff.reset();
+        assert!(backoff.wait(Some(Duration::ZERO)) <= ms(100));
+        // A zero configuration still waits.
+        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert!(zero.wait(Some(Duration::ZERO)) >= MIN_BACKOFF);
+    }
+
     /// Single flight is the engine's own, not its callers': however often
     /// `renew` is asked while a session is lost (two requests that saw it
     /// lost on two workers at once), one renewal task starts.
