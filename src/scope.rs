@@ -26,7 +26,7 @@
 //! ([`crate::ledger::abandoned_deletes`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -94,6 +94,12 @@ pub struct Released {
     pub owned_client_released: bool,
     /// True when an earlier close had already released everything.
     pub already_closed: bool,
+    /// True when close was called from one of the session's own tasks (a
+    /// server-request handler): that task cannot wait for itself to end,
+    /// so close returned at once and the reaper releases everything, in
+    /// the same order, in the background (awaited by [`shutdown`]); the
+    /// other fields then report nothing.
+    pub deferred: bool,
 }
 
 /// The background tasks of a session (the GET listener, re-discovery,
@@ -105,6 +111,7 @@ pub struct Released {
 pub(crate) struct Background {
     set: Arc<Mutex<Option<JoinSet<()>>>>,
     token: CancellationToken,
+    id: u64,
 }
 
 /// Spawns into a session's [`Background`], while it exists.
@@ -113,6 +120,14 @@ pub(crate) struct Spawner {
     set: Weak<Mutex<Option<JoinSet<()>>>>,
     token: CancellationToken,
     counters: Arc<Counters>,
+    /// Its background's id, which its tasks carry.
+    id: u64,
+}
+
+tokio::task_local! {
+    /// The id of the [`Background`] whose task this is: a release asked for
+    /// from one of its own tasks must not wait to join itself.
+    static BACKGROUND: u64;
 }
 
 /// How long cancelled tasks get to finish before they are aborted.
@@ -120,14 +135,22 @@ const TASK_JOIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Background {
     fn new(counters: Arc<Counters>) -> (Background, Spawner) {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
         let set = Arc::new(Mutex::new(Some(JoinSet::new())));
         let token = CancellationToken::new();
         let spawner = Spawner {
             set: Arc::downgrade(&set),
             token: token.clone(),
             counters,
+            id,
         };
-        (Background { set, token }, spawner)
+        (Background { set, token, id }, spawner)
+    }
+
+    /// Whether the running task is one of this set's.
+    fn runs_this_task(&self) -> bool {
+        BACKGROUND.try_with(|id| *id == self.id).unwrap_or(false)
     }
 
     fn take(&self) -> Option<JoinSet<()>> {
@@ -195,7 +218,7 @@ impl Spawner {
         // `map`, not an async block: a block would hold the task twice
         // (captured, then awaited).
         let future = task(self.token.clone()).map(move |()| drop(count));
-        set.spawn_on(future, &runtime);
+        set.spawn_on(BACKGROUND.scope(self.id, future), &runtime);
         true
     }
 
@@ -673,6 +696,26 @@ impl GuardStack {
             drop(self.entries.pop());
         }
         released
+    }
+
+    /// Whether the running task is one of this stack's background tasks
+    /// (a server-request handler calling close): then the stack must not
+    /// be unwound here, which would wait for this very task to end.
+    pub(crate) fn runs_this_task(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e, Entry::Background(b) if b.runs_this_task()))
+    }
+
+    /// Hands the whole stack to a reaper task, which unwinds it in order
+    /// (tracked, bounded, awaited by [`shutdown`]).
+    pub(crate) fn hand_to_reaper(mut self) {
+        let rest = GuardStack {
+            entries: std::mem::take(&mut self.entries),
+            counters: self.counters.clone(),
+            reaping: true,
+        };
+        reap(rest);
     }
 
     fn owes_delete(&self) -> bool {

@@ -254,3 +254,34 @@ fn a_close_cut_off_during_its_delete_leaves_a_tracked_reap_that_shutdown_waits_f
         }
     });
 }
+
+/// The notification receiver ends at close (it stayed open until the
+/// `Session` value was dropped): what was queued is still read first.
+#[test]
+fn the_notification_receiver_ends_at_close() {
+    scenario(async {
+        let (server, _caller) = start();
+        let session = connect(&server, None).await;
+        let mut notifications = session.notifications().unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .stats()
+                .listen_streams_open
+                == 1)
+            .await
+        );
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                      "params": {"level": "info", "data": "queued"}});
+        assert_eq!(server.notify_listeners(&note), 1);
+        // Delivered (queued), then close.
+        let queued = tokio::time::timeout(Duration::from_secs(5), notifications.recv()).await;
+        assert!(matches!(queued, Ok(Some(_))), "{queued:?}");
+        session.close().await;
+        let ended = tokio::time::timeout(Duration::from_secs(1), notifications.recv()).await;
+        assert!(
+            matches!(ended, Ok(None)),
+            "the receiver is still open: {ended:?}"
+        );
+        drop(session);
+    });
+}

@@ -333,3 +333,38 @@ fn many_renewals_keep_a_bounded_record_of_past_sessions() {
         }
     });
 }
+
+/// `Session::info` describes the server session in use: after a renewal,
+/// the new session's revision (here another one the server answered) and
+/// capabilities, not connect's.
+#[test]
+fn info_describes_the_session_in_use_after_a_renewal() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default());
+        let session = Connector::new(server.url())
+            .listen(false)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(session.info().protocol_version.as_str(), "2025-11-25");
+        server.push_fault(
+            Fault::on_rpc(
+                "initialize",
+                FaultAction::ProtocolVersion("2025-06-18".into()),
+            )
+            .times(1),
+        );
+        server.expire_sessions();
+        session
+            .call_tool("tool-000", serde_json::json!({}))
+            .await
+            .expect("retried on the new session");
+        assert_eq!(session.protocol_version().as_str(), "2025-06-18");
+        let info = session.info();
+        assert_eq!(info.protocol_version.as_str(), "2025-06-18", "{info:?}");
+        assert!(info.session_id_issued);
+        assert_eq!(info.server_info["name"], "mcp-scoped-http-testkit");
+        assert!(info.capabilities.is_object(), "{info:?}");
+        session.close().await;
+    });
+}

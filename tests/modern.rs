@@ -301,3 +301,36 @@ async fn a_server_of_both_eras_is_spoken_to_in_the_newest() {
     session.close().await;
     assert_eq!(server.stats().deletes, 1);
 }
+
+/// 2026-07-28 has no GET: an answer stream that breaks off after an event
+/// id (with a `retry`) fails at once, and no GET with `Last-Event-ID` is
+/// sent (before, it waited the `retry` and sent one).
+#[test]
+fn a_broken_answer_is_never_resumed_with_a_get() {
+    scenario(async {
+        let server = modern(ServerConfig::default());
+        let session = connect(Connector::new(server.url()).listen(false)).await;
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::raw(200, "text/event-stream", "id: cut-1\nretry: 5\ndata:\n\n"),
+            )
+            .times(1),
+        );
+        let error = session
+            .call_tool("tool-000", json!({}))
+            .await
+            .expect_err("a broken answer");
+        assert!(
+            error.is_protocol() && error.to_string().contains("2026-07-28 has no GET"),
+            "{error}"
+        );
+        let gets = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::GET)
+            .count();
+        assert_eq!(gets, 0, "no GET in 2026-07-28");
+        session.close().await;
+    });
+}

@@ -373,3 +373,90 @@ fn a_listening_stream_the_server_keeps_closing_is_polled_for_as_long_as_it_deliv
         }
     });
 }
+
+/// A long call on a server that makes the client poll: every resumed
+/// stream brings one new message (a progress notification) and breaks off
+/// again. Each resumption that brings a new message starts the count
+/// again, so the call lasts as long as the server delivers; before, it
+/// failed after `max_attempts` (2 here) polls, whatever they brought.
+#[test]
+fn a_resumption_that_brings_a_new_message_starts_the_count_again() {
+    const POLLS: usize = 6;
+    scenario(async {
+        let server =
+            TestServer::start(ServerConfig::default().with_response_mode(ResponseMode::Sse));
+        let session = Connector::new(server.url())
+            // Only the request's own resumptions reach the GET faults.
+            .listen(false)
+            .resumption(
+                Resumption::default()
+                    .max_attempts(2)
+                    .first_backoff(Duration::from_millis(5)),
+            )
+            .connect()
+            .await
+            .unwrap();
+        let mut notifications = session.notifications().unwrap();
+        server.push_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::raw(200, "text/event-stream", "id: poll-0\nretry: 5\ndata:\n\n"),
+            )
+            .times(1),
+        );
+        for poll in 1..=POLLS {
+            let note = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "t", "progress": poll},
+            });
+            // A long `retry`: the test pushes the last poll in good time.
+            let body = format!("id: poll-{poll}\nretry: 40\ndata: {note}\n\n");
+            server.push_fault(
+                Fault::on_http(
+                    Method::GET,
+                    FaultAction::raw(200, "text/event-stream", &body),
+                )
+                .times(1),
+            );
+        }
+        let call = session.call_tool("tool-000", serde_json::json!({}));
+        let last_poll = async {
+            assert!(
+                eventually(Duration::from_secs(5), || !seen(&server, "tools/call")
+                    .is_empty())
+                .await
+            );
+            let id = seen(&server, "tools/call")[0].body.as_ref().unwrap()["id"].clone();
+            let response =
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"polled": true}});
+            server.push_fault(
+                Fault::on_http(
+                    Method::GET,
+                    FaultAction::raw(
+                        200,
+                        "text/event-stream",
+                        &format!("id: done\ndata: {response}\n\n"),
+                    ),
+                )
+                .times(1),
+            );
+        };
+        let (result, ()) = tokio::join!(
+            tokio::time::timeout(Duration::from_secs(10), call),
+            last_poll
+        );
+        let result = result
+            .expect("bounded")
+            .expect("the call lasts while the server delivers");
+        assert_eq!(result, serde_json::json!({"polled": true}));
+        assert_eq!(resumptions(&server).len(), POLLS + 1);
+        for _ in 0..POLLS {
+            assert!(
+                notifications.try_recv().is_ok(),
+                "each poll's message delivered"
+            );
+        }
+        session.close().await;
+    });
+}

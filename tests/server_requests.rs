@@ -6,7 +6,8 @@
 
 mod support;
 
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use mcp_scoped_http::jsonrpc::ErrorObject;
 use mcp_scoped_http::{Connector, Session};
@@ -297,5 +298,51 @@ fn f23_capabilities_follow_the_handlers() {
         drop((bare, two, three));
         // The first session of `three` expired: it is not DELETEd.
         baseline.check(&server, 3).await;
+    });
+}
+
+/// `close()` called from a server-request handler (answering on the
+/// listener's own task) does not wait its own 2 s join bound: it returns at
+/// once, deferred to the reaper, which still DELETEs the session.
+#[test]
+fn close_from_a_server_request_handler_returns_at_once() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_listen(ListenMode::Open));
+        let slot: Arc<OnceLock<Arc<Session>>> = Arc::default();
+        let (done_tx, mut done) = tokio::sync::mpsc::channel(1);
+        let handler_slot = slot.clone();
+        let session = Connector::new(server.url())
+            .on_elicitation(move |_| {
+                let slot = handler_slot.clone();
+                let done_tx = done_tx.clone();
+                async move {
+                    let session = slot.get().expect("set after connect").clone();
+                    let started = Instant::now();
+                    let released = session.close().await;
+                    let _ = done_tx.send((started.elapsed(), released)).await;
+                    Ok(json!({"action": "decline"}))
+                }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let session = Arc::new(session);
+        slot.set(session.clone()).ok().unwrap();
+        assert!(eventually(PROMPT, || server.stats().listen_streams_open == 1).await);
+        assert_eq!(
+            server.request_listeners("elicitation/create", json!({"message": "close?"})),
+            1
+        );
+        let (took, released) = tokio::time::timeout(PROMPT, done.recv())
+            .await
+            .expect("the handler's close returned")
+            .unwrap();
+        assert!(took < Duration::from_millis(500), "close took {took:?}");
+        assert!(released.deferred, "{released:?}");
+        assert!(session.is_closed());
+        // The reaper finishes: the session is DELETEd.
+        mcp_scoped_http::shutdown().await;
+        assert!(eventually(PROMPT, || server.stats().deletes == 1).await);
+        assert!(eventually(PROMPT, || session.ledger().tasks == 0).await);
     });
 }

@@ -272,6 +272,7 @@ impl ScopedTransportBuilder {
         let settings = Settings {
             resumption: self.resumption,
             listen: self.listen.unwrap_or(!attached),
+            listen_backoff: crate::engine::LISTEN_BACKOFF,
             renew_timeout: Some(self.reinitialize_timeout),
             // rmcp numbers its own requests: ours must not collide.
             id_prefix: Some("mcp-scoped-http-"),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use super::{Backoff, Engine, Front, Generation};
+use super::{Backoff, Engine, Era, Front, Generation};
 use crate::error::{Error, Result, idless_response};
 use crate::jsonrpc::{Message, RequestId, Response};
 use crate::transport::{MessageStream, ReplayFilter};
@@ -13,9 +13,11 @@ use crate::transport::{MessageStream, ReplayFilter};
 /// Reads `stream` until the response to `id`: server requests and
 /// notifications on it are routed as they come; a stream that breaks off
 /// after an event id is resumed with `Last-Event-ID` (after the server's
-/// `retry`, or a bounded backoff), up to the configured attempts, which
-/// partial progress does not reset; messages a resumed stream replays are
-/// ignored.
+/// `retry` and the [`Backoff`]), up to the configured attempts in a row
+/// that bring no new message (one that does starts the count and the
+/// backoff again); messages a resumed stream replays are ignored.
+///
+/// 2026-07-28 has no GET: there a broken answer fails at once.
 pub(super) async fn read<F: Front>(
     engine: &Arc<Engine<F>>,
     generation: &Arc<Generation>,
@@ -28,6 +30,8 @@ pub(super) async fn read<F: Front>(
     let mut attempts = 0;
     loop {
         let mut broke = None;
+        // A new message on this stream (not a replay): progress.
+        let mut progress = false;
         while let Some(item) = stream.next().await {
             let message = match item {
                 Ok(message) => message,
@@ -41,6 +45,7 @@ pub(super) async fn read<F: Front>(
             if stream.replay_key().is_some_and(|key| !replays.first(key)) {
                 continue;
             }
+            progress = true;
             match message {
                 Message::Response(response) if response.id.as_ref() == Some(id) => {
                     return response.outcome.map_err(Error::rpc);
@@ -61,9 +66,21 @@ pub(super) async fn read<F: Front>(
         let Some(last_event_id) = stream.last_event_id().map(str::to_owned) else {
             return Err(cause);
         };
+        if generation.era() == Era::Stateless {
+            return Err(Error::protocol(format!(
+                "the answer to request {id} broke off and cannot be resumed: \
+                 2026-07-28 has no GET to resume it with"
+            ))
+            .with_cleanup(vec![cause]));
+        }
+        if progress {
+            attempts = 0;
+            backoff.reset();
+        }
         if attempts == resumption.max_attempts {
             return Err(Error::protocol(format!(
-                "the answer to request {id} broke off; gave up after {attempts} resumptions"
+                "the answer to request {id} broke off; gave up after {attempts} resumptions \
+                 in a row that brought no new message"
             ))
             .with_cleanup(vec![cause]));
         }

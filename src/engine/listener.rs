@@ -1,162 +1,488 @@
-//! The GET listening stream of one session, and its 2026-07-28
-//! successor, `subscriptions/listen`.
+//! Listening for what the server sends unasked: one policy for every era.
+//!
+//! - 2025 (sessions): the GET stream of the session, resumed with
+//!   `Last-Event-ID`.
+//! - 2026-07-28: a `subscriptions/listen` request held open.
+//! - 2024-11-05 (HTTP+SSE): the event stream is the session itself, read
+//!   by the engine's SSE reader: it is never reopened, and its end ends the
+//!   session for every request (never silently).
+//!
+//! The policy ([`Policy`]), the same for the first two:
+//!
+//! - **Progress** is a new message from the server: not a replay, not an
+//!   empty priming event, not the acknowledgement of a subscription. It
+//!   starts the backoff again.
+//! - A stream that ends (cleanly or not, at once or after hours) is opened
+//!   again, for as long as the session lasts, after the shared [`Backoff`]
+//!   (capped, jittered; at least the server's `retry`), whose step doubles
+//!   per attempt without progress. A stream that was held open for at
+//!   least the cap (a proxy closing idle streams) starts the step again:
+//!   each attempt either lasted that long or is followed by a wait of at
+//!   least half the first step, so the rate of attempts is bounded by
+//!   construction, whatever the server does.
+//! - **Stops** (each logged at `info`, never silently):
+//!   - the server says it will not serve the stream: a 405 to the GET; an
+//!     error answer or a client error (4xx, but 408 and 429) to
+//!     `subscriptions/listen`;
+//!   - the server ends a subscription gracefully (its successful
+//!     `subscriptions/listen` response);
+//!   - the stream breaks the protocol or a limit [`MAX_BROKEN`] times in a
+//!     row (a broken server);
+//!   - the session is replaced (its successor has its own listener) or
+//!     closed.
+//!
+//!   `Session::is_listening` tells whether a listener runs.
+//! - A **404** to the GET checks the session with a `ping`: an expired
+//!   session is renewed there (the new session gets its own listener); an
+//!   attached one that expired is reported by its requests; a session
+//!   alive and well means the server does not serve the GET (stop).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Backoff, Engine, Front, Generation};
+use tokio::time::Instant;
+
+use super::{Backoff, Deadline, Engine, Front, Generation};
+use crate::error::Error;
 use crate::jsonrpc::{Message, Request};
 use crate::transport::ReplayFilter;
 
-/// GET attempts in a row that bring nothing new (an error, a stream that
-/// ends without a new event, or one that breaks the protocol or a limit),
-/// at most; a 405 ends the listener at once. A stream that brings a new
-/// event (a message, or a new event id: a server that polls, closing the
-/// stream or its connection after each event as 2025-11-25 allows) starts
-/// the count again.
-pub(crate) const MAX_ATTEMPTS: usize = 3;
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Streams in a row that break the protocol or a limit (an invalid or
+/// oversized event), at most: then the server is broken and listening
+/// stops. A stream with progress starts the count again.
+pub(crate) const MAX_BROKEN: usize = 3;
 
-/// Reads `generation`'s GET stream until the server has none (405), the
-/// attempts that bring nothing run out, or another session replaces this
-/// one; routes what comes, resuming after the last event id seen on this
-/// session only, and ignores what a resumed stream replays.
-///
-/// A 404 here is not taken for expiry: some servers answer a GET they do
-/// not serve with 404. The listener gives up after its attempts; requests
-/// find out about an expired session themselves.
-///
-/// Between two GETs it waits the server's `retry` (or a doubling backoff
-/// while they bring nothing), and at least [`FIRST_BACKOFF`], so a server
-/// that polls with `retry: 0` gets no busy loop.
-pub(super) async fn listen<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<Generation>) {
-    let mut last_event_id: Option<String> = None;
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-    // What a reconnect with `Last-Event-ID` replays is not delivered twice.
-    let mut replays = ReplayFilter::new();
-    let mut fruitless = 0;
-    loop {
-        if !engine.is_current(generation) {
-            tracing::debug!("the session was replaced; its listener stops");
-            return;
+/// How one attempt to listen went.
+#[derive(Debug)]
+pub(super) enum Attempt {
+    /// The server will not serve the stream.
+    Refused(String),
+    /// The server ended the subscription gracefully.
+    Finished,
+    /// A 404 to the GET: the session may have expired.
+    NotFound,
+    /// The stream ended, or could not be opened (a network error, a 5xx).
+    Ended {
+        /// A new message came.
+        progress: bool,
+        /// The stream broke the protocol or a limit.
+        broken: bool,
+        /// The server's `retry`, if it sent one.
+        retry: Option<Duration>,
+    },
+}
+
+/// What the listener does next.
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// Waits this long, then tries again.
+    Retry(Duration),
+    /// Checks the session (a 404), then goes on or stops.
+    CheckSession,
+    /// Stops listening, for this reason.
+    Stop(String),
+}
+
+/// The listening policy (see the module docs): one instance per listener.
+#[derive(Debug)]
+pub(super) struct Policy {
+    backoff: Backoff,
+    broken: usize,
+}
+
+impl Policy {
+    /// With the backoff's first and longest wait (see
+    /// [`LISTEN_BACKOFF`](super::LISTEN_BACKOFF)).
+    pub(super) fn new((first, max): (Duration, Duration)) -> Self {
+        Policy {
+            backoff: Backoff::new(first, max),
+            broken: 0,
         }
-        let mut server_retry = None;
-        let mut fruitful = false;
-        let mut broken = false;
-        match generation
-            .wire()
-            .open_get_stream(last_event_id.as_deref())
-            .await
-        {
-            Ok(None) => {
-                tracing::debug!("the server has no GET stream (405)");
-                return;
-            }
-            Ok(Some(mut stream)) => {
-                while let Some(message) = stream.next().await {
-                    match message {
-                        Ok(_) if stream.replay_key().is_some_and(|key| !replays.first(key)) => {}
-                        Ok(message) => {
-                            fruitful = true;
-                            engine.route(generation, message).await;
-                        }
-                        Err(error) => {
-                            tracing::debug!(%error, "the GET stream failed");
-                            // A dropped connection is how a server polls;
-                            // an invalid or oversized event is no progress.
-                            broken = !error.is_transport();
-                            break;
-                        }
+    }
+
+    /// What follows `attempt`, which lasted `lasted`.
+    pub(super) fn next(&mut self, attempt: Attempt, lasted: Duration) -> Next {
+        match attempt {
+            Attempt::Refused(why) => Next::Stop(why),
+            Attempt::Finished => Next::Stop("the server ended the subscription".into()),
+            Attempt::NotFound => Next::CheckSession,
+            Attempt::Ended {
+                progress,
+                broken,
+                retry,
+            } => {
+                if progress {
+                    self.backoff.reset();
+                    self.broken = 0;
+                } else if lasted >= self.backoff.max() {
+                    self.backoff.reset();
+                }
+                if broken {
+                    self.broken += 1;
+                    if self.broken == MAX_BROKEN {
+                        return Next::Stop(format!(
+                            "the stream broke the protocol or a limit {MAX_BROKEN} times in a row"
+                        ));
                     }
                 }
-                if let Some(id) = stream.last_event_id() {
-                    if last_event_id.as_deref() != Some(id) {
-                        fruitful = true;
-                        last_event_id = Some(id.to_owned());
-                    }
-                }
-                server_retry = stream.retry();
-            }
-            Err(error) => tracing::debug!(%error, fruitless, "opening the GET stream failed"),
-        }
-        if fruitful && !broken {
-            fruitless = 0;
-            backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-        } else {
-            fruitless += 1;
-            if fruitless == MAX_ATTEMPTS {
-                tracing::debug!("gave up on the GET stream after {MAX_ATTEMPTS} attempts in a row");
-                return;
+                Next::Retry(self.backoff.wait(retry))
             }
         }
-        tokio::time::sleep(backoff.wait(server_retry).max(FIRST_BACKOFF)).await;
+    }
+
+    /// The session is alive after a 404 could not be checked (the ping
+    /// failed for another reason): wait as after an attempt without
+    /// progress.
+    fn after_check(&mut self) -> Duration {
+        self.backoff.wait(None)
     }
 }
 
-/// 2026-07-28: keeps a `subscriptions/listen` request open on
-/// `generation`, asking for the notifications in `filter`, and routes what
-/// its answer stream carries. A stream that ends is opened again (a new
-/// request) after a backoff; [`MAX_ATTEMPTS`] in a row that bring nothing
-/// end it, and so does an error answer (the server does not offer it).
-pub(super) async fn subscribe<F: Front>(
+/// One era's way to listen: opens the stream once, routes what comes.
+pub(super) trait Source<F: Front>: Send {
+    /// One attempt: open, read until the end, route every new message.
+    fn attempt<'a>(
+        &'a mut self,
+        engine: &'a Arc<Engine<F>>,
+        generation: &'a Arc<Generation>,
+    ) -> impl Future<Output = Attempt> + Send + 'a;
+}
+
+/// Runs `source` on `generation` under the [`Policy`], until it stops or
+/// the session is replaced (the task is also cancelled at close).
+pub(super) async fn run<F: Front, S: Source<F>>(
     engine: &Arc<Engine<F>>,
     generation: &Arc<Generation>,
-    filter: serde_json::Value,
+    mut source: S,
+    what: &'static str,
 ) {
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-    let mut fruitless = 0;
+    let mut policy = Policy::new(engine.settings.listen_backoff);
     loop {
         if !engine.is_current(generation) {
+            tracing::debug!(what, "the session was replaced; its listener stops");
             return;
         }
+        let began = Instant::now();
+        let attempt = source.attempt(engine, generation).await;
+        tracing::debug!(what, ?attempt, "a listening attempt ended");
+        let wait = match policy.next(attempt, began.elapsed()) {
+            Next::Retry(wait) => wait,
+            Next::Stop(why) => {
+                tracing::info!(what, %why, "listening stopped");
+                return;
+            }
+            Next::CheckSession => match check_session(engine, generation).await {
+                Checked::Replaced => continue,
+                Checked::Stop(why) => {
+                    tracing::info!(what, %why, "listening stopped");
+                    return;
+                }
+                Checked::Unknown => policy.after_check(),
+            },
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// What a session check found.
+enum Checked {
+    /// The session was renewed (or replaced): the new one has its listener.
+    Replaced,
+    Stop(String),
+    /// The check itself failed (a timeout, the network): try again later.
+    Unknown,
+}
+
+/// After a 404 to the GET: a `ping` on the session, which renews an owned
+/// session the server expired (as any request does).
+async fn check_session<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Checked {
+    let ping = Request {
+        id: engine.next_id(),
+        method: "ping".into(),
+        params: None,
+    };
+    let deadline = Deadline::after(engine.settings.renew_timeout);
+    let outcome = engine.call(&ping, deadline, true).await;
+    if !engine.is_current(generation) {
+        return Checked::Replaced;
+    }
+    match outcome {
+        Ok(_) => Checked::Stop(
+            "the server answered the GET 404 while the session is alive: it does not serve it"
+                .into(),
+        ),
+        Err(error) if error.is_session_expired() => {
+            Checked::Stop(format!("the session has expired: {error}"))
+        }
+        Err(error) if error.is_closed() => Checked::Stop("the session is closed".into()),
+        Err(error) => {
+            tracing::debug!(%error, "checking the session after a 404 failed");
+            Checked::Unknown
+        }
+    }
+}
+
+/// The 2025 GET stream of one session.
+pub(super) struct GetStream {
+    last_event_id: Option<String>,
+    /// What a reconnect with `Last-Event-ID` replays is not delivered twice.
+    replays: ReplayFilter,
+}
+
+impl GetStream {
+    pub(super) fn new() -> Self {
+        GetStream {
+            last_event_id: None,
+            replays: ReplayFilter::new(),
+        }
+    }
+}
+
+impl<F: Front> Source<F> for GetStream {
+    async fn attempt(&mut self, engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Attempt {
+        // Opening is bounded like a request; the stream, once open, is not.
+        let opened = Deadline::after(engine.settings.renew_timeout)
+            .run(
+                generation
+                    .wire()
+                    .open_get_stream(self.last_event_id.as_deref()),
+            )
+            .await;
+        let mut stream = match opened {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return Attempt::Refused("the server has no GET stream (405)".into()),
+            Err(error) if error.status() == Some(http::StatusCode::NOT_FOUND) => {
+                return Attempt::NotFound;
+            }
+            Err(error) => return failed(&error, "opening the GET stream failed"),
+        };
+        let mut progress = false;
+        let mut broken = false;
+        while let Some(message) = stream.next().await {
+            match message {
+                Ok(_)
+                    if stream
+                        .replay_key()
+                        .is_some_and(|key| !self.replays.first(key)) => {}
+                Ok(message) => {
+                    progress = true;
+                    engine.route(generation, message).await;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the GET stream failed");
+                    // A dropped connection is how a server polls; an
+                    // invalid or oversized event is a broken server.
+                    broken = !error.is_transport();
+                    break;
+                }
+            }
+        }
+        if let Some(id) = stream.last_event_id() {
+            self.last_event_id = Some(id.to_owned());
+        }
+        Attempt::Ended {
+            progress,
+            broken,
+            retry: stream.retry(),
+        }
+    }
+}
+
+/// An attempt that failed before a stream opened: a refusal for a client
+/// error that retrying does not mend, else an end without progress.
+fn failed(error: &Error, what: &str) -> Attempt {
+    tracing::debug!(%error, "{what}");
+    match error.status() {
+        Some(status)
+            if status.is_client_error()
+                && status != http::StatusCode::REQUEST_TIMEOUT
+                && status != http::StatusCode::TOO_MANY_REQUESTS =>
+        {
+            Attempt::Refused(format!("{what}: {error}"))
+        }
+        _ => Attempt::Ended {
+            progress: false,
+            broken: false,
+            retry: None,
+        },
+    }
+}
+
+/// 2026-07-28: a `subscriptions/listen` request held open, asking for the
+/// notifications in `filter`.
+pub(super) struct Subscription {
+    filter: serde_json::Value,
+}
+
+impl Subscription {
+    pub(super) fn new(filter: serde_json::Value) -> Self {
+        Subscription { filter }
+    }
+}
+
+/// The first message of every subscription stream: not progress.
+const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+
+impl<F: Front> Source<F> for Subscription {
+    async fn attempt(&mut self, engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Attempt {
         let request = Request {
             id: engine.next_id(),
             method: "subscriptions/listen".into(),
-            params: Some(serde_json::json!({ "notifications": filter })),
+            params: Some(serde_json::json!({ "notifications": self.filter })),
         };
-        let mut fruitful = false;
-        match engine
-            .post_request(generation, &request, &http::HeaderMap::new())
-            .await
-        {
-            Ok(mut stream) => {
-                while let Some(message) = stream.next().await {
-                    match message {
-                        Ok(Message::Response(response)) => {
-                            if let Err(error) = response.outcome {
-                                tracing::debug!(code = error.code, "subscriptions/listen refused");
-                                return;
-                            }
-                            break;
-                        }
-                        Ok(message) => {
-                            fruitful = true;
-                            engine.route(generation, message).await;
-                        }
-                        Err(error) => {
-                            tracing::debug!(%error, "the subscription stream failed");
-                            break;
-                        }
-                    }
+        let opened = Deadline::after(engine.settings.renew_timeout)
+            .run(engine.post_request(generation, &request, &http::HeaderMap::new()))
+            .await;
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(error) => return failed(&error, "subscriptions/listen failed"),
+        };
+        let mut progress = false;
+        let mut broken = false;
+        while let Some(message) = stream.next().await {
+            match message {
+                Ok(Message::Response(response)) if response.id.as_ref() == Some(&request.id) => {
+                    return match response.outcome {
+                        Ok(_) => Attempt::Finished,
+                        Err(error) => Attempt::Refused(format!(
+                            "subscriptions/listen was answered with error {}: {}",
+                            error.code, error.message
+                        )),
+                    };
+                }
+                Ok(Message::Notification(notification)) if notification.method == ACKNOWLEDGED => {
+                    engine
+                        .route(generation, Message::Notification(notification))
+                        .await;
+                }
+                Ok(message) => {
+                    progress = true;
+                    engine.route(generation, message).await;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the subscription stream failed");
+                    broken = !error.is_transport();
+                    break;
                 }
             }
-            Err(error) if error.status().is_some_and(|s| s.is_client_error()) => {
-                tracing::debug!(%error, "subscriptions/listen refused");
-                return;
-            }
-            Err(error) => tracing::debug!(%error, fruitless, "subscriptions/listen failed"),
         }
-        if fruitful {
-            fruitless = 0;
-            backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-        } else {
-            fruitless += 1;
-            if fruitless == MAX_ATTEMPTS {
-                tracing::debug!("gave up on subscriptions/listen after {MAX_ATTEMPTS} attempts");
-                return;
-            }
+        Attempt::Ended {
+            progress,
+            broken,
+            retry: None,
         }
-        tokio::time::sleep(backoff.wait(None)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIRST_BACKOFF: Duration = super::super::LISTEN_BACKOFF.0;
+    const MAX_BACKOFF: Duration = super::super::LISTEN_BACKOFF.1;
+
+    fn ended(progress: bool, broken: bool) -> Attempt {
+        Attempt::Ended {
+            progress,
+            broken,
+            retry: None,
+        }
+    }
+
+    /// The policy matrix: what stops, what waits, and that a stream ending
+    /// without progress never stops the listener but waits longer (capped).
+    #[test]
+    fn the_policy_stops_on_refusals_and_backs_off_on_ends() {
+        let now = Duration::ZERO;
+        let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
+        assert!(matches!(
+            policy.next(Attempt::Refused("405".into()), now),
+            Next::Stop(_)
+        ));
+        assert!(matches!(policy.next(Attempt::Finished, now), Next::Stop(_)));
+        assert_eq!(policy.next(Attempt::NotFound, now), Next::CheckSession);
+
+        // Ends without progress: forever, each wait at least half a
+        // doubling step, never over the cap.
+        let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
+        let mut step = FIRST_BACKOFF;
+        for _ in 0..100 {
+            let Next::Retry(wait) = policy.next(ended(false, false), now) else {
+                panic!("an end without progress stops nothing");
+            };
+            assert!(
+                wait >= step / 2 && wait <= step,
+                "{wait:?} for step {step:?}"
+            );
+            step = (step * 2).min(MAX_BACKOFF);
+        }
+        // Progress starts again from the first step.
+        let Next::Retry(wait) = policy.next(ended(true, false), now) else {
+            panic!()
+        };
+        assert!(wait <= FIRST_BACKOFF);
+        // So does a stream held open for the cap (a proxy closing idle
+        // streams), without a message.
+        for _ in 0..10 {
+            policy.next(ended(false, false), now);
+        }
+        let Next::Retry(wait) = policy.next(ended(false, false), MAX_BACKOFF) else {
+            panic!()
+        };
+        assert!(wait <= FIRST_BACKOFF);
+
+        // Broken streams stop after MAX_BROKEN in a row; progress between
+        // them starts the count again.
+        let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
+        for _ in 1..MAX_BROKEN {
+            assert!(matches!(
+                policy.next(ended(false, true), now),
+                Next::Retry(_)
+            ));
+        }
+        // A stream that delivered, then broke: the first of a new count.
+        assert!(matches!(
+            policy.next(ended(true, true), now),
+            Next::Retry(_)
+        ));
+        for _ in 2..MAX_BROKEN {
+            assert!(matches!(
+                policy.next(ended(false, true), now),
+                Next::Retry(_)
+            ));
+        }
+        assert!(matches!(
+            policy.next(ended(false, true), now),
+            Next::Stop(_)
+        ));
+    }
+
+    /// The server's `retry` is a lower bound, capped; `retry: 0` gets the
+    /// backoff.
+    #[test]
+    fn the_servers_retry_is_a_floor_under_the_cap() {
+        let now = Duration::ZERO;
+        let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
+        let next = policy.next(
+            Attempt::Ended {
+                progress: true,
+                broken: false,
+                retry: Some(Duration::from_secs(3600)),
+            },
+            now,
+        );
+        assert_eq!(next, Next::Retry(MAX_BACKOFF));
+        let Next::Retry(wait) = policy.next(
+            Attempt::Ended {
+                progress: true,
+                broken: false,
+                retry: Some(Duration::ZERO),
+            },
+            now,
+        ) else {
+            panic!()
+        };
+        assert!(wait >= FIRST_BACKOFF / 2);
     }
 }

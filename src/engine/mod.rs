@@ -22,7 +22,7 @@ pub(crate) use endpoint::Endpoint;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -134,11 +134,16 @@ pub(crate) trait Front: Send + Sync + Sized + 'static {
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct Resumption {
-    /// GETs with `Last-Event-ID` per request, at most; partial progress does
-    /// not reset the count. Default: 5.
+    /// GETs with `Last-Event-ID` in a row that bring no new message, per
+    /// request, at most: one that brings a new message (not a replay, not
+    /// an empty priming event) starts the count again, so a long call on a
+    /// server that makes the client poll goes on while it delivers.
+    /// Default: 5.
     pub max_attempts: usize,
-    /// The wait when the server sent no `retry`, doubled per attempt.
-    /// Default: 250 ms.
+    /// The first step of the wait before a resumption: it doubles per
+    /// resumption that brings nothing new (and starts again after one that
+    /// does); each wait is jittered over the step's upper half, and never
+    /// shorter than the server's `retry`. Default: 250 ms.
     pub first_backoff: Duration,
     /// The longest wait, whatever the server's `retry` says. Default: 10 s.
     pub max_wait: Duration,
@@ -177,30 +182,80 @@ impl Default for Resumption {
     }
 }
 
-/// Waits between attempts: the server's `retry` when it sent one, else a
-/// doubling step; never more than the cap.
+/// The least wait [`Backoff`] ever returns, whatever it is configured
+/// with: every reconnect loop is bounded in rate by construction.
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(1);
+
+/// Waits between attempts, the one type every reconnect loop (the
+/// listeners of every era, resumption) uses: a step that doubles per
+/// attempt up to a cap, jittered over its upper half (so that sessions
+/// cut off together do not come back together, while each wait stays at
+/// least half the step: the rate is bounded by construction), and never
+/// shorter than the server's `retry` (capped) or [`MIN_BACKOFF`].
+#[derive(Debug)]
 pub(crate) struct Backoff {
-    next: Duration,
+    first: Duration,
+    step: Duration,
     max: Duration,
 }
 
 impl Backoff {
+    /// Steps from `first`, doubling to `max` (`first` is at most `max`;
+    /// both at least [`MIN_BACKOFF`]).
     pub(crate) fn new(first: Duration, max: Duration) -> Self {
-        Backoff { next: first, max }
+        let max = max.max(MIN_BACKOFF);
+        let first = first.clamp(MIN_BACKOFF, max);
+        Backoff {
+            first,
+            step: first,
+            max,
+        }
     }
 
+    /// The next wait, and the step doubles (up to the cap).
     pub(crate) fn wait(&mut self, server_retry: Option<Duration>) -> Duration {
-        let wait = server_retry.unwrap_or(self.next).min(self.max);
-        self.next = self.next.saturating_mul(2).min(self.max);
-        wait
+        let step = self.step;
+        self.step = step.saturating_mul(2).min(self.max);
+        let floor = (step / 2).max(MIN_BACKOFF);
+        let jittered = floor + jitter(step.saturating_sub(floor));
+        jittered.max(server_retry.unwrap_or_default().min(self.max))
+    }
+
+    /// Progress: the next wait starts from the first step again.
+    pub(crate) fn reset(&mut self) {
+        self.step = self.first;
+    }
+
+    /// The longest wait.
+    pub(crate) fn max(&self) -> Duration {
+        self.max
     }
 }
+
+/// A duration uniform in `0..=span`, from the standard library's per-process
+/// random hash keys (no dependency for this; not for secrets).
+fn jitter(span: Duration) -> Duration {
+    use std::hash::BuildHasher as _;
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    let nanos = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    let draw = std::hash::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed));
+    Duration::from_nanos(draw % nanos.saturating_add(1).max(1))
+}
+
+/// The listeners' backoff by default: from 500 ms, doubling to 30 s.
+pub(crate) const LISTEN_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(30));
 
 /// Settings of an [`Engine`].
 pub(crate) struct Settings {
     pub(crate) resumption: Resumption,
     /// Whether each session gets a GET listener.
     pub(crate) listen: bool,
+    /// The first and the longest wait of the listeners' [`Backoff`].
+    pub(crate) listen_backoff: (Duration, Duration),
     /// Bound on opening a replacement session.
     pub(crate) renew_timeout: Option<Duration>,
     /// Ids of the engine's own requests: numbers (`None`), or strings with
@@ -234,6 +289,8 @@ pub(crate) struct Engine<F> {
     initialize_params: Mutex<Option<Value>>,
     /// The newest generation given a listener.
     listening: AtomicU64,
+    /// Listener tasks running.
+    listeners: AtomicUsize,
     generations: AtomicU64,
     ids: AtomicI64,
 }
@@ -256,6 +313,7 @@ impl<F: Front> Engine<F> {
             settings,
             initialize_params: Mutex::default(),
             listening: AtomicU64::new(0),
+            listeners: AtomicUsize::new(0),
             generations: AtomicU64::new(0),
             ids: AtomicI64::new(0),
         })
@@ -904,8 +962,9 @@ impl<F: Front> Engine<F> {
         F::deliver(self, generation, message).await;
     }
 
-    /// Starts the GET listener of `generation` (one per session), if the
-    /// engine listens.
+    /// Starts the GET listener of `generation` (one per session), kept
+    /// under the listening policy (see [`listener`]), if the engine
+    /// listens.
     pub(crate) fn start_listener(self: &Arc<Self>, generation: &Arc<Generation>) {
         if generation.era != Era::Sessions
             || !self.settings.listen
@@ -916,21 +975,44 @@ impl<F: Front> Engine<F> {
         {
             return;
         }
+        self.spawn_listening(generation, listener::GetStream::new(), "GET stream");
+    }
+
+    /// Runs `source` under the listening policy in a background task,
+    /// counted in [`listening`](Self::listening) while it runs.
+    fn spawn_listening<S: listener::Source<F> + 'static>(
+        self: &Arc<Self>,
+        generation: &Arc<Generation>,
+        source: S,
+        what: &'static str,
+    ) {
         let engine = self.clone();
         let generation = generation.clone();
+        self.listeners.fetch_add(1, Ordering::AcqRel);
+        // Uncounted when the task ends, is aborted, or never starts.
+        let counted = scopeguard::guard(self.clone(), |engine| {
+            engine.listeners.fetch_sub(1, Ordering::AcqRel);
+        });
         self.spawner.spawn(move |cancel| async move {
+            let _counted = counted;
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = listener::listen(&engine, &generation) => {}
+                _ = listener::run(&engine, &generation, source, what) => {}
             }
         });
+    }
+
+    /// Whether a listener (the GET stream, or `subscriptions/listen`) is
+    /// running.
+    pub(crate) fn listening(&self) -> bool {
+        self.listeners.load(Ordering::Acquire) > 0
     }
 }
 
 impl<F: Front> Engine<F> {
     /// 2026-07-28: opens a `subscriptions/listen` stream on `generation`
-    /// for the notifications in `filter` (see [`listener::subscribe`]), if
-    /// the engine listens.
+    /// for the notifications in `filter`, kept under the listening policy
+    /// (see [`listener`]), if the engine listens.
     pub(crate) fn start_subscription(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
@@ -939,14 +1021,11 @@ impl<F: Front> Engine<F> {
         if generation.era != Era::Stateless || !self.settings.listen {
             return;
         }
-        let engine = self.clone();
-        let generation = generation.clone();
-        self.spawner.spawn(move |cancel| async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = listener::subscribe(&engine, &generation, filter) => {}
-            }
-        });
+        self.spawn_listening(
+            generation,
+            listener::Subscription::new(filter),
+            "subscriptions/listen",
+        );
     }
 }
 
@@ -1086,6 +1165,30 @@ mod tests {
         async fn renewed(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: &Value) {}
     }
 
+    /// Every wait is within the step's upper half (so the rate is bounded
+    /// whatever the jitter draws), the step doubles to the cap, the
+    /// server's `retry` is a floor (capped), and progress starts again.
+    #[test]
+    fn backoff_is_capped_jittered_and_floored() {
+        let ms = Duration::from_millis;
+        let mut backoff = Backoff::new(ms(100), ms(800));
+        let mut step = ms(100);
+        let mut distinct = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let wait = backoff.wait(None);
+            assert!(wait >= step / 2 && wait <= step, "{wait:?} for {step:?}");
+            distinct.insert(wait);
+            step = (step * 2).min(ms(800));
+        }
+        assert!(distinct.len() > 10, "jittered: {distinct:?}");
+        assert_eq!(backoff.wait(Some(Duration::from_secs(60))), ms(800));
+        backoff.reset();
+        assert!(backoff.wait(Some(Duration::ZERO)) <= ms(100));
+        // A zero configuration still waits.
+        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert!(zero.wait(Some(Duration::ZERO)) >= MIN_BACKOFF);
+    }
+
     /// Single flight is the engine's own, not its callers': however often
     /// `renew` is asked while a session is lost (two requests that saw it
     /// lost on two workers at once), one renewal task starts.
@@ -1102,6 +1205,7 @@ mod tests {
         let settings = Settings {
             resumption: Resumption::default(),
             listen: false,
+            listen_backoff: LISTEN_BACKOFF,
             renew_timeout: Some(Duration::from_secs(1)),
             id_prefix: None,
         };

@@ -16,7 +16,7 @@ use super::front::SessionFront;
 use super::handlers::Handlers;
 use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
-use crate::engine::{Endpoint, Engine, Era, Resumption, Settings};
+use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message};
 use crate::scope::{GuardStack, cleanup_errors};
@@ -69,6 +69,7 @@ struct Config {
     /// builds (shared by its clones; a lent client keeps its own).
     revisions: Arc<RevisionMemory>,
     listen: Option<bool>,
+    listen_backoff: (Duration, Duration),
     discovery: Discovery,
     delete_timeout: Duration,
     connect_timeout: Option<Duration>,
@@ -89,6 +90,7 @@ impl fmt::Debug for Connector {
             )
             .field("protocol_version", &config.pinned)
             .field("listen", &config.listen)
+            .field("listen_backoff", &config.listen_backoff)
             .field("discovery", &config.discovery)
             .field("delete_timeout", &config.delete_timeout)
             .field("connect_timeout", &config.connect_timeout)
@@ -112,6 +114,7 @@ impl Connector {
             pinned: None,
             revisions: Arc::default(),
             listen: None,
+            listen_backoff: LISTEN_BACKOFF,
             discovery: Discovery::default(),
             delete_timeout: Duration::from_secs(5),
             connect_timeout: None,
@@ -198,6 +201,17 @@ impl Connector {
     /// (2026-07-28).
     pub fn listen(mut self, listen: bool) -> Self {
         self.config_mut().listen = Some(listen);
+        self
+    }
+
+    /// The backoff between two attempts to listen, from `first` doubling
+    /// (per attempt that brings no new message) up to `max`, each wait
+    /// jittered over the upper half of its step and counted from when the
+    /// attempt began. Listening goes on for the session's life: see
+    /// [`Session::close`](crate::Session::close) and the crate's listening
+    /// policy in README. Default: 500 ms to 30 s.
+    pub fn listen_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.config_mut().listen_backoff = (first, max);
         self
     }
 
@@ -356,6 +370,7 @@ impl Config {
         let settings = Settings {
             resumption: self.resumption,
             listen,
+            listen_backoff: self.listen_backoff,
             renew_timeout: self.request_timeout,
             id_prefix: None,
         };

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::SessionInfo;
 use super::discovery::{Catalog, Discovery, ListKind, Lister};
 use super::entry::Entry;
 use super::handlers::Handlers;
@@ -16,6 +17,7 @@ use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ServerMessage};
 use crate::jsonrpc::{Message, Response};
 use crate::sync::lock;
+use crate::transport::ProtocolVersion;
 
 /// The catalog, and which of its lists a re-discovery has replaced.
 #[derive(Default)]
@@ -25,10 +27,46 @@ struct Lists {
     relisted: [bool; 4],
 }
 
+/// What [`Session::info`](super::Session::info) shows: connect's, then
+/// each renewal's.
+#[derive(Default)]
+struct InfoState {
+    info: Option<Arc<SessionInfo>>,
+    /// A renewal that came before connect handed over its info.
+    renewed: Option<Renewed>,
+}
+
+/// What a renewal changes in [`SessionInfo`].
+struct Renewed {
+    result: Value,
+    protocol_version: Option<ProtocolVersion>,
+    session_id_issued: bool,
+}
+
+impl Renewed {
+    fn apply(self, mut info: SessionInfo) -> SessionInfo {
+        let Renewed {
+            mut result,
+            protocol_version,
+            session_id_issued,
+        } = self;
+        info.server_info = result["serverInfo"].take();
+        info.capabilities = result["capabilities"].take();
+        info.instructions = result["instructions"].as_str().map(str::to_owned);
+        if let Some(version) = protocol_version {
+            info.protocol_version = version;
+        }
+        info.session_id_issued = session_id_issued;
+        info
+    }
+}
+
 /// A session's front end of the engine.
 pub(crate) struct SessionFront {
     pub(crate) handlers: Handlers,
-    sink: mpsc::Sender<Message>,
+    /// Where notifications go; taken at close, which ends the receiver.
+    sink: Mutex<Option<mpsc::Sender<Message>>>,
+    info: Mutex<InfoState>,
     lists: Mutex<Lists>,
     pub(crate) discovery: Discovery,
     /// The session's memory account: every catalog page read, at connect
@@ -49,7 +87,8 @@ impl SessionFront {
     ) -> Self {
         SessionFront {
             handlers,
-            sink,
+            sink: Mutex::new(Some(sink)),
+            info: Mutex::default(),
             lists: Mutex::default(),
             account: Account::new(discovery.memory),
             discovery,
@@ -60,6 +99,27 @@ impl SessionFront {
 
     pub(crate) fn account(&self) -> &Account {
         &self.account
+    }
+
+    /// Drops the notification sender: the caller's receiver ends once it
+    /// has read what is queued.
+    pub(crate) fn close_sink(&self) {
+        drop(lock(&self.sink).take());
+    }
+
+    /// The info of the server session in use.
+    pub(crate) fn info(&self) -> Option<Arc<SessionInfo>> {
+        lock(&self.info).info.clone()
+    }
+
+    /// Sets connect's info (with a renewal that came first applied).
+    pub(crate) fn set_info(&self, info: SessionInfo) {
+        let mut state = lock(&self.info);
+        let info = match state.renewed.take() {
+            Some(renewed) => renewed.apply(info),
+            None => info,
+        };
+        state.info = Some(Arc::new(info));
     }
 
     pub(crate) fn catalog(&self) -> Arc<Catalog> {
@@ -163,12 +223,10 @@ impl Front for SessionFront {
                 for kind in ListKind::changed_by(&notification.method).unwrap_or_default() {
                     SessionFront::rediscover(engine, *kind);
                 }
-                if engine
-                    .front
-                    .sink
-                    .try_send(Message::Notification(notification))
-                    .is_err()
-                {
+                let sent = lock(&engine.front.sink)
+                    .as_ref()
+                    .is_some_and(|sink| sink.try_send(Message::Notification(notification)).is_ok());
+                if !sent {
                     tracing::debug!("dropped a notification: nobody is reading");
                 }
             }
@@ -177,9 +235,22 @@ impl Front for SessionFront {
 
     fn renewed<'a>(
         engine: &'a Arc<Engine<Self>>,
-        _generation: &'a Arc<Generation>,
+        generation: &'a Arc<Generation>,
         initialize_result: &'a Value,
     ) -> impl Future<Output = ()> + Send + 'a {
+        // The info describes the session in use from now on.
+        let renewed = Renewed {
+            result: initialize_result.clone(),
+            protocol_version: generation.wire().protocol_version(),
+            session_id_issued: generation.session_id().is_some(),
+        };
+        {
+            let mut state = lock(&engine.front.info);
+            match state.info.take() {
+                Some(info) => state.info = Some(Arc::new(renewed.apply((*info).clone()))),
+                None => state.renewed = Some(renewed),
+            }
+        }
         // The new session may offer something else: list it again.
         let capabilities = initialize_result.get("capabilities");
         for kind in ListKind::ALL {

@@ -145,7 +145,6 @@ enum Answer {
 pub struct Session {
     engine: Arc<Engine<SessionFront>>,
     stack: Mutex<Option<GuardStack>>,
-    info: SessionInfo,
     notifications: Mutex<Option<mpsc::Receiver<Message>>>,
     counters: Arc<Counters>,
     request_timeout: Option<Duration>,
@@ -168,10 +167,10 @@ fn refuse_lifecycle(method: &str) -> Result<()> {
 impl Session {
     fn new(established: connect::Established, stack: GuardStack) -> Self {
         let counters = stack.counters().clone();
+        established.engine.front.set_info(established.info);
         Session {
             engine: established.engine,
             stack: Mutex::new(Some(stack)),
-            info: established.info,
             notifications: Mutex::new(Some(established.notifications)),
             counters,
             request_timeout: established.request_timeout,
@@ -179,12 +178,17 @@ impl Session {
         }
     }
 
-    /// What the handshake at connect told us (a session that replaced an
-    /// expired one keeps the first one's info; see
-    /// [`protocol_version`](Self::protocol_version) and
-    /// [`session_id`](Self::session_id) for the session in use).
-    pub fn info(&self) -> &SessionInfo {
-        &self.info
+    /// What the handshake told us about the server session in use: at
+    /// connect, then after each renewal (an owned session the server
+    /// expired, replaced by a new `initialize`) the new session's
+    /// `serverInfo`, capabilities, instructions, revision and whether it
+    /// issued an id. [`SessionInfo::probed`], the ownerships and
+    /// [`SessionInfo::timings`] stay connect's.
+    pub fn info(&self) -> Arc<SessionInfo> {
+        self.engine
+            .front
+            .info()
+            .expect("a session's info is set when it is made")
     }
 
     /// What the server offers: as discovered at connect, updated when the
@@ -201,7 +205,7 @@ impl Session {
         self.engine
             .generation()
             .and_then(|generation| generation.wire().protocol_version())
-            .unwrap_or(self.info.protocol_version)
+            .unwrap_or_else(|| self.info().protocol_version)
     }
 
     /// The current session id, if the server issued one (or the caller
@@ -223,8 +227,27 @@ impl Session {
     /// up to 256 wait in it, later ones are dropped. Server requests are not
     /// here: they are answered (see [`Connector::on_elicitation`] and
     /// friends).
+    ///
+    /// The receiver ends ([`mpsc::Receiver::recv`] gives `None`, once what
+    /// is queued has been read) when [`close`](Self::close) begins, or when
+    /// the session is dropped.
     pub fn notifications(&self) -> Option<mpsc::Receiver<Message>> {
         lock(&self.notifications).take()
+    }
+
+    /// Whether the session is listening for what the server sends unasked
+    /// (the GET stream in 2025, `subscriptions/listen` in 2026-07-28).
+    ///
+    /// Listening lasts as long as the session: a stream that ends is opened
+    /// again after a capped, jittered backoff, and a 404 to the GET checks
+    /// the session (a `ping`, which renews an expired one). It stops, with
+    /// a log line at `info`, only when the server refuses it (405; an error
+    /// answer or a 4xx to `subscriptions/listen`; a 404 while the session
+    /// is alive), ends a subscription gracefully, or breaks the protocol or
+    /// a limit three times in a row; and when listening is off
+    /// ([`Connector::listen`]) or the session is closed. This tells which.
+    pub fn is_listening(&self) -> bool {
+        self.engine.listening()
     }
 
     /// Whether [`close`](Self::close) has begun.
@@ -409,8 +432,16 @@ impl Session {
     /// fails: a failed DELETE is reported in [`Released::session`], and
     /// local cleanup runs regardless. If this future is dropped half-way,
     /// the rest is done by the reaper.
+    ///
+    /// The receiver of [`notifications`](Self::notifications) ends here.
+    ///
+    /// Called from one of the session's own tasks (a server-request
+    /// handler, answering on the listener's task), it cannot wait for that
+    /// task to end: it returns at once with [`Released::deferred`], and the
+    /// reaper does the rest (awaited by [`crate::shutdown`]).
     pub async fn close(&self) -> Released {
         self.engine.close();
+        self.engine.front.close_sink();
         let stack = lock(&self.stack).take();
         let Some(mut stack) = stack else {
             return Released {
@@ -418,6 +449,13 @@ impl Session {
                 ..Released::default()
             };
         };
+        if stack.runs_this_task() {
+            stack.hand_to_reaper();
+            return Released {
+                deferred: true,
+                ..Released::default()
+            };
+        }
         let span = tracing::info_span!("mcp.close", endpoint = %self.origin);
         stack.unwind().instrument(span).await
     }
@@ -425,19 +463,21 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Requests still waiting for a session fail; the stack's own drop
-        // (next) releases the rest.
+        // Requests still waiting for a session fail, the notification
+        // receiver ends; the stack's own drop (next) releases the rest.
         self.engine.close();
+        self.engine.front.close_sink();
     }
 }
 
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let info = self.info();
         f.debug_struct("Session")
-            .field("protocol_version", &self.info.protocol_version)
-            .field("ownership", &self.info.ownership)
-            .field("client_ownership", &self.info.client_ownership)
-            .field("session_id_issued", &self.info.session_id_issued)
+            .field("protocol_version", &info.protocol_version)
+            .field("ownership", &info.ownership)
+            .field("client_ownership", &info.client_ownership)
+            .field("session_id_issued", &info.session_id_issued)
             .field("tools", &self.catalog().tools.len())
             .field("closed", &self.is_closed())
             .finish()
