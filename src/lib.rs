@@ -272,6 +272,7 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
+mod body;
 pub mod client;
 mod deadline;
 mod engine;
@@ -286,6 +287,8 @@ mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod transport;
+#[cfg(feature = "oauth")]
+mod url_target;
 mod version;
 
 #[cfg(feature = "oauth")]
@@ -330,5 +333,6 @@ pub mod wire {
     pub mod oauth {
         pub use crate::client::oauth::challenge::BearerChallenge;
         pub use crate::client::oauth::metadata::{AuthorizationServer, ProtectedResource};
+        pub use crate::url_target::secure_request_uri;
     }
 }

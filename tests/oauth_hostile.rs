@@ -96,7 +96,7 @@ fn a_legacy_server_cannot_claim_another_issuer_to_get_its_client_secret() {
                 store.save_client(TRUSTED, credentials);
                 oauth = oauth.store(store);
             } else {
-                oauth = oauth.client(credentials, Some(TRUSTED));
+                oauth = oauth.client(credentials, TRUSTED);
             }
             let error = Connector::new(server.url("/mcp"))
                 .oauth(oauth)
@@ -209,7 +209,7 @@ fn a_challenge_with_a_huge_scope_list_is_bounded() {
         let timeout = Duration::from_secs(2);
         let started = std::time::Instant::now();
         let error = Connector::new(server.url("/mcp"))
-            .oauth(headless().client(ClientCredentials::public("c"), None))
+            .oauth(headless().client_for_any_issuer(ClientCredentials::public("c")))
             .request_timeout(timeout)
             .connect()
             .await

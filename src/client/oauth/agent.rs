@@ -18,9 +18,10 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::discovery::origin_of;
 use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, Redirect, UserAgent};
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
+use crate::url_target::Target;
 
 /// Redirects a headless agent follows on the authorization server's own
 /// origin before reaching the redirect URI.
@@ -72,10 +73,15 @@ impl Redirect for HeadlessRedirect {
         request: AuthorizationRequest,
     ) -> BoxFuture<'static, Result<AuthorizationResponse>> {
         Box::pin(async move {
-            let mut url = request.url.clone();
-            let origin = origin_of(&url)
-                .ok_or_else(|| Error::auth("the authorization endpoint is not an http(s) URL"))?
-                .to_owned();
+            let not_http = || Error::auth("the authorization endpoint is not an http(s) URL");
+            let mut url = Target::parse(&request.url).map_err(|_| not_http())?;
+            let first = url.clone();
+            // Compared parsed, without query or fragment.
+            let redirect_uri = ::url::Url::parse(&self.redirect_uri)
+                .ok()
+                .map(without_query);
+            let is_redirect_uri =
+                |next: &::url::Url| redirect_uri.as_ref() == Some(&without_query(next.clone()));
             for _ in 0..MAX_HOPS {
                 let (status, location) = redirect_of(&request, &url).await?;
                 if !status.is_redirection() {
@@ -88,23 +94,21 @@ impl Redirect for HeadlessRedirect {
                 let location = location.ok_or_else(|| {
                     Error::auth("the authorization server redirected without a Location")
                 })?;
-                // Read as written: the issuer in `iss` is compared byte for byte.
-                if before_query(&location) == before_query(&self.redirect_uri) {
-                    return Ok(AuthorizationResponse::from_redirect(&location));
-                }
-                let next = url::Url::parse(&url)
+                let next = ::url::Url::parse(url.as_str())
                     .and_then(|base| base.join(&location))
-                    .map_err(|_| Error::auth("the authorization server's redirect is not a URL"))?
-                    .to_string();
-                if before_query(&next) == before_query(&self.redirect_uri) {
-                    return Ok(AuthorizationResponse::from_redirect(&next));
+                    .map_err(|_| Error::auth("the authorization server's redirect is not a URL"))?;
+                if is_redirect_uri(&next) {
+                    return Ok(AuthorizationResponse::from_redirect(next.as_str()));
                 }
-                if origin_of(&next).is_none_or(|o| !o.eq_ignore_ascii_case(&origin)) {
-                    return Err(Error::auth(
-                        "the authorization server redirected to another origin than the \
-                         redirect URI; not followed",
-                    ));
-                }
+                let next = Target::parse(next.as_str())
+                    .ok()
+                    .filter(|next| next.same_origin(&first))
+                    .ok_or_else(|| {
+                        Error::auth(
+                            "the authorization server redirected to another origin than the \
+                             redirect URI; not followed",
+                        )
+                    })?;
                 url = next;
             }
             Err(Error::auth(
@@ -114,33 +118,39 @@ impl Redirect for HeadlessRedirect {
     }
 }
 
-/// GETs `url` (no redirect followed) and returns its status and `Location`.
+/// `url` without its query and fragment.
+fn without_query(mut url: ::url::Url) -> ::url::Url {
+    url.set_query(None);
+    url.set_fragment(None);
+    url
+}
+
+/// GETs `url` (no redirect followed) and returns its status and `Location`,
+/// within [`EXCHANGE_TIMEOUT`].
 async fn redirect_of(
     request: &AuthorizationRequest,
-    url: &str,
+    url: &Target,
 ) -> Result<(StatusCode, Option<String>)> {
-    let get = Request::builder()
-        .method(Method::GET)
-        .uri(url)
-        .body(Full::new(Bytes::new()))
-        .map_err(|_| Error::auth("the authorization URL is not valid"))?;
-    let response = tokio::time::timeout(EXCHANGE_TIMEOUT, request.client.send(get))
+    let mut get = Request::new(Full::new(Bytes::new()));
+    *get.uri_mut() = url.uri();
+    let deadline = Deadline::after(Some(EXCHANGE_TIMEOUT));
+    let response = deadline
+        .run(request.client.send(get))
         .await
-        .map_err(|_| {
-            Error::timeout(format!(
-                "the authorization request took longer than {EXCHANGE_TIMEOUT:?}"
-            ))
-        })??;
+        .map_err(|error| {
+            if error.is_timeout() {
+                let message = format!("the authorization request: {error}");
+                error.with_message(message)
+            } else {
+                error
+            }
+        })?;
     let location = response
         .headers()
         .get(LOCATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     Ok((response.status(), location))
-}
-
-fn before_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 impl fmt::Debug for HeadlessRedirect {
