@@ -1,6 +1,7 @@
 //! The two user agents shipped: a loopback redirect listener for a person
 //! at a browser, and a headless one for servers that approve on their own.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -13,10 +14,10 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, Redirect, UserAgent};
 use crate::deadline::Deadline;
@@ -169,6 +170,10 @@ impl fmt::Debug for HeadlessRedirect {
 ///
 /// Defaults: an ephemeral port, path `/callback`, the URL printed on
 /// standard error, no browser opened, a 5 minute wait.
+///
+/// The listener serves at most 16 connections at once (a new one closes
+/// the oldest, so idle connections cannot keep the redirect out), each
+/// given 10 s to send its request head and 30 s in all.
 #[derive(Clone)]
 pub struct LoopbackAgent {
     port: u16,
@@ -313,12 +318,24 @@ impl Redirect for LoopbackRedirect {
     }
 }
 
-/// Connections served at once by the redirect listener; more wait.
+/// Connections served at once by the redirect listener. A connection
+/// beyond them closes the oldest one: idle connections (a browser's
+/// preconnects, or another local process's) cannot keep the redirect out.
 const MAX_CONNECTIONS: usize = 16;
+
+/// How long a connection to the redirect listener may take to send its
+/// request head; then it is closed.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one connection to the redirect listener may last in all.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the listener until a GET of `path` with `state` arrives, and
 /// returns its query. Connections are served by tasks of a set this future
-/// owns: dropping it closes the listener and aborts them.
+/// owns: dropping it closes the listener and aborts them. At most
+/// [`MAX_CONNECTIONS`] are served at once, the oldest closed for a new one;
+/// each has [`HEADER_READ_TIMEOUT`] to send its request head and
+/// [`CONNECTION_TIMEOUT`] in all.
 async fn serve_until_redirect(
     listener: TcpListener,
     path: String,
@@ -326,6 +343,8 @@ async fn serve_until_redirect(
 ) -> Result<AuthorizationResponse> {
     let (tx, mut rx) = mpsc::channel::<AuthorizationResponse>(1);
     let mut connections = JoinSet::new();
+    // The connections being served, oldest first.
+    let mut served: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNECTIONS);
     loop {
         tokio::select! {
             received = rx.recv() => {
@@ -333,25 +352,36 @@ async fn serve_until_redirect(
                     return Ok(response);
                 }
             }
-            accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => {
+            accepted = listener.accept() => {
                 let (stream, _) = accepted.map_err(|e| {
                     Error::auth("the redirect listener failed").with_source(e)
                 })?;
+                if served.len() >= MAX_CONNECTIONS {
+                    if let Some(oldest) = served.pop_front() {
+                        oldest.abort();
+                    }
+                }
                 let (tx, path, state) = (tx.clone(), path.clone(), state.clone());
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let answer = callback(&req, &path, state.as_deref(), &tx);
                     async move { Ok::<_, Infallible>(answer) }
                 });
-                connections.spawn(async move {
+                served.push_back(connections.spawn(async move {
                     let connection = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
                         .keep_alive(false)
                         .serve_connection(TokioIo::new(stream), service);
-                    // A connection left idle (a browser's preconnect) ends
-                    // with the wait, when the set is dropped.
-                    let _ = connection.await;
-                });
+                    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
+                }));
             }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(joined) = connections.join_next_with_id(), if !connections.is_empty() => {
+                let id = match joined {
+                    Ok((id, ())) => id,
+                    Err(error) => error.id(),
+                };
+                served.retain(|handle| handle.id() != id);
+            }
         }
     }
 }
