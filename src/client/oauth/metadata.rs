@@ -284,6 +284,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_resource_with_a_fragment_or_another_query_is_refused() {
+        let read = |resource: &str, endpoint: &str| {
+            ProtectedResource::from_json(
+                &json!({"resource": resource, "authorization_servers": ["http://a"]}),
+                endpoint,
+            )
+        };
+        for (resource, endpoint) in [
+            ("http://localhost:3000/mcp#f", ENDPOINT),
+            ("http://localhost:3000/mcp#", ENDPOINT),
+            ("http://localhost:3000/mcp?", ENDPOINT),
+            ("http://localhost:3000/mcp?t=1", ENDPOINT),
+            (
+                "http://localhost:3000/mcp?t=1",
+                "http://localhost:3000/mcp?t=2",
+            ),
+            (
+                "http://localhost:3000/mcp?t=1#f",
+                "http://localhost:3000/mcp?t=1",
+            ),
+        ] {
+            let error = read(resource, endpoint).expect_err(resource);
+            assert!(error.is_auth(), "{resource}: {error:?}");
+        }
+        for (resource, endpoint) in [
+            (
+                "http://localhost:3000/mcp?t=1",
+                "http://localhost:3000/mcp?t=1",
+            ),
+            ("http://localhost:3000/mcp", "http://localhost:3000/mcp?t=1"),
+        ] {
+            assert_eq!(read(resource, endpoint).unwrap().resource, resource);
+        }
+    }
+
     fn server(extra: Value) -> Value {
         let mut document = json!({
             "issuer": "http://localhost:4000/tenant1",

@@ -75,11 +75,27 @@
 //! lent or owned, with the client-wide hooks you registered for the
 //! authorization server's origin and none of the session's own.
 //!
+//! # Where requests go
+//!
+//! Every URL the flow sends a request to (protected resource metadata,
+//! authorization server metadata, registration, authorization, token) is
+//! parsed once, with the `url` crate (WHATWG, as browsers and the `oauth2`
+//! crate parse), checked (HTTPS, or plain HTTP to `localhost`,
+//! `127.0.0.0/8` or `::1`, unless [`OAuth::allow_insecure_http`]), and
+//! that parsed value is what the request is sent to. A user name and
+//! password in a URL are dropped, never sent nor shown.
+//!
 //! # Timing
 //!
 //! The flow counts against the deadline of the request that needed it
 //! (the request timeout, 60 s by default): with a person at a browser,
-//! give the connector a longer one (the CLI's `--oauth` does).
+//! give the connector a longer one (the CLI's `--oauth` does). Within it,
+//! each exchange with an authorization server (metadata, registration,
+//! token, refresh) has its own deadline, [`OAuth::exchange_timeout`]
+//! (30 s by default), from sending to the last byte of the answer (at
+//! most 256 KiB); the headless agent's requests have 30 s each; the
+//! loopback agent waits 5 minutes for the redirect
+//! ([`LoopbackAgent::timeout`]).
 
 mod agent;
 pub(crate) mod challenge;
@@ -108,7 +124,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// How a session authorizes with OAuth 2.1: the user agent, the store, and
 /// what the client is known as. Cheap to clone; the sessions of one value
-/// share its store and authorize one at a time per endpoint.
+/// share its store, and every session whose tokens are in one store (made
+/// from this value, a clone of it, or another value given the same store)
+/// authorizes and refreshes one at a time per endpoint.
 ///
 /// Defaults: an in-memory store per session, no pre-registered client, no
 /// Client ID Metadata Document, client name `mcp-scoped-http`, no scopes of
