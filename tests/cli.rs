@@ -514,6 +514,9 @@ fn cli_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     command.output().expect("run mcp-scoped-http")
 }
 
+/// Extra arguments and environment variables of one run.
+type Extra<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+
 /// A file only this user reads, holding `text`, removed when dropped.
 struct SecretFile(std::path::PathBuf);
 
@@ -558,7 +561,7 @@ fn a_client_secret_needs_the_issuer_it_was_registered_with() {
         "--client-id",
         "the-client",
     ];
-    let cases: [(&[&str], &[(&str, &str)]); 3] = [
+    let cases: [Extra<'_>; 3] = [
         (&["--client-secret", "secret-on-the-line"], &[]),
         (&["--client-secret-file", file.path()], &[]),
         (&[], &[("MCP_SCOPED_HTTP_CLIENT_SECRET", "secret-from-env")]),
@@ -584,24 +587,16 @@ fn the_bearer_comes_from_a_file_or_the_environment() {
     let file = SecretFile::new("bearer", "token-from-file\nnot this line\n");
     let server = TestServer::start(ServerConfig::default());
     let url = server.url();
-    let cases: [(&[&str], &[(&str, &str)], &str); 3] = [
-        (
-            &["--bearer-file", file.path()],
-            &[("MCP_SCOPED_HTTP_BEARER", "token-from-env")],
-            "Bearer token-from-file",
-        ),
-        (
-            &[],
-            &[("MCP_SCOPED_HTTP_BEARER", "token-from-env")],
-            "Bearer token-from-env",
-        ),
+    let env: &[(&str, &str)] = &[("MCP_SCOPED_HTTP_BEARER", "token-from-env")];
+    let cases: [(&[&str], &str); 3] = [
+        (&["--bearer-file", file.path()], "Bearer token-from-file"),
+        (&[], "Bearer token-from-env"),
         (
             &["--bearer", "token-on-the-line"],
-            &[("MCP_SCOPED_HTTP_BEARER", "token-from-env")],
             "Bearer token-on-the-line",
         ),
     ];
-    for (extra, env, expected) in cases {
+    for (extra, expected) in cases {
         let mut args = vec!["call", url.as_str(), "tool-001"];
         args.extend_from_slice(extra);
         let output = cli_with_env(&args, env);

@@ -271,9 +271,12 @@ fn requests_refused_together_share_one_failed_flow() {
 /// `/authorize` approves at once, `/token` answers `token`'s document, and
 /// the MCP endpoint refuses every request. Each closure gets the server's
 /// `host:port`.
+/// A document served, made from the server's `host:port`.
+type Document = Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>;
+
 struct World {
-    resource: Option<Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>>,
-    metadata: Option<Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>>,
+    resource: Option<Document>,
+    metadata: Option<Document>,
     token: serde_json::Value,
     /// The MCP endpoint's `WWW-Authenticate`.
     challenge: String,

@@ -211,7 +211,7 @@ fn names_endpoint(resource: &Target, endpoint: &Target) -> bool {
     let endpoint = endpoint.path().trim_end_matches('/');
     endpoint == resource
         || endpoint
-            .strip_prefix(&resource)
+            .strip_prefix(resource)
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
