@@ -27,6 +27,8 @@ use url::{Host, Url};
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     url: Url,
+    /// Whether the text parsed had a user name or password (dropped).
+    had_userinfo: bool,
 }
 
 /// Why a string is not a [`Target`].
@@ -65,16 +67,22 @@ impl Target {
         if url.host().is_none() {
             return Err(NotATarget::Unparsable);
         }
+        let had_userinfo = !url.username().is_empty() || url.password().is_some();
         // Cannot fail on a URL with a host.
         let _ = url.set_username("");
         let _ = url.set_password(None);
-        let target = Target { url };
+        let target = Target { url, had_userinfo };
         // What the request is built from must read the same host and port.
         let uri = target.uri_checked().ok_or(NotATarget::Unsendable)?;
         if !target.agrees_with(&uri) {
             return Err(NotATarget::Unsendable);
         }
         Ok(target)
+    }
+
+    /// Whether the text parsed had a user name or password (dropped).
+    pub(crate) fn had_userinfo(&self) -> bool {
+        self.had_userinfo
     }
 
     /// Whether the scheme is `https`.

@@ -39,6 +39,11 @@ impl ProtectedResource {
             .ok_or_else(|| invalid("protected resource metadata has no `resource`"))?;
         let parsed = Target::parse(resource)
             .map_err(|why| invalid(format!("the protected resource's `resource` is {why}")))?;
+        if parsed.had_userinfo() {
+            return Err(invalid(
+                "the protected resource's `resource` has a user name or password; refused",
+            ));
+        }
         if parsed.fragment().is_some() {
             return Err(invalid(
                 "the protected resource's `resource` has a fragment, which RFC 8707 forbids; refused",
@@ -285,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn a_resource_with_a_fragment_or_another_query_is_refused() {
+    fn a_resource_with_a_fragment_another_query_or_a_user_is_refused() {
         let read = |resource: &str, endpoint: &str| {
             ProtectedResource::from_json(
                 &json!({"resource": resource, "authorization_servers": ["http://a"]}),
