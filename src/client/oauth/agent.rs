@@ -308,7 +308,7 @@ impl Redirect for LoopbackRedirect {
             // Only the redirect of this request: another local process
             // cannot end the wait with a made-up one.
             let state = AuthorizationResponse::from_redirect(request.url()).state;
-            let wait = serve_until_redirect(listener, agent.path.clone(), state);
+            let wait = serve_until_redirect(listener, agent.path.clone(), state, LIMITS);
             tokio::time::timeout(agent.timeout, wait)
                 .await
                 .map_err(|_| {
@@ -323,23 +323,30 @@ impl Redirect for LoopbackRedirect {
 /// preconnects, or another local process's) cannot keep the redirect out.
 const MAX_CONNECTIONS: usize = 16;
 
-/// How long a connection to the redirect listener may take to send its
-/// request head; then it is closed.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The bounds on each connection to the redirect listener.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// How long it may take to send its request head; then it is closed.
+    header_read: Duration,
+    /// How long it may last in all.
+    connection: Duration,
+}
 
-/// How long one connection to the redirect listener may last in all.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+const LIMITS: Limits = Limits {
+    header_read: Duration::from_secs(10),
+    connection: Duration::from_secs(30),
+};
 
 /// Serves the listener until a GET of `path` with `state` arrives, and
 /// returns its query. Connections are served by tasks of a set this future
 /// owns: dropping it closes the listener and aborts them. At most
 /// [`MAX_CONNECTIONS`] are served at once, the oldest closed for a new one;
-/// each has [`HEADER_READ_TIMEOUT`] to send its request head and
-/// [`CONNECTION_TIMEOUT`] in all.
+/// each within `limits`.
 async fn serve_until_redirect(
     listener: TcpListener,
     path: String,
     state: Option<String>,
+    limits: Limits,
 ) -> Result<AuthorizationResponse> {
     let (tx, mut rx) = mpsc::channel::<AuthorizationResponse>(1);
     let mut connections = JoinSet::new();
@@ -369,10 +376,10 @@ async fn serve_until_redirect(
                 served.push_back(connections.spawn(async move {
                     let connection = http1::Builder::new()
                         .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .header_read_timeout(limits.header_read)
                         .keep_alive(false)
                         .serve_connection(TokioIo::new(stream), service);
-                    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
+                    let _ = tokio::time::timeout(limits.connection, connection).await;
                 }));
             }
             Some(joined) = connections.join_next_with_id(), if !connections.is_empty() => {
@@ -452,5 +459,38 @@ fn open_browser(url: &str) {
         .spawn();
     if opened.is_err() {
         tracing::debug!("could not open a browser; the URL was printed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// Without a timer, hyper's header read timeout was silently off: a
+    /// connection that sent half a request line was served forever.
+    #[tokio::test]
+    async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let limits = Limits {
+            header_read: Duration::from_millis(100),
+            connection: Duration::from_secs(3600),
+        };
+        let serve = tokio::spawn(serve_until_redirect(
+            listener,
+            "/callback".to_owned(),
+            Some("s".to_owned()),
+            limits,
+        ));
+        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .unwrap();
+        stream.write_all(b"GET /callb").await.unwrap();
+        let mut answer = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "the idle connection is still open");
+        serve.abort();
     }
 }
