@@ -50,18 +50,34 @@ impl FileStore {
     }
 
     fn save(&self, contents: &Contents) {
-        // Secrets: readable by this user only (on Unix).
         let json = serde_json::to_vec_pretty(contents).expect("serializable");
-        let written = std::fs::write(&self.path, json);
-        #[cfg(unix)]
-        let written = written.and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600))
-        });
+        // Written whole to a new file, then renamed over the old one: the
+        // file never holds half a write, and it is created readable by this
+        // user only (on Unix) from the start, never briefly readable by
+        // others, even where an older file had a wider mode.
+        let temporary = self.path.with_extension("tmp");
+        let written =
+            write_private(&temporary, &json).and_then(|()| std::fs::rename(&temporary, &self.path));
         if let Err(error) = written {
+            let _ = std::fs::remove_file(&temporary);
             eprintln!("could not save {}: {error}", self.path.display());
         }
     }
+}
+
+/// Creates `path` anew (never through a file or link already there), mode
+/// 0600 on Unix, and writes `bytes` to it.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    // A leftover of an interrupted save.
+    let _ = std::fs::remove_file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 impl CredentialStore for FileStore {
@@ -129,6 +145,18 @@ async fn main() -> Result<()> {
             stats.authorize_requests, stats.tokens_issued
         );
         assert_eq!(stats.authorize_requests, 1);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.join("credentials.json"))
+            .map(|metadata| metadata.permissions().mode() & 0o777)
+            .ok();
+        assert_eq!(
+            mode,
+            Some(0o600),
+            "the credentials file is this user's only"
+        );
     }
     let saved = std::fs::read_to_string(dir.join("credentials.json")).unwrap_or_default();
     println!(

@@ -274,6 +274,7 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
+mod body;
 mod budget;
 pub mod client;
 mod deadline;
@@ -289,6 +290,8 @@ mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod transport;
+#[cfg(feature = "oauth")]
+mod url_target;
 mod version;
 
 pub use budget::MemoryBudget;
@@ -334,5 +337,6 @@ pub mod wire {
     pub mod oauth {
         pub use crate::client::oauth::challenge::BearerChallenge;
         pub use crate::client::oauth::metadata::{AuthorizationServer, ProtectedResource};
+        pub use crate::url_target::secure_request_uri;
     }
 }

@@ -498,3 +498,125 @@ fn probe_with_oauth_takes_the_loopback_redirect() {
     assert_eq!(probe["tools"].as_array().map(Vec::len), Some(3), "{probe}");
     assert_eq!(auth.stats().code_grants, 1);
 }
+
+/// Runs the CLI with `env` set and the secret variables otherwise unset.
+fn cli_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command
+        .args(args)
+        .env_remove("MCP_CONFORMANCE_SCENARIO")
+        .env_remove("MCP_SCOPED_HTTP_BEARER")
+        .env_remove("MCP_SCOPED_HTTP_CLIENT_SECRET")
+        .env("RUST_BACKTRACE", "1");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("run mcp-scoped-http")
+}
+
+/// Extra arguments and environment variables of one run.
+type Extra<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+
+/// A file only this user reads, holding `text`, removed when dropped.
+struct SecretFile(std::path::PathBuf);
+
+impl SecretFile {
+    fn new(name: &str, text: &str) -> SecretFile {
+        use std::io::Write as _;
+        let path =
+            std::env::temp_dir().join(format!("mcp-scoped-http-cli-{}-{name}", std::process::id()));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&path).expect("a secret file");
+        file.write_all(text.as_bytes()).expect("written");
+        SecretFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `--client-id`/`--client-secret` were sent to whatever authorization
+/// server the MCP server named: a secret now needs `--issuer`, the
+/// authorization server it was registered with, wherever it comes from
+/// (the command line, a file, the environment); refused otherwise, before
+/// anything is sent, without showing the secret.
+#[test]
+fn a_client_secret_needs_the_issuer_it_was_registered_with() {
+    let file = SecretFile::new("client-secret", "secret-from-file\n");
+    let base = [
+        "probe",
+        "http://127.0.0.1:9/mcp",
+        "--oauth",
+        "--no-browser",
+        "--client-id",
+        "the-client",
+    ];
+    let cases: [Extra<'_>; 3] = [
+        (&["--client-secret", "secret-on-the-line"], &[]),
+        (&["--client-secret-file", file.path()], &[]),
+        (&[], &[("MCP_SCOPED_HTTP_CLIENT_SECRET", "secret-from-env")]),
+    ];
+    for (extra, env) in cases {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let output = cli_with_env(&args, env);
+        assert_exit(&output, 2);
+        let err = stderr(&output);
+        assert!(err.contains("--issuer"), "{args:?} {env:?}: {err}");
+        assert!(!err.contains("secret-"), "{err}");
+    }
+    // A public client (no secret) may go without.
+    let output = cli_with_env(&base, &[]);
+    assert_exit(&output, 1);
+}
+
+/// `--bearer` was taken only on the command line, where other local users
+/// see it in the process list: a file (`--bearer-file`, its first line) or
+/// `MCP_SCOPED_HTTP_BEARER` give it too; the command line comes first.
+#[test]
+fn the_bearer_comes_from_a_file_or_the_environment() {
+    let file = SecretFile::new("bearer", "token-from-file\nnot this line\n");
+    let server = TestServer::start(ServerConfig::default());
+    let url = server.url();
+    let env: &[(&str, &str)] = &[("MCP_SCOPED_HTTP_BEARER", "token-from-env")];
+    let cases: [(&[&str], &str); 3] = [
+        (&["--bearer-file", file.path()], "Bearer token-from-file"),
+        (&[], "Bearer token-from-env"),
+        (
+            &["--bearer", "token-on-the-line"],
+            "Bearer token-on-the-line",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let mut args = vec!["call", url.as_str(), "tool-001"];
+        args.extend_from_slice(extra);
+        let output = cli_with_env(&args, env);
+        assert_exit(&output, 0);
+        let requests = server.requests();
+        let call = requests
+            .iter()
+            .rev()
+            .find(|r| r.rpc_method.as_deref() == Some("tools/call"))
+            .expect("a tools/call");
+        assert_eq!(call.header("authorization"), Some(expected), "{extra:?}");
+    }
+    let output = cli_with_env(
+        &["call", &url, "tool-001", "--bearer-file", "/nonexistent/x"],
+        &[],
+    );
+    assert_exit(&output, 2);
+    assert!(
+        stderr(&output).contains("--bearer-file"),
+        "{}",
+        stderr(&output)
+    );
+}

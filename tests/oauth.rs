@@ -377,6 +377,69 @@ fn sessions_sharing_a_store_refresh_once_between_them() {
     });
 }
 
+/// Two `OAuth` values sharing a store, the second a clone changed by a
+/// builder call (or another value given the same store): each had its own
+/// single-flight locks, so both sessions refreshed at once and presented
+/// the same rotating refresh token twice (an authorization server that
+/// detects reuse revokes the whole grant). Single flight is per store now.
+#[test]
+fn oauth_values_sharing_a_store_refresh_once_between_them() {
+    scenario(async {
+        for variant in ["clone then builder", "two values, one store"] {
+            let auth = AuthServer::start(AuthConfig::default());
+            let (server, _caller, baseline) =
+                scene(protected(Eras::Streamable2025, auth.resource())).await;
+            let store: Arc<dyn CredentialStore> = Arc::new(MemoryStore::new());
+            let first = headless().store(store.clone());
+            let second = match variant {
+                "clone then builder" => first.clone().client_name("another name"),
+                _ => headless().store(store.clone()),
+            };
+            let mut sessions = Vec::new();
+            for oauth in [&first, &second] {
+                let session = connector(&server, oauth, None)
+                    .connect()
+                    .await
+                    .expect("connect");
+                sessions.push(Arc::new(session));
+            }
+            assert_eq!(
+                auth.stats().authorize_requests,
+                1,
+                "{variant}: the second used the store"
+            );
+            for _round in 0..3 {
+                auth.expire_all_tokens();
+                let before = auth.stats();
+                let calls: Vec<_> = (0..8)
+                    .map(|i| {
+                        let session = sessions[i % 2].clone();
+                        tokio::spawn(async move { call_first_tool(&session).await })
+                    })
+                    .collect();
+                for call in calls {
+                    call.await
+                        .expect("joined")
+                        .expect("a call after the refresh");
+                }
+                let stats = auth.stats();
+                assert_eq!(
+                    stats.refresh_grants - before.refresh_grants,
+                    1,
+                    "{variant}: the rotating refresh token was presented more than once ({stats:?})"
+                );
+                assert_eq!(stats.authorize_requests, 1, "{variant}: {stats:?}");
+            }
+            for session in sessions {
+                Arc::into_inner(session).expect("one owner").close().await;
+            }
+            baseline
+                .check(&server, server.stats().sessions_created)
+                .await;
+        }
+    });
+}
+
 /// An authorization server whose endpoints are plain HTTP to another
 /// machine: no code, verifier or secret is sent there.
 #[test]

@@ -211,3 +211,51 @@ fn the_loopback_agent_ignores_a_redirect_with_another_state() {
             .await;
     });
 }
+
+/// Sixteen idle connections to the loopback redirect listener, each with
+/// a partial request line and nothing more, kept the real redirect out
+/// until the wait timed out: the accept loop stopped at 16, and with no
+/// timer hyper's header read timeout was off. A new connection now closes
+/// the oldest one.
+#[test]
+fn idle_connections_cannot_keep_the_redirect_out_of_the_loopback_listener() {
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let server = protected(&auth);
+        let port = free_port();
+        let idle = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = idle.clone();
+        let wait = Duration::from_secs(3);
+        let agent = LoopbackAgent::new()
+            .port(port)
+            .timeout(wait)
+            .on_url(move |url| {
+                let url = url.to_owned();
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt as _;
+                    for _ in 0..16 {
+                        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                            .await
+                            .expect("connect to the listener");
+                        stream
+                            .write_all(b"GET /callb")
+                            .await
+                            .expect("a partial line");
+                        kept.lock().unwrap().push(stream);
+                    }
+                    browse(url).await;
+                });
+            });
+        let started = std::time::Instant::now();
+        let session = Connector::new(server.url())
+            .oauth(OAuth::new(agent))
+            .request_timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .expect("the redirect got through");
+        assert!(started.elapsed() < wait, "{:?}", started.elapsed());
+        assert_eq!(idle.lock().unwrap().len(), 16);
+        session.close().await;
+    });
+}

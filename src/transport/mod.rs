@@ -48,11 +48,10 @@ mod stream;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use http_body::Body as _;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
@@ -61,6 +60,7 @@ pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
 pub use stream::MessageStream;
 
+use crate::body::read_limited;
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::error::{Error, Result, status_error};
 use crate::jsonrpc::{
@@ -857,34 +857,6 @@ impl fmt::Debug for StreamableHttp {
             .field("client", &self.client)
             .finish()
     }
-}
-
-pub(crate) async fn read_limited(
-    response: http::Response<ResponseBody>,
-    limit: usize,
-    what: &str,
-) -> Result<Bytes> {
-    let too_large = || Error::limit(format!("the {what} exceeds the {limit}-byte limit"));
-    let mut body = response.into_body();
-    // A shortcut only (a declared Content-Length shows in the size hint):
-    // the loop below is what bounds the read.
-    if body.size_hint().lower() > limit as u64 {
-        return Err(too_large());
-    }
-    // Not `http_body_util::Limited`: its `Into<BoxError>` bound on a boxed
-    // body trips a rustc limitation when the caller's future must be `Send`.
-    let mut collected = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| Error::transport(e).with_message(format!("reading the {what} failed")))?;
-        if let Ok(data) = frame.into_data() {
-            if collected.len() + data.len() > limit {
-                return Err(too_large());
-            }
-            collected.extend_from_slice(&data);
-        }
-    }
-    Ok(collected.freeze())
 }
 
 fn strip_bom(bytes: &[u8]) -> &[u8] {

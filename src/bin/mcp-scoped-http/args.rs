@@ -131,9 +131,15 @@ pub(crate) struct Common {
     /// An extra request header, 'Name: value' (repeatable).
     #[arg(long = "header", value_name = "'NAME: VALUE'", global = true)]
     pub(crate) headers: Vec<String>,
-    /// Sends `Authorization: Bearer TOKEN`.
+    /// Sends `Authorization: Bearer TOKEN`. On the command line, the token
+    /// shows in the process list: prefer --bearer-file, or the environment
+    /// variable MCP_SCOPED_HTTP_BEARER (used when neither option is given).
     #[arg(long, value_name = "TOKEN", global = true)]
     pub(crate) bearer: Option<String>,
+    /// Reads the bearer token from PATH (its first line; `-`: standard
+    /// input).
+    #[arg(long, value_name = "PATH", conflicts_with = "bearer", global = true)]
+    pub(crate) bearer_file: Option<std::path::PathBuf>,
     /// Attach to a session the caller owns (no initialize, no DELETE);
     /// needs --protocol-version.
     #[arg(long, value_name = "ID", requires = "protocol_version", global = true)]
@@ -164,12 +170,34 @@ pub(crate) struct Common {
     #[arg(long, requires = "oauth", global = true)]
     pub(crate) no_browser: bool,
     /// With --oauth: a client registered in advance (else the server's
-    /// registration is used).
+    /// registration is used). Used only with the authorization server
+    /// --issuer names; without --issuer, only a public client (no secret)
+    /// and with any authorization server.
     #[arg(long, value_name = "ID", requires = "oauth", global = true)]
     pub(crate) client_id: Option<String>,
-    /// With --client-id: its secret (client_secret_basic).
+    /// With --client-id: the issuer of the authorization server it is
+    /// registered with (its metadata's `issuer`, exactly). The client and
+    /// its secret are used with that authorization server only. Required
+    /// with a client secret.
+    #[arg(long, value_name = "URL", requires = "client_id", global = true)]
+    pub(crate) issuer: Option<String>,
+    /// With --client-id and --issuer: its secret (client_secret_basic). On
+    /// the command line, the secret shows in the process list: prefer
+    /// --client-secret-file, or the environment variable
+    /// MCP_SCOPED_HTTP_CLIENT_SECRET (used with --client-id when neither
+    /// option is given).
     #[arg(long, value_name = "SECRET", requires = "client_id", global = true)]
     pub(crate) client_secret: Option<String>,
+    /// With --client-id and --issuer: reads its secret from PATH (its first
+    /// line; `-`: standard input).
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "client_id",
+        conflicts_with = "client_secret",
+        global = true
+    )]
+    pub(crate) client_secret_file: Option<std::path::PathBuf>,
     /// With --oauth: a scope to ask for (repeatable; else the server's).
     #[arg(
         long = "scope",
@@ -221,8 +249,13 @@ impl Common {
             }
             connector = connector.header(name, value.trim());
         }
-        if let Some(token) = &self.bearer {
-            connector = connector.bearer(token);
+        if let Some(token) = secret_option(
+            "--bearer",
+            self.bearer.as_deref(),
+            self.bearer_file.as_deref(),
+            BEARER_ENV,
+        )? {
+            connector = connector.bearer(&token);
         }
         let version = match &self.protocol_version {
             Some(version) => Some(
@@ -253,31 +286,111 @@ impl Common {
                 // the rest of the flow.
                 connector = connector.request_timeout(Duration::from_secs(360));
             }
-            connector = connector.oauth(self.oauth_settings());
+            connector = connector.oauth(self.oauth_settings()?);
         }
         Ok(connector)
     }
 
-    /// `--oauth` and its options, with the loopback user agent.
-    fn oauth_settings(&self) -> OAuth {
+    /// `--oauth` and its options, with the loopback user agent. A client
+    /// secret goes only to the authorization server `--issuer` names.
+    fn oauth_settings(&self) -> Result<OAuth, Failure> {
         let mut agent = LoopbackAgent::new().open_browser(!self.no_browser);
         if let Some(port) = self.redirect_port {
             agent = agent.port(port);
         }
         let mut oauth = OAuth::new(agent);
         if let Some(id) = &self.client_id {
-            let credentials = match &self.client_secret {
+            let secret = secret_option(
+                "--client-secret",
+                self.client_secret.as_deref(),
+                self.client_secret_file.as_deref(),
+                CLIENT_SECRET_ENV,
+            )?;
+            let credentials = match &secret {
                 Some(secret) => {
                     ClientCredentials::confidential(id, secret, TokenAuthMethod::ClientSecretBasic)
                 }
                 None => ClientCredentials::public(id),
             };
-            oauth = oauth.client(credentials, None);
+            oauth = match (&self.issuer, &secret) {
+                (Some(issuer), _) => oauth.client(credentials, issuer),
+                (None, None) => oauth.client_for_any_issuer(credentials),
+                (None, Some(_)) => {
+                    return Err(Failure::usage(
+                        "a client secret needs --issuer: the authorization server it was \
+                         registered with (else it would go to whichever one the MCP server \
+                         names)",
+                    ));
+                }
+            };
         }
         if !self.scopes.is_empty() {
             oauth = oauth.scopes(self.scopes.iter().cloned());
         }
-        oauth
+        Ok(oauth)
+    }
+}
+
+/// The environment variable read for `--bearer` when neither `--bearer`
+/// nor `--bearer-file` is given.
+pub(crate) const BEARER_ENV: &str = "MCP_SCOPED_HTTP_BEARER";
+/// The environment variable read for `--client-secret` when neither
+/// `--client-secret` nor `--client-secret-file` is given.
+pub(crate) const CLIENT_SECRET_ENV: &str = "MCP_SCOPED_HTTP_CLIENT_SECRET";
+
+/// The largest secret file read.
+const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// A secret given on the command line, in a file, or in the environment
+/// variable `env`, in that order. A file's first line is the secret (a
+/// trailing newline is not part of it). Errors never show the secret.
+fn secret_option(
+    option: &str,
+    given: Option<&str>,
+    file: Option<&std::path::Path>,
+    env: &str,
+) -> Result<Option<String>, Failure> {
+    use std::io::Read as _;
+    if let Some(given) = given {
+        return Ok(Some(given.to_owned()));
+    }
+    if let Some(path) = file {
+        let mut text = String::new();
+        let read = if path.as_os_str() == "-" {
+            std::io::stdin()
+                .take(MAX_SECRET_FILE + 1)
+                .read_to_string(&mut text)
+        } else {
+            std::fs::File::open(path)
+                .and_then(|file| file.take(MAX_SECRET_FILE + 1).read_to_string(&mut text))
+        };
+        read.map_err(|error| {
+            Failure::usage(format!(
+                "{option}-file: cannot read {}: {error}",
+                path.display()
+            ))
+        })?;
+        if text.len() as u64 > MAX_SECRET_FILE {
+            return Err(Failure::usage(format!(
+                "{option}-file: {} is larger than {MAX_SECRET_FILE} bytes",
+                path.display()
+            )));
+        }
+        let secret = text.lines().next().unwrap_or("").to_owned();
+        if secret.is_empty() {
+            return Err(Failure::usage(format!(
+                "{option}-file: {} is empty",
+                path.display()
+            )));
+        }
+        return Ok(Some(secret));
+    }
+    match std::env::var(env) {
+        Ok(secret) if !secret.is_empty() => Ok(Some(secret)),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Failure::usage(format!("{env} is not valid UTF-8")))
+        }
     }
 }
 

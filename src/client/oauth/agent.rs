@@ -1,6 +1,7 @@
 //! The two user agents shipped: a loopback redirect listener for a person
 //! at a browser, and a headless one for servers that approve on their own.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -13,14 +14,15 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
-use super::discovery::origin_of;
 use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, Redirect, UserAgent};
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
+use crate::url_target::Target;
 
 /// Redirects a headless agent follows on the authorization server's own
 /// origin before reaching the redirect URI.
@@ -72,10 +74,15 @@ impl Redirect for HeadlessRedirect {
         request: AuthorizationRequest,
     ) -> BoxFuture<'static, Result<AuthorizationResponse>> {
         Box::pin(async move {
-            let mut url = request.url.clone();
-            let origin = origin_of(&url)
-                .ok_or_else(|| Error::auth("the authorization endpoint is not an http(s) URL"))?
-                .to_owned();
+            let not_http = || Error::auth("the authorization endpoint is not an http(s) URL");
+            let mut url = Target::parse(&request.url).map_err(|_| not_http())?;
+            let first = url.clone();
+            // Compared parsed, without query or fragment.
+            let redirect_uri = ::url::Url::parse(&self.redirect_uri)
+                .ok()
+                .map(without_query);
+            let is_redirect_uri =
+                |next: &::url::Url| redirect_uri.as_ref() == Some(&without_query(next.clone()));
             for _ in 0..MAX_HOPS {
                 let (status, location) = redirect_of(&request, &url).await?;
                 if !status.is_redirection() {
@@ -88,23 +95,21 @@ impl Redirect for HeadlessRedirect {
                 let location = location.ok_or_else(|| {
                     Error::auth("the authorization server redirected without a Location")
                 })?;
-                // Read as written: the issuer in `iss` is compared byte for byte.
-                if before_query(&location) == before_query(&self.redirect_uri) {
-                    return Ok(AuthorizationResponse::from_redirect(&location));
-                }
-                let next = url::Url::parse(&url)
+                let next = ::url::Url::parse(url.as_str())
                     .and_then(|base| base.join(&location))
-                    .map_err(|_| Error::auth("the authorization server's redirect is not a URL"))?
-                    .to_string();
-                if before_query(&next) == before_query(&self.redirect_uri) {
-                    return Ok(AuthorizationResponse::from_redirect(&next));
+                    .map_err(|_| Error::auth("the authorization server's redirect is not a URL"))?;
+                if is_redirect_uri(&next) {
+                    return Ok(AuthorizationResponse::from_redirect(next.as_str()));
                 }
-                if origin_of(&next).is_none_or(|o| !o.eq_ignore_ascii_case(&origin)) {
-                    return Err(Error::auth(
-                        "the authorization server redirected to another origin than the \
-                         redirect URI; not followed",
-                    ));
-                }
+                let next = Target::parse(next.as_str())
+                    .ok()
+                    .filter(|next| next.same_origin(&first))
+                    .ok_or_else(|| {
+                        Error::auth(
+                            "the authorization server redirected to another origin than the \
+                             redirect URI; not followed",
+                        )
+                    })?;
                 url = next;
             }
             Err(Error::auth(
@@ -114,33 +119,39 @@ impl Redirect for HeadlessRedirect {
     }
 }
 
-/// GETs `url` (no redirect followed) and returns its status and `Location`.
+/// `url` without its query and fragment.
+fn without_query(mut url: ::url::Url) -> ::url::Url {
+    url.set_query(None);
+    url.set_fragment(None);
+    url
+}
+
+/// GETs `url` (no redirect followed) and returns its status and `Location`,
+/// within [`EXCHANGE_TIMEOUT`].
 async fn redirect_of(
     request: &AuthorizationRequest,
-    url: &str,
+    url: &Target,
 ) -> Result<(StatusCode, Option<String>)> {
-    let get = Request::builder()
-        .method(Method::GET)
-        .uri(url)
-        .body(Full::new(Bytes::new()))
-        .map_err(|_| Error::auth("the authorization URL is not valid"))?;
-    let response = tokio::time::timeout(EXCHANGE_TIMEOUT, request.client.send(get))
+    let mut get = Request::new(Full::new(Bytes::new()));
+    *get.uri_mut() = url.uri();
+    let deadline = Deadline::after(Some(EXCHANGE_TIMEOUT));
+    let response = deadline
+        .run(request.client.send(get))
         .await
-        .map_err(|_| {
-            Error::timeout(format!(
-                "the authorization request took longer than {EXCHANGE_TIMEOUT:?}"
-            ))
-        })??;
+        .map_err(|error| {
+            if error.is_timeout() {
+                let message = format!("the authorization request: {error}");
+                error.with_message(message)
+            } else {
+                error
+            }
+        })?;
     let location = response
         .headers()
         .get(LOCATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     Ok((response.status(), location))
-}
-
-fn before_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 impl fmt::Debug for HeadlessRedirect {
@@ -159,6 +170,10 @@ impl fmt::Debug for HeadlessRedirect {
 ///
 /// Defaults: an ephemeral port, path `/callback`, the URL printed on
 /// standard error, no browser opened, a 5 minute wait.
+///
+/// The listener serves at most 16 connections at once (a new one closes
+/// the oldest, so idle connections cannot keep the redirect out), each
+/// given 10 s to send its request head and 30 s in all.
 #[derive(Clone)]
 pub struct LoopbackAgent {
     port: u16,
@@ -293,7 +308,7 @@ impl Redirect for LoopbackRedirect {
             // Only the redirect of this request: another local process
             // cannot end the wait with a made-up one.
             let state = AuthorizationResponse::from_redirect(request.url()).state;
-            let wait = serve_until_redirect(listener, agent.path.clone(), state);
+            let wait = serve_until_redirect(listener, agent.path.clone(), state, LIMITS);
             tokio::time::timeout(agent.timeout, wait)
                 .await
                 .map_err(|_| {
@@ -303,19 +318,40 @@ impl Redirect for LoopbackRedirect {
     }
 }
 
-/// Connections served at once by the redirect listener; more wait.
+/// Connections served at once by the redirect listener. A connection
+/// beyond them closes the oldest one: idle connections (a browser's
+/// preconnects, or another local process's) cannot keep the redirect out.
 const MAX_CONNECTIONS: usize = 16;
+
+/// The bounds on each connection to the redirect listener.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// How long it may take to send its request head; then it is closed.
+    header_read: Duration,
+    /// How long it may last in all.
+    connection: Duration,
+}
+
+const LIMITS: Limits = Limits {
+    header_read: Duration::from_secs(10),
+    connection: Duration::from_secs(30),
+};
 
 /// Serves the listener until a GET of `path` with `state` arrives, and
 /// returns its query. Connections are served by tasks of a set this future
-/// owns: dropping it closes the listener and aborts them.
+/// owns: dropping it closes the listener and aborts them. At most
+/// [`MAX_CONNECTIONS`] are served at once, the oldest closed for a new one;
+/// each within `limits`.
 async fn serve_until_redirect(
     listener: TcpListener,
     path: String,
     state: Option<String>,
+    limits: Limits,
 ) -> Result<AuthorizationResponse> {
     let (tx, mut rx) = mpsc::channel::<AuthorizationResponse>(1);
     let mut connections = JoinSet::new();
+    // The connections being served, oldest first.
+    let mut served: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNECTIONS);
     loop {
         tokio::select! {
             received = rx.recv() => {
@@ -323,25 +359,36 @@ async fn serve_until_redirect(
                     return Ok(response);
                 }
             }
-            accepted = listener.accept(), if connections.len() < MAX_CONNECTIONS => {
+            accepted = listener.accept() => {
                 let (stream, _) = accepted.map_err(|e| {
                     Error::auth("the redirect listener failed").with_source(e)
                 })?;
+                if served.len() >= MAX_CONNECTIONS {
+                    if let Some(oldest) = served.pop_front() {
+                        oldest.abort();
+                    }
+                }
                 let (tx, path, state) = (tx.clone(), path.clone(), state.clone());
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let answer = callback(&req, &path, state.as_deref(), &tx);
                     async move { Ok::<_, Infallible>(answer) }
                 });
-                connections.spawn(async move {
+                served.push_back(connections.spawn(async move {
                     let connection = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(limits.header_read)
                         .keep_alive(false)
                         .serve_connection(TokioIo::new(stream), service);
-                    // A connection left idle (a browser's preconnect) ends
-                    // with the wait, when the set is dropped.
-                    let _ = connection.await;
-                });
+                    let _ = tokio::time::timeout(limits.connection, connection).await;
+                }));
             }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(joined) = connections.join_next_with_id(), if !connections.is_empty() => {
+                let id = match joined {
+                    Ok((id, ())) => id,
+                    Err(error) => error.id(),
+                };
+                served.retain(|handle| handle.id() != id);
+            }
         }
     }
 }
@@ -412,5 +459,38 @@ fn open_browser(url: &str) {
         .spawn();
     if opened.is_err() {
         tracing::debug!("could not open a browser; the URL was printed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// Without a timer, hyper's header read timeout was silently off: a
+    /// connection that sent half a request line was served forever.
+    #[tokio::test]
+    async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let limits = Limits {
+            header_read: Duration::from_millis(100),
+            connection: Duration::from_secs(3600),
+        };
+        let serve = tokio::spawn(serve_until_redirect(
+            listener,
+            "/callback".to_owned(),
+            Some("s".to_owned()),
+            limits,
+        ));
+        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .unwrap();
+        stream.write_all(b"GET /callb").await.unwrap();
+        let mut answer = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+        assert!(closed.is_ok(), "the idle connection is still open");
+        serve.abort();
     }
 }

@@ -3,12 +3,12 @@
 //! endpoint.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
-use oauth2::basic::BasicClient;
+use oauth2::basic::{BasicClient, BasicTokenType};
 use oauth2::{
     AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge,
     RedirectUrl, RefreshToken, RequestTokenError, Scope, TokenResponse, TokenUrl,
@@ -17,10 +17,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::challenge::BearerChallenge;
-use super::discovery::{
-    authorization_server_metadata_urls, is_http_url, is_https_or_loopback, origin_of,
-    resource_metadata_urls,
-};
+use super::discovery::{authorization_server_metadata_urls, resource_metadata_urls};
 use super::http::{self as oauth_http, Answer};
 use super::metadata::{AuthorizationServer, ProtectedResource};
 use super::store::{
@@ -28,23 +25,42 @@ use super::store::{
 };
 use super::{AuthorizationRequest, AuthorizationResponse, BoxFuture, OAuth};
 use crate::HttpClient;
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::sync::lock;
+use crate::url_target::{SecureTarget, Target};
 
 /// Tokens this close to expiry are refreshed before they are sent.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
-/// One authorization at a time per endpoint.
-#[derive(Default)]
-pub(crate) struct Flights(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+/// The single-flight lock of an endpoint's tokens in a store.
+type Flight = Arc<tokio::sync::Mutex<()>>;
 
-impl Flights {
-    fn for_endpoint(&self, endpoint: &str) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.0)
-            .entry(endpoint.to_owned())
-            .or_default()
-            .clone()
+/// One authorization at a time per store and endpoint, process-wide: every
+/// session whose tokens are in the same store takes the same lock, whichever
+/// [`OAuth`] value (a clone, a clone changed by a builder call, another one
+/// given the same store) it was made with, so a rotating refresh token is
+/// never presented twice at once.
+///
+/// Keyed by the store's address: an entry lives while a session holds its
+/// lock, and that session holds the store too, so the address cannot be
+/// reused by another store meanwhile. Dead entries are dropped as new ones
+/// come, so the map is as large as the live sessions.
+fn flight_for(store: &Arc<dyn CredentialStore>, endpoint: &str) -> Flight {
+    type Flights = Mutex<HashMap<(usize, String), Weak<tokio::sync::Mutex<()>>>>;
+    static FLIGHTS: OnceLock<Flights> = OnceLock::new();
+    let key = (
+        Arc::as_ptr(store).cast::<()>() as usize,
+        endpoint.to_owned(),
+    );
+    let mut flights = lock(FLIGHTS.get_or_init(Flights::default));
+    if let Some(flight) = flights.get(&key).and_then(Weak::upgrade) {
+        return flight;
     }
+    flights.retain(|_, flight| flight.strong_count() > 0);
+    let flight = Flight::default();
+    flights.insert(key, Arc::downgrade(&flight));
+    flight
 }
 
 /// A request refused for want of authorization: a 401, or a 403 with
@@ -88,6 +104,8 @@ pub(crate) struct Sent(u64);
 /// The authorization server of the last flow, and how it was found.
 struct Server {
     metadata: AuthorizationServer,
+    /// Its endpoints, parsed and checked: where requests go.
+    endpoints: Endpoints,
     /// The protected resource's `resource`; `None` in the 2025-03-26
     /// fallback (no resource metadata, no `resource` parameter).
     resource: Option<String>,
@@ -132,22 +150,32 @@ pub(crate) struct Authorizer {
     endpoint: String,
     client: HttpClient,
     store: Arc<dyn CredentialStore>,
-    flight: Arc<tokio::sync::Mutex<()>>,
+    flight: Flight,
     held: Mutex<Held>,
+}
+
+/// An authorization server's endpoints, parsed once and checked (HTTPS or
+/// this machine, unless plain HTTP was allowed): what the requests are
+/// sent to.
+struct Endpoints {
+    authorization: SecureTarget,
+    token: SecureTarget,
+    registration: Option<SecureTarget>,
 }
 
 impl Authorizer {
     pub(crate) fn new(oauth: &OAuth, endpoint: &str, client: HttpClient) -> Authorizer {
         let config = &oauth.config;
+        let store = config
+            .store
+            .clone()
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()));
         Authorizer {
             oauth: oauth.clone(),
             endpoint: endpoint.to_owned(),
             client,
-            store: config
-                .store
-                .clone()
-                .unwrap_or_else(|| Arc::new(MemoryStore::new())),
-            flight: config.flights.for_endpoint(endpoint),
+            flight: flight_for(&store, endpoint),
+            store,
             held: Mutex::new(Held::default()),
         }
     }
@@ -293,11 +321,19 @@ impl Authorizer {
         .await
     }
 
-    fn oauth2_http(&self) -> oauth_http::ForOAuth2 {
+    /// The `oauth2` crate's HTTP client for one token request to `token`,
+    /// its deadline starting now.
+    fn oauth2_http(&self, token: &SecureTarget) -> oauth_http::ForOAuth2 {
         oauth_http::ForOAuth2 {
             client: self.client.clone(),
-            timeout: self.oauth.config.exchange_timeout,
+            target: token.clone(),
+            deadline: self.deadline(),
         }
+    }
+
+    /// The deadline of one exchange with an authorization server, from now.
+    fn deadline(&self) -> Deadline {
+        Deadline::after(Some(self.oauth.config.exchange_timeout))
     }
 
     fn generation(&self) -> Sent {
@@ -382,24 +418,23 @@ impl Authorizer {
             .clone()
             .ok_or_else(|| Error::auth("no refresh token"))?;
         let server = self.server_of(&token.issuer).await?;
-        self.check_endpoints(&server.metadata)?;
         let client = self
             .known_client(&server.metadata)
             .ok_or_else(|| Error::auth("no client credentials for the token's issuer"))?;
-        let oauth_client = oauth2_client(&client, &server.metadata, None)?;
+        let oauth_client = oauth2_client(&client, &server.endpoints, None)?;
         let refresh = RefreshToken::new(refresh_token.expose().to_owned());
         let mut request = oauth_client.exchange_refresh_token(&refresh);
         if !token.resource.is_empty() {
             request = request.add_extra_param("resource", token.resource.clone());
         }
-        let http = self.oauth2_http();
+        let http = self.oauth2_http(&server.endpoints.token);
         let response = request.request_async(&http).await.map_err(token_error)?;
         let mut fresh = token_set(
             &response,
             &server.metadata.issuer,
             &token.resource,
             &token.scopes,
-        );
+        )?;
         if fresh.refresh_token.is_none() {
             fresh.refresh_token = Some(refresh_token);
         }
@@ -417,6 +452,7 @@ impl Authorizer {
         }
         let metadata = self.discover_server(issuer).await?;
         Ok(Arc::new(Server {
+            endpoints: self.check_endpoints(&metadata)?,
             metadata,
             resource: None,
         }))
@@ -429,20 +465,19 @@ impl Authorizer {
         let resource = self
             .discover_resource(refusal.challenge.resource_metadata.as_deref())
             .await?;
-        let server = match &resource {
-            Some(resource) => Server {
-                metadata: self
-                    .discover_server(&resource.authorization_servers[0])
+        let (metadata, named) = match &resource {
+            Some(resource) => (
+                self.discover_server(&resource.authorization_servers[0])
                     .await?,
-                resource: Some(resource.resource.clone()),
-            },
-            None => Server {
-                metadata: self.legacy_server().await?,
-                resource: None,
-            },
+                Some(resource.resource.clone()),
+            ),
+            None => (self.legacy_server().await?, None),
         };
-        self.check_endpoints(&server.metadata)?;
-        let server = Arc::new(server);
+        let server = Arc::new(Server {
+            endpoints: self.check_endpoints(&metadata)?,
+            metadata,
+            resource: named,
+        });
         lock(&self.held).server = Some(server.clone());
         let metadata = &server.metadata;
 
@@ -450,11 +485,14 @@ impl Authorizer {
         let redirect_uri = redirect.redirect_uri().to_owned();
         let client = match self.known_client(metadata) {
             Some(client) => client,
-            None => self.register(metadata, &redirect_uri).await?,
+            None => {
+                self.register(metadata, &server.endpoints, &redirect_uri)
+                    .await?
+            }
         };
 
         let scopes = self.scopes_for(refusal, resource.as_ref(), metadata);
-        let oauth_client = oauth2_client(&client, metadata, Some(&redirect_uri))?;
+        let oauth_client = oauth2_client(&client, &server.endpoints, Some(&redirect_uri))?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let mut authorize = oauth_client
             .authorize_url(CsrfToken::new_random)
@@ -479,40 +517,52 @@ impl Authorizer {
         if let Some(resource) = &server.resource {
             exchange = exchange.add_extra_param("resource", resource.clone());
         }
-        let http = self.oauth2_http();
+        let http = self.oauth2_http(&server.endpoints.token);
         let response = exchange.request_async(&http).await.map_err(token_error)?;
         let resource = server.resource.clone().unwrap_or_default();
-        let token = token_set(&response, &metadata.issuer, &resource, &scopes);
+        let token = token_set(&response, &metadata.issuer, &resource, &scopes)?;
         tracing::debug!("authorized");
         self.adopt(token, Some(scopes))
     }
 
-    /// Codes, verifiers and secrets go over HTTPS, or to this machine,
-    /// unless the caller allowed plain HTTP.
-    fn check_endpoints(&self, metadata: &AuthorizationServer) -> Result<()> {
-        if self.oauth.config.allow_insecure_http {
-            return Ok(());
-        }
-        let endpoints = [
-            (
-                "authorization endpoint",
-                Some(&metadata.authorization_endpoint),
-            ),
-            ("token endpoint", Some(&metadata.token_endpoint)),
-            (
-                "registration endpoint",
-                metadata.registration_endpoint.as_ref(),
-            ),
-        ];
-        for (what, url) in endpoints {
-            if url.is_some_and(|url| !is_https_or_loopback(url)) {
-                return Err(Error::auth(format!(
-                    "the authorization server's {what} is plain HTTP to another machine; \
-                     refused (OAuth::allow_insecure_http allows it)"
-                )));
-            }
-        }
-        Ok(())
+    /// Parses and checks `url`, a URL of the authorization server's (or
+    /// the protected resource metadata's): HTTPS, or this machine, unless
+    /// the caller allowed plain HTTP. Codes, verifiers, secrets, and the
+    /// documents that decide where they go, travel nowhere else.
+    fn secure(&self, url: &str, what: &str) -> Result<SecureTarget> {
+        SecureTarget::parse(url, self.oauth.config.allow_insecure_http)
+            .map_err(|why| refused(what, why))
+    }
+
+    /// The same for a URL already parsed.
+    fn secure_target(&self, target: Target, what: &str) -> Result<SecureTarget> {
+        SecureTarget::check(target, self.oauth.config.allow_insecure_http)
+            .map_err(|why| refused(what, why))
+    }
+
+    /// The authorization server's endpoints, parsed and checked.
+    fn check_endpoints(&self, metadata: &AuthorizationServer) -> Result<Endpoints> {
+        Ok(Endpoints {
+            authorization: self.secure(
+                &metadata.authorization_endpoint,
+                "the authorization server's authorization endpoint",
+            )?,
+            token: self.secure(
+                &metadata.token_endpoint,
+                "the authorization server's token endpoint",
+            )?,
+            registration: metadata
+                .registration_endpoint
+                .as_deref()
+                .map(|url| self.secure(url, "the authorization server's registration endpoint"))
+                .transpose()?,
+        })
+    }
+
+    /// The MCP endpoint, parsed.
+    fn endpoint_target(&self) -> Result<Target> {
+        Target::parse(&self.endpoint)
+            .map_err(|why| Error::auth(format!("the MCP endpoint is {why}")))
     }
 
     /// The scopes to ask for: a step-up's union with what was asked
@@ -557,13 +607,13 @@ impl Authorizer {
     /// Protected resource metadata: the challenge's URL alone, else the
     /// well-known ones in order. `None` when there is none (4xx each).
     async fn discover_resource(&self, hint: Option<&str>) -> Result<Option<ProtectedResource>> {
-        let urls = match hint.filter(|url| is_http_url(url)) {
-            Some(url) => vec![url.to_owned()],
-            None => resource_metadata_urls(&self.endpoint),
+        let urls = match hint.and_then(|url| Target::parse(url).ok()) {
+            Some(url) => vec![url],
+            None => resource_metadata_urls(&self.endpoint_target()?),
         };
         for url in urls {
             let what = "the protected resource metadata";
-            let answer = self.fetch(&url, what).await?;
+            let answer = self.fetch(url, what).await?;
             if let Some(document) = answer {
                 return ProtectedResource::from_json(&document, &self.endpoint).map(Some);
             }
@@ -575,11 +625,10 @@ impl Authorizer {
     /// The metadata of `issuer`, in the spec's order; the first found is
     /// checked and used (a wrong one is refused, not skipped).
     async fn discover_server(&self, issuer: &str) -> Result<AuthorizationServer> {
-        for url in authorization_server_metadata_urls(issuer) {
-            if let Some(document) = self
-                .fetch(&url, "the authorization server metadata")
-                .await?
-            {
+        let parsed = Target::parse(issuer)
+            .map_err(|why| Error::auth(format!("the authorization server's issuer is {why}")))?;
+        for url in authorization_server_metadata_urls(&parsed) {
+            if let Some(document) = self.fetch(url, "the authorization server metadata").await? {
                 return AuthorizationServer::from_json(&document, issuer);
             }
         }
@@ -589,25 +638,25 @@ impl Authorizer {
     }
 
     /// The 2025-03-26 fallback: the endpoint's origin is the authorization
-    /// server.
+    /// server. The origin is the parsed one: no user name or password of
+    /// the endpoint's URL ends up in an authorization URL.
     async fn legacy_server(&self) -> Result<AuthorizationServer> {
-        let origin = origin_of(&self.endpoint)
-            .ok_or_else(|| Error::auth("the endpoint is not an http(s) URL"))?;
-        let url = format!("{origin}/.well-known/oauth-authorization-server");
-        match self
-            .fetch(&url, "the authorization server metadata")
-            .await?
-        {
-            Some(document) => AuthorizationServer::from_json_legacy(&document, origin),
-            None => Ok(AuthorizationServer::legacy_defaults(origin)),
+        let endpoint = self.endpoint_target()?;
+        let origin = endpoint.origin();
+        let url = endpoint
+            .with_path("/.well-known/oauth-authorization-server")
+            .map_err(|why| Error::auth(format!("the endpoint's origin is {why}")))?;
+        match self.fetch(url, "the authorization server metadata").await? {
+            Some(document) => AuthorizationServer::from_json_legacy(&document, &origin),
+            None => Ok(AuthorizationServer::legacy_defaults(&origin)),
         }
     }
 
     /// GETs a metadata document: `Some` on 200, `None` on another 4xx,
     /// an error on anything else.
-    async fn fetch(&self, url: &str, what: &str) -> Result<Option<Value>> {
-        let answer =
-            oauth_http::get(&self.client, url, self.oauth.config.exchange_timeout, what).await?;
+    async fn fetch(&self, url: Target, what: &str) -> Result<Option<Value>> {
+        let url = self.secure_target(url, what)?;
+        let answer = oauth_http::get(&self.client, &url, self.deadline(), what).await?;
         if answer.status == StatusCode::OK {
             return answer.json(what).map(Some);
         }
@@ -645,9 +694,10 @@ impl Authorizer {
     async fn register(
         &self,
         metadata: &AuthorizationServer,
+        endpoints: &Endpoints,
         redirect_uri: &str,
     ) -> Result<ClientCredentials> {
-        let endpoint = metadata.registration_endpoint.as_deref().ok_or_else(|| {
+        let endpoint = endpoints.registration.as_ref().ok_or_else(|| {
             Error::auth(
                 "no client for this authorization server: it offers no registration, \
                  no Client ID Metadata Documents (or none configured), and no client \
@@ -668,14 +718,8 @@ impl Authorizer {
             "application_type": "native",
         });
         let what = "the client registration";
-        let answer: Answer = oauth_http::post_json(
-            &self.client,
-            endpoint,
-            &body,
-            self.oauth.config.exchange_timeout,
-            what,
-        )
-        .await?;
+        let answer: Answer =
+            oauth_http::post_json(&self.client, endpoint, &body, self.deadline(), what).await?;
         if !answer.status.is_success() {
             return Err(Error::auth(format!(
                 "{what} was refused: HTTP {}{}",
@@ -724,19 +768,23 @@ type OAuth2Client = oauth2::basic::BasicClient<
     oauth2::EndpointSet,
 >;
 
+/// The `oauth2` client for `endpoints`: built from the parsed, checked
+/// URLs (the `oauth2` crate parses them again with the same parser; the
+/// token request is sent to the checked target all the same, see
+/// `ForOAuth2`).
 fn oauth2_client(
     client: &ClientCredentials,
-    metadata: &AuthorizationServer,
+    endpoints: &Endpoints,
     redirect_uri: Option<&str>,
 ) -> Result<OAuth2Client> {
     let invalid = |what: &str| Error::auth(format!("the {what} is not a valid URL"));
     let mut oauth_client = BasicClient::new(ClientId::new(client.client_id.clone()))
         .set_auth_uri(
-            AuthUrl::new(metadata.authorization_endpoint.clone())
+            AuthUrl::new(endpoints.authorization.as_str().to_owned())
                 .map_err(|_| invalid("authorization endpoint"))?,
         )
         .set_token_uri(
-            TokenUrl::new(metadata.token_endpoint.clone())
+            TokenUrl::new(endpoints.token.as_str().to_owned())
                 .map_err(|_| invalid("token endpoint"))?,
         );
     match (client.auth_method, &client.client_secret) {
@@ -799,13 +847,25 @@ fn check_redirect(
         .ok_or_else(|| Error::auth("the redirect carries no code"))
 }
 
+/// The tokens of a token response, when they are bearer tokens: any other
+/// `token_type` (`DPoP`, `mac`...) is refused rather than sent as a bearer
+/// (RFC 6749 §7.1: a client must not use a token type it does not
+/// understand; the type is case-insensitive).
 fn token_set(
     response: &oauth2::basic::BasicTokenResponse,
     issuer: &str,
     resource: &str,
     asked: &[String],
-) -> TokenSet {
-    TokenSet {
+) -> Result<TokenSet> {
+    // The `oauth2` crate lowercases the type before reading it.
+    if *response.token_type() != BasicTokenType::Bearer {
+        return Err(Error::auth(format!(
+            "the token endpoint issued a token of type {:?}, not Bearer; refused \
+             (only bearer tokens are supported)",
+            printable(response.token_type().as_ref())
+        )));
+    }
+    Ok(TokenSet {
         access_token: Secret::new(response.access_token().secret().clone()),
         refresh_token: response
             .refresh_token()
@@ -819,6 +879,17 @@ fn token_set(
         ),
         issuer: issuer.to_owned(),
         resource: resource.to_owned(),
+    })
+}
+
+/// The error of a URL secrets may not go to.
+fn refused(what: &str, why: crate::url_target::Refused) -> Error {
+    use crate::url_target::Refused;
+    match why {
+        Refused::PlainHttp => Error::auth(format!(
+            "{what} is {why}; refused (OAuth::allow_insecure_http allows it)"
+        )),
+        Refused::Invalid(_) => Error::auth(format!("{what} is {why}")),
     }
 }
 

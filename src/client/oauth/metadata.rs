@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 
-use super::discovery::{is_http_url, same_origin};
 use crate::error::{Error, Result};
+use crate::url_target::Target;
 
 /// Protected resource metadata, checked against the endpoint it is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,12 +27,36 @@ impl ProtectedResource {
     /// that is the endpoint's or a parent of it, segment by segment (a
     /// server may name its origin for all its endpoints). Anything else
     /// is refused: a token for another resource must never be asked for.
+    ///
+    /// A `resource` with a fragment is refused (RFC 8707 §2 forbids one).
+    /// One with a query is refused too unless the endpoint's URL has the
+    /// very same query: RFC 8707 discourages a query, and a different one
+    /// would name another resource than this endpoint.
     pub fn from_json(document: &Value, endpoint: &str) -> Result<ProtectedResource> {
         let resource = document
             .get("resource")
             .and_then(Value::as_str)
             .ok_or_else(|| invalid("protected resource metadata has no `resource`"))?;
-        if !names_endpoint(resource, endpoint) {
+        let parsed = Target::parse(resource)
+            .map_err(|why| invalid(format!("the protected resource's `resource` is {why}")))?;
+        if parsed.had_userinfo() {
+            return Err(invalid(
+                "the protected resource's `resource` has a user name or password; refused",
+            ));
+        }
+        if parsed.fragment().is_some() {
+            return Err(invalid(
+                "the protected resource's `resource` has a fragment, which RFC 8707 forbids; refused",
+            ));
+        }
+        let endpoint =
+            Target::parse(endpoint).map_err(|why| invalid(format!("the MCP endpoint is {why}")))?;
+        if parsed.query().is_some() && parsed.query() != endpoint.query() {
+            return Err(invalid(
+                "the protected resource's `resource` has a query that is not the endpoint's; refused",
+            ));
+        }
+        if !names_endpoint(&parsed, &endpoint) {
             return Err(invalid(
                 "the protected resource metadata names another resource than this endpoint; refused",
             ));
@@ -98,9 +122,7 @@ impl AuthorizationServer {
                 invalid(format!("authorization server metadata has no `{field}`"))
             })?;
             // Codes and tokens go there: an http(s) URL, nothing else.
-            if !is_http_url(url) {
-                return Err(invalid(format!("the `{field}` is not an http(s) URL")));
-            }
+            Target::parse(url).map_err(|why| invalid(format!("the `{field}` is {why}")))?;
             Ok(url.to_owned())
         };
         Ok(AuthorizationServer {
@@ -142,7 +164,13 @@ impl AuthorizationServer {
             .and_then(Value::as_str)
             .unwrap_or(origin)
             .to_owned();
-        if !same_origin(&issuer, origin) || issuer.contains(['?', '#']) {
+        let elsewhere = match (Target::parse(&issuer), Target::parse(origin)) {
+            (Ok(named), Ok(origin)) => {
+                !named.same_origin(&origin) || named.query().is_some() || named.fragment().is_some()
+            }
+            _ => true,
+        };
+        if elsewhere {
             return Err(invalid(
                 "the authorization server metadata at the MCP server's origin names an \
                  issuer elsewhere; refused",
@@ -180,20 +208,15 @@ impl AuthorizationServer {
 
 /// Whether `resource` names `endpoint`: same origin, and its path equal to
 /// the endpoint's or a parent of it (whole segments).
-fn names_endpoint(resource: &str, endpoint: &str) -> bool {
-    if !same_origin(resource, endpoint) {
+fn names_endpoint(resource: &Target, endpoint: &Target) -> bool {
+    if !resource.same_origin(endpoint) {
         return false;
     }
-    let path = |url: &str| -> String {
-        let after = url.split_once("://").map_or("", |(_, rest)| rest);
-        let path = after.find('/').map_or("", |at| &after[at..]);
-        let end = path.find(['?', '#']).unwrap_or(path.len());
-        path[..end].trim_end_matches('/').to_owned()
-    };
-    let (resource, endpoint) = (path(resource), path(endpoint));
+    let resource = resource.path().trim_end_matches('/');
+    let endpoint = endpoint.path().trim_end_matches('/');
     endpoint == resource
         || endpoint
-            .strip_prefix(&resource)
+            .strip_prefix(resource)
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
@@ -263,6 +286,42 @@ mod tests {
                 ProtectedResource::from_json(&document, ENDPOINT).is_err(),
                 "{document}"
             );
+        }
+    }
+
+    #[test]
+    fn a_resource_with_a_fragment_another_query_or_a_user_is_refused() {
+        let read = |resource: &str, endpoint: &str| {
+            ProtectedResource::from_json(
+                &json!({"resource": resource, "authorization_servers": ["http://a"]}),
+                endpoint,
+            )
+        };
+        for (resource, endpoint) in [
+            ("http://localhost:3000/mcp#f", ENDPOINT),
+            ("http://localhost:3000/mcp#", ENDPOINT),
+            ("http://localhost:3000/mcp?", ENDPOINT),
+            ("http://localhost:3000/mcp?t=1", ENDPOINT),
+            (
+                "http://localhost:3000/mcp?t=1",
+                "http://localhost:3000/mcp?t=2",
+            ),
+            (
+                "http://localhost:3000/mcp?t=1#f",
+                "http://localhost:3000/mcp?t=1",
+            ),
+        ] {
+            let error = read(resource, endpoint).expect_err(resource);
+            assert!(error.is_auth(), "{resource}: {error:?}");
+        }
+        for (resource, endpoint) in [
+            (
+                "http://localhost:3000/mcp?t=1",
+                "http://localhost:3000/mcp?t=1",
+            ),
+            ("http://localhost:3000/mcp", "http://localhost:3000/mcp?t=1"),
+        ] {
+            assert_eq!(read(resource, endpoint).unwrap().resource, resource);
         }
     }
 

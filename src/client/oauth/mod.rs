@@ -33,8 +33,9 @@
 //!    [`HeadlessAgent`] for a server that approves without one.
 //! 5. **Tokens**: kept in a [`CredentialStore`] (the session's own
 //!    in-memory one, or yours), refreshed before they expire or when
-//!    refused, single flight per endpoint among the sessions of one
-//!    [`OAuth`].
+//!    refused, single flight per store and endpoint (every session, of
+//!    any [`OAuth`] value, that shares a store), so a rotating refresh
+//!    token is never presented twice at once.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -74,11 +75,27 @@
 //! lent or owned, with the client-wide hooks you registered for the
 //! authorization server's origin and none of the session's own.
 //!
+//! # Where requests go
+//!
+//! Every URL the flow sends a request to (protected resource metadata,
+//! authorization server metadata, registration, authorization, token) is
+//! parsed once, with the `url` crate (WHATWG, as browsers and the `oauth2`
+//! crate parse), checked (HTTPS, or plain HTTP to `localhost`,
+//! `127.0.0.0/8` or `::1`, unless [`OAuth::allow_insecure_http`]), and
+//! that parsed value is what the request is sent to. A user name and
+//! password in a URL are dropped, never sent nor shown.
+//!
 //! # Timing
 //!
 //! The flow counts against the deadline of the request that needed it
 //! (the request timeout, 60 s by default): with a person at a browser,
-//! give the connector a longer one (the CLI's `--oauth` does).
+//! give the connector a longer one (the CLI's `--oauth` does). Within it,
+//! each exchange with an authorization server (metadata, registration,
+//! token, refresh) has its own deadline, [`OAuth::exchange_timeout`]
+//! (30 s by default), from sending to the last byte of the answer (at
+//! most 256 KiB); the headless agent's requests have 30 s each; the
+//! loopback agent waits 5 minutes for the redirect
+//! ([`LoopbackAgent::timeout`]).
 
 mod agent;
 pub(crate) mod challenge;
@@ -107,7 +124,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// How a session authorizes with OAuth 2.1: the user agent, the store, and
 /// what the client is known as. Cheap to clone; the sessions of one value
-/// share its store and authorize one at a time per endpoint.
+/// share its store, and every session whose tokens are in one store (made
+/// from this value, a clone of it, or another value given the same store)
+/// authorizes and refreshes one at a time per endpoint.
 ///
 /// Defaults: an in-memory store per session, no pre-registered client, no
 /// Client ID Metadata Document, client name `mcp-scoped-http`, no scopes of
@@ -119,6 +138,7 @@ pub struct OAuth {
     pub(crate) config: Arc<Config>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) agent: Arc<dyn UserAgent>,
     pub(crate) store: Option<Arc<dyn CredentialStore>>,
@@ -129,29 +149,10 @@ pub(crate) struct Config {
     pub(crate) max_authorizations: u32,
     pub(crate) exchange_timeout: Duration,
     pub(crate) allow_insecure_http: bool,
-    /// One authorization at a time per endpoint, for every session of this
-    /// value (a shared store's tokens are refreshed once, not per session).
-    pub(crate) flights: flow::Flights,
 }
 
-impl Clone for Config {
-    fn clone(&self) -> Self {
-        Config {
-            agent: self.agent.clone(),
-            store: self.store.clone(),
-            client: self.client.clone(),
-            client_metadata_url: self.client_metadata_url.clone(),
-            client_name: self.client_name.clone(),
-            scopes: self.scopes.clone(),
-            max_authorizations: self.max_authorizations,
-            exchange_timeout: self.exchange_timeout,
-            allow_insecure_http: self.allow_insecure_http,
-            flights: flow::Flights::default(),
-        }
-    }
-}
-
-/// Client credentials registered in advance, for one issuer or any.
+/// Client credentials registered in advance, for one issuer, or for any
+/// ([`OAuth::client_for_any_issuer`]).
 #[derive(Clone)]
 pub(crate) struct PreRegistered {
     pub(crate) credentials: ClientCredentials,
@@ -173,7 +174,6 @@ impl OAuth {
                 max_authorizations: 3,
                 exchange_timeout: Duration::from_secs(30),
                 allow_insecure_http: false,
-                flights: flow::Flights::default(),
             }),
         }
     }
@@ -191,14 +191,31 @@ impl OAuth {
         self
     }
 
-    /// A client registered in advance: used before any other identity.
-    /// With `issuer`, only for that authorization server (compared
-    /// exactly); without, for any.
+    /// A client registered in advance with the authorization server
+    /// `issuer`: used before any other identity, for that authorization
+    /// server only (its metadata's `issuer`, compared exactly). Its secret
+    /// never goes to another authorization server, whichever one an MCP
+    /// server names.
     #[must_use]
-    pub fn client(mut self, credentials: ClientCredentials, issuer: Option<&str>) -> Self {
+    pub fn client(mut self, credentials: ClientCredentials, issuer: impl Into<String>) -> Self {
         self.config_mut().client = Some(PreRegistered {
             credentials,
-            issuer: issuer.map(str::to_owned),
+            issuer: Some(issuer.into()),
+        });
+        self
+    }
+
+    /// A client registered in advance, used with **any** authorization
+    /// server an MCP server names: its id, and its secret when it has one,
+    /// go to whichever that is. For a public client (no secret), or when
+    /// the MCP server is trusted to name the right authorization server;
+    /// prefer [`client`](Self::client), which binds the client to its
+    /// issuer.
+    #[must_use]
+    pub fn client_for_any_issuer(mut self, credentials: ClientCredentials) -> Self {
+        self.config_mut().client = Some(PreRegistered {
+            credentials,
+            issuer: None,
         });
         self
     }
@@ -242,8 +259,11 @@ impl OAuth {
         self
     }
 
-    /// The bound on each exchange with an authorization server (metadata,
-    /// registration, token). Default 30 s.
+    /// The deadline of each exchange with an authorization server
+    /// (protected resource metadata, authorization server metadata,
+    /// registration, token, refresh), from sending the request to reading
+    /// the whole answer. Default 30 s. The flow as a whole also counts
+    /// against the deadline of the request that needed it.
     #[must_use]
     pub fn exchange_timeout(mut self, timeout: Duration) -> Self {
         self.config_mut().exchange_timeout = timeout;
@@ -344,13 +364,14 @@ pub struct AuthorizationResponse {
 
 impl AuthorizationResponse {
     /// Reads the query of the URL the user agent was redirected to.
+    /// A relative reference (`?code=...`) is read too.
     pub fn from_redirect(url: &str) -> AuthorizationResponse {
-        let query = url
-            .split_once('?')
-            .map_or("", |(_, query)| query)
-            .split('#')
-            .next()
-            .unwrap_or("");
+        // Read by the URL parser, as the browser does: the query is what
+        // it finds between `?` and `#`.
+        let parsed = ::url::Url::parse("http://redirect.invalid/")
+            .and_then(|base| base.join(url))
+            .ok();
+        let query = parsed.as_ref().and_then(|url| url.query()).unwrap_or("");
         let mut response = AuthorizationResponse::default();
         for (name, value) in ::url::form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
