@@ -25,7 +25,11 @@ pub(crate) async fn read_limited(
     }
     // Not `http_body_util::Limited`: its `Into<BoxError>` bound on a boxed
     // body trips a rustc limitation when the caller's future must be `Send`.
-    let mut collected = BytesMut::new();
+    // Sized once from a declared length (at most the limit): growing by
+    // doubling holds the old and the new buffer at once, up to twice the
+    // body for a moment.
+    let declared = usize::try_from(body.size_hint().lower()).unwrap_or(limit);
+    let mut collected = BytesMut::with_capacity(declared.min(limit));
     while let Some(frame) = body.frame().await {
         let frame = frame
             .map_err(|e| Error::transport(e).with_message(format!("reading the {what} failed")))?;
