@@ -1,0 +1,286 @@
+//! A slot: one server, one owner task for its whole life.
+//!
+//! The owner task is the only code that connects, closes or waits for the
+//! slot: a failed connect is a state of the slot, never an error that
+//! drops ownership, and every wait (backoff, auth, failure) happens inside
+//! it, where a stop reaches it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::Backoff;
+use super::catalog::Hub;
+use super::spec::ServerSpec;
+use super::state::SlotState;
+use crate::error::Error;
+use crate::ledger::{Count, Field};
+use crate::scope::Released;
+use crate::sync::lock;
+use crate::{Connector, RequestOptions, Session};
+
+/// The fleet-wide settings a slot runs by.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub(crate) backoff: Backoff,
+    pub(crate) health_interval: Option<Duration>,
+    pub(crate) health_timeout: Duration,
+}
+
+/// What became of one server's slot at shutdown.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerShutdown {
+    /// It was ready: its session was closed (DELETEd if owned).
+    Closed(Released),
+    /// It had no session (connecting, waiting to retry, failed): nothing
+    /// to close. A connect in flight was cancelled, and a server session
+    /// it had created is DELETEd by the reaper (see [`crate::shutdown`]).
+    NoSession,
+    /// It did not end within the shutdown's deadline: its task was
+    /// aborted, and its session is DELETEd by the reaper.
+    TimedOut,
+}
+
+/// A session that is up, shared by the owner task and the calls routed to
+/// it.
+pub(crate) struct Live {
+    pub(crate) session: Session,
+    lost: CancellationToken,
+    lost_error: Mutex<Option<Arc<Error>>>,
+    proven: AtomicBool,
+}
+
+impl Live {
+    /// Tells the owner task the session is gone (the first report wins).
+    pub(crate) fn lose(&self, error: &Error) {
+        lock(&self.lost_error).get_or_insert_with(|| Arc::new(error.duplicate()));
+        self.lost.cancel();
+    }
+
+    /// The session answered a request: a later loss starts the attempt
+    /// count anew.
+    pub(crate) fn prove(&self) {
+        self.proven.store(true, Ordering::Release);
+    }
+}
+
+/// The slot's shared part: what the fleet reads, and how it reaches the
+/// owner task.
+pub(crate) struct Slot {
+    pub(crate) name: Arc<str>,
+    pub(crate) spec: ServerSpec,
+    pub(crate) required: AtomicBool,
+    connector: Connector,
+    state: watch::Sender<SlotState>,
+    live: Mutex<Option<Arc<Live>>>,
+    /// Cancelled to stop the slot, whatever it is doing.
+    pub(crate) stop: CancellationToken,
+    /// Wakes a waiting slot ([`super::Fleet::reconnect`]).
+    pub(crate) wake: Notify,
+    /// Cancelled when the owner task has ended (or was dropped).
+    pub(crate) finished: CancellationToken,
+}
+
+impl Slot {
+    pub(crate) fn new(name: Arc<str>, spec: ServerSpec) -> Slot {
+        Slot {
+            name,
+            required: AtomicBool::new(spec.is_required()),
+            connector: spec.connector(),
+            spec,
+            state: watch::Sender::new(SlotState::Starting),
+            live: Mutex::new(None),
+            stop: CancellationToken::new(),
+            wake: Notify::new(),
+            finished: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> SlotState {
+        self.state.borrow().clone()
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<SlotState> {
+        self.state.subscribe()
+    }
+
+    /// The session calls go to, while ready.
+    pub(crate) fn live(&self) -> Option<Arc<Live>> {
+        lock(&self.live).clone()
+    }
+
+    fn set_state(&self, hub: &Hub, state: SlotState) {
+        match &state {
+            SlotState::Retrying { attempt, .. } if !attempt.is_power_of_two() => {
+                // Bounded logging: failures 1, 2, 4, 8... at warn, the rest
+                // at debug, so a server down for a day writes a few dozen
+                // lines, not thousands.
+                tracing::debug!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::Retrying { .. } | SlotState::AuthRequired { .. } | SlotState::Failed { .. } => {
+                tracing::warn!(server = %self.name, %state, "fleet: slot state");
+            }
+            _ => tracing::info!(server = %self.name, state = state.name(), "fleet: slot state"),
+        }
+        self.state.send_replace(state.clone());
+        hub.state(&self.name, state);
+    }
+}
+
+/// How a ready session's time ended.
+enum End {
+    Stop,
+    Lost(Arc<Error>),
+    Reconnect,
+}
+
+/// The owner task of `slot`: runs until the slot is stopped.
+pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (Arc<str>, ServerShutdown) {
+    // Counted as one of the crate's tasks (see the ledger), and marked
+    // finished however it ends, aborted included.
+    let _task = Count::new(Field::Tasks, None);
+    let _finished = slot.finished.clone().drop_guard();
+    let outcome = supervise(&slot, &hub, &policy).await;
+    hub.set_catalog(&slot.name, None);
+    slot.set_state(&hub, SlotState::Stopped);
+    (slot.name.clone(), outcome)
+}
+
+async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
+    // Failures in a row since the last session that answered a request.
+    let mut failures: u32 = 0;
+    loop {
+        slot.set_state(hub, SlotState::Starting);
+        // Dropping the connect future on a stop is its cancellation: what
+        // it created is released, a server session DELETEd by the reaper.
+        let connected = tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+            connected = slot.connector.connect() => connected,
+        };
+        let error = match connected {
+            Ok(session) => {
+                let live = Arc::new(Live {
+                    session,
+                    lost: CancellationToken::new(),
+                    lost_error: Mutex::new(None),
+                    proven: AtomicBool::new(false),
+                });
+                // Catalog first: a ready server's tools are there the
+                // moment anyone sees it ready.
+                hub.set_catalog(&slot.name, Some(live.session.catalog()));
+                *lock(&slot.live) = Some(live.clone());
+                slot.set_state(hub, SlotState::Ready);
+                let end = serve(slot, hub, policy, &live).await;
+                // No call reaches the session from here on: it leaves the
+                // slot, then the catalog, then is closed (in-flight calls
+                // fail with "closed").
+                *lock(&slot.live) = None;
+                hub.set_catalog(&slot.name, None);
+                let released = live.session.close().await;
+                if live.proven.load(Ordering::Acquire) {
+                    failures = 0;
+                }
+                match end {
+                    End::Stop => return ServerShutdown::Closed(released),
+                    End::Reconnect => {
+                        failures = 0;
+                        continue;
+                    }
+                    End::Lost(error) => error,
+                }
+            }
+            Err(error) => Arc::new(error),
+        };
+        failures = failures.saturating_add(1);
+        let waiting = if error.is_builder() {
+            SlotState::Failed { error }
+        } else if error.is_auth()
+            || error
+                .status()
+                .is_some_and(|s| s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN)
+        {
+            SlotState::AuthRequired { error }
+        } else if !error.is_retryable() {
+            SlotState::Failed { error }
+        } else {
+            let delay = policy.backoff.delay(failures);
+            let next_at = tokio::time::Instant::now() + delay;
+            slot.set_state(
+                hub,
+                SlotState::Retrying {
+                    attempt: failures,
+                    next_at: next_at.into_std(),
+                    error,
+                },
+            );
+            tokio::select! {
+                biased;
+                () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+                () = slot.wake.notified() => failures = 0,
+                () = tokio::time::sleep_until(next_at) => {}
+            }
+            continue;
+        };
+        // Auth required or failed: only a person (reconnect) or a changed
+        // spec (a new slot) moves it.
+        slot.set_state(hub, waiting);
+        tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+            () = slot.wake.notified() => failures = 0,
+        }
+    }
+}
+
+/// Watches a ready session: proves it with a `ping` at once, checks it
+/// every health interval, and notices a change of its lists.
+async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
+    let mut proving = true;
+    let mut listed = live.session.catalog();
+    loop {
+        let check = async {
+            if !proving {
+                match policy.health_interval {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            }
+            live.session
+                .request_with(
+                    "ping",
+                    None,
+                    RequestOptions::default().timeout(policy.health_timeout),
+                )
+                .await
+        };
+        tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return End::Stop,
+            () = live.lost.cancelled() => {
+                let error = lock(&live.lost_error).clone();
+                return End::Lost(error.unwrap_or_else(|| Arc::new(Error::closed())));
+            }
+            () = slot.wake.notified() => return End::Reconnect,
+            answer = check => {
+                proving = false;
+                match answer {
+                    // A JSON-RPC error is an answer too.
+                    Err(error) if !error.is_rpc() => return End::Lost(Arc::new(error)),
+                    _ => live.prove(),
+                }
+                // A re-listed catalog (list_changed, a replaced expired
+                // session) is a new Arc.
+                let now = live.session.catalog();
+                if !Arc::ptr_eq(&now, &listed) {
+                    hub.set_catalog(&slot.name, Some(now.clone()));
+                    listed = now;
+                }
+            }
+        }
+    }
+}
