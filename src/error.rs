@@ -360,8 +360,7 @@ impl Error {
             Kind::Status => {
                 self.inner.session_expired
                     || self.inner.status.is_some_and(|status| {
-                        status.is_server_error()
-                            || matches!(status.as_u16(), 408 | 425 | 429)
+                        status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429)
                     })
             }
             Kind::Builder

@@ -79,7 +79,10 @@ mod tests {
         let backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(100));
         let delays: Vec<Duration> = (0..200).map(|_| backoff.delay(3)).collect();
         assert!(delays.iter().all(|d| *d <= Duration::from_millis(100)));
-        let low = delays.iter().filter(|d| **d < Duration::from_millis(50)).count();
+        let low = delays
+            .iter()
+            .filter(|d| **d < Duration::from_millis(50))
+            .count();
         // Full jitter: about half below the middle (200 draws; far from 0 or 200).
         assert!((40..=160).contains(&low), "{low} of 200 below the middle");
     }

@@ -57,10 +57,9 @@ impl FleetCatalog {
         list: impl Fn(&'a Catalog) -> &'a [Entry] + 'a,
     ) -> impl Iterator<Item = QualifiedEntry<'a>> + 'a {
         self.servers.iter().flat_map(move |(server, catalog)| {
-            list(catalog).iter().map(move |entry| QualifiedEntry {
-                server,
-                entry,
-            })
+            list(catalog)
+                .iter()
+                .map(move |entry| QualifiedEntry { server, entry })
         })
     }
 
@@ -89,7 +88,9 @@ impl FleetCatalog {
     pub fn tool(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
         let (server, name) = split_qualified(qualified)?;
         let (server, catalog) = self.servers.get_key_value(server)?;
-        catalog.tool(name).map(|entry| QualifiedEntry { server, entry })
+        catalog
+            .tool(name)
+            .map(|entry| QualifiedEntry { server, entry })
     }
 }
 

@@ -113,8 +113,8 @@ use crate::sync::lock;
 use catalog::Hub;
 use slot::{Policy, Slot};
 
-/// The slots' tasks, each ending with its server's name and outcome.
-type Tasks = JoinSet<(Arc<str>, ServerShutdown)>;
+/// The slots' tasks, each ending with its slot's id and outcome.
+type Tasks = JoinSet<(u64, ServerShutdown)>;
 
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
@@ -335,10 +335,8 @@ impl Fleet {
                     .map(|state| state.clone())
                     .unwrap_or(SlotState::Stopped);
                 if !state.is_ready() {
-                    return Err(Error::closed().context(format!(
-                        "required server `{}` is {state}",
-                        slot.name
-                    )));
+                    return Err(Error::closed()
+                        .context(format!("required server `{}` is {state}", slot.name)));
                 }
             }
             Ok(())
@@ -362,9 +360,11 @@ impl Fleet {
     fn slot(&self, server: &str) -> Result<Arc<Slot>> {
         let guard = lock(&self.slots);
         let slots = guard.as_ref().ok_or_else(shut_down)?;
-        slots.by_name.get(server).cloned().ok_or_else(|| {
-            Error::builder(format!("no server named `{server}` in the fleet"))
-        })
+        slots
+            .by_name
+            .get(server)
+            .cloned()
+            .ok_or_else(|| Error::builder(format!("no server named `{server}` in the fleet")))
     }
 
     /// Calls `tool` of `server` with `arguments`, on the slot's current
@@ -382,10 +382,8 @@ impl Fleet {
     pub async fn call_tool(&self, server: &str, tool: &str, arguments: Value) -> Result<Value> {
         let slot = self.slot(server)?;
         let Some(live) = slot.live() else {
-            return Err(Error::closed().context(format!(
-                "server `{server}` is not ready ({})",
-                slot.state()
-            )));
+            return Err(Error::closed()
+                .context(format!("server `{server}` is not ready ({})", slot.state())));
         };
         match live.session.call_tool(tool, arguments).await {
             Ok(result) => {
@@ -493,11 +491,17 @@ impl Fleet {
         for slot in by_name.values() {
             slot.stop.cancel();
         }
+        // By slot id: the set also holds slots stopped earlier (removed or
+        // replaced), which are no longer the fleet's servers.
+        let names: BTreeMap<u64, &Arc<str>> =
+            by_name.values().map(|slot| (slot.id, &slot.name)).collect();
         let mut servers = BTreeMap::new();
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-            if let Ok((name, outcome)) = joined {
-                servers.insert(name.to_string(), outcome);
+            if let Ok((id, outcome)) = joined {
+                if let Some(name) = names.get(&id) {
+                    servers.insert(name.to_string(), outcome);
+                }
             }
         }
         // Past the deadline: abort the rest (their sessions go to the

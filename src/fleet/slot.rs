@@ -5,7 +5,7 @@
 //! drops ownership, and every wait (backoff, auth, failure) happens inside
 //! it, where a stop reaches it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,6 +71,9 @@ impl Live {
 /// The slot's shared part: what the fleet reads, and how it reaches the
 /// owner task.
 pub(crate) struct Slot {
+    /// Unique in the process: a replaced slot and its successor share a
+    /// name, never an id.
+    pub(crate) id: u64,
     pub(crate) name: Arc<str>,
     pub(crate) spec: ServerSpec,
     pub(crate) required: AtomicBool,
@@ -87,7 +90,9 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub(crate) fn new(name: Arc<str>, spec: ServerSpec) -> Slot {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         Slot {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
             connector: spec.connector(),
@@ -121,7 +126,9 @@ impl Slot {
                 // lines, not thousands.
                 tracing::debug!(server = %self.name, %state, "fleet: slot state");
             }
-            SlotState::Retrying { .. } | SlotState::AuthRequired { .. } | SlotState::Failed { .. } => {
+            SlotState::Retrying { .. }
+            | SlotState::AuthRequired { .. }
+            | SlotState::Failed { .. } => {
                 tracing::warn!(server = %self.name, %state, "fleet: slot state");
             }
             _ => tracing::info!(server = %self.name, state = state.name(), "fleet: slot state"),
@@ -139,7 +146,7 @@ enum End {
 }
 
 /// The owner task of `slot`: runs until the slot is stopped.
-pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (Arc<str>, ServerShutdown) {
+pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64, ServerShutdown) {
     // Counted as one of the crate's tasks (see the ledger), and marked
     // finished however it ends, aborted included.
     let _task = Count::new(Field::Tasks, None);
@@ -147,7 +154,7 @@ pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (Arc<
     let outcome = supervise(&slot, &hub, &policy).await;
     hub.set_catalog(&slot.name, None);
     slot.set_state(&hub, SlotState::Stopped);
-    (slot.name.clone(), outcome)
+    (slot.id, outcome)
 }
 
 async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
@@ -200,9 +207,9 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
         let waiting = if error.is_builder() {
             SlotState::Failed { error }
         } else if error.is_auth()
-            || error
-                .status()
-                .is_some_and(|s| s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN)
+            || error.status().is_some_and(|s| {
+                s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN
+            })
         {
             SlotState::AuthRequired { error }
         } else if !error.is_retryable() {

@@ -363,9 +363,11 @@ mod tests {
         assert!(!lent.same_server(&a.clone().client(HttpClient::owned().unwrap())));
         let connector = ServerSpec::from_connector(Connector::new("http://127.0.0.1:1/mcp"));
         assert!(connector.same_server(&connector.clone()));
-        assert!(!connector.same_server(&ServerSpec::from_connector(Connector::new(
-            "http://127.0.0.1:1/mcp"
-        ))));
+        assert!(
+            !connector.same_server(&ServerSpec::from_connector(Connector::new(
+                "http://127.0.0.1:1/mcp"
+            )))
+        );
     }
 
     #[test]

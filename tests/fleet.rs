@@ -1,0 +1,870 @@
+//! The fleet (issue 21): slots with one owner task each, reconcile by
+//! name, reconnects, the merged catalog, routed calls, shutdown and drop.
+//! The seeds' stories as named tests; every test ends with the baseline
+//! check (FAULTS.md).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerShutdown, ServerSpec, SlotState};
+use serde_json::json;
+use support::baseline::World;
+use support::*;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+const MS: Duration = Duration::from_millis(1);
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Short backoff (5 ms doubling to 50 ms), no health pings unless a test
+/// asks for them.
+fn fleet() -> Fleet {
+    Fleet::builder()
+        .backoff(Backoff::new(5 * MS, 50 * MS))
+        .health_interval(None)
+        .shutdown_timeout(SETTLE)
+        .build()
+}
+
+fn spec(server: &TestServer) -> ServerSpec {
+    ServerSpec::new(server.url())
+        .bearer("fleet-token")
+        .connect_timeout(SETTLE)
+        .request_timeout(SETTLE)
+        .delete_timeout(500 * MS)
+}
+
+/// A URL on which nothing listens: connections are refused.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+fn attempt(fleet: &Fleet, server: &str) -> u32 {
+    fleet
+        .state(server)
+        .and_then(|state| state.attempt())
+        .unwrap_or(0)
+}
+
+fn is(fleet: &Fleet, server: &str, name: &str) -> bool {
+    fleet
+        .state(server)
+        .is_some_and(|state| state.name() == name)
+}
+
+/// POSTs to `server` fail below HTTP (the connection closes): the server
+/// is down for MCP, while DELETEs still reach it.
+fn take_down(server: &TestServer) {
+    server.push_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::CloseConnection,
+    ));
+}
+
+/// The requests of ours the server saw (the caller's own left out).
+fn ours(server: &TestServer) -> Vec<RecordedRequest> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.header("x-caller") != Some("own"))
+        .collect()
+}
+
+/// Shuts the fleet down, lets the reaper finish, and checks the baseline
+/// against `server` (and that every session of the `others` was DELETEd
+/// once).
+async fn finish(fleet: Fleet, world: &World, others: &[&TestServer], context: &str) {
+    fleet.shutdown().await;
+    drop(fleet);
+    mcp_scoped_http::shutdown().await;
+    for other in others {
+        assert_each_session_deleted_once(other, context).await;
+    }
+    let log = assert_each_session_deleted_once(&world.server, context).await;
+    world
+        .baseline
+        .check(&world.server, deletes_owed(&log))
+        .await;
+}
+
+#[test]
+fn a_failed_start_never_leaves_an_unowned_task_and_shutdown_finds_every_retrying_slot() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let report = fleet
+            .apply([
+                ("up", spec(&world.server)),
+                ("down-1", ServerSpec::new(&dead)),
+                (
+                    "down-2",
+                    ServerSpec::new(&dead).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.started, ["down-1", "down-2", "up"]);
+        // Both keep retrying in their own slot, with a growing count.
+        assert!(
+            eventually(SETTLE, || attempt(&fleet, "down-1") >= 3
+                && attempt(&fleet, "down-2") >= 3)
+            .await,
+            "{:?}",
+            fleet.states()
+        );
+        let error = fleet.state("down-1").unwrap().error().cloned().unwrap();
+        assert!(error.is_transport() && error.is_retryable(), "{error}");
+
+        // Rediscovery (a second apply) never builds a second slot beside
+        // a retrying one: it is the same slot, still counting.
+        let before = attempt(&fleet, "down-1");
+        let again = fleet
+            .apply([
+                ("up", spec(&world.server)),
+                ("down-1", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(again.unchanged, ["down-1", "up"]);
+        assert_eq!(again.stopped, ["down-2"]);
+        assert!(fleet.state("down-2").is_none());
+        assert!(attempt(&fleet, "down-1") >= before);
+
+        // Shutdown finds every slot, the retrying one included.
+        let report = fleet.shutdown().await;
+        assert_eq!(
+            report.servers.keys().collect::<Vec<_>>(),
+            ["down-1", "up"],
+            "{report:?}"
+        );
+        assert!(matches!(
+            report.servers["down-1"],
+            ServerShutdown::NoSession
+        ));
+        assert!(matches!(report.servers["up"], ServerShutdown::Closed(_)));
+        assert!(fleet.shutdown().await.already_shut_down);
+        let refused = fleet.apply([("x", ServerSpec::new(&dead))]).await;
+        assert!(refused.unwrap_err().is_closed());
+        finish(fleet, &world, &[], "failed start").await;
+    });
+}
+
+#[test]
+fn a_second_apply_with_the_same_config_creates_nothing() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let desired = vec![
+            ("a", spec(&world.server).client(world.caller.client.clone())),
+            ("b", spec(&other)),
+        ];
+        fleet.apply(desired.clone()).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        let catalog = fleet.catalog();
+        let created = (
+            world.server.stats().sessions_created,
+            other.stats().sessions_created,
+        );
+        assert_eq!(created, (1, 1));
+
+        // The same specs, and a change of `required` only: nothing moves.
+        let desired = vec![
+            ("a", desired[0].1.clone().required(true)),
+            ("b", spec(&other)),
+        ];
+        let report = fleet.apply(desired).await.unwrap();
+        assert!(report.is_noop(), "{report:?}");
+        assert_eq!(report.unchanged, ["a", "b"]);
+        assert_eq!(
+            (
+                world.server.stats().sessions_created,
+                other.stats().sessions_created
+            ),
+            created
+        );
+        let now = fleet.catalog();
+        assert_eq!(now.generation, catalog.generation);
+        for server in ["a", "b"] {
+            assert!(std::sync::Arc::ptr_eq(
+                &now.servers[server],
+                &catalog.servers[server]
+            ));
+        }
+        assert_eq!(world.server.stats().deletes + other.stats().deletes, 0);
+
+        // A changed spec is replaced: a new session, the old one DELETEd
+        // before apply returns.
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server).bearer("rotated")),
+                ("b", spec(&other)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.replaced, ["a"]);
+        assert_eq!(world.server.stats().deletes, 1);
+        fleet.ready(SETTLE).await.unwrap();
+        finish(fleet, &world, &[&other], "same config").await;
+    });
+}
+
+#[test]
+fn a_disabled_slot_stops_while_waiting_to_retry() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        // A long backoff: the slot is surely waiting when disabled.
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_secs(30),
+                Duration::from_secs(30),
+            ))
+            .build();
+        fleet
+            .apply([("a", spec(&world.server)), ("down", ServerSpec::new(&dead))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "down", "retrying")).await);
+        let mut watch = fleet.watch("down").unwrap();
+        let started = Instant::now();
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("down", ServerSpec::new(&dead).enabled(false)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.stopped, ["down"]);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Stopped when apply returned: its last state is out.
+        assert!(matches!(*watch.borrow_and_update(), SlotState::Stopped));
+        assert!(fleet.state("down").is_none());
+        let error = fleet
+            .call_tool("down", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        finish(fleet, &world, &[], "disabled while retrying").await;
+    });
+}
+
+#[test]
+fn a_disabled_slot_stops_while_connecting() {
+    scenario(async {
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || seen(&world.server, "initialize").len() == 1).await);
+        assert!(is(&fleet, "a", "starting"));
+        let report = fleet
+            .apply([("a", spec(&world.server).enabled(false))])
+            .await
+            .unwrap();
+        assert_eq!(report.stopped, ["a"]);
+        assert!(fleet.states().is_empty());
+        // Nothing of ours reaches the server after apply returned.
+        let seen_then = ours(&world.server).len();
+        mcp_scoped_http::shutdown().await;
+        assert_eq!(ours(&world.server).len(), seen_then);
+        finish(fleet, &world, &[], "disabled while connecting").await;
+    });
+}
+
+/// The events of one server, up to now.
+fn drain_states(
+    events: &mut tokio::sync::broadcast::Receiver<FleetEvent>,
+    server: &str,
+) -> Vec<SlotState> {
+    let mut states = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(FleetEvent::State { server: s, state }) if &*s == server => states.push(state),
+            Ok(_) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return states,
+            Err(TryRecvError::Lagged(n)) => panic!("lost {n} events"),
+        }
+    }
+}
+
+#[test]
+fn a_revived_server_s_tools_are_back_in_the_catalog() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default().with_tools(2));
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet
+            .apply([
+                ("a", spec(&world.server).required(true)),
+                ("b", spec(&other).required(true)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        let before = fleet.catalog();
+        assert_eq!(before.tool_count(), 5);
+        let names: Vec<String> = before.tools().filter_map(|t| t.qualified_name()).collect();
+        assert_eq!(
+            names,
+            [
+                "a__tool-000",
+                "a__tool-001",
+                "a__tool-002",
+                "b__tool-000",
+                "b__tool-001"
+            ]
+        );
+        let answer = fleet
+            .call_qualified("a__tool-001", json!({"text": "hi"}))
+            .await
+            .unwrap();
+        assert_eq!(answer["structuredContent"]["tool"], "tool-001");
+
+        // The server goes down under a ready session: the call fails, says
+        // it may have run, and is not sent again.
+        take_down(&world.server);
+        let error = fleet
+            .call_tool("a", "tool-000", json!({"text": "lost"}))
+            .await
+            .unwrap_err();
+        assert!(error.is_transport(), "{error:?}");
+        assert!(
+            error.to_string().contains("may or may not have run"),
+            "{error}"
+        );
+        let calls_then = seen(&world.server, "tools/call").len();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let lost = fleet.catalog();
+        assert!(lost.generation > before.generation);
+        assert!(lost.tool("a__tool-000").is_none());
+        assert!(lost.tool("b__tool-000").is_some());
+        let refused = fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.is_closed() && refused.to_string().contains("not ready"),
+            "{refused}"
+        );
+
+        // It comes back: so do its tools, by the time it is ready.
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let back = fleet.catalog();
+        assert!(back.generation > lost.generation);
+        assert!(back.tool("a__tool-000").is_some());
+        assert_eq!(back.tool_count(), 5);
+        fleet.call_tool("a", "tool-002", json!({})).await.unwrap();
+        // The lost call was never sent again.
+        assert_eq!(seen(&world.server, "tools/call").len(), calls_then + 1);
+
+        // The events told it all, in order; catalog generations only grow.
+        let states: Vec<&str> = drain_states(&mut events, "a")
+            .iter()
+            .map(SlotState::name)
+            .collect();
+        assert_eq!(states.first(), Some(&"starting"));
+        assert_eq!(states.last(), Some(&"ready"));
+        let lost_at = states.iter().position(|s| *s == "retrying").unwrap();
+        assert_eq!(states[lost_at - 1], "ready");
+        finish(fleet, &world, &[&other], "revival").await;
+    });
+}
+
+#[test]
+fn the_catalog_events_come_in_generation_order() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet
+            .apply(Vec::<(String, ServerSpec)>::new())
+            .await
+            .unwrap();
+        let mut generations = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::Catalog { generation, tools } = event {
+                generations.push((generation, tools));
+            }
+        }
+        assert_eq!(generations, [(1, 3), (2, 0)]);
+        finish(fleet, &world, &[], "catalog events").await;
+    });
+}
+
+#[test]
+fn a_healthy_reconnect_resets_the_attempt_count() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .health_timeout(Duration::from_secs(1))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+
+        // Down: the health ping notices, and failures pile up.
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 4).await);
+
+        // Back: the new session proves itself (its pings are answered).
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let pings = seen(&world.server, "ping").len();
+        assert!(eventually(SETTLE, || seen(&world.server, "ping").len() >= pings + 2).await);
+
+        // Lost again: counting starts at 1, not where it was.
+        let mut events = fleet.events();
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let first = drain_states(&mut events, "a")
+            .into_iter()
+            .find_map(|state| state.attempt());
+        assert_eq!(first, Some(1));
+        world.server.clear_faults();
+        finish(fleet, &world, &[], "healthy reconnect").await;
+    });
+}
+
+#[test]
+fn a_session_lost_before_answering_does_not_reset_the_count() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // Connects work, every ping fails: the session never proves itself.
+        world
+            .server
+            .push_fault(Fault::on_rpc("ping", FaultAction::CloseConnection));
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(
+            eventually(SETTLE, || attempt(&fleet, "a") >= 3).await,
+            "{:?}",
+            fleet.states()
+        );
+        assert!(world.server.stats().sessions_created >= 3);
+        world.server.clear_faults();
+        finish(fleet, &world, &[], "unproven").await;
+    });
+}
+
+#[test]
+fn auth_refusals_wait_for_reconnect_and_bad_urls_fail() {
+    scenario(async {
+        let world =
+            World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc("initialize", FaultAction::unauthorized("Bearer")).times(1),
+            ))
+            .await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("bad", ServerSpec::new("not a url")),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "auth_required")).await);
+        assert!(eventually(SETTLE, || is(&fleet, "bad", "failed")).await);
+        let error = fleet.state("bad").unwrap().error().cloned().unwrap();
+        assert!(error.is_builder(), "{error}");
+        // No hammering: one initialize, however long we look.
+        assert_eq!(seen(&world.server, "initialize").len(), 1);
+        let err = fleet.ready(SETTLE).await;
+        assert!(err.is_ok(), "nothing required: {err:?}");
+
+        // A person fixed it: reconnect.
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        assert!(fleet.reconnect("nope").unwrap_err().is_builder());
+        finish(fleet, &world, &[], "auth").await;
+    });
+}
+
+#[test]
+fn reconnect_wakes_a_waiting_slot_at_once() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            ))
+            .build();
+        take_down(&world.server);
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        // Waiting up to a minute (full jitter: most likely many seconds).
+        let SlotState::Retrying { next_at, .. } = fleet.state("a").unwrap() else {
+            unreachable!()
+        };
+        world.server.clear_faults();
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // Ready before its turn (when the draw left time to tell).
+        if next_at > Instant::now() + Duration::from_secs(1) {
+            assert!(Instant::now() < next_at);
+        }
+        finish(fleet, &world, &[], "reconnect").await;
+    });
+}
+
+#[test]
+fn a_lent_client_survives_everything() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let lent = world.caller.client.clone();
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .build();
+        let desired = |token: &str, enabled: bool| {
+            vec![
+                (
+                    "a",
+                    spec(&world.server)
+                        .client(lent.clone())
+                        .bearer(token)
+                        .enabled(enabled),
+                ),
+                ("b", spec(&world.server).client(lent.clone()).bearer("b")),
+            ]
+        };
+        fleet.apply(desired("a", true)).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        assert_eq!(lent.hooks().len(), 2);
+        // Lost and revived.
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 2).await);
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        // Replaced, disabled, enabled again.
+        assert_eq!(
+            fleet.apply(desired("a2", true)).await.unwrap().replaced,
+            ["a"]
+        );
+        assert_eq!(
+            fleet.apply(desired("a2", false)).await.unwrap().stopped,
+            ["a"]
+        );
+        assert_eq!(
+            fleet.apply(desired("a2", true)).await.unwrap().started,
+            ["a"]
+        );
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        assert_eq!(lent.hooks().len(), 2);
+        // The baseline checks the client still serves the caller, without
+        // our headers, and that our hooks are gone.
+        finish(fleet, &world, &[], "lent client").await;
+    });
+}
+
+#[test]
+fn a_dead_server_does_not_delay_the_others_readiness() {
+    scenario(async {
+        let hung = TestServer::start(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        );
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let started = Instant::now();
+        fleet
+            .apply([
+                ("up", spec(&world.server).required(true)),
+                ("hung", spec(&hung).connect_timeout(Duration::from_secs(30))),
+                ("dead", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(Duration::from_secs(10)).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(is(&fleet, "hung", "starting"));
+
+        // A required server that is down: ready says which, by its deadline.
+        fleet
+            .apply([
+                ("up", spec(&world.server).required(true)),
+                (
+                    "hung",
+                    spec(&hung)
+                        .connect_timeout(Duration::from_secs(30))
+                        .required(true),
+                ),
+                ("dead", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let error = fleet.ready(100 * MS).await.unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(error.to_string().contains("`hung` starting"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        finish(fleet, &world, &[], "dead server").await;
+        drop(hung);
+    });
+}
+
+#[test]
+fn a_slow_reader_of_events_is_told_it_lagged_and_never_blocks_the_fleet() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(MS, 2 * MS))
+            .event_capacity(4)
+            .build();
+        let mut events = fleet.events();
+        fleet
+            .apply([("down", ServerSpec::new(&dead))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || attempt(&fleet, "down") >= 10).await);
+        match events.recv().await {
+            Err(RecvError::Lagged(lost)) => assert!(lost > 0),
+            other => panic!("expected a lag, got {other:?}"),
+        }
+        // Then the newest events, in order.
+        assert!(events.recv().await.is_ok());
+        finish(fleet, &world, &[], "lagged").await;
+    });
+}
+
+#[test]
+fn invalid_names_are_refused_before_anything_changes() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        for bad in ["", "a__b", "a_", "sp ace"] {
+            let error = fleet
+                .apply([("a", spec(&world.server)), (bad, spec(&world.server))])
+                .await
+                .unwrap_err();
+            assert!(error.is_builder(), "{error}");
+        }
+        let twice = fleet
+            .apply([("a", spec(&world.server)), ("a", spec(&world.server))])
+            .await
+            .unwrap_err();
+        assert!(twice.to_string().contains("more than once"), "{twice}");
+        assert_eq!(fleet.states().len(), 1);
+        let error = fleet
+            .call_qualified("no-separator", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_builder());
+        finish(fleet, &world, &[], "names").await;
+    });
+}
+
+#[test]
+fn dropping_the_fleet_releases_everything_through_the_reaper() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server).client(world.caller.client.clone())),
+                ("b", spec(&world.server)),
+                ("down", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        assert!(
+            eventually(SETTLE, || is(&fleet, "a", "ready")
+                && is(&fleet, "b", "ready"))
+            .await
+        );
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        let log = assert_each_session_deleted_once(&world.server, "drop").await;
+        assert_eq!(log.len(), 2);
+        world.baseline.check(&world.server, 2).await;
+    });
+}
+
+// Cancellation: the futures of apply, ready, call_tool and shutdown,
+// dropped after every number of polls.
+
+/// Far above the polls any of these takes here.
+const MAX_POLLS: usize = 500;
+
+/// A server on which every step pends at least once.
+fn slow_config() -> ServerConfig {
+    let delay = |method: &str| Fault::on_rpc(method, FaultAction::Delay(MS));
+    ServerConfig::default().with_faults(vec![
+        delay("initialize"),
+        delay("notifications/initialized"),
+        delay("tools/list"),
+        delay("tools/call"),
+        delay("ping"),
+        Fault::on_http(http::Method::DELETE, FaultAction::Delay(MS)),
+    ])
+}
+
+async fn settled(world: &World, context: &str) {
+    mcp_scoped_http::shutdown().await;
+    let log = assert_each_session_deleted_once(&world.server, context).await;
+    world
+        .baseline
+        .check(&world.server, deletes_owed(&log))
+        .await;
+}
+
+/// Runs `step` with a drop after 0, 1, 2... polls until it completes.
+async fn every_drop_point<F, Fut>(world: &World, what: &str, mut step: F)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for polls in 0..MAX_POLLS {
+        let completed = step(polls).await;
+        settled(world, &format!("{what} dropped after {polls} polls")).await;
+        if completed {
+            eprintln!("{what}: completed after {polls} polls");
+            return;
+        }
+    }
+    panic!("{what} never completed within {MAX_POLLS} polls");
+}
+
+#[test]
+fn dropping_apply_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let lent = world.caller.client.clone();
+        every_drop_point(&world, "apply", |polls| {
+            let fleet = fleet();
+            let (url, lent) = (url.clone(), lent.clone());
+            async move {
+                let spec = |token: &str| {
+                    ServerSpec::new(&url)
+                        .client(lent.clone())
+                        .bearer(token)
+                        .delete_timeout(500 * MS)
+                };
+                fleet.apply([("a", spec("1"))]).await.unwrap();
+                assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+                // A replace: stop one (its DELETE), start one.
+                let done = poll_at_most(fleet.apply([("a", spec("2"))]), polls)
+                    .await
+                    .is_some();
+                fleet.shutdown().await;
+                done
+            }
+        })
+        .await;
+    });
+}
+
+#[test]
+fn dropping_ready_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        every_drop_point(&world, "ready", |polls| {
+            let fleet = fleet();
+            let url = url.clone();
+            async move {
+                let spec = ServerSpec::new(&url)
+                    .required(true)
+                    .delete_timeout(500 * MS);
+                fleet.apply([("a", spec)]).await.unwrap();
+                let done = poll_at_most(fleet.ready(SETTLE), polls).await.is_some();
+                drop(fleet);
+                done
+            }
+        })
+        .await;
+    });
+}
+
+#[test]
+fn dropping_call_tool_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let fleet = fleet();
+        fleet
+            .apply([("a", ServerSpec::new(&url).delete_timeout(500 * MS))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let mut completed = false;
+        for polls in 0..MAX_POLLS {
+            let call = fleet.call_tool("a", "tool-000", json!({"text": "x"}));
+            if let Some(result) = poll_at_most(call, polls).await {
+                result.unwrap();
+                completed = true;
+                break;
+            }
+            // A dropped call is a cancelled request, not a lost session.
+            assert!(is(&fleet, "a", "ready"), "{:?}", fleet.state("a"));
+        }
+        assert!(completed);
+        assert_eq!(world.server.stats().sessions_created, 1);
+        finish(fleet, &world, &[], "call_tool dropped").await;
+    });
+}
+
+#[test]
+fn dropping_shutdown_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let lent = world.caller.client.clone();
+        every_drop_point(&world, "shutdown", |polls| {
+            let fleet = fleet();
+            let (url, lent, dead) = (url.clone(), lent.clone(), dead.clone());
+            async move {
+                fleet
+                    .apply([
+                        ("a", ServerSpec::new(&url).delete_timeout(500 * MS)),
+                        (
+                            "b",
+                            ServerSpec::new(&url).client(lent).delete_timeout(500 * MS),
+                        ),
+                        ("down", ServerSpec::new(&dead)),
+                    ])
+                    .await
+                    .unwrap();
+                assert!(
+                    eventually(SETTLE, || is(&fleet, "a", "ready")
+                        && is(&fleet, "b", "ready"))
+                    .await
+                );
+                let done = match poll_at_most(fleet.shutdown(), polls).await {
+                    Some(report) => {
+                        assert_eq!(report.servers.len(), 3);
+                        assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+                        true
+                    }
+                    None => false,
+                };
+                drop(fleet);
+                done
+            }
+        })
+        .await;
+    });
+}
