@@ -121,7 +121,7 @@ fn a_failed_start_never_leaves_an_unowned_task_and_shutdown_finds_every_retrying
 
         // Rediscovery (a second apply) never builds a second slot beside
         // a retrying one: it is the same slot, still counting.
-        let before = attempt(&fleet, "down-1");
+        let before = fleet.watch("down-1").unwrap();
         let again = fleet
             .apply([
                 ("up", spec(&world.server)),
@@ -132,7 +132,15 @@ fn a_failed_start_never_leaves_an_unowned_task_and_shutdown_finds_every_retrying
         assert_eq!(again.unchanged, ["down-1", "up"]);
         assert_eq!(again.stopped, ["down-2"]);
         assert!(fleet.state("down-2").is_none());
-        assert!(attempt(&fleet, "down-1") >= before);
+        // Its watch from before still follows it: the same slot.
+        let mut watch = before;
+        for _ in 0..2 {
+            tokio::time::timeout(SETTLE, watch.changed())
+                .await
+                .expect("the slot goes on retrying")
+                .unwrap();
+            assert!(!matches!(*watch.borrow(), SlotState::Stopped));
+        }
 
         // Shutdown finds every slot, the retrying one included.
         let report = fleet.shutdown().await;
@@ -698,6 +706,145 @@ fn dropping_the_fleet_releases_everything_through_the_reaper() {
         let log = assert_each_session_deleted_once(&world.server, "drop").await;
         assert_eq!(log.len(), 2);
         world.baseline.check(&world.server, 2).await;
+    });
+}
+
+#[test]
+fn no_request_reaches_a_removed_server_after_apply_returns() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        world
+            .server
+            .push_fault(Fault::on_rpc("tools/call", FaultAction::Hang).name("tool-001"));
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(Some(5 * MS))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // A call in flight when the server is removed.
+        let call = fleet.call_tool("a", "tool-001", json!({}));
+        let remove = async {
+            assert!(eventually(SETTLE, || seen(&world.server, "tools/call").len() == 1).await);
+            fleet
+                .apply(Vec::<(String, ServerSpec)>::new())
+                .await
+                .unwrap()
+        };
+        let (called, report) = tokio::join!(call, remove);
+        assert_eq!(report.stopped, ["a"]);
+        let error = called.unwrap_err();
+        assert!(error.is_closed(), "{error:?}");
+        assert!(
+            error.to_string().contains("may or may not have run"),
+            "{error}"
+        );
+        // Its session was DELETEd before apply returned; nothing after.
+        let log = assert_each_session_deleted_once(&world.server, "removed").await;
+        assert_eq!(log.len(), 1);
+        let seen_then = ours(&world.server).len();
+        mcp_scoped_http::shutdown().await;
+        assert!(fleet.catalog().servers.is_empty());
+        assert_eq!(ours(&world.server).len(), seen_then);
+        finish(fleet, &world, &[], "removed").await;
+    });
+}
+
+#[test]
+fn shutdown_and_drop_release_everything_in_every_era() {
+    scenario(async {
+        for eras in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse] {
+            for drop_it in [false, true] {
+                let world = World::new(
+                    ServerConfig::default()
+                        .with_eras(eras)
+                        .with_listen(ListenMode::Open),
+                )
+                .await;
+                let fleet = fleet();
+                fleet
+                    .apply([
+                        ("owned", spec(&world.server).listen(true)),
+                        (
+                            "lent",
+                            spec(&world.server)
+                                .client(world.caller.client.clone())
+                                .listen(true),
+                        ),
+                    ])
+                    .await
+                    .unwrap();
+                let context = format!("{eras:?}, dropped: {drop_it}");
+                assert!(
+                    eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await,
+                    "{context}: {:?}",
+                    fleet.states()
+                );
+                assert_eq!(fleet.catalog().tool_count(), 6, "{context}");
+                fleet
+                    .call_tool("lent", "tool-000", json!({}))
+                    .await
+                    .unwrap();
+                if drop_it {
+                    drop(fleet);
+                } else {
+                    let report = fleet.shutdown().await;
+                    assert!(
+                        report
+                            .servers
+                            .values()
+                            .all(|s| matches!(s, ServerShutdown::Closed(_))),
+                        "{context}: {report:?}"
+                    );
+                }
+                mcp_scoped_http::shutdown().await;
+                // Only 2025 sessions are DELETEd; an HTTP+SSE session ends
+                // when its stream closes; 2026-07-28 has none.
+                let deletes = if eras == Eras::HttpSse {
+                    let ended = || {
+                        let log = world.server.session_log();
+                        log.len() == 2 && log.iter().all(|r| !r.live && r.stream_closed)
+                    };
+                    assert!(eventually(SETTLE, ended).await, "{context}");
+                    0
+                } else {
+                    deletes_owed(&assert_each_session_deleted_once(&world.server, &context).await)
+                };
+                world.baseline.check(&world.server, deletes).await;
+            }
+        }
+    });
+}
+
+#[test]
+fn a_changed_list_reaches_the_catalog() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(Some(10 * MS))
+            .build();
+        let mut events = fleet.events();
+        fleet
+            .apply([("a", spec(&world.server).listen(true))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let before = fleet.catalog();
+        assert_eq!(before.tool_count(), 3);
+        world.server.set_tools(5);
+        // Announced once the session's listener is up to hear it.
+        assert!(eventually(SETTLE, || world.server.list_changed("tools") > 0).await);
+        assert!(eventually(SETTLE, || fleet.catalog().tool_count() == 5).await);
+        assert!(fleet.catalog().generation > before.generation);
+        let mut last = None;
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::Catalog { generation, tools } = event {
+                last = Some((generation, tools));
+            }
+        }
+        assert_eq!(last, Some((fleet.catalog().generation, 5)));
+        finish(fleet, &world, &[], "list changed").await;
     });
 }
 

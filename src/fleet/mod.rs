@@ -35,9 +35,9 @@
 //!   current session, or fails at once when it is not ready; a call whose
 //!   session is lost under it is never sent again.
 //! - **Shutdown drains.** [`Fleet::shutdown`] stops every slot at once
-//!   within one deadline and reports per server; dropping the fleet aborts
-//!   the slots' tasks and hands their sessions' DELETEs to the reaper
-//!   ([`crate::shutdown`] waits for them).
+//!   within one deadline and reports per server; dropping the fleet runs
+//!   the same drain in the background, as a reap that [`crate::shutdown`]
+//!   waits for.
 //!
 //! # When a session counts as lost
 //!
@@ -45,7 +45,7 @@
 //! resets the attempt count), then one every
 //! [`health_interval`](FleetBuilder::health_interval). The session is lost
 //! when a ping fails with anything but a JSON-RPC error (an answer is an
-//! answer), or when a routed call fails with a transport error or finds
+//! answer, "method not found" included), or when a routed call fails with a transport error or finds
 //! the session closed. A session that expired (404) is replaced by the
 //! session itself, within the slot (see [`Session::request`](crate::Session::request)).
 //!
@@ -208,8 +208,10 @@ pub struct ShutdownReport {
 /// Many named MCP servers under one owner: see the [module docs](self).
 ///
 /// Every method takes `&self`: share it as `Arc<Fleet>`. The fleet owns
-/// its slots; dropping it stops them all (see [`shutdown`](Self::shutdown)
-/// for the orderly way).
+/// its slots. Dropping it runs [`shutdown`](Self::shutdown)'s drain in
+/// the background, as a reap that [`crate::shutdown`] waits for (outside
+/// a runtime, the slots' tasks are aborted and each session's own drop
+/// releases it).
 pub struct Fleet {
     hub: Arc<Hub>,
     policy: Policy,
@@ -398,7 +400,7 @@ impl Fleet {
                 )))
             }
             Err(error) => {
-                if error.is_rpc() {
+                if error.rpc_error().is_some() {
                     // The server answered: the session works.
                     live.prove();
                 }
@@ -478,41 +480,18 @@ impl Fleet {
     /// # Cancellation
     ///
     /// Every slot is told to stop at the first poll. Dropping the future
-    /// then aborts the slots still running; their sessions' DELETEs go to
-    /// the reaper ([`crate::shutdown`] waits for them), so a cancelled
-    /// caller cannot leave a session behind.
+    /// then does not cut the drain short: the rest of it runs in the
+    /// background, within the same deadline, as a reap that
+    /// [`crate::shutdown`] waits for.
     pub async fn shutdown(&self) -> ShutdownReport {
-        let Some(Slots { by_name, mut tasks }) = lock(&self.slots).take() else {
+        let Some(slots) = lock(&self.slots).take() else {
             return ShutdownReport {
                 already_shut_down: true,
                 ..ShutdownReport::default()
             };
         };
-        for slot in by_name.values() {
-            slot.stop.cancel();
-        }
-        // By slot id: the set also holds slots stopped earlier (removed or
-        // replaced), which are no longer the fleet's servers.
-        let names: BTreeMap<u64, &Arc<str>> =
-            by_name.values().map(|slot| (slot.id, &slot.name)).collect();
-        let mut servers = BTreeMap::new();
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-            if let Ok((id, outcome)) = joined {
-                if let Some(name) = names.get(&id) {
-                    servers.insert(name.to_string(), outcome);
-                }
-            }
-        }
-        // Past the deadline: abort the rest (their sessions go to the
-        // reaper) and wait for the aborts, which is immediate.
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
-        for name in by_name.keys() {
-            servers
-                .entry(name.to_string())
-                .or_insert(ServerShutdown::TimedOut);
-        }
+        let mut drain = Drain::new(slots, self.shutdown_timeout);
+        let servers = drain.run().await;
         ShutdownReport {
             servers,
             already_shut_down: false,
@@ -520,16 +499,98 @@ impl Fleet {
     }
 }
 
+/// Stopping every slot, with one deadline. Dropped before it has finished
+/// (the fleet dropped, or `shutdown`'s future), it hands the rest to a
+/// reap that [`crate::shutdown`] waits for.
+struct Drain {
+    slots: Option<Slots>,
+    deadline: tokio::time::Instant,
+}
+
+impl Drain {
+    /// Tells every slot to stop, at once.
+    fn new(slots: Slots, timeout: Duration) -> Drain {
+        for slot in slots.by_name.values() {
+            slot.stop.cancel();
+        }
+        Drain {
+            slots: Some(slots),
+            deadline: tokio::time::Instant::now() + timeout,
+        }
+    }
+
+    /// Waits for the slots until the deadline, then aborts the rest (their
+    /// sessions go to the reaper); the outcome per server.
+    async fn run(&mut self) -> BTreeMap<String, ServerShutdown> {
+        let mut servers = BTreeMap::new();
+        let Some(slots) = self.slots.as_mut() else {
+            return servers;
+        };
+        // By slot id: the set also holds slots stopped earlier (removed or
+        // replaced), which are no longer the fleet's servers.
+        let names: BTreeMap<u64, Arc<str>> = slots
+            .by_name
+            .values()
+            .map(|slot| (slot.id, slot.name.clone()))
+            .collect();
+        join_until(&mut slots.tasks, self.deadline, |id, outcome| {
+            if let Some(name) = names.get(&id) {
+                servers.insert(name.to_string(), outcome);
+            }
+        })
+        .await;
+        for name in names.values() {
+            servers
+                .entry(name.to_string())
+                .or_insert(ServerShutdown::TimedOut);
+        }
+        servers
+    }
+}
+
+/// Joins `tasks` until `deadline`, then aborts the rest and waits for the
+/// aborts (at once: an aborted task ends at its next poll).
+async fn join_until(
+    tasks: &mut Tasks,
+    deadline: tokio::time::Instant,
+    mut outcome: impl FnMut(u64, ServerShutdown),
+) {
+    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        if let Ok((id, ended)) = joined {
+            outcome(id, ended);
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        let Some(mut slots) = self.slots.take() else {
+            return;
+        };
+        if slots.tasks.is_empty() {
+            return;
+        }
+        let deadline = self.deadline;
+        let rest = async move {
+            join_until(&mut slots.tasks, deadline, |_, _| {}).await;
+        };
+        // A second past the deadline: the aborts after it are immediate.
+        let reap_by = deadline + Duration::from_secs(1);
+        // Without a runtime, `rest` is dropped, and with it the set, which
+        // aborts every task: their sessions' own drops do the rest.
+        crate::scope::spawn_reap(reap_by, rest);
+    }
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
-        // Dropping the set aborts every slot's task; each drops its session,
-        // whose own drop hands the DELETE to the reaper, and its connect in
-        // flight, which does the same.
+        // The same drain as `shutdown`, handed to the reaper: the slots
+        // close their sessions (DELETEs included) in the background, and
+        // `crate::shutdown` waits for them.
         if let Some(slots) = lock(&self.slots).take() {
-            for slot in slots.by_name.values() {
-                slot.stop.cancel();
-            }
-            drop(slots);
+            drop(Drain::new(slots, self.shutdown_timeout));
         }
     }
 }

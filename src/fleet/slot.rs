@@ -119,19 +119,22 @@ impl Slot {
     }
 
     fn set_state(&self, hub: &Hub, state: SlotState) {
+        // Bounded logging: a server down for a day writes a few dozen lines,
+        // not thousands. Failures 1, 2, 4, 8... at warn, the rest (and the
+        // connect before each retry) at debug.
         match &state {
-            SlotState::Retrying { attempt, .. } if !attempt.is_power_of_two() => {
-                // Bounded logging: failures 1, 2, 4, 8... at warn, the rest
-                // at debug, so a server down for a day writes a few dozen
-                // lines, not thousands.
-                tracing::debug!(server = %self.name, %state, "fleet: slot state");
-            }
-            SlotState::Retrying { .. }
-            | SlotState::AuthRequired { .. }
-            | SlotState::Failed { .. } => {
+            SlotState::Retrying { attempt, .. } if attempt.is_power_of_two() => {
                 tracing::warn!(server = %self.name, %state, "fleet: slot state");
             }
-            _ => tracing::info!(server = %self.name, state = state.name(), "fleet: slot state"),
+            SlotState::Retrying { .. } | SlotState::Starting => {
+                tracing::debug!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::AuthRequired { .. } | SlotState::Failed { .. } => {
+                tracing::warn!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::Ready | SlotState::Stopped => {
+                tracing::info!(server = %self.name, state = state.name(), "fleet: slot state");
+            }
         }
         self.state.send_replace(state.clone());
         hub.state(&self.name, state);
@@ -276,8 +279,12 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
             answer = check => {
                 proving = false;
                 match answer {
-                    // A JSON-RPC error is an answer too.
-                    Err(error) if !error.is_rpc() => return End::Lost(Arc::new(error)),
+                    // A JSON-RPC error is an answer too (a 2026-07-28
+                    // server may answer `ping` with "method not found",
+                    // under an HTTP 404).
+                    Err(error) if error.rpc_error().is_none() => {
+                        return End::Lost(Arc::new(error));
+                    }
                     _ => live.prove(),
                 }
                 // A re-listed catalog (list_changed, a replaced expired
