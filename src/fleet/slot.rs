@@ -180,10 +180,10 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                     lost_error: Mutex::new(None),
                     proven: AtomicBool::new(false),
                 });
-                // Catalog first: a ready server's tools are there the
-                // moment anyone sees it ready.
-                hub.set_catalog(&slot.name, Some(live.session.catalog()));
+                // Routed first, then in the catalog, then announced: a
+                // host that sees the tools (or the state) can call them.
                 *lock(&slot.live) = Some(live.clone());
+                hub.set_catalog(&slot.name, Some(live.session.catalog()));
                 slot.set_state(hub, SlotState::Ready);
                 let end = serve(slot, hub, policy, &live).await;
                 // No call reaches the session from here on: it leaves the
