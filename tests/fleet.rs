@@ -848,6 +848,43 @@ fn a_changed_list_reaches_the_catalog() {
     });
 }
 
+#[test]
+fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
+    scenario(async {
+        let legacy = TestServer::start(ServerConfig::default().with_eras(Eras::HttpSse));
+        let world = World::new(ServerConfig::default()).await;
+        let config = json!({"mcpServers": {
+            "search": {"url": world.server.url(), "type": "http", "required": true,
+                       "headers": {"X-Team": "blue"}, "autoApprove": []},
+            "legacy": {"url": legacy.url(), "type": "sse", "required": true},
+            "local": {"command": "npx", "args": ["-y", "some-server"]},
+        }});
+        let loaded = mcp_scoped_http::fleet::parse_mcp_servers(&config.to_string()).unwrap();
+        assert_eq!(loaded.skipped.len(), 1);
+        assert_eq!(loaded.skipped[0].server, "local");
+        assert_eq!(
+            loaded.warnings,
+            ["server `search`: unknown key `autoApprove` ignored"]
+        );
+        let fleet = fleet();
+        let report = fleet.apply(loaded.servers).await.unwrap();
+        assert_eq!(report.started, ["legacy", "search"]);
+        fleet.ready(SETTLE).await.unwrap();
+        fleet
+            .call_tool("legacy", "tool-000", json!({}))
+            .await
+            .unwrap();
+        fleet
+            .call_tool("search", "tool-000", json!({}))
+            .await
+            .unwrap();
+        let call = seen(&world.server, "tools/call").pop().unwrap();
+        assert_eq!(call.header("x-team"), Some("blue"));
+        finish(fleet, &world, &[], "config").await;
+        drop(legacy);
+    });
+}
+
 // Cancellation: the futures of apply, ready, call_tool and shutdown,
 // dropped after every number of polls.
 

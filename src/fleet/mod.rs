@@ -34,6 +34,9 @@
 //! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
 //!   current session, or fails at once when it is not ready; a call whose
 //!   session is lost under it is never sent again.
+//! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
+//!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
+//!   (stdio entries skipped and reported, unknown keys warned).
 //! - **Shutdown drains.** [`Fleet::shutdown`] stops every slot at once
 //!   within one deadline and reports per server; dropping the fleet runs
 //!   the same drain in the background, as a reap that [`crate::shutdown`]
@@ -87,6 +90,7 @@
 
 mod backoff;
 mod catalog;
+mod config;
 mod reconcile;
 mod slot;
 mod spec;
@@ -103,6 +107,7 @@ use tokio::task::JoinSet;
 
 pub use backoff::Backoff;
 pub use catalog::{FleetCatalog, QualifiedEntry};
+pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
 pub use reconcile::ApplyReport;
 pub use slot::ServerShutdown;
 pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};

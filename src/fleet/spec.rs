@@ -34,11 +34,12 @@ pub fn split_qualified(qualified: &str) -> Option<(&str, &str)> {
     (!server.is_empty() && !item.is_empty()).then_some((server, item))
 }
 
-/// Checks a server name: 1 to [`MAX_NAME_LEN`] ASCII letters, digits, `-`
-/// and `_`, with no [`SEPARATOR`] inside and no `_` at the end, so that a
-/// qualified name splits back one way only.
-pub(crate) fn check_name(name: &str) -> Result<()> {
-    let problem = if name.is_empty() {
+/// What is wrong with a server name, if anything: it must be 1 to
+/// [`MAX_NAME_LEN`] ASCII letters, digits, `-` and `_`, with no
+/// [`SEPARATOR`] inside and no `_` at the end, so that a qualified name
+/// splits back one way only (and is a tool name the common LLM APIs take).
+pub(crate) fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
         Some("is empty".to_owned())
     } else if name.len() > MAX_NAME_LEN {
         Some(format!("is longer than {MAX_NAME_LEN} bytes"))
@@ -53,8 +54,12 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         ))
     } else {
         None
-    };
-    match problem {
+    }
+}
+
+/// Checks a server name (see [`name_problem`]).
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    match name_problem(name) {
         // Names are the host's, not secrets; a long one is cut.
         Some(problem) => Err(Error::builder(format!(
             "server name `{}` {problem}",
