@@ -885,6 +885,71 @@ fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
     });
 }
 
+#[test]
+fn a_lent_session_survives_the_fleet() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // The caller's own session, made with its own tools.
+        let wire = wire(world.caller.client.clone(), &world.server);
+        handshake(&wire).await;
+        let id = wire.session_id().expect("a session id");
+        let attach = mcp_scoped_http::Connector::new(world.server.url())
+            .client(world.caller.client.clone())
+            .attach(id, mcp_scoped_http::ProtocolVersion::LATEST);
+        let fleet = fleet();
+        fleet
+            .apply([("mine", ServerSpec::from_connector(attach).required(true))])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        fleet
+            .call_tool("mine", "tool-000", json!({}))
+            .await
+            .unwrap();
+        // Reconnected (attached again: no initialize), then shut down.
+        fleet.reconnect("mine").unwrap();
+        assert!(
+            eventually(SETTLE, || is(&fleet, "mine", "starting")
+                || is(&fleet, "mine", "ready"))
+            .await
+        );
+        fleet.ready(SETTLE).await.unwrap();
+        fleet.shutdown().await;
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        assert_eq!(world.server.stats().sessions_created, 1);
+        assert_eq!(world.server.stats().deletes, 0);
+        // Still the caller's, still alive.
+        let answer = wire
+            .request(request(7, "tools/list", None))
+            .await
+            .expect("the caller's session works");
+        assert!(answer.result["tools"].is_array());
+        wire.delete_session()
+            .await
+            .expect("the caller ends its own session");
+        world.baseline.check(&world.server, 1).await;
+    });
+}
+
+#[test]
+fn concurrent_applies_are_serialized_each_whole() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let first = fleet.apply([("a", spec(&world.server)), ("b", spec(&world.server))]);
+        let second = fleet.apply([("b", spec(&world.server)), ("c", spec(&world.server))]);
+        let (first, second) = tokio::join!(first, second);
+        let (first, second) = (first.unwrap(), second.unwrap());
+        assert_eq!(first.started, ["a", "b"]);
+        assert_eq!(second.stopped, ["a"]);
+        assert_eq!(second.unchanged, ["b"]);
+        assert_eq!(second.started, ["c"]);
+        assert_eq!(fleet.states().keys().collect::<Vec<_>>(), ["b", "c"]);
+        finish(fleet, &world, &[], "concurrent applies").await;
+    });
+}
+
 // Cancellation: the futures of apply, ready, call_tool and shutdown,
 // dropped after every number of polls.
 
