@@ -950,6 +950,41 @@ fn concurrent_applies_are_serialized_each_whole() {
     });
 }
 
+#[test]
+fn a_caller_may_wait_for_a_server_to_be_ready() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        take_down(&world.server);
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 1).await);
+        // Not ready: at once by default, after the wait when asked.
+        let error = fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_closed(), "{error}");
+        let error = fleet
+            .call_tool_waiting("a", "tool-000", json!({}), 20 * MS)
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_timeout() && error.to_string().contains("`a` not ready"),
+            "{error}"
+        );
+        // Back while a caller waits: its call goes through.
+        let call = fleet.call_tool_waiting("a", "tool-000", json!({}), SETTLE);
+        let heal = async {
+            assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 2).await);
+            world.server.clear_faults();
+        };
+        let (answer, ()) = tokio::join!(call, heal);
+        assert_eq!(answer.unwrap()["structuredContent"]["tool"], "tool-000");
+        assert_eq!(seen(&world.server, "tools/call").len(), 1);
+        finish(fleet, &world, &[], "waiting caller").await;
+    });
+}
+
 // Cancellation: the futures of apply, ready, call_tool and shutdown,
 // dropped after every number of polls.
 
@@ -1159,6 +1194,54 @@ mod cli {
         // Under the scenario lock: its descriptors would upset another
         // test's baseline.
         super::scenario(async { run_the_fleet_command() });
+    }
+
+    #[test]
+    fn the_fleet_command_drains_on_sigterm() {
+        super::scenario(async {
+            let server = TestServer::start(ServerConfig::default());
+            let dir = std::env::temp_dir().join(format!("mcp-fleet-term-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("servers.json");
+            let config = json!({"mcpServers": {"a": {"url": server.url()}}});
+            std::fs::write(&path, config.to_string()).unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+                .args(["fleet", "--json"])
+                .arg(&path)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the binary runs");
+            let stdout = child.stdout.take().unwrap();
+            let (send, incoming) = mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if send
+                        .send(serde_json::from_str(&line).expect("JSON"))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            let mut lines = Lines {
+                incoming,
+                seen: Vec::new(),
+            };
+            lines.next("a ready", |l| l["server"] == "a" && l["state"] == "ready");
+            let killed = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let shutdown = lines.next("shutdown", |l| l["event"] == "shutdown");
+            assert_eq!(shutdown["servers"], json!({"a": "closed"}), "{shutdown}");
+            assert!(child.wait().unwrap().success());
+            reader.join().unwrap();
+            assert_eq!(server.stats().deletes, 1);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
     }
 
     fn run_the_fleet_command() {

@@ -414,6 +414,33 @@ impl Fleet {
         }
     }
 
+    /// [`call_tool`](Self::call_tool), after waiting up to `wait` for a
+    /// slot that is connecting or waiting to retry to be ready: for a
+    /// caller that would rather wait than fail at once. A slot in
+    /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] is not waited
+    /// for (no retry comes by itself); `wait` passing fails with
+    /// [`Error::is_timeout`], naming the slot's state. The wait is not
+    /// part of the call's own timeout.
+    pub async fn call_tool_waiting(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Value,
+        wait: Duration,
+    ) -> Result<Value> {
+        let slot = self.slot(server)?;
+        let mut watch = slot.watch();
+        let settled = watch
+            .wait_for(|state| !matches!(state, SlotState::Starting | SlotState::Retrying { .. }));
+        if tokio::time::timeout(wait, settled).await.is_err() {
+            return Err(Error::timeout(format!(
+                "server `{server}` not ready within {wait:?} ({})",
+                slot.state()
+            )));
+        }
+        self.call_tool(server, tool, arguments).await
+    }
+
     /// [`call_tool`](Self::call_tool) by the tool's qualified name
     /// (`server__tool`, as in [`catalog`](Self::catalog)).
     pub async fn call_qualified(&self, qualified: &str, arguments: Value) -> Result<Value> {
