@@ -985,6 +985,117 @@ fn a_caller_may_wait_for_a_server_to_be_ready() {
     });
 }
 
+/// A bounded storm: servers go down and come back, slow down, refuse; the
+/// set changes (a server disabled and enabled, another replaced); calls
+/// run from several tasks all along. Afterwards nothing is left, every
+/// session is DELETEd once, and no call reached a server twice.
+#[test]
+fn chaos_leaves_nothing_behind_and_never_sends_a_call_twice() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = std::sync::Arc::new(
+            Fleet::builder()
+                .backoff(Backoff::new(2 * MS, 20 * MS))
+                .health_interval(Some(10 * MS))
+                .health_timeout(Duration::from_millis(200))
+                .build(),
+        );
+        let desired = |token: &str, b_enabled: bool| {
+            vec![
+                (
+                    "a",
+                    spec(&world.server)
+                        .client(world.caller.client.clone())
+                        .bearer(token),
+                ),
+                ("b", spec(&other).enabled(b_enabled)),
+                ("c", spec(&world.server)),
+            ]
+        };
+        fleet.apply(desired("t0", true)).await.unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let next_id = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut callers = tokio::task::JoinSet::new();
+        for server in ["a", "b", "c", "a"] {
+            let (fleet, stop, next_id) = (fleet.clone(), stop.clone(), next_id.clone());
+            callers.spawn(async move {
+                let mut ok = 0;
+                while !stop.is_cancelled() {
+                    let id = next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let call = fleet.call_tool(server, "tool-000", json!({"id": id}));
+                    match tokio::time::timeout(Duration::from_secs(2), call).await {
+                        Ok(Ok(_)) => ok += 1,
+                        Ok(Err(_)) => tokio::time::sleep(MS).await,
+                        Err(_) => panic!("a call to `{server}` took more than 2 s"),
+                    }
+                }
+                ok
+            });
+        }
+        // A small deterministic generator: the same storm every run.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut roll = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let servers = [&world.server, &other];
+        for step in 0..150 {
+            let server = servers[roll(2) as usize];
+            match roll(8) {
+                0 => take_down(server),
+                1 => server.push_fault(
+                    Fault::on_http(http::Method::POST, FaultAction::status(503)).times(3),
+                ),
+                2 => server
+                    .push_fault(Fault::on_rpc("tools/call", FaultAction::Delay(20 * MS)).times(2)),
+                3 | 4 => server.clear_faults(),
+                5 => {
+                    fleet
+                        .apply(desired(&format!("t{step}"), roll(2) == 0))
+                        .await
+                        .unwrap();
+                }
+                6 => {
+                    let _ = fleet.reconnect(["a", "b", "c"][roll(3) as usize]);
+                }
+                _ => {}
+            }
+            tokio::time::sleep(5 * MS).await;
+        }
+        world.server.clear_faults();
+        other.clear_faults();
+        fleet.apply(desired("end", true)).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(
+            eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await,
+            "{:?}",
+            fleet.states()
+        );
+        stop.cancel();
+        let mut succeeded = 0;
+        while let Some(done) = callers.join_next().await {
+            succeeded += done.unwrap();
+        }
+        assert!(succeeded > 0);
+        // Every call reached a server at most once.
+        for server in servers {
+            let mut ids: Vec<u64> = seen(server, "tools/call")
+                .iter()
+                .filter_map(|r| r.params()?["arguments"]["id"].as_u64())
+                .collect();
+            let all = ids.len();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), all, "a call was sent twice");
+        }
+        let fleet = std::sync::Arc::into_inner(fleet).expect("the callers are done");
+        finish(fleet, &world, &[&other], "chaos").await;
+    });
+}
+
 // Cancellation: the futures of apply, ready, call_tool and shutdown,
 // dropped after every number of polls.
 
