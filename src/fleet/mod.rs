@@ -26,7 +26,7 @@
 //! - **State you can watch.** [`Fleet::state`], [`Fleet::watch`] per slot,
 //!   and one bounded stream of [`FleetEvent`]s ([`Fleet::events`]): a slow
 //!   reader loses the oldest events and is told how many
-//!   ([`broadcast::error::RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged));
+//!   ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged));
 //!   the fleet never waits for it.
 //! - **One catalog.** [`Fleet::catalog`] merges the lists of every ready
 //!   server under qualified names (`server__tool`, see [`qualify`] and
