@@ -501,6 +501,38 @@ fn auth_refusals_wait_for_reconnect_and_bad_urls_fail() {
 }
 
 #[test]
+fn a_session_that_was_up_is_retried_whatever_ends_it() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // A bare 400 to the health ping: on connect that would be "failed";
+        // here the spec is known good, so it is retried.
+        let mut events = fleet.events();
+        world.server.push_fault(
+            Fault::on_rpc("ping", FaultAction::status(400))
+                .http_method(http::Method::POST)
+                .times(1),
+        );
+        let mut retried = false;
+        let back = eventually(SETTLE, || {
+            retried |= drain_states(&mut events, "a")
+                .iter()
+                .any(|s| s.name() == "retrying");
+            retried && is(&fleet, "a", "ready")
+        })
+        .await;
+        assert!(back, "{:?}", fleet.states());
+        assert!(world.server.stats().sessions_created >= 2);
+        finish(fleet, &world, &[], "lost with a 400").await;
+    });
+}
+
+#[test]
 fn reconnect_wakes_a_waiting_slot_at_once() {
     scenario(async {
         let world = World::new(ServerConfig::default()).await;
@@ -1418,9 +1450,7 @@ mod cli {
             r#"{{"call": {{"server": "a", "tool": "tool-001", "arguments": {{"x": 1}}}}}}"#
         )
         .unwrap();
-        let answer = lines.next("the call's answer", |l| {
-            l.get("result").is_some() || l.get("error").is_some()
-        });
+        let answer = lines.next("the call's answer", |l| l.get("tool").is_some());
         assert_eq!(
             answer["result"]["structuredContent"]["tool"], "tool-001",
             "{answer}"

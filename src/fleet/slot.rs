@@ -172,7 +172,7 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
             () = slot.stop.cancelled() => return ServerShutdown::NoSession,
             connected = slot.connector.connect() => connected,
         };
-        let error = match connected {
+        let (error, lost) = match connected {
             Ok(session) => {
                 let live = Arc::new(Live {
                     session,
@@ -191,58 +191,72 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                 // fail with "closed").
                 *lock(&slot.live) = None;
                 hub.set_catalog(&slot.name, None);
-                let released = live.session.close().await;
-                if live.proven.load(Ordering::Acquire) {
-                    failures = 0;
-                }
                 match end {
-                    End::Stop => return ServerShutdown::Closed(released),
+                    End::Stop => return ServerShutdown::Closed(live.session.close().await),
                     End::Reconnect => {
+                        live.session.close().await;
                         failures = 0;
                         continue;
                     }
-                    End::Lost(error) => error,
+                    End::Lost(error) => {
+                        if live.proven.load(Ordering::Acquire) {
+                            failures = 0;
+                        }
+                        (error, Some(live))
+                    }
                 }
             }
-            Err(error) => Arc::new(error),
+            Err(error) => (Arc::new(error), None),
         };
         failures = failures.saturating_add(1);
-        let waiting = if error.is_builder() {
-            SlotState::Failed { error }
-        } else if error.is_auth()
-            || error.status().is_some_and(|s| {
-                s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN
-            })
-        {
-            SlotState::AuthRequired { error }
-        } else if !error.is_retryable() {
-            SlotState::Failed { error }
-        } else {
-            let delay = policy.backoff.delay(failures);
-            let next_at = tokio::time::Instant::now() + delay;
-            slot.set_state(
-                hub,
-                SlotState::Retrying {
-                    attempt: failures,
-                    next_at: next_at.into_std(),
-                    error,
-                },
-            );
-            tokio::select! {
-                biased;
-                () = slot.stop.cancelled() => return ServerShutdown::NoSession,
-                () = slot.wake.notified() => failures = 0,
-                () = tokio::time::sleep_until(next_at) => {}
+        let state = classify(error, lost.is_some(), failures, policy);
+        // The new state is out before the lost session's close (bounded by
+        // its DELETE timeout), so nobody sees a ready slot that is not.
+        slot.set_state(hub, state.clone());
+        if let Some(live) = lost {
+            live.session.close().await;
+        }
+        match state {
+            SlotState::Retrying { next_at, .. } => {
+                tokio::select! {
+                    biased;
+                    () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+                    () = slot.wake.notified() => failures = 0,
+                    () = tokio::time::sleep_until(next_at.into()) => {}
+                }
             }
-            continue;
-        };
-        // Auth required or failed: only a person (reconnect) or a changed
-        // spec (a new slot) moves it.
-        slot.set_state(hub, waiting);
-        tokio::select! {
-            biased;
-            () = slot.stop.cancelled() => return ServerShutdown::NoSession,
-            () = slot.wake.notified() => failures = 0,
+            // Auth required or failed: only a person (reconnect) or a
+            // changed spec (a new slot) moves it.
+            _ => {
+                tokio::select! {
+                    biased;
+                    () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+                    () = slot.wake.notified() => failures = 0,
+                }
+            }
+        }
+    }
+}
+
+/// What a failure makes of the slot. A 401 or 403 (or a failed
+/// authorization) waits for credentials. An error no retry can fix waits
+/// for a person, but only on connect: a session that was up proved the
+/// spec right, so whatever ends it is retried.
+fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy) -> SlotState {
+    let refused = error.is_auth()
+        || error.status().is_some_and(|s| {
+            s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN
+        });
+    if refused {
+        SlotState::AuthRequired { error }
+    } else if !after_loss && !error.is_retryable() {
+        SlotState::Failed { error }
+    } else {
+        let next_at = std::time::Instant::now() + policy.backoff.delay(failures);
+        SlotState::Retrying {
+            attempt: failures,
+            next_at,
+            error,
         }
     }
 }

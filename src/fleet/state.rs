@@ -49,10 +49,12 @@ pub enum SlotState {
     /// Stopped for good: removed, disabled, replaced, or the fleet shut
     /// down. The last state of every slot.
     Stopped,
-    /// Failed with an error no retry can fix (an invalid URL, a 4xx other
-    /// than 401/403, a protocol violation; see [`Error::is_retryable`]): no
-    /// retry until [`Fleet::reconnect`](super::Fleet::reconnect) or a
-    /// changed spec.
+    /// A connect failed with an error no retry can fix (an invalid URL, a
+    /// 4xx other than 401/403, a protocol violation; see
+    /// [`Error::is_retryable`]): no retry until
+    /// [`Fleet::reconnect`](super::Fleet::reconnect) or a changed spec. (A
+    /// session that was up proved the spec right: whatever ends it is
+    /// retried.)
     Failed {
         /// The failure.
         error: Arc<Error>,
