@@ -389,6 +389,39 @@ fn a_revived_server_s_tools_are_back_in_the_catalog() {
 }
 
 #[test]
+fn prompts_and_resources_are_routed_too() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let catalog = fleet.catalog();
+        let prompts: Vec<String> = catalog
+            .prompts()
+            .filter_map(|p| p.qualified_name())
+            .collect();
+        assert_eq!(prompts, ["a__prompt-000", "a__prompt-001"]);
+        assert!(catalog.prompt("a__prompt-001").is_some());
+        assert_eq!(catalog.resources().count(), 2);
+        fleet
+            .get_prompt("a", "prompt-000", json!({}))
+            .await
+            .unwrap();
+        let uri = catalog
+            .resources()
+            .next()
+            .unwrap()
+            .name()
+            .unwrap()
+            .to_owned();
+        fleet.read_resource("a", &uri).await.unwrap();
+        let refused = fleet.request("a", "initialize", None).await.unwrap_err();
+        assert!(refused.is_builder(), "{refused}");
+        finish(fleet, &world, &[], "prompts and resources").await;
+    });
+}
+
+#[test]
 fn the_catalog_events_come_in_generation_order() {
     scenario(async {
         let world = World::new(ServerConfig::default()).await;

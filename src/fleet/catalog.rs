@@ -92,6 +92,14 @@ impl FleetCatalog {
             .tool(name)
             .map(|entry| QualifiedEntry { server, entry })
     }
+
+    /// The prompt with this qualified name (`server__prompt`).
+    pub fn prompt(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
+        let (server, name) = split_qualified(qualified)?;
+        let (server, catalog) = self.servers.get_key_value(server)?;
+        let entry = catalog.prompts.iter().find(|p| p.key() == Some(name))?;
+        Some(QualifiedEntry { server, entry })
+    }
 }
 
 /// What the slots publish to: the fleet's events and its catalog.

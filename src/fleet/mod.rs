@@ -387,20 +387,62 @@ impl Fleet {
     /// - Otherwise the tool's result or the session's error, as
     ///   [`Session::call_tool`](crate::Session::call_tool) gives them.
     pub async fn call_tool(&self, server: &str, tool: &str, arguments: Value) -> Result<Value> {
+        let params = serde_json::json!({ "name": tool, "arguments": arguments });
+        self.routed(server, "tools/call", Some(tool), Some(params))
+            .await
+    }
+
+    /// Sends any request (`prompts/get`, `resources/read`, ...) to
+    /// `server`'s current session, as [`call_tool`](Self::call_tool) does:
+    /// at once, never sent twice. The lifecycle's methods are refused (see
+    /// [`Session::request`](crate::Session::request)).
+    pub async fn request(
+        &self,
+        server: &str,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value> {
+        self.routed(server, method, None, params).await
+    }
+
+    /// `prompts/get` of `server`'s prompt `name` (see [`request`](Self::request)).
+    pub async fn get_prompt(&self, server: &str, name: &str, arguments: Value) -> Result<Value> {
+        let params = serde_json::json!({ "name": name, "arguments": arguments });
+        self.routed(server, "prompts/get", Some(name), Some(params))
+            .await
+    }
+
+    /// `resources/read` of `uri` on `server` (see [`request`](Self::request)).
+    pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Value> {
+        let params = serde_json::json!({ "uri": uri });
+        self.routed(server, "resources/read", None, Some(params))
+            .await
+    }
+
+    /// A request on `server`'s current session; a loss under it is
+    /// reported to the slot and said to the caller.
+    async fn routed(
+        &self,
+        server: &str,
+        method: &str,
+        name: Option<&str>,
+        params: Option<Value>,
+    ) -> Result<Value> {
         let slot = self.slot(server)?;
         let Some(live) = slot.live() else {
             return Err(Error::closed()
                 .context(format!("server `{server}` is not ready ({})", slot.state())));
         };
-        match live.session.call_tool(tool, arguments).await {
+        match live.session.request(method, params).await {
             Ok(result) => {
                 live.prove();
                 Ok(result)
             }
             Err(error) if error.is_transport() || error.is_closed() => {
                 live.lose(&error);
+                let what = name.unwrap_or(method);
                 Err(error.context(format!(
-                    "server `{server}`: the session was lost during `{tool}`, which may or may \
+                    "server `{server}`: the session was lost during `{what}`, which may or may \
                      not have run; it is not sent again"
                 )))
             }
