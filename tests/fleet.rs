@@ -422,6 +422,68 @@ fn prompts_and_resources_are_routed_too() {
 }
 
 #[test]
+fn servers_that_lend_no_client_share_one_owned_by_the_fleet() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let before = mcp_scoped_http::ledger().owned_clients;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("b", spec(&other)),
+                ("c", spec(&world.server).bearer("c")),
+                (
+                    "lent",
+                    spec(&world.server).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        // One for a, b and c together; none for the lent one.
+        assert_eq!(mcp_scoped_http::ledger().owned_clients, before + 1);
+        // Each session's credentials stay its own.
+        fleet.call_tool("a", "tool-000", json!({})).await.unwrap();
+        fleet.call_tool("c", "tool-000", json!({})).await.unwrap();
+        let auth: Vec<Option<String>> = seen(&world.server, "tools/call")
+            .iter()
+            .map(|r| r.header("authorization").map(str::to_owned))
+            .collect();
+        assert_eq!(
+            auth,
+            [
+                Some("Bearer fleet-token".to_owned()),
+                Some("Bearer c".to_owned())
+            ]
+        );
+        // The last slot holding it goes: so does the client.
+        fleet
+            .apply([(
+                "lent",
+                spec(&world.server).client(world.caller.client.clone()),
+            )])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || mcp_scoped_http::ledger().owned_clients == before).await);
+        // And a new one is made when a slot needs it again.
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                (
+                    "lent",
+                    spec(&world.server).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        assert_eq!(mcp_scoped_http::ledger().owned_clients, before + 1);
+        finish(fleet, &world, &[&other], "shared client").await;
+    });
+}
+
+#[test]
 fn the_catalog_events_come_in_generation_order() {
     scenario(async {
         let world = World::new(ServerConfig::default()).await;

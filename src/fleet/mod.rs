@@ -37,6 +37,10 @@
 //! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
 //!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
 //!   (stdio entries skipped and reported, unknown keys warned).
+//! - **One owned client.** Servers that lend no client share one the
+//!   fleet owns (connections pooled per origin; each session's hooks
+//!   still apply to its own requests only), dropped with the last of
+//!   them; a lent client is only ever used, by any number of slots.
 //! - **Shutdown drains.** [`Fleet::shutdown`] stops every slot at once
 //!   within one deadline and reports per server; dropping the fleet runs
 //!   the same drain in the background, as a reap that [`crate::shutdown`]
@@ -90,6 +94,7 @@
 
 mod backoff;
 mod catalog;
+mod clients;
 mod config;
 mod reconcile;
 mod slot;
@@ -116,6 +121,7 @@ pub use state::{FleetEvent, SlotState};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use catalog::Hub;
+use clients::ClientCache;
 use slot::{Policy, Slot};
 
 /// The slots' tasks, each ending with its slot's id and outcome.
@@ -186,6 +192,7 @@ impl FleetBuilder {
     pub fn build(self) -> Fleet {
         Fleet {
             hub: Arc::new(Hub::new(self.event_capacity)),
+            clients: ClientCache::default(),
             policy: self.policy,
             shutdown_timeout: self.shutdown_timeout,
             slots: Mutex::new(Some(Slots::default())),
@@ -219,6 +226,7 @@ pub struct ShutdownReport {
 /// releases it).
 pub struct Fleet {
     hub: Arc<Hub>,
+    clients: ClientCache,
     policy: Policy,
     shutdown_timeout: Duration,
     /// `None` once shut down.
@@ -296,7 +304,7 @@ impl Fleet {
                 finished.push(slot.finished.clone());
             }
             for (name, spec) in plan.start {
-                let slot = Arc::new(Slot::new(name.clone(), spec));
+                let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients));
                 slots.tasks.spawn_on(
                     slot::run(slot.clone(), self.hub.clone(), self.policy.clone()),
                     &runtime,

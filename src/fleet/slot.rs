@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
 use super::catalog::Hub;
+use super::clients::{ClientCache, SharedClient};
 use super::spec::ServerSpec;
 use super::state::SlotState;
 use crate::error::Error;
@@ -78,6 +79,9 @@ pub(crate) struct Slot {
     pub(crate) spec: ServerSpec,
     pub(crate) required: AtomicBool,
     connector: Connector,
+    /// The fleet's owned client, held while the slot lives (its connector
+    /// holds a handle too).
+    _client: Option<Arc<SharedClient>>,
     state: watch::Sender<SlotState>,
     live: Mutex<Option<Arc<Live>>>,
     /// Cancelled to stop the slot, whatever it is doing.
@@ -89,13 +93,21 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(name: Arc<str>, spec: ServerSpec) -> Slot {
+    pub(crate) fn new(name: Arc<str>, spec: ServerSpec, clients: &ClientCache) -> Slot {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        // A client that cannot be made (no TLS roots) is left to each
+        // connect, which then fails with the same error: a state, not a
+        // lost slot.
+        let client = spec
+            .wants_shared_client()
+            .then(|| clients.get().ok())
+            .flatten();
         Slot {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
-            connector: spec.connector(),
+            connector: spec.connector(client.as_ref().map(|c| &c.client)),
+            _client: client,
             spec,
             state: watch::Sender::new(SlotState::Starting),
             live: Mutex::new(None),

@@ -79,8 +79,10 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// spec. [`Fleet::apply`](super::Fleet::apply) leaves a slot whose spec is
 /// the same server untouched, and replaces it otherwise.
 ///
-/// Defaults: enabled, not required, an owned client, no headers, a connect
-/// timeout of 30 s, and the [`Connector`]'s defaults for the rest.
+/// Defaults: enabled, not required, the fleet's owned client (one for
+/// every server that lends none, dropped with the last of them), no
+/// headers, a connect timeout of 30 s, and the [`Connector`]'s defaults
+/// for the rest.
 #[derive(Clone)]
 #[must_use]
 pub struct ServerSpec {
@@ -271,15 +273,23 @@ impl ServerSpec {
         }
     }
 
-    /// The connector a slot connects with, every time.
-    pub(crate) fn connector(&self) -> Connector {
+    /// Whether this server takes the fleet's shared owned client: it lends
+    /// none and brings no connector of its own.
+    pub(crate) fn wants_shared_client(&self) -> bool {
+        matches!(&self.source, Source::Pieces(pieces) if pieces.client.is_none())
+    }
+
+    /// The connector a slot connects with, every time: through the lent
+    /// client, else through `shared` (the fleet's owned client), else with
+    /// an owned client of each session's own.
+    pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
         let pieces = match &self.source {
             Source::Connector(connector) => return Connector::clone(connector),
             Source::Pieces(pieces) => pieces,
         };
         let mut connector =
             Connector::new(pieces.url.clone()).connect_timeout(pieces.connect_timeout);
-        if let Some(client) = &pieces.client {
+        if let Some(client) = pieces.client.as_ref().or(shared) {
             connector = connector.client(client.clone());
         }
         for (name, value) in &pieces.headers {
