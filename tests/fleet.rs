@@ -162,6 +162,43 @@ fn a_failed_start_never_leaves_an_unowned_task_and_shutdown_finds_every_retrying
 }
 
 #[test]
+fn each_slot_has_exactly_one_task_for_its_whole_life() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let before = mcp_scoped_http::ledger().tasks;
+        let fleet = fleet();
+        let desired = |names: &[&'static str]| -> Vec<(&'static str, ServerSpec)> {
+            names.iter().map(|n| (*n, ServerSpec::new(&dead))).collect()
+        };
+        fleet.apply(desired(&["x", "y", "z"])).await.unwrap();
+        for round in 1..=3 {
+            // However many failures and waits: one task per slot, no more.
+            assert!(
+                eventually(SETTLE, || ["x", "y", "z"]
+                    .iter()
+                    .all(|n| attempt(&fleet, n) >= 2 * round))
+                .await
+            );
+            assert_eq!(mcp_scoped_http::ledger().tasks, before + 3, "round {round}");
+            // Rediscovery with the same set builds nothing beside them.
+            assert!(
+                fleet
+                    .apply(desired(&["x", "y", "z"]))
+                    .await
+                    .unwrap()
+                    .is_noop()
+            );
+            assert_eq!(mcp_scoped_http::ledger().tasks, before + 3);
+        }
+        // Removed: its task has ended when apply returns.
+        fleet.apply(desired(&["x", "y"])).await.unwrap();
+        assert_eq!(mcp_scoped_http::ledger().tasks, before + 2);
+        finish(fleet, &world, &[], "one task per slot").await;
+    });
+}
+
+#[test]
 fn a_second_apply_with_the_same_config_creates_nothing() {
     scenario(async {
         let other = TestServer::start(ServerConfig::default());
