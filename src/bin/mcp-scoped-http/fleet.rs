@@ -29,19 +29,40 @@ fn emit(json_mode: bool, line: &Value) {
     }
 }
 
-/// `key=value` pairs, strings unquoted.
+/// `key=value` pairs, strings unquoted: who and what first, then the rest.
 fn readable(line: &Value) -> String {
     let Value::Object(fields) = line else {
         return line.to_string();
     };
-    fields
+    const FIRST: [&str; 3] = ["server", "event", "state"];
+    let first = FIRST.iter().filter_map(|key| fields.get_key_value(*key));
+    let rest = fields
         .iter()
+        .filter(|(key, _)| !FIRST.contains(&key.as_str()));
+    first
+        .chain(rest)
         .map(|(key, value)| match value {
             Value::String(text) => format!("{key}={text}"),
             other => format!("{key}={other}"),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// An error with its causes ("HTTP transport failed: ... connection
+/// refused"), each said once.
+fn describe(error: &mcp_scoped_http::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
@@ -65,7 +86,7 @@ fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
         _ => {}
     }
     if let Some(error) = state.error() {
-        line["error"] = json!(error.to_string());
+        line["error"] = json!(describe(error));
     }
     line
 }
@@ -123,7 +144,7 @@ async fn command(fleet: Arc<Fleet>, line: String) -> Value {
         let arguments = call.get("arguments").cloned().unwrap_or_else(|| json!({}));
         return match fleet.call_tool(server, tool, arguments).await {
             Ok(result) => json!({"server": server, "tool": tool, "result": result}),
-            Err(error) => json!({"server": server, "tool": tool, "error": error.to_string()}),
+            Err(error) => json!({"server": server, "tool": tool, "error": describe(&error)}),
         };
     }
     if let Some(server) = command.get("reconnect") {
