@@ -984,10 +984,8 @@ fn shutdown_and_drop_release_everything_in_every_era() {
 fn a_changed_list_reaches_the_catalog() {
     scenario(async {
         let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
-        let fleet = Fleet::builder()
-            .backoff(Backoff::new(5 * MS, 50 * MS))
-            .health_interval(Some(10 * MS))
-            .build();
+        // No health checks: the notification alone brings the change.
+        let fleet = fleet();
         let mut events = fleet.events();
         fleet
             .apply([("a", spec(&world.server).listen(true))])

@@ -273,11 +273,22 @@ fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy)
     }
 }
 
+/// After a `list_changed`, how long the slot looks for the session's new
+/// lists (its re-discovery runs in the background, each page within the
+/// request timeout), and how often.
+const RELIST_WATCH: Duration = Duration::from_secs(10);
+const RELIST_EVERY: Duration = Duration::from_millis(10);
+
 /// Watches a ready session: proves it with a `ping` at once, checks it
-/// every health interval, and notices a change of its lists.
+/// every health interval, and notices a change of its lists: soon after a
+/// `list_changed` notification, and at every health check (a replaced
+/// expired session re-lists too).
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     let mut proving = true;
     let mut listed = live.session.catalog();
+    // The fleet owns the session: its server notifications are ours to read.
+    let mut notifications = live.session.notifications();
+    let mut relisting: Option<tokio::time::Instant> = None;
     loop {
         let check = async {
             if !proving {
@@ -294,6 +305,18 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 )
                 .await
         };
+        let notified = async {
+            match notifications.as_mut() {
+                Some(receiver) => receiver.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let relist = async {
+            match relisting {
+                Some(_) => tokio::time::sleep(RELIST_EVERY).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             () = slot.stop.cancelled() => return End::Stop,
@@ -302,6 +325,19 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 return End::Lost(error.unwrap_or_else(|| Arc::new(Error::closed())));
             }
             () = slot.wake.notified() => return End::Reconnect,
+            message = notified => match message {
+                Some(message) => {
+                    if message.method().is_some_and(|m| m.ends_with("/list_changed")) {
+                        relisting = Some(tokio::time::Instant::now() + RELIST_WATCH);
+                    }
+                }
+                None => notifications = None,
+            },
+            () = relist => {
+                if relisting.is_some_and(|until| tokio::time::Instant::now() >= until) {
+                    relisting = None;
+                }
+            }
             answer = check => {
                 proving = false;
                 match answer {
@@ -313,14 +349,14 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     }
                     _ => live.prove(),
                 }
-                // A re-listed catalog (list_changed, a replaced expired
-                // session) is a new Arc.
-                let now = live.session.catalog();
-                if !Arc::ptr_eq(&now, &listed) {
-                    hub.set_catalog(&slot.name, Some(now.clone()));
-                    listed = now;
-                }
             }
+        }
+        // A re-listed catalog (list_changed, a replaced expired session)
+        // is a new Arc.
+        let now = live.session.catalog();
+        if !Arc::ptr_eq(&now, &listed) {
+            hub.set_catalog(&slot.name, Some(now.clone()));
+            listed = now;
         }
     }
 }
