@@ -623,6 +623,20 @@ fn auth_refusals_wait_for_reconnect_and_bad_urls_fail() {
         assert_eq!(seen(&world.server, "initialize").len(), 1);
         let err = fleet.ready(SETTLE).await;
         assert!(err.is_ok(), "nothing required: {err:?}");
+        // Required now (no restart for that): ready says so at once, since
+        // no retry will come by itself.
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("bad", ServerSpec::new("not a url").required(true)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.unchanged, ["a", "bad"]);
+        let started = Instant::now();
+        let error = fleet.ready(SETTLE).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(error.to_string().contains("`bad` is failed"), "{error}");
 
         // A person fixed it: reconnect.
         fleet.reconnect("a").unwrap();
