@@ -166,6 +166,18 @@ impl Error {
         self
     }
 
+    /// Puts `context` before the message, keeping the kind, the status and
+    /// the codes (the fleet names the server and what became of a call).
+    #[cfg(feature = "fleet")]
+    pub(crate) fn context(mut self, context: impl Into<String>) -> Self {
+        let context = context.into();
+        self.inner.message = Some(match self.inner.message.take() {
+            Some(message) => format!("{context}: {message}"),
+            None => context,
+        });
+        self
+    }
+
     pub(crate) fn builder(message: impl Into<String>) -> Self {
         Error::new(Kind::Builder).with_message(message)
     }
@@ -318,6 +330,47 @@ impl Error {
     pub(crate) fn with_session_expired(mut self) -> Self {
         self.inner.session_expired = self.inner.status == Some(StatusCode::NOT_FOUND);
         self
+    }
+
+    /// True when trying again later may succeed where this failed: a new
+    /// connect, or the same request on a live session. For a supervisor
+    /// deciding between a retry with backoff and waiting for a person.
+    ///
+    /// Retryable: the HTTP exchange failed below HTTP (refused, reset,
+    /// cut) except a refused TLS handshake; a timeout; HTTP 404 to a
+    /// session (it expired: a new one may work), 408, 425, 429 and every
+    /// 5xx; a header provider that failed (a token refresh may work next
+    /// time); a closed session (a new one may work).
+    ///
+    /// Not retryable, since the same attempt would fail the same way until
+    /// something changes: an invalid configuration
+    /// ([`is_builder`](Self::is_builder)); 401 and 403 and a failed
+    /// authorization ([`is_auth`](Self::is_auth)), which need credentials;
+    /// other 4xx; a JSON-RPC error (the server answered); a protocol
+    /// violation, an exceeded size limit, a refused redirect.
+    pub fn is_retryable(&self) -> bool {
+        match self.inner.kind {
+            Kind::Transport => !self.chain().any(|cause| {
+                // hyper-rustls reports a refused handshake or certificate
+                // as an `InvalidData` I/O error.
+                cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+            }),
+            Kind::Timeout | Kind::Hook | Kind::Closed => true,
+            Kind::Status => {
+                self.inner.session_expired
+                    || self.inner.status.is_some_and(|status| {
+                        status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429)
+                    })
+            }
+            Kind::Builder
+            | Kind::Rpc
+            | Kind::Protocol
+            | Kind::Limit
+            | Kind::Redirect
+            | Kind::Auth => false,
+        }
     }
 
     /// The HTTP status of the answer, when there was one.
@@ -503,6 +556,34 @@ mod tests {
                 .is_session_expired()
         );
         assert!(!Error::protocol("x").is_session_expired());
+    }
+
+    #[test]
+    fn retryable_is_what_a_later_attempt_may_fix() {
+        let status = |code: u16| status_error(StatusCode::from_u16(code).unwrap(), None, None);
+        for code in [408, 425, 429, 500, 502, 503, 504] {
+            assert!(status(code).is_retryable(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 405, 422] {
+            assert!(!status(code).is_retryable(), "{code}");
+        }
+        assert!(status(404).with_session_expired().is_retryable());
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(Error::transport(Box::new(refused)).is_retryable());
+        let tls = std::io::Error::new(std::io::ErrorKind::InvalidData, "bad certificate");
+        assert!(!Error::transport(Box::new(tls)).is_retryable());
+        assert!(Error::timeout("slow").is_retryable());
+        assert!(Error::closed().is_retryable());
+        assert!(!Error::builder("bad URL").is_retryable());
+        assert!(!Error::protocol("html").is_retryable());
+        assert!(!Error::limit("big").is_retryable());
+        assert!(!Error::redirect("elsewhere").is_retryable());
+        let rpc = ErrorObject {
+            code: -32601,
+            message: "no".into(),
+            data: None,
+        };
+        assert!(!Error::rpc(rpc).is_retryable());
     }
 
     #[test]

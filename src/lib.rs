@@ -264,6 +264,10 @@
 //! - `testkit`: the fault-injecting test server.
 //! - `cli`: the `mcp-scoped-http` binary (`probe`, `call`, `churn`, `serve`,
 //!   `conformance`); enables `testkit`.
+//! - `fleet`: [`fleet::Fleet`], many named servers under one owner: a
+//!   slot with one owner task per server, reconcile by name, reconnects
+//!   with jittered backoff, a merged catalog, calls routed by name, and a
+//!   shutdown that drains them all.
 //! - `rmcp`: `adapters::rmcp::ScopedTransport`, an rmcp (3.11) client
 //!   transport, so `().serve(transport)` runs rmcp over this crate's guard
 //!   stack: a failed or dropped rmcp `initialize` DELETEs the session it
@@ -280,6 +284,8 @@ pub mod client;
 mod deadline;
 mod engine;
 pub mod error;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 mod headers;
 pub mod jsonrpc;
 pub mod ledger;

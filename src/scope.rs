@@ -841,6 +841,28 @@ fn reap(stack: GuardStack) {
     }
 }
 
+/// Runs `drain` as a reap of its own: counted and awaited by [`shutdown`]
+/// like a DELETE handed to the reaper, up to `deadline`. For an owner of
+/// many sessions that ends them from `Drop` (the fleet). Returns false,
+/// having dropped `drain`, when no runtime is here to run it.
+#[cfg(feature = "fleet")]
+pub(crate) fn spawn_reap(
+    deadline: Instant,
+    drain: impl std::future::Future<Output = ()> + Send + 'static,
+) -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    let pending = PendingReap::new(Arc::default(), deadline);
+    // As in `reap`: if the runtime is shutting down the task never runs,
+    // and dropping it drops `drain`, then `pending`.
+    runtime.spawn(async move {
+        let _pending = pending;
+        drain.await;
+    });
+    true
+}
+
 /// Waits until every DELETE handed to the reaper has finished, so a process
 /// can drain before its runtime ends.
 ///

@@ -85,6 +85,25 @@ pub(crate) enum Command {
         /// The scenario's server URL (the suite appends it).
         url: String,
     },
+    /// Run a fleet of the HTTP servers of an `mcpServers` config file until
+    /// interrupted (SIGINT, SIGTERM): one line per state change and per
+    /// catalog change (with --json, one JSON object a line); the file is
+    /// read again on SIGHUP and when it changes; commands on standard
+    /// input, one JSON object a line: {"call": {"server", "tool",
+    /// "arguments"}}, {"reconnect": NAME}, {"status": true}.
+    Fleet(FleetArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FleetArgs {
+    /// The config file: {"mcpServers": {NAME: {"url", "headers", "type"}}}.
+    pub(crate) config: std::path::PathBuf,
+    /// Caps the retry delay, in seconds (default 60).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub(crate) max_backoff: Option<Duration>,
+    /// Shut down at the end of standard input.
+    #[arg(long)]
+    pub(crate) exit_on_eof: bool,
 }
 
 #[derive(Debug, Args)]

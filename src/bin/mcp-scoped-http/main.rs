@@ -42,6 +42,7 @@ mod args;
 mod churn;
 mod commands;
 mod conformance;
+mod fleet;
 mod phase;
 
 use std::process::ExitCode;
@@ -146,6 +147,7 @@ fn main() -> ExitCode {
                 commands::serve(port, config, cli.common.oauth).await
             }
             Command::Conformance { url } => conformance::run(&url, &cli.common).await,
+            Command::Fleet(options) => fleet::run(options, cli.common.json).await,
         };
         // Let pending DELETEs (handed to the reaper) reach their servers.
         mcp_scoped_http::shutdown().await;

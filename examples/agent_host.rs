@@ -1,0 +1,144 @@
+//! An agent host: three MCP servers under one `Fleet`. One is down at
+//! start (and never holds the others up), one goes down mid-run and comes
+//! back (its tools leave the catalog and return), and the host routes
+//! calls by qualified tool name, watching the fleet's events.
+//!
+//! ```text
+//! cargo run --example agent_host --features testkit,fleet
+//! ```
+
+use std::time::Duration;
+
+use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
+use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+use mcp_scoped_http::{Result, ledger};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let search = TestServer::start(ServerConfig::default().with_tools(2));
+    let notes = TestServer::start(ServerConfig::default().with_tools(3));
+
+    let fleet = Fleet::builder()
+        // Impatient, for a demo: retries within 200 ms, a health ping
+        // every 100 ms.
+        .backoff(Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
+        .health_interval(Some(Duration::from_millis(100)))
+        .build();
+
+    // The host's log: every state change and catalog change, as they come.
+    let mut events = fleet.events();
+    let log = tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(FleetEvent::State { server, state }) => println!("  [{server}] {state}"),
+                Ok(FleetEvent::Catalog { generation, tools }) => {
+                    println!("  [catalog] generation {generation}: {tools} tools");
+                }
+                Ok(_) => {}
+                // A slow reader loses the oldest events, and is told.
+                Err(RecvError::Lagged(lost)) => println!("  ({lost} events lost)"),
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+
+    // Desired state in: the full set, by name.
+    let report = fleet
+        .apply([
+            (
+                "search",
+                ServerSpec::new(search.url())
+                    .bearer("s-token")
+                    .required(true),
+            ),
+            ("notes", ServerSpec::new(notes.url()).required(true)),
+            // Nothing listens there: retried in its own slot, forever.
+            ("calendar", ServerSpec::new("http://127.0.0.1:9/mcp")),
+        ])
+        .await?;
+    println!("started {:?}", report.started);
+    fleet.ready(Duration::from_secs(10)).await?; // calendar is not required
+    print_catalog(&fleet);
+
+    let answer = fleet
+        .call_qualified("search__tool-001", json!({"text": "rust"}))
+        .await?;
+    println!(
+        "search__tool-001 -> {}",
+        answer["structuredContent"]["tool"]
+    );
+
+    // `notes` goes down: the next call fails (it may or may not have run,
+    // and is not sent again), its tools leave the catalog.
+    notes.push_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::CloseConnection,
+    ));
+    if let Err(error) = fleet.call_tool("notes", "tool-000", json!({})).await {
+        println!("notes: {error}");
+    }
+    wait_for(&fleet, "notes", "retrying").await;
+    print_catalog(&fleet);
+
+    // It comes back: reconnected with backoff, its tools return.
+    notes.clear_faults();
+    wait_for(&fleet, "notes", "ready").await;
+    print_catalog(&fleet);
+
+    // A config edit: `calendar` removed; the others untouched.
+    let report = fleet
+        .apply([
+            (
+                "search",
+                ServerSpec::new(search.url())
+                    .bearer("s-token")
+                    .required(true),
+            ),
+            ("notes", ServerSpec::new(notes.url()).required(true)),
+        ])
+        .await?;
+    println!(
+        "stopped {:?}, unchanged {:?}",
+        report.stopped, report.unchanged
+    );
+
+    // Drain: every session DELETEd, every task joined.
+    let report = fleet.shutdown().await;
+    for (server, outcome) in &report.servers {
+        println!("{server}: {outcome:?}");
+    }
+    drop(fleet);
+    mcp_scoped_http::shutdown().await;
+    log.abort();
+    let _ = log.await;
+    println!(
+        "DELETEs: search {}, notes {}; ledger {:?}",
+        search.stats().deletes,
+        notes.stats().deletes,
+        ledger()
+    );
+    Ok(())
+}
+
+fn print_catalog(fleet: &Fleet) {
+    let catalog = fleet.catalog();
+    let tools: Vec<String> = catalog
+        .tools()
+        .filter_map(|tool| tool.qualified_name())
+        .collect();
+    println!("catalog {}: {tools:?}", catalog.generation);
+}
+
+async fn wait_for(fleet: &Fleet, server: &str, state: &str) {
+    let mut watch = fleet.watch(server).expect("a slot");
+    let reached = watch.wait_for(|s| s.name() == state);
+    tokio::time::timeout(Duration::from_secs(10), reached)
+        .await
+        .expect("in time")
+        .expect("the slot is running");
+}

@@ -1,0 +1,161 @@
+//! The merged catalog of every ready server, and the hub that publishes
+//! it with the fleet's events.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use super::spec::{qualify, split_qualified};
+use super::state::{FleetEvent, SlotState};
+use crate::session::{Catalog, Entry};
+use crate::sync::lock;
+
+/// What every ready server offers, under names qualified by server (see
+/// [`qualify`](super::qualify)): a snapshot, replaced as a whole on every
+/// change.
+///
+/// A server's lists are here from the moment its slot is
+/// [`Ready`](SlotState::Ready) until it leaves that state. The lists are
+/// the server's session's ([`Session::catalog`](crate::Session::catalog)),
+/// shared, not copied.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct FleetCatalog {
+    /// Bumped on every change: a server ready or lost, a list of one
+    /// changed.
+    pub generation: u64,
+    /// Each ready server's catalog, by server name.
+    pub servers: BTreeMap<Arc<str>, Arc<Catalog>>,
+}
+
+/// One entry of the merged catalog: whose it is, and the server's entry.
+#[derive(Clone, Copy, Debug)]
+pub struct QualifiedEntry<'a> {
+    /// The server's name.
+    pub server: &'a str,
+    /// The entry as the server listed it.
+    pub entry: &'a Entry,
+}
+
+impl QualifiedEntry<'_> {
+    /// The entry's own name (a tool's or prompt's `name`, a resource's
+    /// `uri`), when it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.entry.key()
+    }
+
+    /// The name qualified by the server (`server__name`).
+    pub fn qualified_name(&self) -> Option<String> {
+        self.name().map(|name| qualify(self.server, name))
+    }
+}
+
+impl FleetCatalog {
+    fn entries<'a>(
+        &'a self,
+        list: impl Fn(&'a Catalog) -> &'a [Entry] + 'a,
+    ) -> impl Iterator<Item = QualifiedEntry<'a>> + 'a {
+        self.servers.iter().flat_map(move |(server, catalog)| {
+            list(catalog)
+                .iter()
+                .map(move |entry| QualifiedEntry { server, entry })
+        })
+    }
+
+    /// Every ready server's tools, by server name, then in the server's
+    /// order.
+    pub fn tools(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
+        self.entries(|c| &c.tools)
+    }
+
+    /// Every ready server's prompts.
+    pub fn prompts(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
+        self.entries(|c| &c.prompts)
+    }
+
+    /// Every ready server's resources.
+    pub fn resources(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
+        self.entries(|c| &c.resources)
+    }
+
+    /// How many tools, from every ready server.
+    pub fn tool_count(&self) -> usize {
+        self.servers.values().map(|c| c.tools.len()).sum()
+    }
+
+    /// The tool with this qualified name (`server__tool`).
+    pub fn tool(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
+        let (server, name) = split_qualified(qualified)?;
+        let (server, catalog) = self.servers.get_key_value(server)?;
+        catalog
+            .tool(name)
+            .map(|entry| QualifiedEntry { server, entry })
+    }
+
+    /// The prompt with this qualified name (`server__prompt`).
+    pub fn prompt(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
+        let (server, name) = split_qualified(qualified)?;
+        let (server, catalog) = self.servers.get_key_value(server)?;
+        let entry = catalog.prompts.iter().find(|p| p.key() == Some(name))?;
+        Some(QualifiedEntry { server, entry })
+    }
+}
+
+/// What the slots publish to: the fleet's events and its catalog.
+pub(crate) struct Hub {
+    events: broadcast::Sender<FleetEvent>,
+    catalog: Mutex<Arc<FleetCatalog>>,
+}
+
+impl Hub {
+    pub(crate) fn new(capacity: usize) -> Hub {
+        Hub {
+            events: broadcast::channel(capacity.max(1)).0,
+            catalog: Mutex::new(Arc::default()),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<FleetEvent> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn catalog(&self) -> Arc<FleetCatalog> {
+        lock(&self.catalog).clone()
+    }
+
+    pub(crate) fn state(&self, server: &Arc<str>, state: SlotState) {
+        // No receiver is no error: nobody is watching.
+        let _ = self.events.send(FleetEvent::State {
+            server: server.clone(),
+            state,
+        });
+    }
+
+    /// Sets (or, with `None`, removes) one server's lists; a change bumps
+    /// the generation and is announced.
+    pub(crate) fn set_catalog(&self, server: &Arc<str>, catalog: Option<Arc<Catalog>>) {
+        let mut current = lock(&self.catalog);
+        let unchanged = match (&catalog, current.servers.get(server)) {
+            (Some(new), Some(old)) => Arc::ptr_eq(new, old),
+            (None, None) => true,
+            _ => false,
+        };
+        if unchanged {
+            return;
+        }
+        let mut next = FleetCatalog::clone(&current);
+        match catalog {
+            Some(catalog) => next.servers.insert(server.clone(), catalog),
+            None => next.servers.remove(server),
+        };
+        next.generation += 1;
+        let event = FleetEvent::Catalog {
+            generation: next.generation,
+            tools: next.tool_count(),
+        };
+        *current = Arc::new(next);
+        // Sent under the lock, so events come in generation order.
+        let _ = self.events.send(event);
+    }
+}

@@ -1,0 +1,690 @@
+//! A fleet: many named MCP servers under one owner (feature `fleet`).
+//!
+//! A [`Fleet`] holds one **slot** per server. Each slot has exactly one
+//! owner task for its whole life, tracked by the fleet and never detached:
+//! it connects (through the public [`Connector`](crate::Connector)), keeps
+//! the [`Session`](crate::Session) while it is ready, notices when it is
+//! lost, waits to retry, and closes the session when told to stop. A
+//! failed connect is a state of the slot ([`SlotState`]), never an error
+//! that drops ownership.
+//!
+//! - **Desired state in.** [`Fleet::apply`] takes the full set of named
+//!   [`ServerSpec`]s and reconciles by name and spec: an unchanged server
+//!   keeps its session; a changed one is replaced; a removed or disabled
+//!   one is stopped, whatever it was doing. Concurrent calls are
+//!   serialized.
+//! - **Start in parallel.** Every slot starts at once, each under its own
+//!   connect timeout; [`Fleet::ready`] waits only for the servers marked
+//!   [`required`](ServerSpec::required).
+//! - **Reconnect forever, politely.** A failed connect or a lost session
+//!   is retried with capped exponential backoff and full jitter
+//!   ([`Backoff`]); the attempt count starts anew only once a new session
+//!   has answered a request. A 401 or 403 waits in
+//!   [`SlotState::AuthRequired`], an error no retry can fix in
+//!   [`SlotState::Failed`] (see [`Error::is_retryable`](crate::Error::is_retryable)),
+//!   until [`Fleet::reconnect`] or a changed spec.
+//! - **State you can watch.** [`Fleet::state`], [`Fleet::watch`] per slot,
+//!   and one bounded stream of [`FleetEvent`]s ([`Fleet::events`]): a slow
+//!   reader loses the oldest events and is told how many
+//!   ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged));
+//!   the fleet never waits for it.
+//! - **One catalog.** [`Fleet::catalog`] merges the lists of every ready
+//!   server under qualified names (`server__tool`, see [`qualify`] and
+//!   [`split_qualified`]), with a generation bumped on every change: a
+//!   server ready or lost, and a list the server changed (seen within
+//!   milliseconds of its session's re-listing after a `list_changed`, and
+//!   at every health check).
+//! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
+//!   current session, or fails at once when it is not ready; a call whose
+//!   session is lost under it is never sent again.
+//! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
+//!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
+//!   (stdio entries skipped and reported, unknown keys warned).
+//! - **One owned client.** Servers that lend no client share one the
+//!   fleet owns (connections pooled per origin; each session's hooks
+//!   still apply to its own requests only), dropped with the last of
+//!   them; a lent client is only ever used, by any number of slots.
+//! - **Shutdown drains.** [`Fleet::shutdown`] stops every slot at once
+//!   within one deadline and reports per server; dropping the fleet runs
+//!   the same drain in the background, as a reap that [`crate::shutdown`]
+//!   waits for.
+//!
+//! # When a session counts as lost
+//!
+//! A ready slot sends a `ping` at once (its answer proves the session, and
+//! resets the attempt count), then one every
+//! [`health_interval`](FleetBuilder::health_interval). The session is lost
+//! when a ping fails with anything but a JSON-RPC error (an answer is an
+//! answer, "method not found" included), or when a routed call fails with a transport error or finds
+//! the session closed. A session that expired (404) is replaced by the
+//! session itself, within the slot (see [`Session::request`](crate::Session::request)).
+//!
+//! # Example
+//!
+//! ```
+//! # #[cfg(feature = "testkit")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> mcp_scoped_http::Result<()> {
+//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let url = server.url();
+//! use std::time::Duration;
+//! use mcp_scoped_http::fleet::{Fleet, ServerSpec};
+//! use serde_json::json;
+//!
+//! let fleet = Fleet::new();
+//! let report = fleet
+//!     .apply([
+//!         ("search", ServerSpec::new(&url).bearer("token").required(true)),
+//!         // Down: retried in the background, never holding the others up.
+//!         ("notes", ServerSpec::new("http://127.0.0.1:9/mcp")),
+//!     ])
+//!     .await?;
+//! assert_eq!(report.started, ["notes", "search"]);
+//! fleet.ready(Duration::from_secs(10)).await?; // only "search" is required
+//!
+//! let catalog = fleet.catalog();
+//! assert!(catalog.tool("search__tool-000").is_some());
+//! let result = fleet.call_tool("search", "tool-000", json!({"text": "hi"})).await?;
+//! # assert_eq!(result["structuredContent"]["tool"], "tool-000");
+//!
+//! let report = fleet.shutdown().await; // every session DELETEd, every task joined
+//! assert_eq!(report.servers.len(), 2);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "testkit"))]
+//! # fn main() {}
+//! ```
+
+mod backoff;
+mod catalog;
+mod clients;
+mod config;
+mod reconcile;
+mod slot;
+mod spec;
+mod state;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinSet;
+
+pub use backoff::Backoff;
+pub use catalog::{FleetCatalog, QualifiedEntry};
+pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
+pub use reconcile::ApplyReport;
+pub use slot::ServerShutdown;
+pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};
+pub use state::{FleetEvent, SlotState};
+
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use catalog::Hub;
+use clients::ClientCache;
+use slot::{Policy, Slot};
+
+/// The slots' tasks, each ending with its slot's id and outcome.
+type Tasks = JoinSet<(u64, ServerShutdown)>;
+
+/// Settings of a [`Fleet`], each with its default.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct FleetBuilder {
+    policy: Policy,
+    event_capacity: usize,
+    shutdown_timeout: Duration,
+}
+
+impl Default for FleetBuilder {
+    fn default() -> Self {
+        FleetBuilder {
+            policy: Policy {
+                backoff: Backoff::default(),
+                health_interval: Some(Duration::from_secs(30)),
+                health_timeout: Duration::from_secs(10),
+            },
+            event_capacity: 1024,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl FleetBuilder {
+    /// The retry delays. Default: [`Backoff::default`] (500 ms doubling up
+    /// to 60 s, full jitter).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.policy.backoff = backoff;
+        self
+    }
+
+    /// How often a ready slot pings its server to notice a loss when no
+    /// call does; `None` for never (a loss is then noticed by calls only).
+    /// Default: 30 s.
+    pub fn health_interval(mut self, every: Option<Duration>) -> Self {
+        self.policy.health_interval = every;
+        self
+    }
+
+    /// How long a health `ping` may take before the session counts as
+    /// lost. Default: 10 s.
+    pub fn health_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.health_timeout = timeout;
+        self
+    }
+
+    /// Events kept for the slowest reader of [`Fleet::events`]; older ones
+    /// are dropped for it (it is told how many). Default: 1024.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity;
+        self
+    }
+
+    /// The bound on [`Fleet::shutdown`]: slots not ended by then are
+    /// aborted and their sessions handed to the reaper. Default: 10 s
+    /// (above the sessions' default DELETE timeout of 5 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The fleet, with no server yet (see [`Fleet::apply`]).
+    pub fn build(self) -> Fleet {
+        Fleet {
+            hub: Arc::new(Hub::new(self.event_capacity)),
+            clients: ClientCache::default(),
+            policy: self.policy,
+            shutdown_timeout: self.shutdown_timeout,
+            slots: Mutex::new(Some(Slots::default())),
+            apply: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Slots {
+    by_name: BTreeMap<Arc<str>, Arc<Slot>>,
+    tasks: Tasks,
+}
+
+/// What [`Fleet::shutdown`] did, per server.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Each server that had a slot, and what became of it.
+    pub servers: BTreeMap<String, ServerShutdown>,
+    /// True when an earlier shutdown had already stopped everything.
+    pub already_shut_down: bool,
+}
+
+/// Many named MCP servers under one owner: see the [module docs](self).
+///
+/// Every method takes `&self`: share it as `Arc<Fleet>`. The fleet owns
+/// its slots. Dropping it runs [`shutdown`](Self::shutdown)'s drain in
+/// the background, as a reap that [`crate::shutdown`] waits for (outside
+/// a runtime, the slots' tasks are aborted and each session's own drop
+/// releases it).
+pub struct Fleet {
+    hub: Arc<Hub>,
+    clients: ClientCache,
+    policy: Policy,
+    shutdown_timeout: Duration,
+    /// `None` once shut down.
+    slots: Mutex<Option<Slots>>,
+    /// Serializes [`apply`](Self::apply).
+    apply: tokio::sync::Mutex<()>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Fleet::new()
+    }
+}
+
+fn shut_down() -> Error {
+    Error::closed().context("the fleet is shut down")
+}
+
+impl Fleet {
+    /// A fleet with the default settings (see [`FleetBuilder`]).
+    pub fn new() -> Fleet {
+        FleetBuilder::default().build()
+    }
+
+    /// Settings for a fleet.
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder::default()
+    }
+
+    /// Reconciles the fleet with `servers`, the full desired set: a server
+    /// not in it is stopped.
+    ///
+    /// By name: a server not running is started; one whose spec is the
+    /// same server ([`ServerSpec`] says when) is left alone, its session
+    /// untouched (a change of `required` applies at once); one whose spec
+    /// changed is replaced: the old slot is stopped and the new one started
+    /// at the same moment; a removed or disabled one is stopped, whatever
+    /// it was doing (connecting, ready, waiting to retry).
+    ///
+    /// Returns once every stopped or replaced slot's task has ended (each
+    /// closing its session within its DELETE timeout): from then on no
+    /// request of the fleet's reaches a stopped server. New slots are
+    /// started, not waited for (see [`ready`](Self::ready)).
+    ///
+    /// Concurrent calls are serialized, each applied whole. An invalid set
+    /// (a bad name, a name twice; see [`qualify`]) is refused with
+    /// [`Error::is_builder`] before anything changes; after
+    /// [`shutdown`](Self::shutdown), [`Error::is_closed`].
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future before its turn changes nothing; once it has
+    /// begun, the change is made whole at once (no await in between), and
+    /// dropping it only stops the wait for the stopped slots, which end on
+    /// their own, still owned by the fleet.
+    pub async fn apply<I, N>(&self, servers: I) -> Result<ApplyReport>
+    where
+        I: IntoIterator<Item = (N, ServerSpec)>,
+        N: Into<String>,
+    {
+        let desired = reconcile::desired(servers.into_iter().map(|(n, s)| (n.into(), s)))?;
+        let _turn = self.apply.lock().await;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::builder("Fleet::apply needs a tokio runtime"))?;
+        let (report, finished) = {
+            let mut guard = lock(&self.slots);
+            let slots = guard.as_mut().ok_or_else(shut_down)?;
+            // Slots that ended long ago leave the set.
+            while slots.tasks.try_join_next().is_some() {}
+            let plan = reconcile::plan(&slots.by_name, desired);
+            let mut finished = Vec::with_capacity(plan.stop.len());
+            for slot in plan.stop {
+                slot.stop.cancel();
+                slots.by_name.remove(&slot.name);
+                finished.push(slot.finished.clone());
+            }
+            for (name, spec) in plan.start {
+                let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients));
+                slots.tasks.spawn_on(
+                    slot::run(slot.clone(), self.hub.clone(), self.policy.clone()),
+                    &runtime,
+                );
+                slots.by_name.insert(name, slot);
+            }
+            (plan.report, finished)
+        };
+        for finished in finished {
+            finished.cancelled().await;
+        }
+        Ok(report)
+    }
+
+    /// Waits until every enabled server marked
+    /// [`required`](ServerSpec::required) is ready, within `within`.
+    /// Servers not required are never waited for.
+    ///
+    /// Fails at once when a required server is in
+    /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] (no retry will
+    /// come by itself) or was stopped meanwhile, and with
+    /// [`Error::is_timeout`] when `within` passes; the error names each
+    /// server not ready and its state.
+    pub async fn ready(&self, within: Duration) -> Result<()> {
+        let required: Vec<Arc<Slot>> = {
+            let guard = lock(&self.slots);
+            let slots = guard.as_ref().ok_or_else(shut_down)?;
+            slots
+                .by_name
+                .values()
+                .filter(|slot| slot.required.load(Ordering::Acquire))
+                .cloned()
+                .collect()
+        };
+        let waiting = async {
+            for slot in &required {
+                let mut watch = slot.watch();
+                let state = watch
+                    .wait_for(|state| {
+                        !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+                    })
+                    .await
+                    .map(|state| state.clone())
+                    .unwrap_or(SlotState::Stopped);
+                if !state.is_ready() {
+                    return Err(Error::closed()
+                        .context(format!("required server `{}` is {state}", slot.name)));
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(within, waiting).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let late: Vec<String> = required
+                    .iter()
+                    .filter(|slot| !slot.state().is_ready())
+                    .map(|slot| format!("`{}` {}", slot.name, slot.state()))
+                    .collect();
+                Err(Error::timeout(format!(
+                    "required servers not ready within {within:?}: {}",
+                    late.join("; ")
+                )))
+            }
+        }
+    }
+
+    fn slot(&self, server: &str) -> Result<Arc<Slot>> {
+        let guard = lock(&self.slots);
+        let slots = guard.as_ref().ok_or_else(shut_down)?;
+        slots
+            .by_name
+            .get(server)
+            .cloned()
+            .ok_or_else(|| Error::builder(format!("no server named `{server}` in the fleet")))
+    }
+
+    /// Calls `tool` of `server` with `arguments`, on the slot's current
+    /// session.
+    ///
+    /// - A server not in the fleet: [`Error::is_builder`], at once.
+    /// - A server not ready: [`Error::is_closed`], at once, naming its
+    ///   state (the call is not queued).
+    /// - A call whose session is lost under it (a transport failure, or
+    ///   the session closed by a stop) fails with that error, which says
+    ///   the call may or may not have run; it is never sent again, to
+    ///   this session or the next. The slot then connects anew.
+    /// - Otherwise the tool's result or the session's error, as
+    ///   [`Session::call_tool`](crate::Session::call_tool) gives them.
+    pub async fn call_tool(&self, server: &str, tool: &str, arguments: Value) -> Result<Value> {
+        let params = serde_json::json!({ "name": tool, "arguments": arguments });
+        self.routed(server, "tools/call", Some(tool), Some(params))
+            .await
+    }
+
+    /// Sends any request (`prompts/get`, `resources/read`, ...) to
+    /// `server`'s current session, as [`call_tool`](Self::call_tool) does:
+    /// at once, never sent twice. The lifecycle's methods are refused (see
+    /// [`Session::request`](crate::Session::request)).
+    pub async fn request(
+        &self,
+        server: &str,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value> {
+        self.routed(server, method, None, params).await
+    }
+
+    /// `prompts/get` of `server`'s prompt `name` (see [`request`](Self::request)).
+    pub async fn get_prompt(&self, server: &str, name: &str, arguments: Value) -> Result<Value> {
+        let params = serde_json::json!({ "name": name, "arguments": arguments });
+        self.routed(server, "prompts/get", Some(name), Some(params))
+            .await
+    }
+
+    /// `resources/read` of `uri` on `server` (see [`request`](Self::request)).
+    pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Value> {
+        let params = serde_json::json!({ "uri": uri });
+        self.routed(server, "resources/read", None, Some(params))
+            .await
+    }
+
+    /// A request on `server`'s current session; a loss under it is
+    /// reported to the slot and said to the caller.
+    async fn routed(
+        &self,
+        server: &str,
+        method: &str,
+        name: Option<&str>,
+        params: Option<Value>,
+    ) -> Result<Value> {
+        let slot = self.slot(server)?;
+        let Some(live) = slot.live() else {
+            return Err(Error::closed()
+                .context(format!("server `{server}` is not ready ({})", slot.state())));
+        };
+        match live.session.request(method, params).await {
+            Ok(result) => {
+                live.prove();
+                Ok(result)
+            }
+            Err(error) if error.is_transport() || error.is_closed() => {
+                live.lose(&error);
+                let what = name.unwrap_or(method);
+                Err(error.context(format!(
+                    "server `{server}`: the session was lost during `{what}`, which may or may \
+                     not have run; it is not sent again"
+                )))
+            }
+            Err(error) => {
+                if error.rpc_error().is_some() {
+                    // The server answered: the session works.
+                    live.prove();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// [`call_tool`](Self::call_tool), after waiting up to `wait` for a
+    /// slot that is connecting or waiting to retry to be ready: for a
+    /// caller that would rather wait than fail at once. A slot in
+    /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] is not waited
+    /// for (no retry comes by itself); `wait` passing fails with
+    /// [`Error::is_timeout`], naming the slot's state. The wait is not
+    /// part of the call's own timeout.
+    pub async fn call_tool_waiting(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Value,
+        wait: Duration,
+    ) -> Result<Value> {
+        let slot = self.slot(server)?;
+        let mut watch = slot.watch();
+        let settled = watch
+            .wait_for(|state| !matches!(state, SlotState::Starting | SlotState::Retrying { .. }));
+        if tokio::time::timeout(wait, settled).await.is_err() {
+            return Err(Error::timeout(format!(
+                "server `{server}` not ready within {wait:?} ({})",
+                slot.state()
+            )));
+        }
+        self.call_tool(server, tool, arguments).await
+    }
+
+    /// [`call_tool`](Self::call_tool) by the tool's qualified name
+    /// (`server__tool`, as in [`catalog`](Self::catalog)).
+    pub async fn call_qualified(&self, qualified: &str, arguments: Value) -> Result<Value> {
+        let (server, tool) = split_qualified(qualified).ok_or_else(|| {
+            Error::builder(format!(
+                "`{qualified}` is no qualified tool name (`server{SEPARATOR}tool`)"
+            ))
+        })?;
+        self.call_tool(server, tool, arguments).await
+    }
+
+    /// Wakes `server`'s slot: one waiting to retry, or in
+    /// [`SlotState::AuthRequired`] or [`SlotState::Failed`], connects at
+    /// once with its attempt count reset; a ready one closes its session
+    /// and opens a new one; one connecting is left alone.
+    pub fn reconnect(&self, server: &str) -> Result<()> {
+        let slot = self.slot(server)?;
+        if !matches!(slot.state(), SlotState::Starting | SlotState::Stopped) {
+            slot.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The state of `server`'s slot, if it has one.
+    pub fn state(&self, server: &str) -> Option<SlotState> {
+        self.slot(server).ok().map(|slot| slot.state())
+    }
+
+    /// The state of every slot, by server name.
+    pub fn states(&self) -> BTreeMap<String, SlotState> {
+        let guard = lock(&self.slots);
+        guard
+            .iter()
+            .flat_map(|slots| slots.by_name.iter())
+            .map(|(name, slot)| (name.to_string(), slot.state()))
+            .collect()
+    }
+
+    /// The state of `server`'s slot as it changes (the latest one only: a
+    /// `watch`). Ends with [`SlotState::Stopped`] when the slot stops.
+    pub fn watch(&self, server: &str) -> Option<watch::Receiver<SlotState>> {
+        self.slot(server).ok().map(|slot| slot.watch())
+    }
+
+    /// Every slot's state changes and every catalog change, from now on.
+    /// Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
+    /// behind gets [`RecvError::Lagged`](broadcast::error::RecvError::Lagged)
+    /// with the number of events it lost, then the newest ones.
+    pub fn events(&self) -> broadcast::Receiver<FleetEvent> {
+        self.hub.subscribe()
+    }
+
+    /// The merged catalog of every ready server, now.
+    pub fn catalog(&self) -> Arc<FleetCatalog> {
+        self.hub.catalog()
+    }
+
+    /// Stops every slot at once and waits for them, within the fleet's
+    /// [`shutdown_timeout`](FleetBuilder::shutdown_timeout): connects are
+    /// cancelled, waits ended, ready sessions closed (DELETEd while their
+    /// hooks and client are alive). A slot not ended by the deadline is
+    /// aborted and its session handed to the reaper; the report says
+    /// [`ServerShutdown::TimedOut`].
+    ///
+    /// Afterwards the fleet refuses [`apply`](Self::apply) and calls
+    /// ([`Error::is_closed`]); a second shutdown reports
+    /// [`ShutdownReport::already_shut_down`].
+    ///
+    /// # Cancellation
+    ///
+    /// Every slot is told to stop at the first poll. Dropping the future
+    /// then does not cut the drain short: the rest of it runs in the
+    /// background, within the same deadline, as a reap that
+    /// [`crate::shutdown`] waits for.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        let Some(slots) = lock(&self.slots).take() else {
+            return ShutdownReport {
+                already_shut_down: true,
+                ..ShutdownReport::default()
+            };
+        };
+        let mut drain = Drain::new(slots, self.shutdown_timeout);
+        let servers = drain.run().await;
+        ShutdownReport {
+            servers,
+            already_shut_down: false,
+        }
+    }
+}
+
+/// Stopping every slot, with one deadline. Dropped before it has finished
+/// (the fleet dropped, or `shutdown`'s future), it hands the rest to a
+/// reap that [`crate::shutdown`] waits for.
+struct Drain {
+    slots: Option<Slots>,
+    deadline: tokio::time::Instant,
+}
+
+impl Drain {
+    /// Tells every slot to stop, at once.
+    fn new(slots: Slots, timeout: Duration) -> Drain {
+        for slot in slots.by_name.values() {
+            slot.stop.cancel();
+        }
+        Drain {
+            slots: Some(slots),
+            deadline: tokio::time::Instant::now() + timeout,
+        }
+    }
+
+    /// Waits for the slots until the deadline, then aborts the rest (their
+    /// sessions go to the reaper); the outcome per server.
+    async fn run(&mut self) -> BTreeMap<String, ServerShutdown> {
+        let mut servers = BTreeMap::new();
+        let Some(slots) = self.slots.as_mut() else {
+            return servers;
+        };
+        // By slot id: the set also holds slots stopped earlier (removed or
+        // replaced), which are no longer the fleet's servers.
+        let names: BTreeMap<u64, Arc<str>> = slots
+            .by_name
+            .values()
+            .map(|slot| (slot.id, slot.name.clone()))
+            .collect();
+        join_until(&mut slots.tasks, self.deadline, |id, outcome| {
+            if let Some(name) = names.get(&id) {
+                servers.insert(name.to_string(), outcome);
+            }
+        })
+        .await;
+        for name in names.values() {
+            servers
+                .entry(name.to_string())
+                .or_insert(ServerShutdown::TimedOut);
+        }
+        servers
+    }
+}
+
+/// Joins `tasks` until `deadline`, then aborts the rest and waits for the
+/// aborts (at once: an aborted task ends at its next poll).
+async fn join_until(
+    tasks: &mut Tasks,
+    deadline: tokio::time::Instant,
+    mut outcome: impl FnMut(u64, ServerShutdown),
+) {
+    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        if let Ok((id, ended)) = joined {
+            outcome(id, ended);
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        let Some(mut slots) = self.slots.take() else {
+            return;
+        };
+        if slots.tasks.is_empty() {
+            return;
+        }
+        let deadline = self.deadline;
+        let rest = async move {
+            join_until(&mut slots.tasks, deadline, |_, _| {}).await;
+        };
+        // A second past the deadline: the aborts after it are immediate.
+        let reap_by = deadline + Duration::from_secs(1);
+        // Without a runtime, `rest` is dropped, and with it the set, which
+        // aborts every task: their sessions' own drops do the rest.
+        crate::scope::spawn_reap(reap_by, rest);
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // The same drain as `shutdown`, handed to the reaper: the slots
+        // close their sessions (DELETEs included) in the background, and
+        // `crate::shutdown` waits for them.
+        if let Some(slots) = lock(&self.slots).take() {
+            drop(Drain::new(slots, self.shutdown_timeout));
+        }
+    }
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("servers", &self.states())
+            .field("catalog_generation", &self.catalog().generation)
+            .finish_non_exhaustive()
+    }
+}

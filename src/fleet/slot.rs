@@ -1,0 +1,362 @@
+//! A slot: one server, one owner task for its whole life.
+//!
+//! The owner task is the only code that connects, closes or waits for the
+//! slot: a failed connect is a state of the slot, never an error that
+//! drops ownership, and every wait (backoff, auth, failure) happens inside
+//! it, where a stop reaches it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::Backoff;
+use super::catalog::Hub;
+use super::clients::{ClientCache, SharedClient};
+use super::spec::ServerSpec;
+use super::state::SlotState;
+use crate::error::Error;
+use crate::ledger::{Count, Field};
+use crate::scope::Released;
+use crate::sync::lock;
+use crate::{Connector, RequestOptions, Session};
+
+/// The fleet-wide settings a slot runs by.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub(crate) backoff: Backoff,
+    pub(crate) health_interval: Option<Duration>,
+    pub(crate) health_timeout: Duration,
+}
+
+/// What became of one server's slot at shutdown.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerShutdown {
+    /// It was ready: its session was closed (DELETEd if owned).
+    Closed(Released),
+    /// It had no session (connecting, waiting to retry, failed): nothing
+    /// to close. A connect in flight was cancelled, and a server session
+    /// it had created is DELETEd by the reaper (see [`crate::shutdown`]).
+    NoSession,
+    /// It did not end within the shutdown's deadline: its task was
+    /// aborted, and its session is DELETEd by the reaper.
+    TimedOut,
+}
+
+/// A session that is up, shared by the owner task and the calls routed to
+/// it.
+pub(crate) struct Live {
+    pub(crate) session: Session,
+    lost: CancellationToken,
+    lost_error: Mutex<Option<Arc<Error>>>,
+    proven: AtomicBool,
+}
+
+impl Live {
+    /// Tells the owner task the session is gone (the first report wins).
+    pub(crate) fn lose(&self, error: &Error) {
+        lock(&self.lost_error).get_or_insert_with(|| Arc::new(error.duplicate()));
+        self.lost.cancel();
+    }
+
+    /// The session answered a request: a later loss starts the attempt
+    /// count anew.
+    pub(crate) fn prove(&self) {
+        self.proven.store(true, Ordering::Release);
+    }
+}
+
+/// The slot's shared part: what the fleet reads, and how it reaches the
+/// owner task.
+pub(crate) struct Slot {
+    /// Unique in the process: a replaced slot and its successor share a
+    /// name, never an id.
+    pub(crate) id: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) spec: ServerSpec,
+    pub(crate) required: AtomicBool,
+    connector: Connector,
+    /// The fleet's owned client, held while the slot lives (its connector
+    /// holds a handle too).
+    _client: Option<Arc<SharedClient>>,
+    state: watch::Sender<SlotState>,
+    live: Mutex<Option<Arc<Live>>>,
+    /// Cancelled to stop the slot, whatever it is doing.
+    pub(crate) stop: CancellationToken,
+    /// Wakes a waiting slot ([`super::Fleet::reconnect`]).
+    pub(crate) wake: Notify,
+    /// Cancelled when the owner task has ended (or was dropped).
+    pub(crate) finished: CancellationToken,
+}
+
+impl Slot {
+    pub(crate) fn new(name: Arc<str>, spec: ServerSpec, clients: &ClientCache) -> Slot {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        // A client that cannot be made (no TLS roots) is left to each
+        // connect, which then fails with the same error: a state, not a
+        // lost slot.
+        let client = spec
+            .wants_shared_client()
+            .then(|| clients.get().ok())
+            .flatten();
+        Slot {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            name,
+            required: AtomicBool::new(spec.is_required()),
+            connector: spec.connector(client.as_ref().map(|c| &c.client)),
+            _client: client,
+            spec,
+            state: watch::Sender::new(SlotState::Starting),
+            live: Mutex::new(None),
+            stop: CancellationToken::new(),
+            wake: Notify::new(),
+            finished: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> SlotState {
+        self.state.borrow().clone()
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<SlotState> {
+        self.state.subscribe()
+    }
+
+    /// The session calls go to, while ready.
+    pub(crate) fn live(&self) -> Option<Arc<Live>> {
+        lock(&self.live).clone()
+    }
+
+    fn set_state(&self, hub: &Hub, state: SlotState) {
+        // Bounded logging: a server down for a day writes a few dozen lines,
+        // not thousands. Failures 1, 2, 4, 8... at warn, the rest (and the
+        // connect before each retry) at debug.
+        match &state {
+            SlotState::Retrying { attempt, .. } if attempt.is_power_of_two() => {
+                tracing::warn!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::Retrying { .. } | SlotState::Starting => {
+                tracing::debug!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::AuthRequired { .. } | SlotState::Failed { .. } => {
+                tracing::warn!(server = %self.name, %state, "fleet: slot state");
+            }
+            SlotState::Ready | SlotState::Stopped => {
+                tracing::info!(server = %self.name, state = state.name(), "fleet: slot state");
+            }
+        }
+        self.state.send_replace(state.clone());
+        hub.state(&self.name, state);
+    }
+}
+
+/// How a ready session's time ended.
+enum End {
+    Stop,
+    Lost(Arc<Error>),
+    Reconnect,
+}
+
+/// The owner task of `slot`: runs until the slot is stopped.
+pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64, ServerShutdown) {
+    // Counted as one of the crate's tasks (see the ledger), and marked
+    // finished however it ends, aborted included.
+    let _task = Count::new(Field::Tasks, None);
+    let _finished = slot.finished.clone().drop_guard();
+    let outcome = supervise(&slot, &hub, &policy).await;
+    hub.set_catalog(&slot.name, None);
+    slot.set_state(&hub, SlotState::Stopped);
+    (slot.id, outcome)
+}
+
+async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
+    // Failures in a row since the last session that answered a request.
+    let mut failures: u32 = 0;
+    loop {
+        slot.set_state(hub, SlotState::Starting);
+        // Dropping the connect future on a stop is its cancellation: what
+        // it created is released, a server session DELETEd by the reaper.
+        let connected = tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+            connected = slot.connector.connect() => connected,
+        };
+        let (error, lost) = match connected {
+            Ok(session) => {
+                let live = Arc::new(Live {
+                    session,
+                    lost: CancellationToken::new(),
+                    lost_error: Mutex::new(None),
+                    proven: AtomicBool::new(false),
+                });
+                // Routed first, then in the catalog, then announced: a
+                // host that sees the tools (or the state) can call them.
+                *lock(&slot.live) = Some(live.clone());
+                hub.set_catalog(&slot.name, Some(live.session.catalog()));
+                slot.set_state(hub, SlotState::Ready);
+                let end = serve(slot, hub, policy, &live).await;
+                // No call reaches the session from here on: it leaves the
+                // slot, then the catalog, then is closed (in-flight calls
+                // fail with "closed").
+                *lock(&slot.live) = None;
+                hub.set_catalog(&slot.name, None);
+                match end {
+                    End::Stop => return ServerShutdown::Closed(live.session.close().await),
+                    End::Reconnect => {
+                        live.session.close().await;
+                        failures = 0;
+                        continue;
+                    }
+                    End::Lost(error) => {
+                        if live.proven.load(Ordering::Acquire) {
+                            failures = 0;
+                        }
+                        (error, Some(live))
+                    }
+                }
+            }
+            Err(error) => (Arc::new(error), None),
+        };
+        failures = failures.saturating_add(1);
+        let state = classify(error, lost.is_some(), failures, policy);
+        // The new state is out before the lost session's close (bounded by
+        // its DELETE timeout), so nobody sees a ready slot that is not.
+        slot.set_state(hub, state.clone());
+        if let Some(live) = lost {
+            live.session.close().await;
+        }
+        match state {
+            SlotState::Retrying { next_at, .. } => {
+                tokio::select! {
+                    biased;
+                    () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+                    () = slot.wake.notified() => failures = 0,
+                    () = tokio::time::sleep_until(next_at.into()) => {}
+                }
+            }
+            // Auth required or failed: only a person (reconnect) or a
+            // changed spec (a new slot) moves it.
+            _ => {
+                tokio::select! {
+                    biased;
+                    () = slot.stop.cancelled() => return ServerShutdown::NoSession,
+                    () = slot.wake.notified() => failures = 0,
+                }
+            }
+        }
+    }
+}
+
+/// What a failure makes of the slot. A 401 or 403 (or a failed
+/// authorization) waits for credentials. An error no retry can fix waits
+/// for a person, but only on connect: a session that was up proved the
+/// spec right, so whatever ends it is retried.
+fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy) -> SlotState {
+    let refused = error.is_auth()
+        || error.status().is_some_and(|s| {
+            s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN
+        });
+    if refused {
+        SlotState::AuthRequired { error }
+    } else if !after_loss && !error.is_retryable() {
+        SlotState::Failed { error }
+    } else {
+        let next_at = std::time::Instant::now() + policy.backoff.delay(failures);
+        SlotState::Retrying {
+            attempt: failures,
+            next_at,
+            error,
+        }
+    }
+}
+
+/// After a `list_changed`, how long the slot looks for the session's new
+/// lists (its re-discovery runs in the background, each page within the
+/// request timeout), and how often.
+const RELIST_WATCH: Duration = Duration::from_secs(10);
+const RELIST_EVERY: Duration = Duration::from_millis(10);
+
+/// Watches a ready session: proves it with a `ping` at once, checks it
+/// every health interval, and notices a change of its lists: soon after a
+/// `list_changed` notification, and at every health check (a replaced
+/// expired session re-lists too).
+async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
+    let mut proving = true;
+    let mut listed = live.session.catalog();
+    // The fleet owns the session: its server notifications are ours to read.
+    let mut notifications = live.session.notifications();
+    let mut relisting: Option<tokio::time::Instant> = None;
+    loop {
+        let check = async {
+            if !proving {
+                match policy.health_interval {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            }
+            live.session
+                .request_with(
+                    "ping",
+                    None,
+                    RequestOptions::default().timeout(policy.health_timeout),
+                )
+                .await
+        };
+        let notified = async {
+            match notifications.as_mut() {
+                Some(receiver) => receiver.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let relist = async {
+            match relisting {
+                Some(_) => tokio::time::sleep(RELIST_EVERY).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = slot.stop.cancelled() => return End::Stop,
+            () = live.lost.cancelled() => {
+                let error = lock(&live.lost_error).clone();
+                return End::Lost(error.unwrap_or_else(|| Arc::new(Error::closed())));
+            }
+            () = slot.wake.notified() => return End::Reconnect,
+            message = notified => match message {
+                Some(message) => {
+                    if message.method().is_some_and(|m| m.ends_with("/list_changed")) {
+                        relisting = Some(tokio::time::Instant::now() + RELIST_WATCH);
+                    }
+                }
+                None => notifications = None,
+            },
+            () = relist => {
+                if relisting.is_some_and(|until| tokio::time::Instant::now() >= until) {
+                    relisting = None;
+                }
+            }
+            answer = check => {
+                proving = false;
+                match answer {
+                    // A JSON-RPC error is an answer too (a 2026-07-28
+                    // server may answer `ping` with "method not found",
+                    // under an HTTP 404).
+                    Err(error) if error.rpc_error().is_none() => {
+                        return End::Lost(Arc::new(error));
+                    }
+                    _ => live.prove(),
+                }
+            }
+        }
+        // A re-listed catalog (list_changed, a replaced expired session)
+        // is a new Arc.
+        let now = live.session.catalog();
+        if !Arc::ptr_eq(&now, &listed) {
+            hub.set_catalog(&slot.name, Some(now.clone()));
+            listed = now;
+        }
+    }
+}

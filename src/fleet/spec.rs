@@ -1,0 +1,398 @@
+//! What the host wants of one server, and the rules for server names.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::{Connector, HttpClient, ProtocolVersion};
+
+/// What separates the server's name from a tool's (or prompt's) name in
+/// the fleet's catalog: `weather__forecast` is the tool `forecast` of the
+/// server `weather`. See [`qualify`] and [`split_qualified`].
+pub const SEPARATOR: &str = "__";
+
+/// The longest server name [`Fleet::apply`](super::Fleet::apply) accepts.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The qualified name of `item` (a tool or prompt name, a resource URI) of
+/// `server`: `server`, [`SEPARATOR`], `item`.
+pub fn qualify(server: &str, item: &str) -> String {
+    let mut name = String::with_capacity(server.len() + SEPARATOR.len() + item.len());
+    name.push_str(server);
+    name.push_str(SEPARATOR);
+    name.push_str(item);
+    name
+}
+
+/// The way back from [`qualify`]: `(server, item)`, split at the first
+/// [`SEPARATOR`]. Unambiguous for every server name the fleet accepts (no
+/// `__` inside, no `_` at the end), whatever the item's name holds.
+pub fn split_qualified(qualified: &str) -> Option<(&str, &str)> {
+    let at = qualified.find(SEPARATOR)?;
+    let (server, item) = (&qualified[..at], &qualified[at + SEPARATOR.len()..]);
+    (!server.is_empty() && !item.is_empty()).then_some((server, item))
+}
+
+/// What is wrong with a server name, if anything: it must be 1 to
+/// [`MAX_NAME_LEN`] ASCII letters, digits, `-` and `_`, with no
+/// [`SEPARATOR`] inside and no `_` at the end, so that a qualified name
+/// splits back one way only (and is a tool name the common LLM APIs take).
+pub(crate) fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("is empty".to_owned())
+    } else if name.len() > MAX_NAME_LEN {
+        Some(format!("is longer than {MAX_NAME_LEN} bytes"))
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        Some("may hold only ASCII letters, digits, `-` and `_`".to_owned())
+    } else if name.contains(SEPARATOR) || name.ends_with('_') {
+        Some(format!(
+            "may not contain `{SEPARATOR}` nor end with `_` (the catalog's separator)"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Checks a server name (see [`name_problem`]).
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    match name_problem(name) {
+        // Names are the host's, not secrets; a long one is cut.
+        Some(problem) => Err(Error::builder(format!(
+            "server name `{}` {problem}",
+            name.chars().take(MAX_NAME_LEN).collect::<String>()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// One server of a fleet: where it is, how to reach it, and what the fleet
+/// does with it.
+///
+/// Two specs are the same server when everything but
+/// [`required`](Self::required) is equal: a lent client compares by
+/// identity ([`HttpClient::same_client`]), a connector given whole with
+/// [`from_connector`](Self::from_connector) only to clones of the same
+/// spec. [`Fleet::apply`](super::Fleet::apply) leaves a slot whose spec is
+/// the same server untouched, and replaces it otherwise.
+///
+/// Defaults: enabled, not required, the fleet's owned client (one for
+/// every server that lends none, dropped with the last of them), no
+/// headers, a connect timeout of 30 s, and the [`Connector`]'s defaults
+/// for the rest.
+#[derive(Clone)]
+#[must_use]
+pub struct ServerSpec {
+    source: Source,
+    enabled: bool,
+    required: bool,
+}
+
+#[derive(Clone)]
+enum Source {
+    Pieces(Pieces),
+    // Compared by identity: a connector's hooks and handlers cannot be.
+    Connector(Arc<Connector>),
+}
+
+#[derive(Clone)]
+struct Pieces {
+    url: String,
+    headers: Vec<(String, String)>,
+    bearer: Option<String>,
+    client: Option<HttpClient>,
+    protocol_version: Option<ProtocolVersion>,
+    connect_timeout: Duration,
+    request_timeout: Option<Duration>,
+    delete_timeout: Option<Duration>,
+    listen: Option<bool>,
+}
+
+impl PartialEq for Pieces {
+    fn eq(&self, other: &Self) -> bool {
+        let same_client = match (&self.client, &other.client) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_client(b),
+            _ => false,
+        };
+        same_client
+            && self.url == other.url
+            && self.headers == other.headers
+            && self.bearer == other.bearer
+            && self.protocol_version == other.protocol_version
+            && self.connect_timeout == other.connect_timeout
+            && self.request_timeout == other.request_timeout
+            && self.delete_timeout == other.delete_timeout
+            && self.listen == other.listen
+    }
+}
+
+impl ServerSpec {
+    /// A server at `url` (`http` or `https`). A URL that cannot be used
+    /// puts the slot in [`SlotState::Failed`](super::SlotState::Failed).
+    pub fn new(url: impl Into<String>) -> Self {
+        ServerSpec {
+            source: Source::Pieces(Pieces {
+                url: url.into(),
+                headers: Vec::new(),
+                bearer: None,
+                client: None,
+                protocol_version: None,
+                connect_timeout: Duration::from_secs(30),
+                request_timeout: None,
+                delete_timeout: None,
+                listen: None,
+            }),
+            enabled: true,
+            required: false,
+        }
+    }
+
+    /// A server reached through `connector`, as configured (its connect
+    /// timeout included: set one, or a connect may wait as long as the
+    /// server does). The slot connects with it again after each loss.
+    pub fn from_connector(connector: Connector) -> Self {
+        ServerSpec {
+            source: Source::Connector(Arc::new(connector)),
+            enabled: true,
+            required: false,
+        }
+    }
+
+    fn pieces(&mut self) -> Option<&mut Pieces> {
+        match &mut self.source {
+            Source::Pieces(pieces) => Some(pieces),
+            Source::Connector(_) => None,
+        }
+    }
+
+    /// Adds a fixed header to this server's requests (and no one else's).
+    /// Ignored for a spec made [`from_connector`](Self::from_connector).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    /// Adds `Authorization: Bearer <token>` to this server's requests.
+    /// Ignored for a spec made [`from_connector`](Self::from_connector).
+    pub fn bearer(mut self, token: impl Into<String>) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.bearer = Some(token.into());
+        }
+        self
+    }
+
+    /// Sends through the caller's client, which the fleet only borrows (see
+    /// [`Connector::client`]): any number of slots may use it; it is never
+    /// closed. Ignored for a spec made [`from_connector`](Self::from_connector).
+    pub fn client(mut self, client: HttpClient) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.client = Some(client);
+        }
+        self
+    }
+
+    /// Pins the revision (see [`Connector::protocol_version`]).
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.protocol_version = Some(version);
+        }
+        self
+    }
+
+    /// The bound on each connect (see [`Connector::connect_timeout`]).
+    /// Default: 30 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.connect_timeout = timeout;
+        }
+        self
+    }
+
+    /// The default timeout of the session's requests (see
+    /// [`Connector::request_timeout`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.request_timeout = Some(timeout);
+        }
+        self
+    }
+
+    /// The bound on ending a session (see [`Connector::delete_timeout`]).
+    pub fn delete_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.delete_timeout = Some(timeout);
+        }
+        self
+    }
+
+    /// Whether to listen for server messages (see [`Connector::listen`]).
+    pub fn listen(mut self, listen: bool) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.listen = Some(listen);
+        }
+        self
+    }
+
+    /// Whether the fleet runs this server. A disabled server's slot is
+    /// stopped, whatever it was doing. Default: true.
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Whether [`Fleet::ready`](super::Fleet::ready) waits for this server.
+    /// Changing only this never restarts a slot. Default: false.
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// Whether the fleet runs this server.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether [`Fleet::ready`](super::Fleet::ready) waits for this server.
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
+
+    /// Whether `other` is the same server (everything equal but
+    /// `required`), so its slot is left alone.
+    pub(crate) fn same_server(&self, other: &ServerSpec) -> bool {
+        match (&self.source, &other.source) {
+            (Source::Pieces(a), Source::Pieces(b)) => a == b,
+            (Source::Connector(a), Source::Connector(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Whether this server takes the fleet's shared owned client: it lends
+    /// none and brings no connector of its own.
+    pub(crate) fn wants_shared_client(&self) -> bool {
+        matches!(&self.source, Source::Pieces(pieces) if pieces.client.is_none())
+    }
+
+    /// The connector a slot connects with, every time: through the lent
+    /// client, else through `shared` (the fleet's owned client), else with
+    /// an owned client of each session's own.
+    pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
+        let pieces = match &self.source {
+            Source::Connector(connector) => return Connector::clone(connector),
+            Source::Pieces(pieces) => pieces,
+        };
+        let mut connector =
+            Connector::new(pieces.url.clone()).connect_timeout(pieces.connect_timeout);
+        if let Some(client) = pieces.client.as_ref().or(shared) {
+            connector = connector.client(client.clone());
+        }
+        for (name, value) in &pieces.headers {
+            connector = connector.header(name, value);
+        }
+        if let Some(token) = &pieces.bearer {
+            connector = connector.bearer(token);
+        }
+        if let Some(version) = pieces.protocol_version {
+            connector = connector.protocol_version(version);
+        }
+        if let Some(timeout) = pieces.request_timeout {
+            connector = connector.request_timeout(timeout);
+        }
+        if let Some(timeout) = pieces.delete_timeout {
+            connector = connector.delete_timeout(timeout);
+        }
+        if let Some(listen) = pieces.listen {
+            connector = connector.listen(listen);
+        }
+        connector
+    }
+}
+
+impl fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ServerSpec");
+        match &self.source {
+            Source::Pieces(pieces) => {
+                // Header values and the token may be secrets, and a URL's
+                // path or query too: names and counts only.
+                let origin = url::Url::parse(&pieces.url)
+                    .map(|url| url.origin().ascii_serialization())
+                    .unwrap_or_else(|_| "<invalid URL>".to_owned());
+                let names: Vec<&str> = pieces.headers.iter().map(|(n, _)| n.as_str()).collect();
+                d.field("origin", &origin)
+                    .field("headers", &names)
+                    .field("bearer", &pieces.bearer.is_some())
+                    .field("client_lent", &pieces.client.is_some())
+                    .field("protocol_version", &pieces.protocol_version)
+                    .field("connect_timeout", &pieces.connect_timeout);
+            }
+            Source::Connector(connector) => {
+                d.field("connector", connector);
+            }
+        }
+        d.field("enabled", &self.enabled)
+            .field("required", &self.required)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names_split_back_at_the_server() {
+        for (server, tool) in [("a", "b"), ("a-b", "__x"), ("a_b", "c__d"), ("x", "_")] {
+            check_name(server).unwrap();
+            let qualified = qualify(server, tool);
+            assert_eq!(split_qualified(&qualified), Some((server, tool)));
+        }
+        assert_eq!(split_qualified("nosep"), None);
+        assert_eq!(split_qualified("__tool"), None);
+        assert_eq!(split_qualified("server__"), None);
+    }
+
+    #[test]
+    fn names_that_would_split_two_ways_are_refused() {
+        for name in ["", "a__b", "a_", "a b", "é", &"x".repeat(65)] {
+            let error = check_name(name).unwrap_err();
+            assert!(error.is_builder(), "{name}: {error}");
+        }
+        check_name(&"x".repeat(64)).unwrap();
+    }
+
+    #[test]
+    fn same_server_ignores_required_and_compares_a_lent_client_by_identity() {
+        let a = ServerSpec::new("http://127.0.0.1:1/mcp").bearer("t");
+        assert!(a.same_server(&a.clone().required(true)));
+        assert!(!a.same_server(&a.clone().bearer("u")));
+        let client = HttpClient::owned().unwrap();
+        let lent = a.clone().client(client.clone());
+        assert!(lent.same_server(&a.clone().client(client)));
+        assert!(!lent.same_server(&a.clone().client(HttpClient::owned().unwrap())));
+        let connector = ServerSpec::from_connector(Connector::new("http://127.0.0.1:1/mcp"));
+        assert!(connector.same_server(&connector.clone()));
+        assert!(
+            !connector.same_server(&ServerSpec::from_connector(Connector::new(
+                "http://127.0.0.1:1/mcp"
+            )))
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let spec = ServerSpec::new("http://127.0.0.1:1/mcp?key=s3cret")
+            .bearer("t0ken")
+            .header("x-api-key", "v4lue");
+        let shown = format!("{spec:?}");
+        for secret in ["s3cret", "t0ken", "v4lue"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+}

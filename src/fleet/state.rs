@@ -1,0 +1,146 @@
+//! A slot's state, and the fleet's events.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// Where a server's slot is. Every change is published on the slot's own
+/// stream ([`Fleet::watch`](super::Fleet::watch)) and on the fleet's
+/// ([`Fleet::events`](super::Fleet::events)).
+///
+/// ```text
+///            connect ok               lost (transport, closed, ping)
+/// Starting ─────────────> Ready ───────────────────────────────┐
+///    ^  │ connect failed                                        v
+///    │  ├──── retryable ─────────────────────────────> Retrying{attempt, next_at}
+///    │  ├──── 401, 403, authorization failed ────────> AuthRequired
+///    │  └──── no retry can fix it (bad URL, 4xx) ────> Failed
+///    └──── backoff passed, or Fleet::reconnect ───────────┘
+/// any state ── removed, disabled or replaced by apply, shutdown ──> Stopped
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum SlotState {
+    /// Connecting (the first time, or again).
+    Starting,
+    /// A session is up: calls are routed to it and its catalog is in the
+    /// fleet's.
+    Ready,
+    /// Waiting to connect again.
+    Retrying {
+        /// Failed connects (and sessions lost before answering a request)
+        /// in a row, this one included: 1 after the first.
+        attempt: u32,
+        /// When the next connect starts (earlier with
+        /// [`Fleet::reconnect`](super::Fleet::reconnect)).
+        next_at: Instant,
+        /// Why the last connect failed, or the session was lost.
+        error: Arc<Error>,
+    },
+    /// The server refused our credentials (401, 403, or the OAuth flow
+    /// failed): no retry until [`Fleet::reconnect`](super::Fleet::reconnect)
+    /// or a changed spec.
+    AuthRequired {
+        /// The refusal.
+        error: Arc<Error>,
+    },
+    /// Stopped for good: removed, disabled, replaced, or the fleet shut
+    /// down. The last state of every slot.
+    Stopped,
+    /// A connect failed with an error no retry can fix (an invalid URL, a
+    /// 4xx other than 401/403, a protocol violation; see
+    /// [`Error::is_retryable`]): no retry until
+    /// [`Fleet::reconnect`](super::Fleet::reconnect) or a changed spec. (A
+    /// session that was up proved the spec right: whatever ends it is
+    /// retried.)
+    Failed {
+        /// The failure.
+        error: Arc<Error>,
+    },
+}
+
+impl SlotState {
+    /// The state's name: `starting`, `ready`, `retrying`, `auth_required`,
+    /// `stopped` or `failed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SlotState::Starting => "starting",
+            SlotState::Ready => "ready",
+            SlotState::Retrying { .. } => "retrying",
+            SlotState::AuthRequired { .. } => "auth_required",
+            SlotState::Stopped => "stopped",
+            SlotState::Failed { .. } => "failed",
+        }
+    }
+
+    /// Whether calls are routed to a session now.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, SlotState::Ready)
+    }
+
+    /// The retry count of a [`Retrying`](SlotState::Retrying) slot.
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            SlotState::Retrying { attempt, .. } => Some(*attempt),
+            _ => None,
+        }
+    }
+
+    /// The error behind a `Retrying`, `AuthRequired` or `Failed` state.
+    pub fn error(&self) -> Option<&Arc<Error>> {
+        match self {
+            SlotState::Retrying { error, .. }
+            | SlotState::AuthRequired { error }
+            | SlotState::Failed { error } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SlotState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        if let SlotState::Retrying {
+            attempt, next_at, ..
+        } = self
+        {
+            let left = next_at.saturating_duration_since(Instant::now());
+            write!(f, " (attempt {attempt}, next in {})", Millis(left))?;
+        }
+        if let Some(error) = self.error() {
+            write!(f, ": {error}")?;
+        }
+        Ok(())
+    }
+}
+
+struct Millis(Duration);
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms", self.0.as_millis())
+    }
+}
+
+/// One thing that happened in a fleet, on [`Fleet::events`](super::Fleet::events).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum FleetEvent {
+    /// A slot changed state.
+    State {
+        /// The server's name.
+        server: Arc<str>,
+        /// Its new state.
+        state: SlotState,
+    },
+    /// The merged catalog changed (a server became ready or was lost, or
+    /// its lists changed).
+    Catalog {
+        /// The catalog's new generation ([`FleetCatalog::generation`](super::FleetCatalog::generation)).
+        generation: u64,
+        /// Tools in it now, from every ready server.
+        tools: usize,
+    },
+}

@@ -1,0 +1,1627 @@
+//! The fleet (issue 21): slots with one owner task each, reconcile by
+//! name, reconnects, the merged catalog, routed calls, shutdown and drop.
+//! The seeds' stories as named tests; every test ends with the baseline
+//! check (FAULTS.md).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerShutdown, ServerSpec, SlotState};
+use serde_json::json;
+use support::baseline::World;
+use support::*;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+const MS: Duration = Duration::from_millis(1);
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Short backoff (5 ms doubling to 50 ms), no health pings unless a test
+/// asks for them.
+fn fleet() -> Fleet {
+    Fleet::builder()
+        .backoff(Backoff::new(5 * MS, 50 * MS))
+        .health_interval(None)
+        .shutdown_timeout(SETTLE)
+        .build()
+}
+
+fn spec(server: &TestServer) -> ServerSpec {
+    ServerSpec::new(server.url())
+        .bearer("fleet-token")
+        .connect_timeout(SETTLE)
+        .request_timeout(SETTLE)
+        .delete_timeout(500 * MS)
+}
+
+/// A URL on which nothing listens: connections are refused.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+fn attempt(fleet: &Fleet, server: &str) -> u32 {
+    fleet
+        .state(server)
+        .and_then(|state| state.attempt())
+        .unwrap_or(0)
+}
+
+fn is(fleet: &Fleet, server: &str, name: &str) -> bool {
+    fleet
+        .state(server)
+        .is_some_and(|state| state.name() == name)
+}
+
+/// POSTs to `server` fail below HTTP (the connection closes): the server
+/// is down for MCP, while DELETEs still reach it.
+fn take_down(server: &TestServer) {
+    server.push_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::CloseConnection,
+    ));
+}
+
+/// The requests of ours the server saw (the caller's own left out).
+fn ours(server: &TestServer) -> Vec<RecordedRequest> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.header("x-caller") != Some("own"))
+        .collect()
+}
+
+/// Shuts the fleet down, lets the reaper finish, and checks the baseline
+/// against `server` (and that every session of the `others` was DELETEd
+/// once).
+async fn finish(fleet: Fleet, world: &World, others: &[&TestServer], context: &str) {
+    fleet.shutdown().await;
+    drop(fleet);
+    mcp_scoped_http::shutdown().await;
+    for other in others {
+        assert_each_session_deleted_once(other, context).await;
+    }
+    let log = assert_each_session_deleted_once(&world.server, context).await;
+    world
+        .baseline
+        .check(&world.server, deletes_owed(&log))
+        .await;
+}
+
+#[test]
+fn a_failed_start_never_leaves_an_unowned_task_and_shutdown_finds_every_retrying_slot() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let report = fleet
+            .apply([
+                ("up", spec(&world.server)),
+                ("down-1", ServerSpec::new(&dead)),
+                (
+                    "down-2",
+                    ServerSpec::new(&dead).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.started, ["down-1", "down-2", "up"]);
+        // Both keep retrying in their own slot, with a growing count.
+        assert!(
+            eventually(SETTLE, || attempt(&fleet, "down-1") >= 3
+                && attempt(&fleet, "down-2") >= 3)
+            .await,
+            "{:?}",
+            fleet.states()
+        );
+        let error = fleet.state("down-1").unwrap().error().cloned().unwrap();
+        assert!(error.is_transport() && error.is_retryable(), "{error}");
+
+        // Rediscovery (a second apply) never builds a second slot beside
+        // a retrying one: it is the same slot, still counting.
+        let before = fleet.watch("down-1").unwrap();
+        let again = fleet
+            .apply([
+                ("up", spec(&world.server)),
+                ("down-1", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(again.unchanged, ["down-1", "up"]);
+        assert_eq!(again.stopped, ["down-2"]);
+        assert!(fleet.state("down-2").is_none());
+        // Its watch from before still follows it: the same slot.
+        let mut watch = before;
+        for _ in 0..2 {
+            tokio::time::timeout(SETTLE, watch.changed())
+                .await
+                .expect("the slot goes on retrying")
+                .unwrap();
+            assert!(!matches!(*watch.borrow(), SlotState::Stopped));
+        }
+
+        // Shutdown finds every slot, the retrying one included.
+        let report = fleet.shutdown().await;
+        assert_eq!(
+            report.servers.keys().collect::<Vec<_>>(),
+            ["down-1", "up"],
+            "{report:?}"
+        );
+        assert!(matches!(
+            report.servers["down-1"],
+            ServerShutdown::NoSession
+        ));
+        assert!(matches!(report.servers["up"], ServerShutdown::Closed(_)));
+        assert!(fleet.shutdown().await.already_shut_down);
+        let refused = fleet.apply([("x", ServerSpec::new(&dead))]).await;
+        assert!(refused.unwrap_err().is_closed());
+        finish(fleet, &world, &[], "failed start").await;
+    });
+}
+
+#[test]
+fn each_slot_has_exactly_one_task_for_its_whole_life() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let before = mcp_scoped_http::ledger().tasks;
+        let fleet = fleet();
+        let desired = |names: &[&'static str]| -> Vec<(&'static str, ServerSpec)> {
+            names.iter().map(|n| (*n, ServerSpec::new(&dead))).collect()
+        };
+        fleet.apply(desired(&["x", "y", "z"])).await.unwrap();
+        for round in 1..=3 {
+            // However many failures and waits: one task per slot, no more.
+            assert!(
+                eventually(SETTLE, || ["x", "y", "z"]
+                    .iter()
+                    .all(|n| attempt(&fleet, n) >= 2 * round))
+                .await
+            );
+            assert_eq!(mcp_scoped_http::ledger().tasks, before + 3, "round {round}");
+            // Rediscovery with the same set builds nothing beside them.
+            assert!(
+                fleet
+                    .apply(desired(&["x", "y", "z"]))
+                    .await
+                    .unwrap()
+                    .is_noop()
+            );
+            assert_eq!(mcp_scoped_http::ledger().tasks, before + 3);
+        }
+        // Removed: its task has ended when apply returns.
+        fleet.apply(desired(&["x", "y"])).await.unwrap();
+        assert_eq!(mcp_scoped_http::ledger().tasks, before + 2);
+        finish(fleet, &world, &[], "one task per slot").await;
+    });
+}
+
+#[test]
+fn a_second_apply_with_the_same_config_creates_nothing() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let desired = vec![
+            ("a", spec(&world.server).client(world.caller.client.clone())),
+            ("b", spec(&other)),
+        ];
+        fleet.apply(desired.clone()).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        let catalog = fleet.catalog();
+        let created = (
+            world.server.stats().sessions_created,
+            other.stats().sessions_created,
+        );
+        assert_eq!(created, (1, 1));
+
+        // The same specs, and a change of `required` only: nothing moves.
+        let desired = vec![
+            ("a", desired[0].1.clone().required(true)),
+            ("b", spec(&other)),
+        ];
+        let report = fleet.apply(desired).await.unwrap();
+        assert!(report.is_noop(), "{report:?}");
+        assert_eq!(report.unchanged, ["a", "b"]);
+        assert_eq!(
+            (
+                world.server.stats().sessions_created,
+                other.stats().sessions_created
+            ),
+            created
+        );
+        let now = fleet.catalog();
+        assert_eq!(now.generation, catalog.generation);
+        for server in ["a", "b"] {
+            assert!(std::sync::Arc::ptr_eq(
+                &now.servers[server],
+                &catalog.servers[server]
+            ));
+        }
+        assert_eq!(world.server.stats().deletes + other.stats().deletes, 0);
+
+        // A changed spec is replaced: a new session, the old one DELETEd
+        // before apply returns.
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server).bearer("rotated")),
+                ("b", spec(&other)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.replaced, ["a"]);
+        assert_eq!(world.server.stats().deletes, 1);
+        fleet.ready(SETTLE).await.unwrap();
+        finish(fleet, &world, &[&other], "same config").await;
+    });
+}
+
+#[test]
+fn a_disabled_slot_stops_while_waiting_to_retry() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        // A long backoff: the slot is surely waiting when disabled.
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_secs(30),
+                Duration::from_secs(30),
+            ))
+            .build();
+        fleet
+            .apply([("a", spec(&world.server)), ("down", ServerSpec::new(&dead))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "down", "retrying")).await);
+        let mut watch = fleet.watch("down").unwrap();
+        let started = Instant::now();
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("down", ServerSpec::new(&dead).enabled(false)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.stopped, ["down"]);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Stopped when apply returned: its last state is out.
+        assert!(matches!(*watch.borrow_and_update(), SlotState::Stopped));
+        assert!(fleet.state("down").is_none());
+        let error = fleet
+            .call_tool("down", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        finish(fleet, &world, &[], "disabled while retrying").await;
+    });
+}
+
+#[test]
+fn a_disabled_slot_stops_while_connecting() {
+    scenario(async {
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || seen(&world.server, "initialize").len() == 1).await);
+        assert!(is(&fleet, "a", "starting"));
+        let report = fleet
+            .apply([("a", spec(&world.server).enabled(false))])
+            .await
+            .unwrap();
+        assert_eq!(report.stopped, ["a"]);
+        assert!(fleet.states().is_empty());
+        // Nothing of ours reaches the server after apply returned.
+        let seen_then = ours(&world.server).len();
+        mcp_scoped_http::shutdown().await;
+        assert_eq!(ours(&world.server).len(), seen_then);
+        finish(fleet, &world, &[], "disabled while connecting").await;
+    });
+}
+
+/// The events of one server, up to now.
+fn drain_states(
+    events: &mut tokio::sync::broadcast::Receiver<FleetEvent>,
+    server: &str,
+) -> Vec<SlotState> {
+    let mut states = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(FleetEvent::State { server: s, state }) if &*s == server => states.push(state),
+            Ok(_) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return states,
+            Err(TryRecvError::Lagged(n)) => panic!("lost {n} events"),
+        }
+    }
+}
+
+#[test]
+fn a_revived_server_s_tools_are_back_in_the_catalog() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default().with_tools(2));
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet
+            .apply([
+                ("a", spec(&world.server).required(true)),
+                ("b", spec(&other).required(true)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        let before = fleet.catalog();
+        assert_eq!(before.tool_count(), 5);
+        let names: Vec<String> = before.tools().filter_map(|t| t.qualified_name()).collect();
+        assert_eq!(
+            names,
+            [
+                "a__tool-000",
+                "a__tool-001",
+                "a__tool-002",
+                "b__tool-000",
+                "b__tool-001"
+            ]
+        );
+        let answer = fleet
+            .call_qualified("a__tool-001", json!({"text": "hi"}))
+            .await
+            .unwrap();
+        assert_eq!(answer["structuredContent"]["tool"], "tool-001");
+
+        // The server goes down under a ready session: the call fails, says
+        // it may have run, and is not sent again.
+        take_down(&world.server);
+        let error = fleet
+            .call_tool("a", "tool-000", json!({"text": "lost"}))
+            .await
+            .unwrap_err();
+        assert!(error.is_transport(), "{error:?}");
+        assert!(
+            error.to_string().contains("may or may not have run"),
+            "{error}"
+        );
+        let calls_then = seen(&world.server, "tools/call").len();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let lost = fleet.catalog();
+        assert!(lost.generation > before.generation);
+        assert!(lost.tool("a__tool-000").is_none());
+        assert!(lost.tool("b__tool-000").is_some());
+        let refused = fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.is_closed() && refused.to_string().contains("not ready"),
+            "{refused}"
+        );
+
+        // It comes back: so do its tools, by the time it is ready.
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let back = fleet.catalog();
+        assert!(back.generation > lost.generation);
+        assert!(back.tool("a__tool-000").is_some());
+        assert_eq!(back.tool_count(), 5);
+        fleet.call_tool("a", "tool-002", json!({})).await.unwrap();
+        // The lost call was never sent again.
+        assert_eq!(seen(&world.server, "tools/call").len(), calls_then + 1);
+
+        // The events told it all, in order; catalog generations only grow.
+        let states: Vec<&str> = drain_states(&mut events, "a")
+            .iter()
+            .map(SlotState::name)
+            .collect();
+        assert_eq!(states.first(), Some(&"starting"));
+        assert_eq!(states.last(), Some(&"ready"));
+        let lost_at = states.iter().position(|s| *s == "retrying").unwrap();
+        assert_eq!(states[lost_at - 1], "ready");
+        finish(fleet, &world, &[&other], "revival").await;
+    });
+}
+
+#[test]
+fn prompts_and_resources_are_routed_too() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let catalog = fleet.catalog();
+        let prompts: Vec<String> = catalog
+            .prompts()
+            .filter_map(|p| p.qualified_name())
+            .collect();
+        assert_eq!(prompts, ["a__prompt-000", "a__prompt-001"]);
+        assert!(catalog.prompt("a__prompt-001").is_some());
+        assert_eq!(catalog.resources().count(), 2);
+        fleet
+            .get_prompt("a", "prompt-000", json!({}))
+            .await
+            .unwrap();
+        let uri = catalog
+            .resources()
+            .next()
+            .unwrap()
+            .name()
+            .unwrap()
+            .to_owned();
+        fleet.read_resource("a", &uri).await.unwrap();
+        let refused = fleet.request("a", "initialize", None).await.unwrap_err();
+        assert!(refused.is_builder(), "{refused}");
+        finish(fleet, &world, &[], "prompts and resources").await;
+    });
+}
+
+#[test]
+fn servers_that_lend_no_client_share_one_owned_by_the_fleet() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let before = mcp_scoped_http::ledger().owned_clients;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("b", spec(&other)),
+                ("c", spec(&world.server).bearer("c")),
+                (
+                    "lent",
+                    spec(&world.server).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        // One for a, b and c together; none for the lent one.
+        assert_eq!(mcp_scoped_http::ledger().owned_clients, before + 1);
+        // Each session's credentials stay its own.
+        fleet.call_tool("a", "tool-000", json!({})).await.unwrap();
+        fleet.call_tool("c", "tool-000", json!({})).await.unwrap();
+        let auth: Vec<Option<String>> = seen(&world.server, "tools/call")
+            .iter()
+            .map(|r| r.header("authorization").map(str::to_owned))
+            .collect();
+        assert_eq!(
+            auth,
+            [
+                Some("Bearer fleet-token".to_owned()),
+                Some("Bearer c".to_owned())
+            ]
+        );
+        // The last slot holding it goes: so does the client.
+        fleet
+            .apply([(
+                "lent",
+                spec(&world.server).client(world.caller.client.clone()),
+            )])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || mcp_scoped_http::ledger().owned_clients == before).await);
+        // And a new one is made when a slot needs it again.
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                (
+                    "lent",
+                    spec(&world.server).client(world.caller.client.clone()),
+                ),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        assert_eq!(mcp_scoped_http::ledger().owned_clients, before + 1);
+        finish(fleet, &world, &[&other], "shared client").await;
+    });
+}
+
+#[test]
+fn the_catalog_events_come_in_generation_order() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet
+            .apply(Vec::<(String, ServerSpec)>::new())
+            .await
+            .unwrap();
+        let mut generations = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::Catalog { generation, tools } = event {
+                generations.push((generation, tools));
+            }
+        }
+        assert_eq!(generations, [(1, 3), (2, 0)]);
+        finish(fleet, &world, &[], "catalog events").await;
+    });
+}
+
+#[test]
+fn a_healthy_reconnect_resets_the_attempt_count() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .health_timeout(Duration::from_secs(1))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+
+        // Down: the health ping notices, and failures pile up.
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 4).await);
+
+        // Back: the new session proves itself (its pings are answered).
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let pings = seen(&world.server, "ping").len();
+        assert!(eventually(SETTLE, || seen(&world.server, "ping").len() >= pings + 2).await);
+
+        // Lost again: counting starts at 1, not where it was.
+        let mut events = fleet.events();
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let first = drain_states(&mut events, "a")
+            .into_iter()
+            .find_map(|state| state.attempt());
+        assert_eq!(first, Some(1));
+        world.server.clear_faults();
+        finish(fleet, &world, &[], "healthy reconnect").await;
+    });
+}
+
+#[test]
+fn a_session_lost_before_answering_does_not_reset_the_count() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // Connects work, every ping fails: the session never proves itself.
+        world
+            .server
+            .push_fault(Fault::on_rpc("ping", FaultAction::CloseConnection));
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(
+            eventually(SETTLE, || attempt(&fleet, "a") >= 3).await,
+            "{:?}",
+            fleet.states()
+        );
+        assert!(world.server.stats().sessions_created >= 3);
+        world.server.clear_faults();
+        finish(fleet, &world, &[], "unproven").await;
+    });
+}
+
+#[test]
+fn auth_refusals_wait_for_reconnect_and_bad_urls_fail() {
+    scenario(async {
+        let world =
+            World::new(ServerConfig::default().with_fault(
+                Fault::on_rpc("initialize", FaultAction::unauthorized("Bearer")).times(1),
+            ))
+            .await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("bad", ServerSpec::new("not a url")),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "auth_required")).await);
+        assert!(eventually(SETTLE, || is(&fleet, "bad", "failed")).await);
+        let error = fleet.state("bad").unwrap().error().cloned().unwrap();
+        assert!(error.is_builder(), "{error}");
+        // No hammering: one initialize, however long we look.
+        assert_eq!(seen(&world.server, "initialize").len(), 1);
+        let err = fleet.ready(SETTLE).await;
+        assert!(err.is_ok(), "nothing required: {err:?}");
+        // Required now (no restart for that): ready says so at once, since
+        // no retry will come by itself.
+        let report = fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("bad", ServerSpec::new("not a url").required(true)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.unchanged, ["a", "bad"]);
+        let started = Instant::now();
+        let error = fleet.ready(SETTLE).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(error.to_string().contains("`bad` is failed"), "{error}");
+
+        // A person fixed it: reconnect.
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        assert!(fleet.reconnect("nope").unwrap_err().is_builder());
+        finish(fleet, &world, &[], "auth").await;
+    });
+}
+
+#[test]
+fn a_session_that_was_up_is_retried_whatever_ends_it() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // A bare 400 to the health ping: on connect that would be "failed";
+        // here the spec is known good, so it is retried.
+        let mut events = fleet.events();
+        world.server.push_fault(
+            Fault::on_rpc("ping", FaultAction::status(400))
+                .http_method(http::Method::POST)
+                .times(1),
+        );
+        let mut retried = false;
+        let back = eventually(SETTLE, || {
+            retried |= drain_states(&mut events, "a")
+                .iter()
+                .any(|s| s.name() == "retrying");
+            retried && is(&fleet, "a", "ready")
+        })
+        .await;
+        assert!(back, "{:?}", fleet.states());
+        assert!(world.server.stats().sessions_created >= 2);
+        finish(fleet, &world, &[], "lost with a 400").await;
+    });
+}
+
+#[test]
+fn reconnect_wakes_a_waiting_slot_at_once() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            ))
+            .build();
+        take_down(&world.server);
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        // Waiting up to a minute (full jitter: most likely many seconds).
+        let SlotState::Retrying { next_at, .. } = fleet.state("a").unwrap() else {
+            unreachable!()
+        };
+        world.server.clear_faults();
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // Ready before its turn (when the draw left time to tell).
+        if next_at > Instant::now() + Duration::from_secs(1) {
+            assert!(Instant::now() < next_at);
+        }
+        finish(fleet, &world, &[], "reconnect").await;
+    });
+}
+
+#[test]
+fn a_lent_client_survives_everything() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let lent = world.caller.client.clone();
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 20 * MS))
+            .health_interval(Some(10 * MS))
+            .build();
+        let desired = |token: &str, enabled: bool| {
+            vec![
+                (
+                    "a",
+                    spec(&world.server)
+                        .client(lent.clone())
+                        .bearer(token)
+                        .enabled(enabled),
+                ),
+                ("b", spec(&world.server).client(lent.clone()).bearer("b")),
+            ]
+        };
+        fleet.apply(desired("a", true)).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        assert_eq!(lent.hooks().len(), 2);
+        // Lost and revived.
+        take_down(&world.server);
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 2).await);
+        world.server.clear_faults();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        // Replaced, disabled, enabled again.
+        assert_eq!(
+            fleet.apply(desired("a2", true)).await.unwrap().replaced,
+            ["a"]
+        );
+        assert_eq!(
+            fleet.apply(desired("a2", false)).await.unwrap().stopped,
+            ["a"]
+        );
+        assert_eq!(
+            fleet.apply(desired("a2", true)).await.unwrap().started,
+            ["a"]
+        );
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await);
+        assert_eq!(lent.hooks().len(), 2);
+        // The baseline checks the client still serves the caller, without
+        // our headers, and that our hooks are gone.
+        finish(fleet, &world, &[], "lent client").await;
+    });
+}
+
+#[test]
+fn a_dead_server_does_not_delay_the_others_readiness() {
+    scenario(async {
+        let hung = TestServer::start(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        );
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let started = Instant::now();
+        fleet
+            .apply([
+                ("up", spec(&world.server).required(true)),
+                ("hung", spec(&hung).connect_timeout(Duration::from_secs(30))),
+                ("dead", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(Duration::from_secs(10)).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(is(&fleet, "hung", "starting"));
+
+        // A required server that is down: ready says which, by its deadline.
+        fleet
+            .apply([
+                ("up", spec(&world.server).required(true)),
+                (
+                    "hung",
+                    spec(&hung)
+                        .connect_timeout(Duration::from_secs(30))
+                        .required(true),
+                ),
+                ("dead", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let error = fleet.ready(100 * MS).await.unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(error.to_string().contains("`hung` starting"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        finish(fleet, &world, &[], "dead server").await;
+        drop(hung);
+    });
+}
+
+#[test]
+fn a_slow_reader_of_events_is_told_it_lagged_and_never_blocks_the_fleet() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(MS, 2 * MS))
+            .event_capacity(4)
+            .build();
+        let mut events = fleet.events();
+        fleet
+            .apply([("down", ServerSpec::new(&dead))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || attempt(&fleet, "down") >= 10).await);
+        match events.recv().await {
+            Err(RecvError::Lagged(lost)) => assert!(lost > 0),
+            other => panic!("expected a lag, got {other:?}"),
+        }
+        // Then the newest events, in order.
+        assert!(events.recv().await.is_ok());
+        finish(fleet, &world, &[], "lagged").await;
+    });
+}
+
+#[test]
+fn invalid_names_are_refused_before_anything_changes() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        for bad in ["", "a__b", "a_", "sp ace"] {
+            let error = fleet
+                .apply([("a", spec(&world.server)), (bad, spec(&world.server))])
+                .await
+                .unwrap_err();
+            assert!(error.is_builder(), "{error}");
+        }
+        let twice = fleet
+            .apply([("a", spec(&world.server)), ("a", spec(&world.server))])
+            .await
+            .unwrap_err();
+        assert!(twice.to_string().contains("more than once"), "{twice}");
+        assert_eq!(fleet.states().len(), 1);
+        let error = fleet
+            .call_qualified("no-separator", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_builder());
+        finish(fleet, &world, &[], "names").await;
+    });
+}
+
+#[test]
+fn dropping_the_fleet_releases_everything_through_the_reaper() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("a", spec(&world.server).client(world.caller.client.clone())),
+                ("b", spec(&world.server)),
+                ("down", ServerSpec::new(&dead)),
+            ])
+            .await
+            .unwrap();
+        assert!(
+            eventually(SETTLE, || is(&fleet, "a", "ready")
+                && is(&fleet, "b", "ready"))
+            .await
+        );
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        let log = assert_each_session_deleted_once(&world.server, "drop").await;
+        assert_eq!(log.len(), 2);
+        world.baseline.check(&world.server, 2).await;
+    });
+}
+
+#[test]
+fn no_request_reaches_a_removed_server_after_apply_returns() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        world
+            .server
+            .push_fault(Fault::on_rpc("tools/call", FaultAction::Hang).name("tool-001"));
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(Some(5 * MS))
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // A call in flight when the server is removed.
+        let call = fleet.call_tool("a", "tool-001", json!({}));
+        let remove = async {
+            assert!(eventually(SETTLE, || seen(&world.server, "tools/call").len() == 1).await);
+            fleet
+                .apply(Vec::<(String, ServerSpec)>::new())
+                .await
+                .unwrap()
+        };
+        let (called, report) = tokio::join!(call, remove);
+        assert_eq!(report.stopped, ["a"]);
+        let error = called.unwrap_err();
+        assert!(error.is_closed(), "{error:?}");
+        assert!(
+            error.to_string().contains("may or may not have run"),
+            "{error}"
+        );
+        // Its session was DELETEd before apply returned; nothing after.
+        let log = assert_each_session_deleted_once(&world.server, "removed").await;
+        assert_eq!(log.len(), 1);
+        let seen_then = ours(&world.server).len();
+        mcp_scoped_http::shutdown().await;
+        assert!(fleet.catalog().servers.is_empty());
+        assert_eq!(ours(&world.server).len(), seen_then);
+        finish(fleet, &world, &[], "removed").await;
+    });
+}
+
+#[test]
+fn shutdown_and_drop_release_everything_in_every_era() {
+    scenario(async {
+        for eras in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse] {
+            for drop_it in [false, true] {
+                let world = World::new(
+                    ServerConfig::default()
+                        .with_eras(eras)
+                        .with_listen(ListenMode::Open),
+                )
+                .await;
+                let fleet = fleet();
+                fleet
+                    .apply([
+                        ("owned", spec(&world.server).listen(true)),
+                        (
+                            "lent",
+                            spec(&world.server)
+                                .client(world.caller.client.clone())
+                                .listen(true),
+                        ),
+                    ])
+                    .await
+                    .unwrap();
+                let context = format!("{eras:?}, dropped: {drop_it}");
+                assert!(
+                    eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await,
+                    "{context}: {:?}",
+                    fleet.states()
+                );
+                assert_eq!(fleet.catalog().tool_count(), 6, "{context}");
+                fleet
+                    .call_tool("lent", "tool-000", json!({}))
+                    .await
+                    .unwrap();
+                if drop_it {
+                    drop(fleet);
+                } else {
+                    let report = fleet.shutdown().await;
+                    assert!(
+                        report
+                            .servers
+                            .values()
+                            .all(|s| matches!(s, ServerShutdown::Closed(_))),
+                        "{context}: {report:?}"
+                    );
+                }
+                mcp_scoped_http::shutdown().await;
+                // Only 2025 sessions are DELETEd; an HTTP+SSE session ends
+                // when its stream closes; 2026-07-28 has none.
+                let deletes = if eras == Eras::HttpSse {
+                    let ended = || {
+                        let log = world.server.session_log();
+                        log.len() == 2 && log.iter().all(|r| !r.live && r.stream_closed)
+                    };
+                    assert!(eventually(SETTLE, ended).await, "{context}");
+                    0
+                } else {
+                    deletes_owed(&assert_each_session_deleted_once(&world.server, &context).await)
+                };
+                world.baseline.check(&world.server, deletes).await;
+            }
+        }
+    });
+}
+
+#[test]
+fn a_changed_list_reaches_the_catalog() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        // No health checks: the notification alone brings the change.
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet
+            .apply([("a", spec(&world.server).listen(true))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let before = fleet.catalog();
+        assert_eq!(before.tool_count(), 3);
+        world.server.set_tools(5);
+        // Announced once the session's listener is up to hear it.
+        assert!(eventually(SETTLE, || world.server.list_changed("tools") > 0).await);
+        assert!(eventually(SETTLE, || fleet.catalog().tool_count() == 5).await);
+        assert!(fleet.catalog().generation > before.generation);
+        let mut last = None;
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::Catalog { generation, tools } = event {
+                last = Some((generation, tools));
+            }
+        }
+        assert_eq!(last, Some((fleet.catalog().generation, 5)));
+        finish(fleet, &world, &[], "list changed").await;
+    });
+}
+
+#[test]
+fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
+    scenario(async {
+        let legacy = TestServer::start(ServerConfig::default().with_eras(Eras::HttpSse));
+        let world = World::new(ServerConfig::default()).await;
+        let config = json!({"mcpServers": {
+            "search": {"url": world.server.url(), "type": "http", "required": true,
+                       "headers": {"X-Team": "blue"}, "autoApprove": []},
+            "legacy": {"url": legacy.url(), "type": "sse", "required": true},
+            "local": {"command": "npx", "args": ["-y", "some-server"]},
+        }});
+        let loaded = mcp_scoped_http::fleet::parse_mcp_servers(&config.to_string()).unwrap();
+        assert_eq!(loaded.skipped.len(), 1);
+        assert_eq!(loaded.skipped[0].server, "local");
+        assert_eq!(
+            loaded.warnings,
+            ["server `search`: unknown key `autoApprove` ignored"]
+        );
+        let fleet = fleet();
+        let report = fleet.apply(loaded.servers).await.unwrap();
+        assert_eq!(report.started, ["legacy", "search"]);
+        fleet.ready(SETTLE).await.unwrap();
+        fleet
+            .call_tool("legacy", "tool-000", json!({}))
+            .await
+            .unwrap();
+        fleet
+            .call_tool("search", "tool-000", json!({}))
+            .await
+            .unwrap();
+        let call = seen(&world.server, "tools/call").pop().unwrap();
+        assert_eq!(call.header("x-team"), Some("blue"));
+        finish(fleet, &world, &[], "config").await;
+        drop(legacy);
+    });
+}
+
+#[test]
+fn a_lent_session_survives_the_fleet() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        // The caller's own session, made with its own tools.
+        let wire = wire(world.caller.client.clone(), &world.server);
+        handshake(&wire).await;
+        let id = wire.session_id().expect("a session id");
+        let attach = mcp_scoped_http::Connector::new(world.server.url())
+            .client(world.caller.client.clone())
+            .attach(id, mcp_scoped_http::ProtocolVersion::LATEST);
+        let fleet = fleet();
+        fleet
+            .apply([("mine", ServerSpec::from_connector(attach).required(true))])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        fleet
+            .call_tool("mine", "tool-000", json!({}))
+            .await
+            .unwrap();
+        // Reconnected (attached again: no initialize), then shut down.
+        fleet.reconnect("mine").unwrap();
+        assert!(
+            eventually(SETTLE, || is(&fleet, "mine", "starting")
+                || is(&fleet, "mine", "ready"))
+            .await
+        );
+        fleet.ready(SETTLE).await.unwrap();
+        fleet.shutdown().await;
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        assert_eq!(world.server.stats().sessions_created, 1);
+        assert_eq!(world.server.stats().deletes, 0);
+        // Still the caller's, still alive.
+        let answer = wire
+            .request(request(7, "tools/list", None))
+            .await
+            .expect("the caller's session works");
+        assert!(answer.result["tools"].is_array());
+        wire.delete_session()
+            .await
+            .expect("the caller ends its own session");
+        world.baseline.check(&world.server, 1).await;
+    });
+}
+
+#[test]
+fn concurrent_applies_are_serialized_each_whole() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let first = fleet.apply([("a", spec(&world.server)), ("b", spec(&world.server))]);
+        let second = fleet.apply([("b", spec(&world.server)), ("c", spec(&world.server))]);
+        let (first, second) = tokio::join!(first, second);
+        let (first, second) = (first.unwrap(), second.unwrap());
+        assert_eq!(first.started, ["a", "b"]);
+        assert_eq!(second.stopped, ["a"]);
+        assert_eq!(second.unchanged, ["b"]);
+        assert_eq!(second.started, ["c"]);
+        assert_eq!(fleet.states().keys().collect::<Vec<_>>(), ["b", "c"]);
+        finish(fleet, &world, &[], "concurrent applies").await;
+    });
+}
+
+#[test]
+fn a_caller_may_wait_for_a_server_to_be_ready() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        take_down(&world.server);
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 1).await);
+        // Not ready: at once by default, after the wait when asked.
+        let error = fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_closed(), "{error}");
+        let error = fleet
+            .call_tool_waiting("a", "tool-000", json!({}), 20 * MS)
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_timeout() && error.to_string().contains("`a` not ready"),
+            "{error}"
+        );
+        // Back while a caller waits: its call goes through.
+        let call = fleet.call_tool_waiting("a", "tool-000", json!({}), SETTLE);
+        let heal = async {
+            assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 2).await);
+            world.server.clear_faults();
+        };
+        let (answer, ()) = tokio::join!(call, heal);
+        assert_eq!(answer.unwrap()["structuredContent"]["tool"], "tool-000");
+        assert_eq!(seen(&world.server, "tools/call").len(), 1);
+        finish(fleet, &world, &[], "waiting caller").await;
+    });
+}
+
+/// A bounded storm: servers go down and come back, slow down, refuse; the
+/// set changes (a server disabled and enabled, another replaced); calls
+/// run from several tasks all along. Afterwards nothing is left, every
+/// session is DELETEd once, and no call reached a server twice.
+#[test]
+fn chaos_leaves_nothing_behind_and_never_sends_a_call_twice() {
+    scenario(async {
+        let other = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = std::sync::Arc::new(
+            Fleet::builder()
+                .backoff(Backoff::new(2 * MS, 20 * MS))
+                .health_interval(Some(10 * MS))
+                .health_timeout(Duration::from_millis(200))
+                .build(),
+        );
+        let desired = |token: &str, b_enabled: bool| {
+            vec![
+                (
+                    "a",
+                    spec(&world.server)
+                        .client(world.caller.client.clone())
+                        .bearer(token),
+                ),
+                ("b", spec(&other).enabled(b_enabled)),
+                ("c", spec(&world.server)),
+            ]
+        };
+        fleet.apply(desired("t0", true)).await.unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let next_id = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut callers = tokio::task::JoinSet::new();
+        for server in ["a", "b", "c", "a"] {
+            let (fleet, stop, next_id) = (fleet.clone(), stop.clone(), next_id.clone());
+            callers.spawn(async move {
+                let mut ok = 0;
+                while !stop.is_cancelled() {
+                    let id = next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let call = fleet.call_tool(server, "tool-000", json!({"id": id}));
+                    match tokio::time::timeout(Duration::from_secs(2), call).await {
+                        Ok(Ok(_)) => ok += 1,
+                        Ok(Err(_)) => tokio::time::sleep(MS).await,
+                        Err(_) => panic!("a call to `{server}` took more than 2 s"),
+                    }
+                }
+                ok
+            });
+        }
+        // A small deterministic generator: the same storm every run.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut roll = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let servers = [&world.server, &other];
+        for step in 0..150 {
+            let server = servers[roll(2) as usize];
+            match roll(8) {
+                0 => take_down(server),
+                1 => server.push_fault(
+                    Fault::on_http(http::Method::POST, FaultAction::status(503)).times(3),
+                ),
+                2 => server
+                    .push_fault(Fault::on_rpc("tools/call", FaultAction::Delay(20 * MS)).times(2)),
+                3 | 4 => server.clear_faults(),
+                5 => {
+                    fleet
+                        .apply(desired(&format!("t{step}"), roll(2) == 0))
+                        .await
+                        .unwrap();
+                }
+                6 => {
+                    let _ = fleet.reconnect(["a", "b", "c"][roll(3) as usize]);
+                }
+                _ => {}
+            }
+            tokio::time::sleep(5 * MS).await;
+        }
+        world.server.clear_faults();
+        other.clear_faults();
+        fleet.apply(desired("end", true)).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(
+            eventually(SETTLE, || fleet.states().values().all(SlotState::is_ready)).await,
+            "{:?}",
+            fleet.states()
+        );
+        stop.cancel();
+        let mut succeeded = 0;
+        while let Some(done) = callers.join_next().await {
+            succeeded += done.unwrap();
+        }
+        assert!(succeeded > 0);
+        // Every call reached a server at most once.
+        for server in servers {
+            let mut ids: Vec<u64> = seen(server, "tools/call")
+                .iter()
+                .filter_map(|r| r.params()?["arguments"]["id"].as_u64())
+                .collect();
+            let all = ids.len();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), all, "a call was sent twice");
+        }
+        let fleet = std::sync::Arc::into_inner(fleet).expect("the callers are done");
+        finish(fleet, &world, &[&other], "chaos").await;
+    });
+}
+
+// Cancellation: the futures of apply, ready, call_tool and shutdown,
+// dropped after every number of polls.
+
+/// Far above the polls any of these takes here.
+const MAX_POLLS: usize = 500;
+
+/// A server on which every step pends at least once.
+fn slow_config() -> ServerConfig {
+    let delay = |method: &str| Fault::on_rpc(method, FaultAction::Delay(MS));
+    ServerConfig::default().with_faults(vec![
+        delay("initialize"),
+        delay("notifications/initialized"),
+        delay("tools/list"),
+        delay("tools/call"),
+        delay("ping"),
+        Fault::on_http(http::Method::DELETE, FaultAction::Delay(MS)),
+    ])
+}
+
+async fn settled(world: &World, context: &str) {
+    mcp_scoped_http::shutdown().await;
+    let log = assert_each_session_deleted_once(&world.server, context).await;
+    world
+        .baseline
+        .check(&world.server, deletes_owed(&log))
+        .await;
+}
+
+/// Runs `step` with a drop after 0, 1, 2... polls until it completes.
+async fn every_drop_point<F, Fut>(world: &World, what: &str, mut step: F)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for polls in 0..MAX_POLLS {
+        let completed = step(polls).await;
+        settled(world, &format!("{what} dropped after {polls} polls")).await;
+        if completed {
+            eprintln!("{what}: completed after {polls} polls");
+            return;
+        }
+    }
+    panic!("{what} never completed within {MAX_POLLS} polls");
+}
+
+#[test]
+fn dropping_apply_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let lent = world.caller.client.clone();
+        every_drop_point(&world, "apply", |polls| {
+            let fleet = fleet();
+            let (url, lent) = (url.clone(), lent.clone());
+            async move {
+                let spec = |token: &str| {
+                    ServerSpec::new(&url)
+                        .client(lent.clone())
+                        .bearer(token)
+                        .delete_timeout(500 * MS)
+                };
+                fleet.apply([("a", spec("1"))]).await.unwrap();
+                assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+                // A replace: stop one (its DELETE), start one.
+                let done = poll_at_most(fleet.apply([("a", spec("2"))]), polls)
+                    .await
+                    .is_some();
+                fleet.shutdown().await;
+                done
+            }
+        })
+        .await;
+    });
+}
+
+#[test]
+fn dropping_ready_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        every_drop_point(&world, "ready", |polls| {
+            let fleet = fleet();
+            let url = url.clone();
+            async move {
+                let spec = ServerSpec::new(&url)
+                    .required(true)
+                    .delete_timeout(500 * MS);
+                fleet.apply([("a", spec)]).await.unwrap();
+                let done = poll_at_most(fleet.ready(SETTLE), polls).await.is_some();
+                drop(fleet);
+                done
+            }
+        })
+        .await;
+    });
+}
+
+#[test]
+fn dropping_call_tool_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let fleet = fleet();
+        fleet
+            .apply([("a", ServerSpec::new(&url).delete_timeout(500 * MS))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let mut completed = false;
+        for polls in 0..MAX_POLLS {
+            let call = fleet.call_tool("a", "tool-000", json!({"text": "x"}));
+            if let Some(result) = poll_at_most(call, polls).await {
+                result.unwrap();
+                completed = true;
+                break;
+            }
+            // A dropped call is a cancelled request, not a lost session.
+            assert!(is(&fleet, "a", "ready"), "{:?}", fleet.state("a"));
+        }
+        assert!(completed);
+        assert_eq!(world.server.stats().sessions_created, 1);
+        finish(fleet, &world, &[], "call_tool dropped").await;
+    });
+}
+
+#[test]
+fn dropping_shutdown_after_any_number_of_polls_leaves_nothing_behind() {
+    scenario(async {
+        let dead = refused_url();
+        let world = World::new(slow_config()).await;
+        let url = world.server.url();
+        let lent = world.caller.client.clone();
+        every_drop_point(&world, "shutdown", |polls| {
+            let fleet = fleet();
+            let (url, lent, dead) = (url.clone(), lent.clone(), dead.clone());
+            async move {
+                fleet
+                    .apply([
+                        ("a", ServerSpec::new(&url).delete_timeout(500 * MS)),
+                        (
+                            "b",
+                            ServerSpec::new(&url).client(lent).delete_timeout(500 * MS),
+                        ),
+                        ("down", ServerSpec::new(&dead)),
+                    ])
+                    .await
+                    .unwrap();
+                assert!(
+                    eventually(SETTLE, || is(&fleet, "a", "ready")
+                        && is(&fleet, "b", "ready"))
+                    .await
+                );
+                let done = match poll_at_most(fleet.shutdown(), polls).await {
+                    Some(report) => {
+                        assert_eq!(report.servers.len(), 3);
+                        assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+                        true
+                    }
+                    None => false,
+                };
+                drop(fleet);
+                done
+            }
+        })
+        .await;
+    });
+}
+
+// The CLI: `mcp-scoped-http fleet CONFIG`.
+
+mod cli {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::support::{ServerConfig, TestServer};
+
+    /// The tool's stdout, one JSON value a line, and every line seen.
+    struct Lines {
+        incoming: mpsc::Receiver<Value>,
+        seen: Vec<Value>,
+    }
+
+    impl Lines {
+        /// The next line that `matches`, within a bound.
+        fn next(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let line = self.incoming.recv_timeout(left).unwrap_or_else(|_| {
+                    let last = &self.seen[self.seen.len().saturating_sub(10)..];
+                    panic!("no line with {what}; the last seen: {last:?}")
+                });
+                self.seen.push(line.clone());
+                if matches(&line) {
+                    return line;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_fleet_command_runs_reloads_answers_and_drains() {
+        // Under the scenario lock: its descriptors would upset another
+        // test's baseline.
+        super::scenario(async { run_the_fleet_command() });
+    }
+
+    #[test]
+    fn the_fleet_command_drains_on_sigterm() {
+        super::scenario(async {
+            let server = TestServer::start(ServerConfig::default());
+            let dir = std::env::temp_dir().join(format!("mcp-fleet-term-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("servers.json");
+            let config = json!({"mcpServers": {"a": {"url": server.url()}}});
+            std::fs::write(&path, config.to_string()).unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+                .args(["fleet", "--json"])
+                .arg(&path)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the binary runs");
+            let stdout = child.stdout.take().unwrap();
+            let (send, incoming) = mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if send
+                        .send(serde_json::from_str(&line).expect("JSON"))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            let mut lines = Lines {
+                incoming,
+                seen: Vec::new(),
+            };
+            lines.next("a ready", |l| l["server"] == "a" && l["state"] == "ready");
+            let killed = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            let shutdown = lines.next("shutdown", |l| l["event"] == "shutdown");
+            assert_eq!(shutdown["servers"], json!({"a": "closed"}), "{shutdown}");
+            assert!(child.wait().unwrap().success());
+            reader.join().unwrap();
+            assert_eq!(server.stats().deletes, 1);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
+
+    fn run_the_fleet_command() {
+        let server = TestServer::start(ServerConfig::default());
+        let dead = super::refused_url();
+        let dir = std::env::temp_dir().join(format!("mcp-fleet-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("servers.json");
+        let config = |with_dead: bool| {
+            let mut servers = json!({
+                "a": {"url": server.url(), "headers": {"X-Team": "blue"}},
+                "local": {"command": "some-server"},
+            });
+            if with_dead {
+                servers["dead"] = json!({"url": dead});
+            }
+            json!({"mcpServers": servers}).to_string()
+        };
+        std::fs::write(&path, config(true)).unwrap();
+
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+            .args(["fleet", "--json", "--max-backoff", "0.05", "--exit-on-eof"])
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary runs");
+        let stdout = child.stdout.take().unwrap();
+        let (send, incoming) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value = serde_json::from_str(&line).expect("every line is JSON");
+                if send.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = Lines {
+            incoming,
+            seen: Vec::new(),
+        };
+
+        lines.next("local unsupported", |l| {
+            l["server"] == "local" && l["state"] == "unsupported"
+        });
+        let ready = lines.next("a ready", |l| l["server"] == "a" && l["state"] == "ready");
+        assert_eq!(ready["tools"], 3);
+        let retrying = lines.next("dead retrying", |l| {
+            l["server"] == "dead" && l["state"] == "retrying"
+        });
+        assert!(retrying["attempt"].as_u64().unwrap() >= 1);
+        assert!(retrying["retryInMs"].as_u64().unwrap() <= 50);
+        // The catalog changed before `a` was announced ready.
+        let at = |matches: &dyn Fn(&Value) -> bool| lines.seen.iter().position(matches);
+        let catalog = at(&|l| l["event"] == "catalog");
+        let ready_at = at(&|l| l["server"] == "a" && l["state"] == "ready");
+        assert!(catalog.is_some() && catalog < ready_at);
+
+        writeln!(
+            stdin,
+            r#"{{"call": {{"server": "a", "tool": "tool-001", "arguments": {{"x": 1}}}}}}"#
+        )
+        .unwrap();
+        let answer = lines.next("the call's answer", |l| l.get("tool").is_some());
+        assert_eq!(
+            answer["result"]["structuredContent"]["tool"], "tool-001",
+            "{answer}"
+        );
+        writeln!(stdin, r#"{{"status": true}}"#).unwrap();
+        let status = lines.next("status", |l| l.get("status").is_some());
+        assert_eq!(status["status"]["a"]["state"], "ready");
+        assert_eq!(status["tools"], 3);
+
+        // The file changes: `dead` goes, `a` is left alone.
+        std::fs::write(&path, config(false)).unwrap();
+        let reloaded = lines.next("reloaded", |l| l["event"] == "reloaded");
+        assert_eq!(reloaded["stopped"], json!(["dead"]), "{reloaded}");
+        assert_eq!(reloaded["unchanged"], json!(["a"]));
+
+        // End of input: drain and report.
+        drop(stdin);
+        let shutdown = lines.next("shutdown", |l| l["event"] == "shutdown");
+        assert_eq!(shutdown["servers"], json!({"a": "closed"}), "{shutdown}");
+        assert_eq!(shutdown["ledger"]["tasks"], 0, "{shutdown}");
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status}");
+        reader.join().unwrap();
+        assert_eq!(server.stats().sessions_created, 1);
+        assert_eq!(server.stats().deletes, 1);
+        let call = super::seen(&server, "tools/call").pop().unwrap();
+        assert_eq!(call.header("x-team"), Some("blue"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
