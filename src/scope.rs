@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HookHandle, HttpClient};
+use crate::deadline::Deadline;
 pub(crate) use crate::deadline::deadline_after;
 use crate::error::{Error, Result};
 use crate::jsonrpc::Request;
@@ -310,6 +311,7 @@ impl SessionsHandle {
         number: u64,
         wire: Arc<StreamableHttp>,
         initialize: Request,
+        deadline: Deadline,
     ) -> Result<Opening> {
         let registry = self.registry.upgrade().ok_or_else(Error::closed)?;
         let mut registry = lock(&registry);
@@ -338,7 +340,13 @@ impl SessionsHandle {
             answered: AtomicBool::new(false),
             settled: AtomicBool::new(false),
         });
-        let run = run_session(owed.clone(), initialize, head_tx, end_rx, self.timeout);
+        let run = run_session(
+            owed.clone(),
+            (initialize, deadline),
+            head_tx,
+            end_rx,
+            self.timeout,
+        );
         // Counted as the session it runs, not as a background task.
         let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
         let task = runtime.spawn(
@@ -416,7 +424,7 @@ impl Owed {
 /// ended.
 async fn run_session(
     owed: Arc<Owed>,
-    initialize: Request,
+    (initialize, initialize_deadline): (Request, Deadline),
     head_tx: oneshot::Sender<Result<MessageStream>>,
     mut end_rx: oneshot::Receiver<End>,
     timeout: Duration,
@@ -434,7 +442,9 @@ async fn run_session(
     };
     let wire = &owed.wire;
     let post = async {
-        let head = wire.post_request(&initialize).await;
+        let head = wire
+            .post_request_with(&initialize, &http::HeaderMap::new(), initialize_deadline)
+            .await;
         owed.answered.store(true, Ordering::Release);
         head
     };
@@ -475,13 +485,12 @@ async fn run_session(
         return settle(SessionRelease::NoSessionId);
     }
     let delete = wire
-        .delete_session()
+        .delete_session_within(Deadline::delete(deadline, timeout))
         .instrument(tracing::debug_span!("mcp.close.delete"));
-    settle(match tokio::time::timeout_at(deadline, delete).await {
-        Ok(Ok(SessionEnd::Ended(status))) => SessionRelease::Deleted(status),
-        Ok(Ok(SessionEnd::NoSession)) => SessionRelease::NoSessionId,
-        Ok(Err(error)) => SessionRelease::DeleteFailed(error),
-        Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(timeout)),
+    settle(match delete.await {
+        Ok(SessionEnd::Ended(status)) => SessionRelease::Deleted(status),
+        Ok(SessionEnd::NoSession) => SessionRelease::NoSessionId,
+        Err(error) => SessionRelease::DeleteFailed(error),
     })
 }
 

@@ -46,7 +46,7 @@ pub(super) async fn listen<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<G
         let mut broken = false;
         match generation
             .wire()
-            .open_get_stream(last_event_id.as_deref())
+            .open_get_stream_within(last_event_id.as_deref(), engine.exchange_deadline())
             .await
         {
             Ok(None) => {
@@ -117,7 +117,12 @@ pub(super) async fn subscribe<F: Front>(
         };
         let mut fruitful = false;
         match engine
-            .post_request(generation, &request, &http::HeaderMap::new())
+            .post_request(
+                generation,
+                &request,
+                &http::HeaderMap::new(),
+                engine.exchange_deadline(),
+            )
             .await
         {
             Ok(mut stream) => {
