@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use mcp_scoped_http::{ConnectPhase, Connector, Error, ProtocolVersion};
+use serde_json::json;
 use support::baseline::World;
 use support::*;
 
@@ -157,5 +158,58 @@ fn the_steps_of_a_connect_share_one_deadline() {
         assert_eq!(error.connect_phase(), Some(ConnectPhase::Discovery));
         assert!(took < LIMIT + SLACK, "took {took:?}");
         check(&world, "six slow pages").await;
+    });
+}
+
+/// Issue 20, suspected and confirmed: the answers to server requests were
+/// POSTed with no deadline, so a server that holds those POSTs stalled the
+/// stream the requests came on (the 2025 GET stream, whose listener
+/// answers inline; the HTTP+SSE stream, whose 16 answering tasks all
+/// waited) until close: nothing more was delivered. Each answer now has the
+/// request timeout.
+#[test]
+fn a_server_that_holds_our_answers_does_not_stall_its_stream() {
+    scenario(async {
+        for (eras, held) in [(Eras::Streamable2025, 1), (Eras::HttpSse, 17)] {
+            let what = format!("{eras}");
+            let world = World::new(
+                ServerConfig::default()
+                    .with_eras(eras)
+                    .with_listen(ListenMode::Open)
+                    .with_fault(Fault::on_responses(FaultAction::HangDeaf)),
+            )
+            .await;
+            let session = Connector::new(world.server.url())
+                .request_timeout(LIMIT)
+                .connect()
+                .await
+                .expect(&what);
+            let mut notifications = session.notifications().expect("the receiver");
+            let listening = eventually(Duration::from_secs(5), || {
+                eras == Eras::HttpSse || world.server.stats().listen_streams_open == 1
+            })
+            .await;
+            assert!(listening, "{what}: the GET stream opens");
+            for _ in 0..held {
+                assert_eq!(world.server.request_listeners("ping", json!({})), 1);
+            }
+            let note = json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {"level": "info", "data": "after"},
+            });
+            assert_eq!(world.server.notify_listeners(&note), 1, "{what}");
+            let delivered = tokio::time::timeout(LIMIT * 2 + SLACK, notifications.recv()).await;
+            let message = delivered
+                .unwrap_or_else(|_| panic!("{what}: the stream stalled behind our answers"))
+                .expect("a message");
+            assert!(
+                format!("{message:?}").contains("after"),
+                "{what}: {message:?}"
+            );
+            drop(notifications);
+            session.close().await;
+            check(&world, &what).await;
+        }
     });
 }

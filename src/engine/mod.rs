@@ -670,7 +670,9 @@ impl<F: Front> Engine<F> {
             method: "initialize".into(),
             params,
         };
-        let deadline = Deadline::after(self.settings.renew_timeout);
+        // Never unbounded: a renewal is a connect of its own.
+        let limit = self.settings.renew_timeout;
+        let deadline = Deadline::after(limit.or(Some(self.settings.exchange_timeout)));
         match self.open(request, true, deadline).await {
             Ok((generation, result)) => {
                 self.set_ready(&generation);

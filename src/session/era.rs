@@ -154,12 +154,11 @@ async fn detect(
         initialize(engine, plan, phase, ProtocolVersion::V2024_11_05)
             .await
             .map_err(|sse| {
-                if plan.sse_found.load(Ordering::Relaxed) || sse.is_timeout() {
+                if plan.sse_found.load(Ordering::Relaxed) {
                     // An HTTP+SSE server was found and failed (its endpoint
                     // on another origin, a 401, a JSON-RPC error, a
-                    // revision we do not speak), or the deadline passed,
-                    // which says nothing of the era: that is the cause,
-                    // not the 4xx that led here.
+                    // revision we do not speak): that is the cause, not
+                    // the 4xx that led here.
                     return sse;
                 }
                 tracing::debug!(error = %sse, "not an HTTP+SSE server either");
