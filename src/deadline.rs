@@ -60,10 +60,10 @@ impl Deadline {
         }))
     }
 
-    /// No deadline: for the raw wire, whose user bounds what it awaits,
-    /// and rmcp's requests, which rmcp times. (A caller's explicit opt-out
-    /// is `after(None)`.)
-    #[cfg_attr(not(any(feature = "wire", feature = "rmcp")), allow(dead_code))]
+    /// No deadline: for the raw wire, whose user bounds what it awaits;
+    /// rmcp's requests, which rmcp times; and an `initialize` whose caller
+    /// bounds its wait while the server session's task bounds the rest.
+    /// (A caller's explicit opt-out is `after(None)`.)
     pub(crate) const fn none() -> Self {
         Deadline(None)
     }

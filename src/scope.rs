@@ -311,7 +311,6 @@ impl SessionsHandle {
         number: u64,
         wire: Arc<StreamableHttp>,
         initialize: Request,
-        deadline: Deadline,
     ) -> Result<Opening> {
         let registry = self.registry.upgrade().ok_or_else(Error::closed)?;
         let mut registry = lock(&registry);
@@ -340,13 +339,7 @@ impl SessionsHandle {
             answered: AtomicBool::new(false),
             settled: AtomicBool::new(false),
         });
-        let run = run_session(
-            owed.clone(),
-            (initialize, deadline),
-            head_tx,
-            end_rx,
-            self.timeout,
-        );
+        let run = run_session(owed.clone(), initialize, head_tx, end_rx, self.timeout);
         // Counted as the session it runs, not as a background task.
         let count = Count::new(Field::OwnedSessions, Some(self.counters.clone()));
         let task = runtime.spawn(
@@ -424,7 +417,7 @@ impl Owed {
 /// ended.
 async fn run_session(
     owed: Arc<Owed>,
-    (initialize, initialize_deadline): (Request, Deadline),
+    initialize: Request,
     head_tx: oneshot::Sender<Result<MessageStream>>,
     mut end_rx: oneshot::Receiver<End>,
     timeout: Duration,
@@ -442,8 +435,12 @@ async fn run_session(
     };
     let wire = &owed.wire;
     let post = async {
+        // No deadline of its own, on purpose: the caller bounds its wait for
+        // the head, and once the session is ended (the caller gave up) the
+        // rest is bounded by the DELETE timeout below. A head that comes
+        // late still names the session we owe a DELETE.
         let head = wire
-            .post_request_with(&initialize, &http::HeaderMap::new(), initialize_deadline)
+            .post_request_with(&initialize, &http::HeaderMap::new(), Deadline::none())
             .await;
         owed.answered.store(true, Ordering::Release);
         head

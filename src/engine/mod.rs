@@ -354,7 +354,7 @@ impl<F: Front> Engine<F> {
         let wire = generation.wire.clone();
         let waiter = self.waiter(request.id.clone());
         let params = request.params.clone();
-        let mut opening = sessions.open(number, wire, request, deadline)?;
+        let mut opening = sessions.open(number, wire, request)?;
         let answer = deadline.run(opening.answer()).await?;
         // Repeated to replace the session if the server expires it.
         *lock(&self.initialize_params) = params;

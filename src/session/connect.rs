@@ -231,9 +231,9 @@ impl Connector {
     /// DELETEd before it returns) and fails with [`Error::is_timeout`],
     /// naming the step it was in ([`Error::connect_phase`]).
     ///
-    /// Default: 60 s, or the request timeout
-    /// when that is longer, so that an interactive OAuth flow given a long
-    /// request timeout still fits; never unbounded, not even with
+    /// Default: 60 s, or the request timeout when that is longer, so that
+    /// an interactive OAuth flow given a long request timeout still fits;
+    /// never unbounded, not even with
     /// [`no_request_timeout`](Self::no_request_timeout). (The caller may
     /// also drop the future; then the reaper does the DELETE.)
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
