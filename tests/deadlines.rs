@@ -120,7 +120,11 @@ fn a_silent_exchange_fails_connect_within_its_deadline_in_every_era_and_step() {
                             .with_fault(fault.clone()),
                     )
                     .await;
-                    let mut connector = Connector::new(world.server.url()).request_timeout(LIMIT);
+                    // The unwinding waits for a cut-off `initialize` and
+                    // the DELETE within the DELETE timeout: short here too.
+                    let mut connector = Connector::new(world.server.url())
+                        .request_timeout(LIMIT)
+                        .delete_timeout(LIMIT);
                     if pin {
                         connector = connector.protocol_version(pinned(eras));
                     }
