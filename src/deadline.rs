@@ -1,6 +1,12 @@
 //! Deadlines: the one place that turns a timeout into an instant and runs a
 //! future until it. A leaf, so that the transport, the engine, the session
 //! and the OAuth flow all take the same type instead of re-deriving bounds.
+//!
+//! Every function of the transport that sends something takes a
+//! [`Deadline`]: an exchange cannot be written without deciding its bound.
+//! [`Deadline::none`] is the one way to say "unbounded", kept for a
+//! caller's explicit opt-out (`no_request_timeout`) and for the raw wire,
+//! whose user times it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,14 +28,100 @@ pub(crate) fn deadline_after(bound: Duration) -> Instant {
     now.checked_add(bound).unwrap_or_else(|| now + FAR_FUTURE)
 }
 
-/// A request's deadline: its timeout, and when it ends.
+/// An exchange's deadline: when it ends, and what it was (for the error).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadline(Option<(Duration, Instant)>);
+pub(crate) struct Deadline(Option<Bound>);
+
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    at: Instant,
+    limit: Duration,
+    of: Of,
+}
+
+/// Whose limit a deadline is, which its error names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Of {
+    /// A request's (or a notification's) timeout.
+    Request,
+    /// The whole of a connect.
+    Connect,
+    /// Ending a server session (the DELETE).
+    Delete,
+}
 
 impl Deadline {
-    /// From now, `limit` (none: never).
+    /// A request's deadline: from now, `limit` (none: never).
     pub(crate) fn after(limit: Option<Duration>) -> Self {
-        Deadline(limit.map(|limit| (limit, deadline_after(limit))))
+        Deadline(limit.map(|limit| Bound {
+            at: deadline_after(limit),
+            limit,
+            of: Of::Request,
+        }))
+    }
+
+    /// No deadline: for the raw wire, whose user bounds what it awaits;
+    /// rmcp's requests, which rmcp times; and an `initialize` whose caller
+    /// bounds its wait while the server session's task bounds the rest.
+    /// (A caller's explicit opt-out is `after(None)`.)
+    pub(crate) const fn none() -> Self {
+        Deadline(None)
+    }
+
+    /// The deadline of a whole connect: `limit` from now.
+    pub(crate) fn connect(limit: Duration) -> Self {
+        Deadline(Some(Bound {
+            at: deadline_after(limit),
+            limit,
+            of: Of::Connect,
+        }))
+    }
+
+    /// The deadline of a DELETE: at `at`, the end of a DELETE timeout of
+    /// `limit` (shared by the sessions a close ends).
+    pub(crate) fn delete(at: Instant, limit: Duration) -> Self {
+        Deadline(Some(Bound {
+            at,
+            limit,
+            of: Of::Delete,
+        }))
+    }
+
+    /// The earlier of this deadline and a request timeout of `limit` from
+    /// now: one exchange of a connect is bounded by both.
+    pub(crate) fn within(self, limit: Option<Duration>) -> Self {
+        self.earlier(Deadline::after(limit))
+    }
+
+    /// The earlier of two deadlines (none is the latest).
+    pub(crate) fn earlier(self, other: Deadline) -> Self {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => Deadline(Some(if b.at < a.at { b } else { a })),
+            (a, b) => Deadline(a.or(b)),
+        }
+    }
+
+    /// The instant it ends, if it does.
+    pub(crate) fn instant(self) -> Option<Instant> {
+        self.0.map(|bound| bound.at)
+    }
+
+    /// The error of a future cut off by this deadline.
+    pub(crate) fn error(self) -> Error {
+        match self.0 {
+            Some(Bound {
+                limit,
+                of: Of::Connect,
+                ..
+            }) => Error::timeout(format!("connect took longer than {limit:?}")),
+            Some(Bound {
+                limit,
+                of: Of::Delete,
+                ..
+            }) => Error::delete_timeout(limit),
+            Some(Bound { limit, .. }) => Error::request_timeout(limit),
+            None => Error::timeout("an unbounded exchange timed out"),
+        }
     }
 
     /// Runs `future` until the deadline.
@@ -43,10 +135,35 @@ impl Deadline {
     ) -> impl Future<Output = Result<T>> {
         match self.0 {
             None => Either::Left(future),
-            Some((limit, at)) => Either::Right(
-                tokio::time::timeout_at(at, future)
-                    .map(move |timed| timed.unwrap_or_else(|_| Err(Error::request_timeout(limit)))),
+            Some(bound) => Either::Right(
+                tokio::time::timeout_at(bound.at, future)
+                    .map(move |timed| timed.unwrap_or_else(|_| Err(self.error()))),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_earlier_deadline_wins_and_names_its_limit() {
+        let connect = Deadline::connect(Duration::from_millis(10));
+        let request = connect.within(Some(Duration::from_secs(60)));
+        let error = request
+            .run(std::future::pending::<Result<()>>())
+            .await
+            .unwrap_err();
+        assert!(error.is_timeout());
+        assert!(error.to_string().contains("connect took longer"), "{error}");
+        let short =
+            Deadline::connect(Duration::from_secs(60)).within(Some(Duration::from_millis(10)));
+        let error = short
+            .run(std::future::pending::<Result<()>>())
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("no response within"), "{error}");
+        assert!(Deadline::none().within(None).instant().is_none());
     }
 }

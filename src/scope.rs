@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::{HookHandle, HttpClient};
+use crate::deadline::Deadline;
 pub(crate) use crate::deadline::deadline_after;
 use crate::error::{Error, Result};
 use crate::jsonrpc::Request;
@@ -457,7 +458,13 @@ async fn run_session(
     };
     let wire = &owed.wire;
     let post = async {
-        let head = wire.post_request(&initialize).await;
+        // No deadline of its own, on purpose: the caller bounds its wait for
+        // the head, and once the session is ended (the caller gave up) the
+        // rest is bounded by the DELETE timeout below. A head that comes
+        // late still names the session we owe a DELETE.
+        let head = wire
+            .post_request_with(&initialize, &http::HeaderMap::new(), Deadline::none())
+            .await;
         owed.answered.store(true, Ordering::Release);
         head
     };
@@ -498,13 +505,12 @@ async fn run_session(
         return settle(SessionRelease::NoSessionId);
     }
     let delete = wire
-        .delete_session()
+        .delete_session_within(Deadline::delete(deadline, timeout))
         .instrument(tracing::debug_span!("mcp.close.delete"));
-    settle(match tokio::time::timeout_at(deadline, delete).await {
-        Ok(Ok(SessionEnd::Ended(status))) => SessionRelease::Deleted(status),
-        Ok(Ok(SessionEnd::NoSession)) => SessionRelease::NoSessionId,
-        Ok(Err(error)) => SessionRelease::DeleteFailed(error),
-        Err(_) => SessionRelease::DeleteFailed(Error::delete_timeout(timeout)),
+    settle(match delete.await {
+        Ok(SessionEnd::Ended(status)) => SessionRelease::Deleted(status),
+        Ok(SessionEnd::NoSession) => SessionRelease::NoSessionId,
+        Err(error) => SessionRelease::DeleteFailed(error),
     })
 }
 

@@ -1545,3 +1545,117 @@ fn an_endpoint_named_after_a_redirect_is_resolved_where_the_stream_answered() {
         );
     });
 }
+
+/// Issue 20, defect 5: a client remembers 2025-11-25; the server turns
+/// modern-only and answers the old `initialize` with "method not found"
+/// (`-32601`) in a 200 or a 500, as servers that do not know a method do.
+/// That says "wrong era" as clearly as a 4xx: the remembered verdict is
+/// forgotten and the era detected again in the same connect.
+#[test]
+fn a_remembered_era_answered_method_not_found_is_probed_again() {
+    for status in [200_u16, 500] {
+        scenario(async move {
+            let server = Server::start(move |seen, state| async move {
+                match state.mode() {
+                    0 => era_2025(&seen),
+                    _ if seen.rpc() == Some("initialize") => {
+                        json_response(status, &rpc_error(&seen.id(), -32601, json!(null)))
+                    }
+                    _ => era_2026(&seen),
+                }
+            });
+            let caller = Caller::new(&server.url("/"));
+            let client = caller.client.clone();
+            let connector = owned_connector(&server.url("/mcp")).client(client.clone());
+            let session = connector.connect().await.expect("a 2025 server");
+            session.close().await;
+            server.state.mode.store(1, Ordering::SeqCst);
+            for round in 0..2 {
+                let session = connector.connect().await.unwrap_or_else(|error| {
+                    panic!("HTTP {status}, round {round}: the server turned modern: {error:?}")
+                });
+                assert_eq!(
+                    session.info().protocol_version,
+                    ProtocolVersion::V2026_07_28
+                );
+                assert_eq!(session.info().probed, round == 0, "round {round}");
+                session.close().await;
+            }
+            assert_eq!(
+                client.known_revision(&server.url("/mcp")),
+                Some(ProtocolVersion::V2026_07_28)
+            );
+        });
+    }
+}
+
+/// Issue 20, defect 8: detection finds an HTTP+SSE server whose endpoint
+/// event names another origin: the refusal is the error shown, as when
+/// pinned, not the 405 that led to the HTTP+SSE attempt.
+#[test]
+fn an_endpoint_elsewhere_is_the_error_shown_when_detected() {
+    scenario(async {
+        let elsewhere = Server::start(|_, _| async { empty(202) });
+        let target = format!("http://{}/messages", elsewhere.addr);
+        let server = Server::start(move |seen, state| {
+            let target = target.clone();
+            async move {
+                if seen.method == Method::GET {
+                    let (tx, response) = state.sse();
+                    let _ = tx.try_send(event(Some("endpoint"), &target));
+                    response
+                } else {
+                    empty(405)
+                }
+            }
+        });
+        let before = Before::take(None);
+        let error = owned_connector(&server.url("/sse"))
+            .connect()
+            .await
+            .expect_err("refused");
+        assert!(
+            error.is_protocol() && error.to_string().contains("another origin"),
+            "{error:?}"
+        );
+        before.check(None, &server, "endpoint elsewhere").await;
+        assert!(elsewhere.state.seen().is_empty());
+    });
+}
+
+/// Issue 20, defect 9: `server/discover` refused with `-32022` naming a
+/// 2025 revision, whose `initialize` is answered "not this era" (405):
+/// detection goes on to HTTP+SSE after that one `initialize`, not a
+/// second, identical one (three exchanges, as documented).
+#[test]
+fn detection_sends_one_initialize_after_a_2025_revision_is_named() {
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            if seen.path == "/sse" && seen.rpc() == Some("server/discover") {
+                return json_response(
+                    400,
+                    &rpc_error(&seen.id(), -32022, json!({"supported": ["2025-06-18"]})),
+                );
+            }
+            era_sse(&seen, &state)
+        });
+        let session = owned_connector(&server.url("/sse"))
+            .connect()
+            .await
+            .expect("an HTTP+SSE server");
+        assert_eq!(session.info().transport, TransportKind::HttpSse);
+        session.close().await;
+        let initializes: Vec<String> = server
+            .state
+            .seen()
+            .iter()
+            .filter(|s| s.rpc() == Some("initialize") && s.path == "/sse")
+            .map(|s| s.body.as_ref().unwrap()["params"]["protocolVersion"].to_string())
+            .collect();
+        assert_eq!(
+            initializes,
+            ["\"2025-06-18\""],
+            "initialize on the endpoint"
+        );
+    });
+}

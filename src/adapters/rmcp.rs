@@ -121,7 +121,8 @@ use tracing::Instrument;
 
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
 use crate::engine::{
-    Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings, negotiated,
+    Deadline, Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings,
+    negotiated,
 };
 use crate::error::{Error, Result};
 use crate::jsonrpc::{
@@ -274,6 +275,7 @@ impl ScopedTransportBuilder {
             listen: self.listen.unwrap_or(!attached),
             listen_backoff: crate::engine::LISTEN_BACKOFF,
             renew_timeout: Some(self.reinitialize_timeout),
+            exchange_timeout: self.reinitialize_timeout,
             // rmcp numbers its own requests: ours must not collide.
             id_prefix: Some("mcp-scoped-http-"),
         };
@@ -516,7 +518,10 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         ));
     }
     let id = request.id.clone();
-    let started = engine.begin_open(request).await?;
+    // Up to the head, bounded like a re-initialize; rmcp reads the rest.
+    let started = engine
+        .begin_open(request, engine.exchange_deadline())
+        .await?;
     let generation = started.generation;
     lock(&front.handshake).opening = Some((generation.clone(), started.opening));
     // The session id is known: rmcp's answers to server requests on the
@@ -576,7 +581,7 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
     tokio::select! {
         biased;
         _ = engine.closing().cancelled() => return Err(Error::closed()),
-        sent = engine.notify(&generation, &notification) => sent?,
+        sent = engine.notify(&generation, &notification, engine.exchange_deadline()) => sent?,
     }
     if let Some((_, opening)) = lock(&front.handshake).opening.take() {
         opening.established();
@@ -613,7 +618,9 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
             _ = stop.cancelled() => return Err(given_up()),
-            posted = engine.post_request(&generation, &request, &no_extra_headers) => posted,
+            // rmcp times its own requests, and gives them up with
+            // `notifications/cancelled`, which stops this.
+            posted = engine.post_request(&generation, &request, &no_extra_headers, Deadline::none()) => posted,
         };
         let answer = match posted {
             Ok(answer) => answer,
@@ -663,7 +670,11 @@ async fn post(engine: Arc<Engine<RmcpFront>>, message: Message) -> Result<()> {
             None => engine.current().await?,
         };
         match &message {
-            Message::Notification(notification) => engine.notify(&generation, notification).await,
+            Message::Notification(notification) => {
+                engine
+                    .notify(&generation, notification, engine.exchange_deadline())
+                    .await
+            }
             Message::Response(response) => engine.respond(&generation, response).await,
             Message::Request(_) => Err(Error::protocol("a request is not posted as a message")),
         }

@@ -92,7 +92,7 @@ pub(super) async fn read<F: Front>(
         tokio::time::sleep(wait).await;
         stream = match generation
             .wire()
-            .open_get_stream(Some(&last_event_id))
+            .open_get_stream_within(Some(&last_event_id), engine.exchange_deadline())
             .await
         {
             Ok(Some(resumed)) => resumed,

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Backoff, Deadline, Engine, Front, Generation};
+use super::{Backoff, Engine, Front, Generation};
 use crate::error::Error;
 use crate::jsonrpc::{Message, Request};
 use crate::transport::ReplayFilter;
@@ -202,8 +202,7 @@ async fn check_session<F: Front>(engine: &Arc<Engine<F>>, generation: &Arc<Gener
         method: "ping".into(),
         params: None,
     };
-    let deadline = Deadline::after(engine.settings.renew_timeout);
-    let outcome = engine.call(&ping, deadline, true).await;
+    let outcome = engine.call(&ping, engine.exchange_deadline(), true).await;
     if !engine.is_current(generation) {
         return Checked::Replaced;
     }
@@ -242,12 +241,9 @@ impl GetStream {
 impl<F: Front> Source<F> for GetStream {
     async fn attempt(&mut self, engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Attempt {
         // Opening is bounded like a request; the stream, once open, is not.
-        let opened = Deadline::after(engine.settings.renew_timeout)
-            .run(
-                generation
-                    .wire()
-                    .open_get_stream(self.last_event_id.as_deref()),
-            )
+        let opened = generation
+            .wire()
+            .open_get_stream_within(self.last_event_id.as_deref(), engine.exchange_deadline())
             .await;
         let mut stream = match opened {
             Ok(Some(stream)) => stream,
@@ -331,8 +327,13 @@ impl<F: Front> Source<F> for Subscription {
             method: "subscriptions/listen".into(),
             params: Some(serde_json::json!({ "notifications": self.filter })),
         };
-        let opened = Deadline::after(engine.settings.renew_timeout)
-            .run(engine.post_request(generation, &request, &http::HeaderMap::new()))
+        let opened = engine
+            .post_request(
+                generation,
+                &request,
+                &http::HeaderMap::new(),
+                engine.exchange_deadline(),
+            )
             .await;
         let mut stream = match opened {
             Ok(stream) => stream,

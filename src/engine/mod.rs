@@ -258,6 +258,11 @@ pub(crate) struct Settings {
     pub(crate) listen_backoff: (Duration, Duration),
     /// Bound on opening a replacement session.
     pub(crate) renew_timeout: Option<Duration>,
+    /// Bound on each exchange no caller times: the answer to a server
+    /// request, the opening of a listening stream, a resumption's GET.
+    /// Always set: a server that holds one of these never stalls the
+    /// reading of the stream it came on.
+    pub(crate) exchange_timeout: Duration,
     /// Ids of the engine's own requests: numbers (`None`), or strings with
     /// this prefix, for a front end whose caller numbers its own.
     pub(crate) id_prefix: Option<&'static str>,
@@ -378,7 +383,11 @@ impl<F: Front> Engine<F> {
     /// The session is on the stack before the POST leaves; until
     /// [`Opening::established`] is called, dropping the [`Started`] (or
     /// failing half-way) DELETEs the session the server created, if any.
-    pub(crate) async fn begin_open(self: &Arc<Self>, request: Request) -> Result<Started<F>> {
+    pub(crate) async fn begin_open(
+        self: &Arc<Self>,
+        request: Request,
+        deadline: Deadline,
+    ) -> Result<Started<F>> {
         let wire = Arc::new(self.fresh_wire()?);
         let number = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let generation = Arc::new(Generation {
@@ -387,13 +396,14 @@ impl<F: Front> Engine<F> {
             owned: true,
             era: Era::Sessions,
         });
-        self.begin_open_on(generation, request).await
+        self.begin_open_on(generation, request, deadline).await
     }
 
     async fn begin_open_on(
         self: &Arc<Self>,
         generation: Arc<Generation>,
         request: Request,
+        deadline: Deadline,
     ) -> Result<Started<F>> {
         let sessions = self.sessions.as_ref().ok_or_else(|| {
             Error::builder("an attached session is never initialized by this crate")
@@ -403,7 +413,7 @@ impl<F: Front> Engine<F> {
         let waiter = self.waiter(request.id.clone());
         let params = request.params.clone();
         let mut opening = sessions.open(number, wire, request)?;
-        let answer = opening.answer().await?;
+        let answer = deadline.run(opening.answer()).await?;
         // Repeated to replace the session if the server expires it.
         *lock(&self.initialize_params) = params;
         Ok(Started {
@@ -417,18 +427,20 @@ impl<F: Front> Engine<F> {
     /// Opens a server session: [`begin_open`](Self::begin_open), its answer
     /// read (server requests on it answered, notifications delivered), the
     /// revision negotiated, then `notifications/initialized` when
-    /// `send_initialized`. If this future fails or is dropped at any point,
-    /// the session the server created (if any) is DELETEd.
+    /// `send_initialized`, all within `deadline`. If this future fails or
+    /// is dropped at any point, the session the server created (if any) is
+    /// DELETEd.
     pub(crate) async fn open(
         self: &Arc<Self>,
         request: Request,
         send_initialized: bool,
+        deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let started = self
-            .begin_open(request)
+            .begin_open(request, deadline)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
-        self.finish_open(started, send_initialized).await
+        self.finish_open(started, send_initialized, deadline).await
     }
 
     /// Opens an HTTP+SSE (2024-11-05) session: the event stream first (the
@@ -436,16 +448,17 @@ impl<F: Front> Engine<F> {
     /// `initialize` POSTed to the endpoint it named, answered on the
     /// stream, then `notifications/initialized` when `send_initialized`.
     /// Never replaced: when the stream ends, so does the session. `found`
-    /// is set once the stream has named its endpoint.
+    /// is set once the stream has sent its `endpoint` event (even one
+    /// refused). All within `deadline`.
     pub(crate) async fn open_http_sse(
         self: &Arc<Self>,
         request: Request,
         send_initialized: bool,
         found: &AtomicBool,
+        deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let wire = Arc::new(self.fresh_wire()?);
-        let stream = wire.open_sse_session().await?;
-        found.store(true, Ordering::Relaxed);
+        let stream = wire.open_sse_session(deadline, found).await?;
         let generation = Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -464,10 +477,12 @@ impl<F: Front> Engine<F> {
         });
         self.start_sse_reader(&generation, stream, stop);
         let started = self
-            .begin_open_on(generation, request)
+            .begin_open_on(generation, request, deadline)
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
-        let opened = self.finish_open(started, send_initialized).await?;
+        let opened = self
+            .finish_open(started, send_initialized, deadline)
+            .await?;
         scopeguard::ScopeGuard::into_inner(attempt);
         Ok(opened)
     }
@@ -560,11 +575,11 @@ impl<F: Front> Engine<F> {
         self: &Arc<Self>,
         started: Started<F>,
         send_initialized: bool,
+        deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let generation = started.generation;
-        let result = started
-            .waiter
-            .read(&generation, started.answer)
+        let result = deadline
+            .run(started.waiter.read(&generation, started.answer))
             .instrument(tracing::debug_span!("mcp.initialize"))
             .await?;
         let result = jsonrpc::result_value(&result, "initialize")?;
@@ -575,7 +590,7 @@ impl<F: Front> Engine<F> {
                 method: "notifications/initialized".into(),
                 params: None,
             };
-            self.notify(&generation, &initialized)
+            self.notify(&generation, &initialized, deadline)
                 .instrument(tracing::debug_span!("mcp.initialized"))
                 .await?;
         }
@@ -713,8 +728,10 @@ impl<F: Front> Engine<F> {
             method: "initialize".into(),
             params,
         };
-        let open = Deadline::after(self.settings.renew_timeout).run(self.open(request, true));
-        match open.await {
+        // Never unbounded: a renewal is a connect of its own.
+        let limit = self.settings.renew_timeout;
+        let deadline = Deadline::after(limit.or(Some(self.settings.exchange_timeout)));
+        match self.open(request, true, deadline).await {
             Ok((generation, result)) => {
                 self.set_ready(&generation);
                 self.start_listener(&generation);
@@ -756,33 +773,37 @@ impl<F: Front> Engine<F> {
         }
     }
 
-    /// POSTs a request on `generation`; a 404 to it settles the session as
-    /// expired.
+    /// POSTs a request on `generation`, up to its answer's head within
+    /// `deadline`; a 404 to it settles the session as expired.
     pub(crate) async fn post_request(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
         extra: &HeaderMap,
+        deadline: Deadline,
     ) -> Result<MessageStream> {
         generation
             .wire
-            .post_request_with(request, extra)
+            .post_request_with(request, extra, deadline)
             .await
             .inspect_err(|error| self.check_expiry(generation, error))
     }
 
     /// Sends `request` on `generation` and reads its answer until its
-    /// response. `accepted` is set once the server has accepted the
-    /// request (its answer began).
+    /// response, all within `deadline`. `accepted` is set once the server
+    /// has accepted the request (its answer began).
     async fn exchange(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         request: &Request,
         extra: &HeaderMap,
         accepted: &AtomicBool,
+        deadline: Deadline,
     ) -> Result<Box<RawValue>> {
         let post = || async {
-            let answer = self.post_request(generation, request, extra).await;
+            let answer = self
+                .post_request(generation, request, extra, deadline)
+                .await;
             accepted.store(answer.is_ok(), Ordering::Relaxed);
             answer
         };
@@ -790,7 +811,7 @@ impl<F: Front> Engine<F> {
         // about 10 KB, which every caller up the chain (the deadline, the
         // select on closing, the session's request, a spawned connect)
         // would otherwise embed and move by value, memcpy after memcpy.
-        Box::pin(self.waiter(request.id.clone()).read_when(generation, post)).await
+        Box::pin(deadline.run(self.waiter(request.id.clone()).read_when(generation, post))).await
     }
 
     /// A request on the current session, within `deadline`: an owned
@@ -836,7 +857,7 @@ impl<F: Front> Engine<F> {
                     cancel.disarm();
                     return Err(Error::closed());
                 }
-                outcome = deadline.run(self.exchange(&generation, request, extra, &accepted)) => outcome,
+                outcome = self.exchange(&generation, request, extra, &accepted, deadline) => outcome,
             };
             match outcome {
                 Err(error) if error.is_timeout() => {
@@ -874,25 +895,33 @@ impl<F: Front> Engine<F> {
         deadline: Deadline,
     ) -> Result<Box<RawValue>> {
         let accepted = AtomicBool::new(false);
-        deadline
-            .run(self.exchange(generation, request, &HeaderMap::new(), &accepted))
+        self.exchange(generation, request, &HeaderMap::new(), &accepted, deadline)
             .await
     }
 
-    /// POSTs a notification on `generation`.
+    /// POSTs a notification on `generation`, within `deadline`.
     pub(crate) async fn notify(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
         notification: &Notification,
+        deadline: Deadline,
     ) -> Result<()> {
         generation
             .wire
-            .post_notification(notification)
+            .post_notification_within(notification, deadline)
             .await
             .inspect_err(|error| self.check_expiry(generation, error))
     }
 
-    /// POSTs the answer to a server request on the session that asked.
+    /// The deadline of an exchange no caller times (see
+    /// [`Settings::exchange_timeout`]), from now.
+    pub(crate) fn exchange_deadline(&self) -> Deadline {
+        Deadline::after(Some(self.settings.exchange_timeout))
+    }
+
+    /// POSTs the answer to a server request on the session that asked,
+    /// within the exchange timeout: a server that holds the POST does not
+    /// hold up the stream the request came on for longer.
     pub(crate) async fn respond(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
@@ -900,7 +929,7 @@ impl<F: Front> Engine<F> {
     ) -> Result<()> {
         generation
             .wire
-            .post_response(response)
+            .post_response_within(response, self.exchange_deadline())
             .await
             .inspect_err(|error| self.check_expiry(generation, error))
     }
@@ -925,9 +954,10 @@ impl<F: Front> Engine<F> {
                 method: "notifications/cancelled".into(),
                 params: Some(json!({ "requestId": id, "reason": reason })),
             };
+            let deadline = Deadline::after(Some(CANCEL_NOTICE_TIMEOUT));
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = tokio::time::timeout(CANCEL_NOTICE_TIMEOUT, engine.notify(&generation, &notice)) => {}
+                _ = engine.notify(&generation, &notice, deadline) => {}
             }
         });
     }
@@ -1207,6 +1237,7 @@ mod tests {
             listen: false,
             listen_backoff: LISTEN_BACKOFF,
             renew_timeout: Some(Duration::from_secs(1)),
+            exchange_timeout: Duration::from_secs(1),
             id_prefix: None,
         };
         let engine = Engine::new(Quiet, template, Some(sessions), spawner, settings);

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -11,11 +10,13 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::discovery::{Discovery, Lister, discover};
-use super::era::{self, Plan, SERVER_INFO_META, subscription_filter};
+use super::era::{self, Plan, subscription_filter};
 use super::front::SessionFront;
 use super::handlers::Handlers;
+use super::shared::{PhaseCell, SERVER_INFO_META};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
+use crate::deadline::Deadline;
 use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message};
@@ -25,6 +26,10 @@ use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKin
 /// Room for server messages waiting to be taken from
 /// [`Session::notifications`]; more are dropped.
 const NOTIFICATION_BUFFER: usize = 256;
+
+/// The connect timeout when none is set, unless the request timeout is
+/// longer (an interactive OAuth flow may run inside the connect).
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Connects to one MCP server and hands back a [`Session`] holding its
 /// catalog, or an error with nothing left behind.
@@ -37,8 +42,10 @@ const NOTIFICATION_BUFFER: usize = 256;
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
 /// no header hooks; the GET listening stream on for a session we initialize
 /// and off for an attached one; [`Discovery::default`] (everything the
-/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; no
-/// connect timeout; a request timeout of 60 s; [`Resumption::default`]; no
+/// server declares, up to 100 pages per list); a DELETE timeout of 5 s; a
+/// connect timeout of 60 s (or the request timeout, if longer: see
+/// [`connect_timeout`](Self::connect_timeout)); a request timeout of 60 s,
+/// which also bounds each exchange of a connect; [`Resumption::default`]; no
 /// handlers for server requests (only `ping` is answered; the others get
 /// "method not found", and no client capabilities are declared); the
 /// transport's [`TransportConfig::default`]; this crate's name and version
@@ -230,20 +237,30 @@ impl Connector {
     }
 
     /// A bound on the whole of `connect`, from the first byte to the end of
-    /// discovery. When it passes, connect unwinds as on any failure (a
-    /// session already created is DELETEd before it returns) and fails with
-    /// [`Error::is_timeout`], naming the step it was in
-    /// ([`Error::connect_phase`]). Default: none (the caller may also drop the
-    /// future; then the reaper does the DELETE).
+    /// discovery: every step of it (the probe, `initialize`,
+    /// `notifications/initialized`, the HTTP+SSE stream and its `endpoint`
+    /// event, each discovery page) shares this one deadline, and each
+    /// exchange is also bounded by the request timeout. When it passes,
+    /// connect unwinds as on any failure (a session already created is
+    /// DELETEd before it returns) and fails with [`Error::is_timeout`],
+    /// naming the step it was in ([`Error::connect_phase`]).
+    ///
+    /// Default: 60 s, or the request timeout when that is longer, so that
+    /// an interactive OAuth flow given a long request timeout still fits;
+    /// never unbounded, not even with
+    /// [`no_request_timeout`](Self::no_request_timeout). (The caller may
+    /// also drop the future; then the reaper does the DELETE.)
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config_mut().connect_timeout = Some(timeout);
         self
     }
 
-    /// The default timeout of a session's requests and notifications (not
-    /// of connect: see [`connect_timeout`](Self::connect_timeout)); it also
-    /// bounds opening a new session when one expires, and each page of a
-    /// re-discovery. Default: 60 s.
+    /// The default timeout of a session's requests and notifications; it
+    /// also bounds each exchange of a connect (within the
+    /// [`connect_timeout`](Self::connect_timeout)), opening a new session
+    /// when one expires, each page of a re-discovery, and each exchange no
+    /// caller times (the answer to a server request, the opening of a
+    /// listening stream). Default: 60 s.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config_mut().request_timeout = Some(timeout);
         self
@@ -251,7 +268,9 @@ impl Connector {
 
     /// No default timeout for requests (see
     /// [`request_timeout`](Self::request_timeout)); per-request timeouts
-    /// still apply.
+    /// still apply. A connect, the answers to server requests and the
+    /// opening of listening streams stay bounded (by 60 s, and a connect
+    /// by its [`connect_timeout`](Self::connect_timeout)).
     pub fn no_request_timeout(mut self) -> Self {
         self.config_mut().request_timeout = None;
         self
@@ -319,6 +338,22 @@ impl Connector {
 }
 
 impl Config {
+    /// The connect timeout in force: see [`Connector::connect_timeout`].
+    fn connect_limit(&self) -> Duration {
+        self.connect_timeout.unwrap_or_else(|| {
+            self.request_timeout
+                .map_or(DEFAULT_CONNECT_TIMEOUT, |limit| {
+                    limit.max(DEFAULT_CONNECT_TIMEOUT)
+                })
+        })
+    }
+
+    /// Bound on each exchange no caller times: the request timeout, or
+    /// the default connect timeout when requests have none.
+    fn exchange_timeout(&self) -> Duration {
+        self.request_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+    }
+
     async fn connect(&self) -> Result<Session> {
         let origin = self.endpoint.origin()?;
         let span = tracing::info_span!("mcp.connect", endpoint = %origin);
@@ -327,10 +362,13 @@ impl Config {
             // the steps below hold.
             let mut stack = GuardStack::new(self.endpoint.counters());
             let phase = PhaseCell::default();
-            let established = self.establish(&mut stack, &phase);
-            let outcome = match self.connect_timeout {
+            let limit = self.connect_limit();
+            let deadline = Deadline::connect(limit);
+            let established = self.establish(&mut stack, &phase, deadline);
+            // The steps share `deadline`; this names the step it cut.
+            let outcome = match deadline.instant() {
                 None => established.await,
-                Some(limit) => tokio::time::timeout(limit, established)
+                Some(at) => tokio::time::timeout_at(at, established)
                     .await
                     .unwrap_or_else(|_| Err(Error::connect_timeout(limit, phase.get()))),
             };
@@ -347,7 +385,12 @@ impl Config {
         .await
     }
 
-    async fn establish(&self, stack: &mut GuardStack, phase: &PhaseCell) -> Result<Established> {
+    async fn establish(
+        &self,
+        stack: &mut GuardStack,
+        phase: &PhaseCell,
+        deadline: Deadline,
+    ) -> Result<Established> {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
         let (template, client_ownership) = self
@@ -372,6 +415,7 @@ impl Config {
             listen,
             listen_backoff: self.listen_backoff,
             renew_timeout: self.request_timeout,
+            exchange_timeout: self.exchange_timeout(),
             id_prefix: None,
         };
         let client = template.http_client().clone();
@@ -400,6 +444,7 @@ impl Config {
                     capabilities: &capabilities,
                     client_info: &self.client_info,
                     request_timeout: self.request_timeout,
+                    deadline,
                     sse_found: Default::default(),
                 };
                 let opened = era::open(&engine, &plan, phase).await?;
@@ -420,9 +465,17 @@ impl Config {
         let init = opened.as_ref().map(|opened| &opened.result);
         let server_capabilities = init.map(|init| &init["capabilities"]);
         // Capabilities unknown (attached): "method not found" means "not
-        // offered". No renewal during connect: a 404 fails it.
-        let mut lister = Lister::new(&engine, &self.discovery, None, false, attached);
-        let catalog = discover(&mut lister, server_capabilities)
+        // offered". No renewal during connect: a 404 fails it. Each page
+        // within the request timeout, all of them within the connect's.
+        let mut lister = Lister::new(
+            &engine,
+            &self.discovery,
+            self.request_timeout,
+            false,
+            attached,
+        );
+        let catalog = deadline
+            .run(discover(&mut lister, server_capabilities))
             .await
             .map_err(|e| e.in_phase(ConnectPhase::Discovery))?;
         engine.front.set_catalog(catalog);
@@ -469,28 +522,6 @@ impl Config {
     }
 }
 
-/// The connect step in progress, for a connect timeout to name.
-#[derive(Default)]
-pub(super) struct PhaseCell(AtomicU8);
-
-impl PhaseCell {
-    const STEPS: [ConnectPhase; 4] = [
-        ConnectPhase::Connect,
-        ConnectPhase::Initialize,
-        ConnectPhase::Initialized,
-        ConnectPhase::Discovery,
-    ];
-
-    pub(super) fn set(&self, phase: ConnectPhase) {
-        let index = Self::STEPS.iter().position(|p| *p == phase).unwrap_or(0);
-        self.0.store(index as u8, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> ConnectPhase {
-        Self::STEPS[usize::from(self.0.load(Ordering::Relaxed))]
-    }
-}
-
 /// What a successful connect hands to [`Session::new`].
 pub(super) struct Established {
     pub(super) engine: Arc<Engine<SessionFront>>,
@@ -498,4 +529,34 @@ pub(super) struct Established {
     pub(super) notifications: mpsc::Receiver<Message>,
     pub(super) request_timeout: Option<Duration>,
     pub(super) origin: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connect is never unbounded, and never shorter than the request
+    /// timeout (an OAuth flow inside it gets what its request gets).
+    #[test]
+    fn the_connect_timeout_defaults_to_60_s_or_the_longer_request_timeout() {
+        let limit = |connector: Connector| connector.config.connect_limit();
+        let url = "http://127.0.0.1:9/mcp";
+        assert_eq!(limit(Connector::new(url)), Duration::from_secs(60));
+        assert_eq!(
+            limit(Connector::new(url).no_request_timeout()),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            limit(Connector::new(url).request_timeout(Duration::from_secs(360))),
+            Duration::from_secs(360)
+        );
+        assert_eq!(
+            limit(Connector::new(url).request_timeout(Duration::from_millis(5))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            limit(Connector::new(url).connect_timeout(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+    }
 }

@@ -3,9 +3,13 @@
 //! `initialize`, else the deprecated HTTP+SSE transport of 2024-11-05.
 //!
 //! Only an answer can show an era. A `4xx` that carries no modern JSON-RPC
-//! error (`-32020`, `-32021`, `-32022`) says "not this era"; 401, 403, 407,
-//! 408 and 429, a `5xx`, a timeout or a broken connection say nothing of
-//! the era and are reported as they are.
+//! error (`-32020`, `-32021`, `-32022`), or a "method not found" (`-32601`,
+//! whatever its status) to the era's opening request, says "not this era";
+//! 401, 403, 407, 408 and 429, another `5xx`, a timeout or a broken
+//! connection say nothing of the era and are reported as they are.
+//!
+//! Every exchange here runs within the connect's deadline (and each within
+//! the request timeout): the era is chosen inside one bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,23 +19,14 @@ use http::StatusCode;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::connect::PhaseCell;
 use super::front::SessionFront;
+use super::shared::{PhaseCell, check_complete, modern_error, supported_instead};
 use crate::client::RevisionMemory;
-use crate::engine::{Deadline, Engine, Generation};
+use crate::deadline::Deadline;
+use crate::engine::{Engine, Generation};
 use crate::error::{ConnectPhase, Error, Result};
-use crate::jsonrpc::{Notification, Request, result_value};
+use crate::jsonrpc::{Notification, Request, codes, result_value};
 use crate::transport::ProtocolVersion;
-
-/// `HeaderMismatch`: the request metadata headers do not match the body.
-pub(crate) const HEADER_MISMATCH: i64 = -32020;
-/// A capability the request needs was not declared.
-pub(crate) const MISSING_CAPABILITY: i64 = -32021;
-/// `UnsupportedProtocolVersion`, with `data.supported`.
-pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
-
-/// The `_meta` key of the server's name and version in a discover result.
-pub(crate) const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
 
 /// What connecting needs to open a server's era.
 pub(super) struct Plan<'a> {
@@ -43,9 +38,19 @@ pub(super) struct Plan<'a> {
     pub(super) capabilities: &'a Value,
     pub(super) client_info: &'a Value,
     pub(super) request_timeout: Option<Duration>,
+    /// The connect's deadline, which every exchange here shares.
+    pub(super) deadline: Deadline,
     /// Set once an HTTP+SSE stream named its endpoint: the server speaks
     /// that transport, and a failure after it is the real cause.
     pub(super) sse_found: AtomicBool,
+}
+
+impl Plan<'_> {
+    /// The deadline of one exchange: the connect's, and the request
+    /// timeout from now, whichever comes first.
+    fn exchange(&self) -> Deadline {
+        self.deadline.within(self.request_timeout)
+    }
 }
 
 /// An era opened: the generation requests go to, the `initialize` or
@@ -61,7 +66,9 @@ pub(super) struct Opened {
 }
 
 /// Opens the server's era: the pinned revision, else the one remembered
-/// for the endpoint (probing again if it proves wrong), else detection.
+/// for the endpoint, else detection. A remembered revision that proves
+/// wrong is forgotten at once, and the era detected again in the same
+/// connect, within its deadline.
 pub(super) async fn open(
     engine: &Arc<Engine<SessionFront>>,
     plan: &Plan<'_>,
@@ -72,22 +79,25 @@ pub(super) async fn open(
         return detect(engine, plan, phase).await;
     };
     match open_as(engine, plan, phase, version).await {
-        Err(error)
-            if plan.pinned.is_none()
-                && (not_this_era(&error, version.is_modern())
-                    || (version.is_modern() && error.is_protocol())
-                    // A modern error to `initialize` (or the HTTP+SSE
-                    // opening): the server turned modern-only since, and
-                    // names its versions, as the spec asks of it. Without
-                    // this, the stale verdict would fail every connect.
-                    || (!version.is_modern() && modern_error(&error))) =>
-        {
+        Err(error) if plan.pinned.is_none() && wrong_era(&error, version) => {
             tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
             plan.memory.forget(plan.url);
             detect(engine, plan, phase).await
         }
         outcome => outcome,
     }
+}
+
+/// Whether `error`, from opening the remembered `version`, shows the
+/// server no longer speaks it: "not this era" as detection reads it; for
+/// a modern revision, an answer that is no discover result; for a 2025 or
+/// 2024 one, a modern error (the server turned modern-only since, and
+/// names its versions, as the spec asks of it). Without this, the stale
+/// verdict would fail every connect through that client.
+fn wrong_era(error: &Error, version: ProtocolVersion) -> bool {
+    not_this_era(error, version.is_modern())
+        || (version.is_modern() && error.is_protocol())
+        || (!version.is_modern() && modern_error(error))
 }
 
 async fn open_as(
@@ -97,8 +107,9 @@ async fn open_as(
     version: ProtocolVersion,
 ) -> Result<Opened> {
     if version.is_modern() {
-        match discover(engine, plan, phase, version).await? {
+        match discover(engine, plan, version).await? {
             Probe::Opened(opened) => Ok(opened),
+            Probe::Prefers(instead) => initialize(engine, plan, phase, instead).await,
             Probe::Legacy(error) => Err(error),
         }
     } else {
@@ -106,25 +117,34 @@ async fn open_as(
     }
 }
 
-/// The spec's order: a modern request first, then `initialize`, then the
-/// HTTP+SSE transport, each only when the last answered "not this era".
+/// The spec's order: a modern request first, then `initialize` (proposing
+/// the revision the modern answer preferred, if it named one), then the
+/// HTTP+SSE transport, each only when the last answered "not this era":
+/// one `initialize` at most, so three exchanges at most (four when the
+/// server asks to retry the modern request with another modern revision).
 async fn detect(
     engine: &Arc<Engine<SessionFront>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
     let found = async {
-        match discover(engine, plan, phase, ProtocolVersion::MODERN).await {
+        let proposed = match discover(engine, plan, ProtocolVersion::MODERN).await {
             Ok(Probe::Opened(opened)) => return Ok(opened),
+            Ok(Probe::Prefers(instead)) => {
+                tracing::debug!(%instead, "the server prefers a 2025 revision");
+                instead
+            }
             Ok(Probe::Legacy(error)) => {
                 tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+                ProtocolVersion::LATEST
             }
             Err(error) if not_this_era(&error, true) => {
                 tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+                ProtocolVersion::LATEST
             }
             Err(error) => return Err(error),
-        }
-        let error = match initialize(engine, plan, phase, ProtocolVersion::LATEST).await {
+        };
+        let error = match initialize(engine, plan, phase, proposed).await {
             Err(error) if not_this_era(&error, false) => error,
             outcome => return outcome,
         };
@@ -135,9 +155,10 @@ async fn detect(
             .await
             .map_err(|sse| {
                 if plan.sse_found.load(Ordering::Relaxed) {
-                    // An HTTP+SSE server was found and failed (a 401, a
-                    // JSON-RPC error, a revision we do not speak): that is
-                    // the cause, not the 4xx that led here.
+                    // An HTTP+SSE server was found and failed (its endpoint
+                    // on another origin, a 401, a JSON-RPC error, a
+                    // revision we do not speak): that is the cause, not
+                    // the 4xx that led here.
                     return sse;
                 }
                 tracing::debug!(error = %sse, "not an HTTP+SSE server either");
@@ -157,57 +178,40 @@ async fn detect(
 }
 
 /// Whether `error` shows the server does not speak the era tried (a modern
-/// request when `modern`): a 4xx without a modern JSON-RPC error, or, for
-/// a modern request, any JSON-RPC error in a success (a 2025 server that
-/// does not know `server/discover`).
+/// request when `modern`): a 4xx without a modern JSON-RPC error; "method
+/// not found" to the opening request, whatever the status (a server that
+/// does not know `initialize` answers it with 200 or 500 as often as with
+/// a 4xx); or, for a modern request, any JSON-RPC error in a success (a
+/// 2025 server that does not know `server/discover`).
 fn not_this_era(error: &Error, modern: bool) -> bool {
     if modern_error(error) {
         return false;
     }
+    let says_nothing = |status: StatusCode| {
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            StatusCode::REQUEST_TIMEOUT,
+            StatusCode::TOO_MANY_REQUESTS,
+        ]
+        .contains(&status)
+    };
+    if error.rpc_code() == Some(codes::METHOD_NOT_FOUND) {
+        return !error.status().is_some_and(says_nothing);
+    }
     match error.status() {
-        Some(status) => {
-            status.is_client_error()
-                && ![
-                    StatusCode::UNAUTHORIZED,
-                    StatusCode::FORBIDDEN,
-                    StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-                    StatusCode::REQUEST_TIMEOUT,
-                    StatusCode::TOO_MANY_REQUESTS,
-                ]
-                .contains(&status)
-        }
+        Some(status) => status.is_client_error() && !says_nothing(status),
         None => modern && error.is_rpc(),
     }
 }
 
-/// A JSON-RPC error only a 2026-07-28 server sends.
-fn modern_error(error: &Error) -> bool {
-    matches!(
-        error.rpc_code(),
-        Some(HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION)
-    )
-}
-
-/// The newest revision in an `UnsupportedProtocolVersion` error's
-/// `data.supported` that this crate speaks.
-pub(crate) fn supported_instead(error: &Error) -> Option<ProtocolVersion> {
-    if error.rpc_code() != Some(UNSUPPORTED_VERSION) {
-        return None;
-    }
-    let data = error.rpc_error()?.data.as_ref()?;
-    data.get("supported")?
-        .as_array()?
-        .iter()
-        .filter_map(|v| v.as_str()?.parse::<ProtocolVersion>().ok())
-        .filter(|v| *v != ProtocolVersion::V2024_11_05)
-        .max()
-}
-
 /// What a modern request showed.
 enum Probe {
-    /// The server speaks 2026-07-28 (or answered for a 2025 revision it
-    /// prefers, which `initialize` opened).
+    /// The server speaks 2026-07-28.
     Opened(Opened),
+    /// The server named a 2025 revision it prefers: `initialize` it.
+    Prefers(ProtocolVersion),
     /// The server answered, but not as a 2026-07-28 server would: a
     /// success that is no discover result (some 2025 servers answer any
     /// method with an empty result).
@@ -215,12 +219,11 @@ enum Probe {
 }
 
 /// 2026-07-28: `server/discover`; an `UnsupportedProtocolVersion` answer
-/// is retried once with the newest revision it lists that we speak (an
-/// `initialize` when that one is a 2025 revision).
+/// is retried once with the newest revision it lists that we speak; a
+/// 2025 one is left to the caller to `initialize` (once).
 async fn discover(
     engine: &Arc<Engine<SessionFront>>,
     plan: &Plan<'_>,
-    phase: &PhaseCell,
     version: ProtocolVersion,
 ) -> Result<Probe> {
     let mut version = version;
@@ -232,9 +235,8 @@ async fn discover(
             method: "server/discover".into(),
             params: None,
         };
-        let deadline = Deadline::after(plan.request_timeout);
         let outcome = engine
-            .request_on(&generation, &request, deadline)
+            .request_on(&generation, &request, plan.exchange())
             .instrument(tracing::debug_span!("mcp.discover_server", %version))
             .await
             .and_then(|result| result_value(&result, "server/discover"))
@@ -281,10 +283,7 @@ async fn discover(
             Err(error) => return Err(error),
         };
         if !instead.is_modern() {
-            tracing::debug!(%instead, "the server prefers a 2025 revision");
-            return initialize(engine, plan, phase, instead)
-                .await
-                .map(Probe::Opened);
+            return Ok(Probe::Prefers(instead));
         }
         if retried {
             return Err(Error::protocol(format!(
@@ -329,19 +328,18 @@ async fn initialize(
             "clientInfo": plan.client_info,
         })),
     };
-    let opening = async {
-        if version.transport() == crate::TransportKind::HttpSse {
-            engine.open_http_sse(request, false, &plan.sse_found).await
-        } else {
-            engine.open(request, false).await
-        }
+    // Bounded like any request, and by the connect: a server that never
+    // answers (or, over HTTP+SSE, never names its endpoint) does not hold
+    // the connect.
+    let deadline = plan.exchange();
+    let opening = if version.transport() == crate::TransportKind::HttpSse {
+        engine
+            .open_http_sse(request, false, &plan.sse_found, deadline)
+            .await
+    } else {
+        engine.open(request, false, deadline).await
     };
-    // Bounded like any request: a server that never answers (or, over
-    // HTTP+SSE, never names its endpoint) does not hold the connect.
-    let (generation, result) = Deadline::after(plan.request_timeout)
-        .run(opening)
-        .await
-        .map_err(in_phase)?;
+    let (generation, result) = opening.map_err(in_phase)?;
 
     phase.set(ConnectPhase::Initialized);
     let started = Instant::now();
@@ -350,7 +348,7 @@ async fn initialize(
         params: None,
     };
     engine
-        .notify(&generation, &initialized)
+        .notify(&generation, &initialized, plan.exchange())
         .instrument(tracing::debug_span!("mcp.initialized"))
         .await
         .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
@@ -371,20 +369,6 @@ fn in_phase(error: Error) -> Error {
         ConnectPhase::Initialize
     };
     error.in_phase(step)
-}
-
-/// A result's `resultType` must be `complete` (or absent, as before
-/// 2026-07-28) where nothing else is allowed.
-pub(crate) fn check_complete(result: &Value, method: &str) -> Result<()> {
-    match super::stateless::result_type(result, method)? {
-        None | Some("complete") => Ok(()),
-        Some(kind) => {
-            let shown: String = kind.chars().take(40).collect();
-            Err(Error::protocol(format!(
-                "the {method} result has resultType {shown:?}, where only \"complete\" is allowed"
-            )))
-        }
-    }
 }
 
 /// 2026-07-28: the `subscriptions/listen` filter for what the server's

@@ -11,6 +11,7 @@ pub(crate) mod entry;
 mod era;
 mod front;
 mod handlers;
+mod shared;
 mod stateless;
 
 use std::fmt;
@@ -345,7 +346,7 @@ impl Session {
             let mut resent = false;
             loop {
                 let generation = engine.current().await?;
-                match engine.notify(&generation, &notification).await {
+                match engine.notify(&generation, &notification, deadline).await {
                     Err(error) if error.is_session_expired() && generation.owned() && !resent => {
                         resent = true;
                     }

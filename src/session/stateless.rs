@@ -10,8 +10,8 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::discovery::{ListKind, Lister};
-use super::era::{HEADER_MISMATCH, supported_instead};
 use super::front::SessionFront;
+use super::shared::{HEADER_MISMATCH, result_type, supported_instead};
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, result_value};
@@ -90,22 +90,6 @@ pub(super) async fn request(
                     "the {method} result has resultType {shown:?}, which this client does not handle"
                 )));
             }
-        }
-    }
-}
-
-/// A result's `resultType`: `None` when absent or null (complete, as
-/// before 2026-07-28). One that is no string is junk, not an absent one:
-/// refused.
-pub(super) fn result_type<'a>(result: &'a Value, method: &str) -> Result<Option<&'a str>> {
-    match result.get("resultType") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(kind)) => Ok(Some(kind.as_str())),
-        Some(other) => {
-            let shown: String = other.to_string().chars().take(40).collect();
-            Err(Error::protocol(format!(
-                "the {method} result has resultType {shown}, which is not a string"
-            )))
         }
     }
 }

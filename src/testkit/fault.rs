@@ -25,6 +25,9 @@ pub struct FaultMatch {
     /// The `params.name` (`tools/call`, `prompts/get`) or `params.uri`
     /// (`resources/read`) of the (first) JSON-RPC message, if set.
     pub name: Option<String>,
+    /// Only POSTs whose (first) JSON-RPC message is a response: the
+    /// client's answer to a server request.
+    pub response: bool,
     /// Let the first `skip` matching requests through.
     pub skip: usize,
 }
@@ -81,6 +84,17 @@ impl Fault {
     /// A fault on requests with this HTTP method.
     pub fn on_http(method: Method, action: FaultAction) -> Self {
         Fault::new(FaultMatch::http(method), action)
+    }
+    /// A fault on the client's answers to server requests (POSTed
+    /// responses).
+    pub fn on_responses(action: FaultAction) -> Self {
+        Fault::new(
+            FaultMatch {
+                response: true,
+                ..FaultMatch::default()
+            },
+            action,
+        )
     }
     /// Restricts to page `page` (1-based) of a list method.
     pub fn page(mut self, page: usize) -> Self {
@@ -374,11 +388,11 @@ impl ActiveFault {
 pub(crate) fn pick(
     faults: &mut Vec<ActiveFault>,
     http_method: &Method,
-    rpc_method: Option<&str>,
+    (rpc_method, response): (Option<&str>, bool),
     page: Option<usize>,
     name: Option<&str>,
 ) -> Option<FaultAction> {
-    let action = pick_from(faults, http_method, rpc_method, page, name);
+    let action = pick_from(faults, http_method, (rpc_method, response), page, name);
     faults.retain(|f| f.fault.times.is_none_or(|t| f.used < t));
     action
 }
@@ -386,12 +400,15 @@ pub(crate) fn pick(
 fn pick_from(
     faults: &mut [ActiveFault],
     http_method: &Method,
-    rpc_method: Option<&str>,
+    (rpc_method, response): (Option<&str>, bool),
     page: Option<usize>,
     name: Option<&str>,
 ) -> Option<FaultAction> {
     for f in faults.iter_mut() {
         let w = &f.fault.when;
+        if w.response && !response {
+            continue;
+        }
         if w.http_method.as_ref().is_some_and(|m| m != http_method) {
             continue;
         }

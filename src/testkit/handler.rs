@@ -268,10 +268,17 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
             });
         }
         let action = if on_path && refusal.is_none() {
+            // The client's answer to a server request: no method, a
+            // result or an error.
+            let response = req.method == Method::POST
+                && first.is_some_and(|m| {
+                    m.get("method").is_none()
+                        && (m.get("result").is_some() || m.get("error").is_some())
+                });
             fault::pick(
                 &mut st.faults,
                 &req.method,
-                rpc_method.as_deref(),
+                (rpc_method.as_deref(), response),
                 page,
                 name,
             )

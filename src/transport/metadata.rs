@@ -241,7 +241,11 @@ pub fn add_param_headers(
             Some(Value::String(s)) => s.clone(),
             Some(Value::Bool(b)) => b.to_string(),
             Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) if i.abs() <= MAX_SAFE_INTEGER => i.to_string(),
+                // `unsigned_abs`: `i64::MIN` has no `abs()` (a panic in
+                // debug, itself in release).
+                (Some(i), _) if i.unsigned_abs() <= MAX_SAFE_INTEGER.unsigned_abs() => {
+                    i.to_string()
+                }
                 // 42.0 is the integer 42.
                 (None, Some(f)) if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 => {
                     (f as i64).to_string()
@@ -399,6 +403,33 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// `i64::MIN` has no absolute value in an `i64`: `abs()` panicked in
+    /// debug builds and let it through in release.
+    #[test]
+    fn integers_past_the_safe_range_are_refused_at_both_ends() {
+        let t = tool(json!({"properties": {"n": {"type": "integer", "x-mcp-header": "N"}}}));
+        let params = param_headers(&t).unwrap();
+        let header = |n: Value| {
+            let mut headers = HeaderMap::new();
+            add_param_headers(&params, Some(&json!({ "n": n })), &mut headers)
+                .map(|()| headers["mcp-param-n"].to_str().unwrap().to_owned())
+        };
+        for refused in [
+            json!(i64::MIN),
+            json!(i64::MAX),
+            json!(u64::MAX),
+            json!(-MAX_SAFE_INTEGER - 1),
+            json!(MAX_SAFE_INTEGER + 1),
+        ] {
+            assert!(header(refused.clone()).is_err(), "{refused}");
+        }
+        assert_eq!(
+            header(json!(-MAX_SAFE_INTEGER)).unwrap(),
+            "-9007199254740991"
+        );
+        assert_eq!(header(json!(MAX_SAFE_INTEGER)).unwrap(), "9007199254740991");
     }
 
     #[test]

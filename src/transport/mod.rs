@@ -62,6 +62,7 @@ pub use stream::MessageStream;
 
 use crate::body::read_limited;
 use crate::client::{HttpClient, ResponseBody, ScopeId};
+use crate::deadline::Deadline;
 use crate::error::{Error, Result, status_error};
 use crate::jsonrpc::{
     Batch, Message, Notification, Request, Response, encode, parse_messages, parse_messages_bounded,
@@ -344,21 +345,27 @@ impl StreamableHttp {
     /// an empty 2xx is a protocol error (over HTTP+SSE, where answers come
     /// on the event stream, any 2xx is the rule, its body unread: the
     /// stream returned is empty).
+    ///
+    /// The raw wire sets no deadline: bound it with your own timeout.
+    #[cfg(feature = "wire")]
     pub async fn post_request(&self, request: &Request) -> Result<MessageStream> {
-        self.post_request_with(request, &HeaderMap::new()).await
+        self.post_request_with(request, &HeaderMap::new(), Deadline::none())
+            .await
     }
 
     /// [`post_request`](Self::post_request) with `extra` headers (the
-    /// `Mcp-Param-*` of a tool call).
+    /// `Mcp-Param-*` of a tool call), up to the answer's head (a JSON
+    /// answer: its body too) within `deadline`.
     pub(crate) async fn post_request_with(
         &self,
         request: &Request,
         extra: &HeaderMap,
+        deadline: Deadline,
     ) -> Result<MessageStream> {
         let is_initialize = request.method == "initialize";
         let span =
             tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %request.method);
-        async {
+        let exchange = async {
             let (mut headers, version) = self.headers_and_version(!is_initialize);
             let params = request.params.as_ref();
             let body = match self.with_metadata(version, &request.method, params, &mut headers) {
@@ -376,7 +383,9 @@ impl StreamableHttp {
                 }
                 None => encode(request),
             };
-            let response = self.post_body(body, headers, is_initialize).await?;
+            let response = self
+                .post_body(body, headers, is_initialize, deadline)
+                .await?;
             if self.is_http_sse() {
                 // Over HTTP+SSE the answer comes on the event stream; a 2xx
                 // only says the POST was accepted, whatever it carries
@@ -385,9 +394,8 @@ impl StreamableHttp {
                 return Ok(MessageStream::from_messages(Batch::Many(Vec::new())));
             }
             self.read_answer(response).await
-        }
-        .instrument(span)
-        .await
+        };
+        deadline.run(exchange).instrument(span).await
     }
 
     /// 2026-07-28 (when `version` is): the params to send, with `_meta`,
@@ -410,8 +418,19 @@ impl StreamableHttp {
     }
 
     /// POSTs a notification; any 2xx accepts it (a body, if any, is not
-    /// read).
+    /// read). The raw wire sets no deadline: bound it with your own timeout.
+    #[cfg(feature = "wire")]
     pub async fn post_notification(&self, notification: &Notification) -> Result<()> {
+        self.post_notification_within(notification, Deadline::none())
+            .await
+    }
+
+    /// [`post_notification`](Self::post_notification), within `deadline`.
+    pub(crate) async fn post_notification_within(
+        &self,
+        notification: &Notification,
+        deadline: Deadline,
+    ) -> Result<()> {
         let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = %notification.method);
         let (mut headers, version) = self.headers_and_version(true);
         let params = notification.params.as_ref();
@@ -422,17 +441,29 @@ impl StreamableHttp {
             }),
             None => encode(notification),
         };
-        self.post_body(body, headers, false)
+        deadline
+            .run(self.post_body(body, headers, false, deadline))
             .instrument(span)
             .await
             .map(drop)
     }
 
     /// POSTs a response (the answer to a server request); any 2xx accepts
-    /// it.
+    /// it. The raw wire sets no deadline: bound it with your own timeout.
+    #[cfg(feature = "wire")]
     pub async fn post_response(&self, response: &Response) -> Result<()> {
+        self.post_response_within(response, Deadline::none()).await
+    }
+
+    /// [`post_response`](Self::post_response), within `deadline`.
+    pub(crate) async fn post_response_within(
+        &self,
+        response: &Response,
+        deadline: Deadline,
+    ) -> Result<()> {
         let span = tracing::debug_span!("mcp.post", endpoint = %self.origin, method = "response");
-        self.post_body(encode(response), self.headers(true), false)
+        deadline
+            .run(self.post_body(encode(response), self.headers(true), false, deadline))
             .instrument(span)
             .await
             .map(drop)
@@ -445,12 +476,19 @@ impl StreamableHttp {
         body: Vec<u8>,
         headers: HeaderMap,
         is_initialize: bool,
+        deadline: Deadline,
     ) -> Result<http::Response<ResponseBody>> {
         let sent_session = headers.contains_key(MCP_SESSION_ID);
         let target = self.state().post_uri.clone();
         let target = target.unwrap_or_else(|| self.endpoint.clone());
         let response = self
-            .send(Method::POST, target, &headers, Some(Bytes::from(body)))
+            .send(
+                Method::POST,
+                target,
+                &headers,
+                Some(Bytes::from(body)),
+                deadline,
+            )
             .await?;
         let status = response.status();
         tracing::debug!(status = status.as_u16(), "answered");
@@ -509,12 +547,25 @@ impl StreamableHttp {
 
     /// Opens the GET stream for server-initiated messages, resuming after
     /// `last_event_id` when given. `Ok(None)` when the server has none (405).
+    /// The raw wire sets no deadline: bound it with your own timeout.
+    #[cfg(feature = "wire")]
     pub async fn open_get_stream(
         &self,
         last_event_id: Option<&str>,
     ) -> Result<Option<MessageStream>> {
+        self.open_get_stream_within(last_event_id, Deadline::none())
+            .await
+    }
+
+    /// [`open_get_stream`](Self::open_get_stream), its head within
+    /// `deadline` (the stream itself lasts as long as the server keeps it).
+    pub(crate) async fn open_get_stream_within(
+        &self,
+        last_event_id: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<Option<MessageStream>> {
         let span = tracing::debug_span!("mcp.get", endpoint = %self.origin);
-        async {
+        let opening = async {
             let mut headers = self.headers(true);
             headers.insert(ACCEPT, ACCEPT_SSE);
             headers.remove(CONTENT_TYPE);
@@ -525,7 +576,7 @@ impl StreamableHttp {
                 headers.insert(LAST_EVENT_ID, value);
             }
             let response = self
-                .send(Method::GET, self.endpoint.clone(), &headers, None)
+                .send(Method::GET, self.endpoint.clone(), &headers, None, deadline)
                 .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
@@ -546,9 +597,8 @@ impl StreamableHttp {
                     "the GET stream was answered without Content-Type: text/event-stream",
                 )),
             }
-        }
-        .instrument(span)
-        .await
+        };
+        deadline.run(opening).instrument(span).await
     }
 
     /// Whether this is an HTTP+SSE (2024-11-05) session: its POSTs go to
@@ -561,15 +611,28 @@ impl StreamableHttp {
     /// first event, `endpoint`, names where to POST (resolved against the
     /// endpoint URL; another origin is refused, so that no header of ours
     /// reaches it). The stream returned carries every later message of the
-    /// session; dropping it ends the session.
-    pub(crate) async fn open_sse_session(&self) -> Result<MessageStream> {
+    /// session; dropping it ends the session. Its head and the `endpoint`
+    /// event come within `deadline`; `found` is set once the event came
+    /// (the server speaks HTTP+SSE, whether or not its endpoint is taken).
+    pub(crate) async fn open_sse_session(
+        &self,
+        deadline: Deadline,
+        found: &std::sync::atomic::AtomicBool,
+    ) -> Result<MessageStream> {
         let span = tracing::debug_span!("mcp.get", endpoint = %self.origin, transport = "http+sse");
-        async {
+        let opening = async {
             let mut headers = self.headers(false);
             headers.insert(ACCEPT, ACCEPT_SSE);
             headers.remove(CONTENT_TYPE);
             let (response, answered_at) = self
-                .send_following(Method::GET, self.endpoint.clone(), &headers, None, true)
+                .send_following(
+                    Method::GET,
+                    self.endpoint.clone(),
+                    &headers,
+                    None,
+                    true,
+                    deadline,
+                )
                 .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
@@ -588,6 +651,7 @@ impl StreamableHttp {
                 self.config.max_batch_messages,
             );
             let named = stream.endpoint_event().await?;
+            found.store(true, std::sync::atomic::Ordering::Relaxed);
             // Relative to the URL that answered, after a same-origin
             // redirect as before one.
             let target = resolve_endpoint(&answered_at, &named)?;
@@ -600,24 +664,36 @@ impl StreamableHttp {
             }
             self.state().post_uri = Some(target);
             Ok(stream)
-        }
-        .instrument(span)
-        .await
+        };
+        deadline.run(opening).instrument(span).await
     }
 
     /// Ends the session with a DELETE. 2xx, 404 and 405 all mean it is
     /// over, and the id is forgotten. Without a session id nothing is sent.
+    /// The raw wire sets no deadline: bound it with your own timeout.
+    #[cfg(feature = "wire")]
     pub async fn delete_session(&self) -> Result<SessionEnd> {
+        self.delete_session_within(Deadline::none()).await
+    }
+
+    /// [`delete_session`](Self::delete_session), within `deadline`.
+    pub(crate) async fn delete_session_within(&self, deadline: Deadline) -> Result<SessionEnd> {
         if self.state().id.is_none() {
             return Ok(SessionEnd::NoSession);
         }
         let span = tracing::debug_span!("mcp.delete", endpoint = %self.origin);
-        async {
+        let deleting = async {
             let mut headers = self.headers(true);
             headers.remove(CONTENT_TYPE);
             headers.remove(ACCEPT);
             let response = self
-                .send(Method::DELETE, self.endpoint.clone(), &headers, None)
+                .send(
+                    Method::DELETE,
+                    self.endpoint.clone(),
+                    &headers,
+                    None,
+                    deadline,
+                )
                 .await?;
             let status = response.status();
             tracing::debug!(status = status.as_u16(), "answered");
@@ -632,9 +708,8 @@ impl StreamableHttp {
             } else {
                 Err(self.error_from(response, true).await)
             }
-        }
-        .instrument(span)
-        .await
+        };
+        deadline.run(deleting).instrument(span).await
     }
 
     /// The headers of a POST; with `session`, the session id and revision.
@@ -679,18 +754,20 @@ impl StreamableHttp {
         Ok(())
     }
 
-    /// Sends a request, following same-origin 307/308 redirects only.
+    /// Sends a request, following same-origin 307/308 redirects only, up
+    /// to the answer's head within `deadline`.
     async fn send(
         &self,
         method: Method,
         uri: Uri,
         headers: &HeaderMap,
         body: Option<Bytes>,
+        deadline: Deadline,
     ) -> Result<http::Response<ResponseBody>> {
         // Only a POST is worth a person's attention: a listener's GET or a
         // DELETE refused for want of authorization only refreshes.
         let interactive = method == Method::POST;
-        self.send_following(method, uri, headers, body, interactive)
+        self.send_following(method, uri, headers, body, interactive, deadline)
             .await
             .map(|(response, _)| response)
     }
@@ -699,8 +776,24 @@ impl StreamableHttp {
     /// the redirects followed). With OAuth, a request refused for want of
     /// authorization is sent again once the authorizer has recovered, at
     /// most its bound of times; without `interactive`, only by a refresh
-    /// (never the user agent).
+    /// (never the user agent). The whole of it, OAuth flow included, within
+    /// `deadline`.
     async fn send_following(
+        &self,
+        method: Method,
+        uri: Uri,
+        headers: &HeaderMap,
+        body: Option<Bytes>,
+        interactive: bool,
+        deadline: Deadline,
+    ) -> Result<(http::Response<ResponseBody>, Uri)> {
+        deadline
+            .run(self.send_authorized(method, uri, headers, body, interactive))
+            .await
+    }
+
+    /// [`send_following`](Self::send_following) without its deadline.
+    async fn send_authorized(
         &self,
         method: Method,
         uri: Uri,
