@@ -220,6 +220,8 @@
 //!
 //! The modules depend on each other in one direction, top to bottom:
 //!
+//! - `fleet` (feature `fleet`): many named servers under one owner, built
+//!   only on [`Connector`] and [`Session`].
 //! - `session` (private; its types are at the crate root): [`Connector`]
 //!   (the connect lifecycle), [`Session`], discovery into a [`Catalog`].
 //! - `adapters` (features `reqwest`, `rmcp`): this crate's guarantees
@@ -240,7 +242,13 @@
 //!   secrets never appear in its `Display` or `Debug`), [`jsonrpc`]
 //!   (messages, lenient on input and exact on output), [`mod@ledger`] (live
 //!   hooks, owned clients, tasks, owned sessions and pending reaps,
-//!   process-wide and per client), and the protocol's header names.
+//!   process-wide and per client), the protocol's header names, and the
+//!   three bounds every layer takes rather than re-derives: `deadline`
+//!   (every exchange is sent with one), `budget` ([`MemoryBudget`], the
+//!   session's memory account) and, with `oauth`, `url_target` (the one
+//!   URL parser that decides where an OAuth request goes and whether it
+//!   may); `body` reads a body within a byte limit for the transport and
+//!   OAuth alike.
 //! - `testkit` (feature `testkit`): an in-process MCP server with scripted
 //!   faults, for our tests and for yours.
 //!
