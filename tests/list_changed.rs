@@ -124,7 +124,15 @@ fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
                 who(borrowed),
                 tool_names(&session.catalog())
             );
-            // Let any owed run finish before counting.
+            // The owed run starts a second (the re-listing interval) after
+            // the first; let it finish before counting.
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "tools/list")
+                    >= before + 2)
+                .await,
+                "{}: the owed run never came",
+                who(borrowed)
+            );
             tokio::time::sleep(Duration::from_millis(400)).await;
             let runs = listed(&server, "tools/list") - before;
             assert!(
