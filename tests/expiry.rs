@@ -379,7 +379,9 @@ fn minted_session(
     state: &hostile_http::State,
     capabilities: serde_json::Value,
 ) -> http::Response<hostile_http::Out> {
-    let n = state.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let n = state
+        .count
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let mut response = hostile_http::json_response(
         200,
         &hostile_http::result(

@@ -373,7 +373,10 @@ fn list_changed_inside_the_listing_does_not_relist_back_to_back_forever() {
         let later = server.state.rpcs("tools/list") - at_connect;
         session.close().await;
         // One re-listing a second, at most: 3 in 2 s with the edges.
-        assert!(later <= 4, "{later} tools/list requests in 2 s after connect");
+        assert!(
+            later <= 4,
+            "{later} tools/list requests in 2 s after connect"
+        );
         assert!(later >= 1, "the change was not listed at all");
     });
 }

@@ -415,9 +415,9 @@ impl Config {
             listen,
             listen_backoff: self.listen_backoff,
             // A renewal is a connect of its own.
-            renew_timeout: self
-                .request_timeout
-                .map_or(self.connect_limit(), |limit| limit.min(self.connect_limit())),
+            renew_timeout: self.request_timeout.map_or(self.connect_limit(), |limit| {
+                limit.min(self.connect_limit())
+            }),
             exchange_timeout: self.exchange_timeout(),
             id_prefix: None,
         };
