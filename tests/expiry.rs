@@ -457,8 +457,26 @@ fn sessions_that_always_expire_do_not_renew_forever_in_the_background() {
             last = session.request("ping", None).await.unwrap_err();
         }
         let renewals = server.state.rpcs("initialize") - after_call;
-        session.close().await;
+        let released = session.close().await;
         assert!(renewals <= 3, "{renewals} renewals for 6 more requests");
+        // Every session opened on the way is accounted for: the server
+        // expired it (its 404 settled it), or close DELETEd it.
+        let sessions: Vec<_> = std::iter::once(&released.session)
+            .chain(&released.earlier_sessions)
+            .collect();
+        assert!(
+            sessions.iter().all(|s| matches!(
+                s,
+                mcp_scoped_http::SessionRelease::Expired
+                    | mcp_scoped_http::SessionRelease::Deleted(_)
+            )),
+            "{released:?}"
+        );
+        assert_eq!(
+            sessions.len(),
+            server.state.rpcs("initialize"),
+            "one record per session: {released:?}"
+        );
         assert!(last.is_session_expired(), "{last}");
         assert!(last.to_string().contains("in a row"), "{last}");
     });
