@@ -2,6 +2,9 @@
 
 mod support;
 
+#[path = "support/hostile_http.rs"]
+mod hostile_http;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -366,5 +369,183 @@ fn info_describes_the_session_in_use_after_a_renewal() {
         assert_eq!(info.server_info["name"], "mcp-scoped-http-testkit");
         assert!(info.capabilities.is_object(), "{info:?}");
         session.close().await;
+    });
+}
+
+/// A 2025-11-25 answer to `initialize` on the scripted server, minting
+/// session `s-N` (N counted in `state.count`).
+fn minted_session(
+    seen: &hostile_http::Seen,
+    state: &hostile_http::State,
+    capabilities: serde_json::Value,
+) -> http::Response<hostile_http::Out> {
+    let n = state
+        .count
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut response = hostile_http::json_response(
+        200,
+        &hostile_http::result(
+            &seen.id(),
+            serde_json::json!({"protocolVersion": "2025-11-25",
+                               "capabilities": capabilities,
+                               "serverInfo": {"name": "s25", "version": "1"}}),
+        ),
+    );
+    response
+        .headers_mut()
+        .insert("mcp-session-id", format!("s-{n}").parse().unwrap());
+    response
+}
+
+fn has_id(seen: &hostile_http::Seen) -> bool {
+    seen.body.as_ref().is_some_and(|b| b.get("id").is_some())
+}
+
+/// A server whose sessions all expire at once (404 to everything but
+/// `initialize`: a non-sticky load balancer, a broken session store). A
+/// request renews the session once and fails, as documented; the
+/// re-listing that follows a renewal runs in the background and must not
+/// renew again (before the fix it did, and each renewal re-listed again:
+/// ~1,600 `initialize` in 2 s). And a caller that keeps asking gets a
+/// bounded number of renewals, then a clear error naming the repeated
+/// expiry.
+#[test]
+fn sessions_that_always_expire_do_not_renew_forever_in_the_background() {
+    use hostile_http::{Server, empty, json_response, result};
+    use std::sync::atomic::Ordering;
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            let expired = state.mode() == 1;
+            match (&seen.method, seen.rpc()) {
+                (&Method::POST, Some("initialize")) => {
+                    minted_session(&seen, &state, serde_json::json!({"tools": {}}))
+                }
+                (&Method::POST, Some("notifications/initialized")) => empty(202),
+                (&Method::POST, _) if expired => empty(404),
+                (&Method::POST, Some("tools/list")) => {
+                    json_response(200, &result(&seen.id(), serde_json::json!({"tools": []})))
+                }
+                (&Method::POST, _) if has_id(&seen) => {
+                    json_response(200, &result(&seen.id(), serde_json::json!({})))
+                }
+                (&Method::DELETE, _) => empty(200),
+                _ => empty(405),
+            }
+        });
+        let session = Connector::new(server.url("/mcp"))
+            .protocol_version(mcp_scoped_http::ProtocolVersion::V2025_11_25)
+            .listen(false)
+            .request_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects");
+        server.state.mode.store(1, Ordering::SeqCst);
+        let error = session.request("ping", None).await.unwrap_err();
+        assert!(error.is_session_expired(), "{error}");
+        let after_call = server.state.rpcs("initialize");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let background = server.state.rpcs("initialize") - after_call;
+        assert!(
+            background <= 1,
+            "{background} more initialize requests in 2 s after the failed call (ledger {:?})",
+            session.ledger()
+        );
+        // The caller goes on asking: each request renews at most once, and
+        // after a few unproven renewals in a row the session is given up.
+        let mut last = error;
+        for _ in 0..6 {
+            last = session.request("ping", None).await.unwrap_err();
+        }
+        let renewals = server.state.rpcs("initialize") - after_call;
+        let released = session.close().await;
+        assert!(renewals <= 3, "{renewals} renewals for 6 more requests");
+        // Every session opened on the way is accounted for: the server
+        // expired it (its 404 settled it), or close DELETEd it.
+        let sessions: Vec<_> = std::iter::once(&released.session)
+            .chain(&released.earlier_sessions)
+            .collect();
+        assert!(
+            sessions.iter().all(|s| matches!(
+                s,
+                mcp_scoped_http::SessionRelease::Expired
+                    | mcp_scoped_http::SessionRelease::Deleted(_)
+            )),
+            "{released:?}"
+        );
+        assert_eq!(
+            sessions.len(),
+            server.state.rpcs("initialize"),
+            "one record per session: {released:?}"
+        );
+        assert!(last.is_session_expired(), "{last}");
+        assert!(last.to_string().contains("in a row"), "{last}");
+    });
+}
+
+/// With `no_request_timeout` (per-request timeouts only, as its docs
+/// suggest), a renewal whose `initialize` the server never answers must
+/// not leave the session `Renewing` for good: a renewal is a connect of
+/// its own, bounded by the connect timeout (set short here, 300 ms; 60 s
+/// by default). Before the fix it waited for the 60 s exchange bound, so
+/// every later request (500 ms each) failed although the server answered
+/// again; now a later request starts a fresh renewal and succeeds.
+#[test]
+fn one_unanswered_renewal_does_not_wedge_the_session_for_good() {
+    use hostile_http::{Server, empty, json_response, result};
+    use mcp_scoped_http::RequestOptions;
+    use std::sync::atomic::Ordering;
+    scenario(async {
+        let server = Server::start(|seen, state| async move {
+            match (&seen.method, seen.rpc()) {
+                (&Method::POST, Some("initialize")) => {
+                    if state.mode() == 1 {
+                        // Lost by a proxy: never answered.
+                        state.mode.store(2, Ordering::SeqCst);
+                        std::future::pending::<()>().await;
+                    }
+                    minted_session(&seen, &state, serde_json::json!({}))
+                }
+                (&Method::POST, Some("notifications/initialized")) => empty(202),
+                (&Method::POST, _)
+                    if state.mode() == 1 && seen.header("mcp-session-id") == Some("s-0") =>
+                {
+                    empty(404)
+                }
+                (&Method::POST, _) if has_id(&seen) => {
+                    json_response(200, &result(&seen.id(), serde_json::json!({})))
+                }
+                (&Method::POST, _) => empty(202),
+                (&Method::DELETE, _) => empty(200),
+                _ => empty(405),
+            }
+        });
+        let session = Connector::new(server.url("/mcp"))
+            .protocol_version(mcp_scoped_http::ProtocolVersion::V2025_11_25)
+            .listen(false)
+            .no_request_timeout()
+            .connect_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .expect("connects");
+        let quick = || RequestOptions::default().timeout(Duration::from_millis(500));
+        server.state.mode.store(1, Ordering::SeqCst);
+        let first = session.request_with("ping", None, quick()).await;
+        assert!(first.is_err(), "the session expired and its renewal hangs");
+        // The server answers again (mode 2): a new initialize works.
+        let mut outcomes = Vec::new();
+        for _ in 0..3 {
+            outcomes.push(
+                session
+                    .request_with("ping", None, quick())
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        let initializes = server.state.rpcs("initialize");
+        session.close().await;
+        assert!(
+            outcomes.iter().any(Result::is_ok),
+            "every later request fails ({initializes} initialize sent): {outcomes:?}"
+        );
     });
 }

@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "support/hostile_http.rs"]
+mod hostile_http;
+
 use std::time::Duration;
 
 use mcp_scoped_http::{Catalog, Connector, Session};
@@ -121,7 +124,15 @@ fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
                 who(borrowed),
                 tool_names(&session.catalog())
             );
-            // Let any owed run finish before counting.
+            // The owed run starts a second (the re-listing interval) after
+            // the first; let it finish before counting.
+            assert!(
+                eventually(Duration::from_secs(5), || listed(&server, "tools/list")
+                    >= before + 2)
+                .await,
+                "{}: the owed run never came",
+                who(borrowed)
+            );
             tokio::time::sleep(Duration::from_millis(400)).await;
             let runs = listed(&server, "tools/list") - before;
             assert!(
@@ -304,5 +315,68 @@ fn a_list_changed_during_connect_discovery_is_not_undone_by_connect() {
             drop(session);
             baseline.check(&server, 1).await;
         }
+    });
+}
+
+/// A server that puts `notifications/tools/list_changed` in every answer to
+/// `tools/list` (one that regenerates its list on each read, or a hostile
+/// one): each re-discovery's own answer asks for the next one. Re-listings
+/// of one kind start at most once a second (what arrives meanwhile is
+/// coalesced into one more run); before the fix the client re-listed back
+/// to back, ~5,000 `tools/list` in 2 s.
+#[test]
+fn list_changed_inside_the_listing_does_not_relist_back_to_back_forever() {
+    use hostile_http::{Server, empty, json_response, message, result, whole};
+    use http::Method;
+    use serde_json::json;
+    scenario(async {
+        let server = Server::start(|seen, _state| async move {
+            let has_id = seen.body.as_ref().is_some_and(|b| b.get("id").is_some());
+            match (&seen.method, seen.rpc()) {
+                (&Method::POST, Some("initialize")) => {
+                    let mut r = json_response(
+                        200,
+                        &result(
+                            &seen.id(),
+                            json!({"protocolVersion": "2025-11-25",
+                                   "capabilities": {"tools": {"listChanged": true}},
+                                   "serverInfo": {"name": "s25", "version": "1"}}),
+                        ),
+                    );
+                    r.headers_mut()
+                        .insert("mcp-session-id", "sess".parse().unwrap());
+                    r
+                }
+                (&Method::POST, Some("tools/list")) => {
+                    let changed = json!({"jsonrpc": "2.0",
+                                         "method": "notifications/tools/list_changed"});
+                    let answer = result(&seen.id(), json!({"tools": []}));
+                    let mut body = message(&changed).to_vec();
+                    body.extend_from_slice(&message(&answer));
+                    whole(200, Some("text/event-stream"), body)
+                }
+                (&Method::POST, _) if has_id => json_response(200, &result(&seen.id(), json!({}))),
+                (&Method::POST, _) => empty(202),
+                (&Method::DELETE, _) => empty(200),
+                _ => empty(405),
+            }
+        });
+        let session = Connector::new(server.url("/mcp"))
+            .protocol_version(mcp_scoped_http::ProtocolVersion::V2025_11_25)
+            .listen(false)
+            .request_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects");
+        let at_connect = server.state.rpcs("tools/list");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let later = server.state.rpcs("tools/list") - at_connect;
+        session.close().await;
+        // One re-listing a second, at most: 3 in 2 s with the edges.
+        assert!(
+            later <= 4,
+            "{later} tools/list requests in 2 s after connect"
+        );
+        assert!(later >= 1, "the change was not listed at all");
     });
 }

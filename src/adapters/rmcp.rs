@@ -274,7 +274,7 @@ impl ScopedTransportBuilder {
             resumption: self.resumption,
             listen: self.listen.unwrap_or(!attached),
             listen_backoff: crate::engine::LISTEN_BACKOFF,
-            renew_timeout: Some(self.reinitialize_timeout),
+            renew_timeout: self.reinitialize_timeout,
             exchange_timeout: self.reinitialize_timeout,
             // rmcp numbers its own requests: ours must not collide.
             id_prefix: Some("mcp-scoped-http-"),

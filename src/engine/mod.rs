@@ -12,6 +12,22 @@
 //! [`SessionsHandle`], the one place that sends `initialize`, so each is
 //! DELETEd exactly once however the engine's work is cut off.
 //!
+//! Renewals are bounded in rate and number, so that a server that expires
+//! every session (404 to all but `initialize`) cannot make the client open
+//! sessions in a loop:
+//! - only a caller's request (or the listener's session check) starts a
+//!   renewal; background work (a re-discovery) never does
+//!   ([`Engine::call`] with `renew: false` fails on a lost session);
+//! - a renewal is a connect of its own: bounded by the connect timeout
+//!   (and each exchange by the request timeout), never unbounded;
+//! - a renewal that follows one not yet proven (the server has accepted no
+//!   request on the session it opened) waits first, with the shared
+//!   [`Backoff`] ([`RENEW_BACKOFF`]); after [`MAX_UNPROVEN_RENEWALS`] in a
+//!   row the session is given up: every request then fails with
+//!   [`Error::is_session_expired`], naming the repeated expiry. Each
+//!   session opened on the way is on the stack as any other: the server
+//!   expired it (its 404 settles it) or it is DELETEd at close.
+//!
 //! [`Session`]: crate::Session
 
 mod answer;
@@ -249,6 +265,20 @@ fn jitter(span: Duration) -> Duration {
 pub(crate) const LISTEN_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(500), Duration::from_secs(30));
 
+/// The renewals' backoff: from 250 ms, doubling to 5 s.
+pub(crate) const RENEW_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(250), Duration::from_secs(5));
+
+/// Renewals in a row, none of them proven (the server accepted no request
+/// on the session it opened), after which the session is given up.
+pub(crate) const MAX_UNPROVEN_RENEWALS: u32 = 3;
+
+/// Renewals since the server last accepted a request.
+struct Renewals {
+    unproven: u32,
+    backoff: Backoff,
+}
+
 /// Settings of an [`Engine`].
 pub(crate) struct Settings {
     pub(crate) resumption: Resumption,
@@ -256,8 +286,10 @@ pub(crate) struct Settings {
     pub(crate) listen: bool,
     /// The first and the longest wait of the listeners' [`Backoff`].
     pub(crate) listen_backoff: (Duration, Duration),
-    /// Bound on opening a replacement session.
-    pub(crate) renew_timeout: Option<Duration>,
+    /// Bound on opening a replacement session (a connect of its own: the
+    /// connect timeout, or the request timeout when shorter). Never
+    /// unbounded.
+    pub(crate) renew_timeout: Duration,
     /// Bound on each exchange no caller times: the answer to a server
     /// request, the opening of a listening stream, a resumption's GET.
     /// Always set: a server that holds one of these never stalls the
@@ -292,6 +324,8 @@ pub(crate) struct Engine<F> {
     settings: Settings,
     /// The `initialize` params repeated to replace an expired session.
     initialize_params: Mutex<Option<Value>>,
+    /// Renewals not yet proven, and the wait before the next.
+    renewals: Mutex<Renewals>,
     /// The newest generation given a listener.
     listening: AtomicU64,
     /// Listener tasks running.
@@ -317,6 +351,10 @@ impl<F: Front> Engine<F> {
             pending: Mutex::default(),
             settings,
             initialize_params: Mutex::default(),
+            renewals: Mutex::new(Renewals {
+                unproven: 0,
+                backoff: Backoff::new(RENEW_BACKOFF.0, RENEW_BACKOFF.1),
+            }),
             listening: AtomicU64::new(0),
             listeners: AtomicUsize::new(0),
             generations: AtomicU64::new(0),
@@ -631,6 +669,13 @@ impl<F: Front> Engine<F> {
     /// The session to send on, waiting while a replacement is opened (and
     /// starting one if the last was lost). Callers bound the wait.
     pub(crate) async fn current(self: &Arc<Self>) -> Result<Arc<Generation>> {
+        self.current_or_renew(true).await
+    }
+
+    /// [`current`](Self::current); when not `renew`, a lost session is an
+    /// error instead of the start of a renewal (one being opened is still
+    /// waited for).
+    async fn current_or_renew(self: &Arc<Self>, renew: bool) -> Result<Arc<Generation>> {
         if let Current::Ready(generation) = &*self.current.borrow() {
             return Ok(generation.clone());
         }
@@ -645,10 +690,16 @@ impl<F: Front> Engine<F> {
                         "no session is open yet: `initialize` comes first",
                     ));
                 }
-                Current::Lost(error) if waited => {
+                Current::Lost(error) if waited || !renew => {
                     return Err(error.as_ref().map_or_else(
                         || {
-                            Error::protocol("the new session expired too before it could be used")
+                            let what = if waited {
+                                "the new session expired too before it could be used"
+                            } else {
+                                "the session expired; the next request opens a new one"
+                            };
+                            Error::protocol(what)
+                                .with_status(http::StatusCode::NOT_FOUND)
                                 .with_session_expired()
                         },
                         Error::duplicate,
@@ -721,6 +772,29 @@ impl<F: Front> Engine<F> {
     }
 
     async fn run_renewal(self: &Arc<Self>) {
+        let wait = {
+            let mut renewals = lock(&self.renewals);
+            if renewals.unproven >= MAX_UNPROVEN_RENEWALS {
+                drop(renewals);
+                tracing::debug!("the server expired every new session; giving up");
+                self.set_current(Current::Ended(
+                    Error::protocol(format!(
+                        "the server expired {MAX_UNPROVEN_RENEWALS} new sessions in a row \
+                         before accepting a request on any of them; the session is given up \
+                         (connect again)"
+                    ))
+                    .with_status(http::StatusCode::NOT_FOUND)
+                    .with_session_expired(),
+                ));
+                return;
+            }
+            renewals.unproven += 1;
+            (renewals.unproven > 1).then(|| renewals.backoff.wait(None))
+        };
+        if let Some(wait) = wait {
+            tracing::debug!(?wait, "the last new session was never used; waiting");
+            tokio::time::sleep(wait).await;
+        }
         tracing::debug!("the session expired; opening a new one");
         let params = lock(&self.initialize_params).clone();
         let request = Request {
@@ -729,8 +803,7 @@ impl<F: Front> Engine<F> {
             params,
         };
         // Never unbounded: a renewal is a connect of its own.
-        let limit = self.settings.renew_timeout;
-        let deadline = Deadline::after(limit.or(Some(self.settings.exchange_timeout)));
+        let deadline = Deadline::after(Some(self.settings.renew_timeout));
         match self.open(request, true, deadline).await {
             Ok((generation, result)) => {
                 self.set_ready(&generation);
@@ -774,7 +847,8 @@ impl<F: Front> Engine<F> {
     }
 
     /// POSTs a request on `generation`, up to its answer's head within
-    /// `deadline`; a 404 to it settles the session as expired.
+    /// `deadline`; a 404 to it settles the session as expired, an accepted
+    /// one proves the session in use (see [`MAX_UNPROVEN_RENEWALS`]).
     pub(crate) async fn post_request(
         self: &Arc<Self>,
         generation: &Arc<Generation>,
@@ -782,11 +856,17 @@ impl<F: Front> Engine<F> {
         extra: &HeaderMap,
         deadline: Deadline,
     ) -> Result<MessageStream> {
-        generation
+        let posted = generation
             .wire
             .post_request_with(request, extra, deadline)
             .await
-            .inspect_err(|error| self.check_expiry(generation, error))
+            .inspect_err(|error| self.check_expiry(generation, error))?;
+        if self.is_current(generation) {
+            let mut renewals = lock(&self.renewals);
+            renewals.unproven = 0;
+            renewals.backoff.reset();
+        }
+        Ok(posted)
     }
 
     /// Sends `request` on `generation` and reads its answer until its
@@ -816,7 +896,8 @@ impl<F: Front> Engine<F> {
 
     /// A request on the current session, within `deadline`: an owned
     /// session that the server has expired is replaced once (when `renew`)
-    /// and the request sent again. If this future is dropped, or the
+    /// and the request sent again. Without `renew`, a lost session is an
+    /// error: background work never opens a session. If this future is dropped, or the
     /// deadline passes, a `notifications/cancelled` is sent.
     pub(crate) async fn call(
         self: &Arc<Self>,
@@ -842,7 +923,7 @@ impl<F: Front> Engine<F> {
             let generation = tokio::select! {
                 biased;
                 _ = closing.cancelled() => return Err(Error::closed()),
-                generation = deadline.run(self.current()) => generation?,
+                generation = deadline.run(self.current_or_renew(renew)) => generation?,
             };
             let mut cancel = CancelOnDrop {
                 engine: self,
@@ -1236,7 +1317,7 @@ mod tests {
             resumption: Resumption::default(),
             listen: false,
             listen_backoff: LISTEN_BACKOFF,
-            renew_timeout: Some(Duration::from_secs(1)),
+            renew_timeout: Duration::from_secs(1),
             exchange_timeout: Duration::from_secs(1),
             id_prefix: None,
         };

@@ -269,8 +269,9 @@ impl Connector {
     /// No default timeout for requests (see
     /// [`request_timeout`](Self::request_timeout)); per-request timeouts
     /// still apply. A connect, the answers to server requests and the
-    /// opening of listening streams stay bounded (by 60 s, and a connect
-    /// by its [`connect_timeout`](Self::connect_timeout)).
+    /// opening of listening streams stay bounded (by 60 s, and a connect,
+    /// as the opening of a new session when one expires, by the
+    /// [`connect_timeout`](Self::connect_timeout)).
     pub fn no_request_timeout(mut self) -> Self {
         self.config_mut().request_timeout = None;
         self
@@ -414,7 +415,10 @@ impl Config {
             resumption: self.resumption,
             listen,
             listen_backoff: self.listen_backoff,
-            renew_timeout: self.request_timeout,
+            // A renewal is a connect of its own.
+            renew_timeout: self.request_timeout.map_or(self.connect_limit(), |limit| {
+                limit.min(self.connect_limit())
+            }),
             exchange_timeout: self.exchange_timeout(),
             id_prefix: None,
         };

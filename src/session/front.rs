@@ -152,8 +152,14 @@ impl SessionFront {
     }
 
     /// Re-runs discovery of one list in the background: at most one run per
-    /// kind at a time (a change during a run owes one more run); each page
-    /// bounded by the request timeout; a failed run keeps the previous list.
+    /// kind at a time (a change during a run owes one more run), and runs
+    /// of one kind start at least [`RELIST_INTERVAL`] apart (changes
+    /// announced meanwhile are served by the next run), so that a server
+    /// can cause at most one re-listing of each list a second, whatever it
+    /// announces; each page bounded by the request timeout; a failed run
+    /// keeps the previous list. It never opens a session: on one the
+    /// server has expired it fails (the next request of the caller renews
+    /// the session, and the renewal lists again).
     pub(crate) fn rediscover(engine: &Arc<Engine<SessionFront>>, kind: ListKind) {
         let rerun = &engine.front.rediscovery[kind.index()];
         if !rerun.request() {
@@ -163,12 +169,17 @@ impl SessionFront {
         let spawned = engine.spawner().spawn(move |cancel| async move {
             let engine = task_engine;
             let front = &engine.front;
+            let rerun = &front.rediscovery[kind.index()];
             loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    () = rerun.pace() => {}
+                }
                 let mut lister = Lister::new(
                     &engine,
                     &front.discovery,
                     front.request_timeout,
-                    true,
+                    false,
                     false,
                 );
                 tokio::select! {
@@ -178,7 +189,7 @@ impl SessionFront {
                         Err(error) => tracing::debug!(%error, "re-discovery failed; the previous list stays"),
                     },
                 }
-                if !front.rediscovery[kind.index()].finished() {
+                if !rerun.finished() {
                     return;
                 }
             }
@@ -262,10 +273,13 @@ impl Front for SessionFront {
     }
 }
 
+/// The least time between the starts of two re-listings of one kind.
+pub(crate) const RELIST_INTERVAL: Duration = Duration::from_secs(1);
+
 /// A background job run at most once at a time; asked for while it runs,
-/// it runs once more.
+/// it runs once more; runs start [`RELIST_INTERVAL`] apart at least.
 #[derive(Debug, Default)]
-pub(crate) struct Rerun(Mutex<RunState>);
+pub(crate) struct Rerun(Mutex<RunState>, Mutex<Option<tokio::time::Instant>>);
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 enum RunState {
@@ -287,6 +301,21 @@ impl Rerun {
             RunState::RunningAgain
         };
         start
+    }
+
+    /// Waits until a run may start ([`RELIST_INTERVAL`] after the last
+    /// one started), then starts it: requests made until now are served by
+    /// it (they coalesce into this one run).
+    pub(crate) async fn pace(&self) {
+        let last = *lock(&self.1);
+        if let Some(last) = last {
+            tokio::time::sleep_until(last + RELIST_INTERVAL).await;
+        }
+        *lock(&self.1) = Some(tokio::time::Instant::now());
+        let mut state = lock(&self.0);
+        if *state == RunState::RunningAgain {
+            *state = RunState::Running;
+        }
     }
 
     /// A run ended; true when another is owed (the runner goes on).
