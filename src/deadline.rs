@@ -24,8 +24,14 @@ const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
 /// `Duration::MAX`, meaning none) is the far future, never a panic, which
 /// in a `Drop` during unwinding would abort the process.
 pub(crate) fn deadline_after(bound: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(bound).unwrap_or_else(|| now + FAR_FUTURE)
+    deadline_after_from(Instant::now(), bound)
+}
+
+/// `bound` after `start`; the far future when that overflows.
+pub(crate) fn deadline_after_from(start: Instant, bound: Duration) -> Instant {
+    start
+        .checked_add(bound)
+        .unwrap_or_else(|| start + FAR_FUTURE)
 }
 
 /// An exchange's deadline: when it ends, and what it was (for the error).

@@ -34,7 +34,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::{Connector, Session};
+use mcp_scoped_http::{Connector, Discovery, Session};
 use support::baseline::Caller;
 use support::*;
 
@@ -62,7 +62,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 async fn open(server: &TestServer, caller: &Caller, borrowed: bool) -> Session {
-    let mut connector = Connector::new(server.url()).bearer("rediscovery");
+    // Re-listings back to back: the races below need many rounds, not
+    // the 1 s pacing a session has by default.
+    let mut connector = Connector::new(server.url())
+        .bearer("rediscovery")
+        .discovery(Discovery::default().relist_interval(Duration::ZERO));
     if borrowed {
         connector = connector.client(caller.client.clone());
     }

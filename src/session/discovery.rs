@@ -49,6 +49,11 @@ pub struct Discovery {
     /// [`MemoryBudget::default`] (64 MiB, 100 000 entries, cursors of
     /// 4 KiB).
     pub memory: MemoryBudget,
+    /// The least time between the starts of two re-listings of one kind
+    /// after `list_changed` (changes announced meanwhile make one more
+    /// run), so a server cannot make the client re-list back to back.
+    /// Default: 1 s.
+    pub relist_interval: Duration,
 }
 
 impl Default for Discovery {
@@ -61,6 +66,7 @@ impl Default for Discovery {
             max_pages: 100,
             concurrent: false,
             memory: MemoryBudget::default(),
+            relist_interval: Duration::from_secs(1),
         }
     }
 }
@@ -117,6 +123,13 @@ impl Discovery {
     #[must_use]
     pub fn max_pages(mut self, pages: usize) -> Self {
         self.max_pages = pages;
+        self
+    }
+
+    /// Sets [`relist_interval`](Self::relist_interval).
+    #[must_use]
+    pub fn relist_interval(mut self, interval: Duration) -> Self {
+        self.relist_interval = interval;
         self
     }
 

@@ -153,7 +153,7 @@ impl SessionFront {
 
     /// Re-runs discovery of one list in the background: at most one run per
     /// kind at a time (a change during a run owes one more run), and runs
-    /// of one kind start at least [`RELIST_INTERVAL`] apart (changes
+    /// of one kind start at least [`Discovery::relist_interval`] apart (changes
     /// announced meanwhile are served by the next run), so that a server
     /// can cause at most one re-listing of each list a second, whatever it
     /// announces; each page bounded by the request timeout; a failed run
@@ -173,7 +173,7 @@ impl SessionFront {
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    () = rerun.pace() => {}
+                    () = rerun.pace(front.discovery.relist_interval) => {}
                 }
                 let mut lister = Lister::new(
                     &engine,
@@ -273,11 +273,9 @@ impl Front for SessionFront {
     }
 }
 
-/// The least time between the starts of two re-listings of one kind.
-pub(crate) const RELIST_INTERVAL: Duration = Duration::from_secs(1);
-
 /// A background job run at most once at a time; asked for while it runs,
-/// it runs once more; runs start [`RELIST_INTERVAL`] apart at least.
+/// it runs once more; runs start [`Discovery::relist_interval`] apart at
+/// least.
 #[derive(Debug, Default)]
 pub(crate) struct Rerun(Mutex<RunState>, Mutex<Option<tokio::time::Instant>>);
 
@@ -303,13 +301,13 @@ impl Rerun {
         start
     }
 
-    /// Waits until a run may start ([`RELIST_INTERVAL`] after the last
-    /// one started), then starts it: requests made until now are served by
-    /// it (they coalesce into this one run).
-    pub(crate) async fn pace(&self) {
+    /// Waits until a run may start (`interval` after the last one
+    /// started), then starts it: requests made until now are served by it
+    /// (they coalesce into this one run).
+    pub(crate) async fn pace(&self, interval: Duration) {
         let last = *lock(&self.1);
         if let Some(last) = last {
-            tokio::time::sleep_until(last + RELIST_INTERVAL).await;
+            tokio::time::sleep_until(crate::deadline::deadline_after_from(last, interval)).await;
         }
         *lock(&self.1) = Some(tokio::time::Instant::now());
         let mut state = lock(&self.0);
