@@ -129,7 +129,11 @@ impl<T: Weigh> Sender<T> {
                 inner.record(weight);
                 let dropped = std::mem::take(&mut inner.dropped);
                 if dropped > 0 {
-                    tracing::warn!(dropped, "{}: {dropped} dropped while it was full", self.what);
+                    tracing::warn!(
+                        dropped,
+                        "{}: {dropped} dropped while it was full",
+                        self.what
+                    );
                 }
             }
             Offered::Dropped => {
@@ -294,9 +298,10 @@ mod tests {
     fn a_parsed_value_weighs_what_it_holds() {
         let zeros: Value = serde_json::from_str(&format!("[{}0]", "0,".repeat(999))).unwrap();
         assert!(value_heap(&zeros) >= 1000 * NODE, "{}", value_heap(&zeros));
-        let deep: Value = serde_json::from_str(&format!("{}{}", "[".repeat(100), "]".repeat(100)))
-            .unwrap();
-        assert_eq!(value_heap(&deep), 99 * NODE);
+        let deep: Value =
+            serde_json::from_str(&format!("{}{}", "[".repeat(100), "]".repeat(100))).unwrap();
+        // Each array holding one: at least its slot (a `Vec` keeps room for 4).
+        assert!((99 * NODE..=99 * 4 * NODE).contains(&value_heap(&deep)));
         let member = json!({"key": "value"});
         assert!(value_heap(&member) >= MEMBER + 3 + 5);
         assert!(note(zeros).weight() > 1000 * NODE);

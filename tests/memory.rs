@@ -30,9 +30,9 @@
 //! (the allocator's own keeping included), and a process per attack makes
 //! it exact, where a counter would need a global allocator in this binary.
 
-mod support;
 #[path = "support/hostile_http.rs"]
 mod hostile_http;
+mod support;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -652,7 +652,9 @@ fn queued_notifications() {
                             .insert("mcp-session-id", "sess-25".parse().unwrap());
                         r
                     }
-                    (&Method::POST, _) if seen.body.as_ref().is_some_and(|b| b.get("id").is_some()) => {
+                    (&Method::POST, _)
+                        if seen.body.as_ref().is_some_and(|b| b.get("id").is_some()) =>
+                    {
                         json_response(200, &result(&seen.id(), json!({})))
                     }
                     (&Method::POST, _) => empty(202),
@@ -668,7 +670,8 @@ fn queued_notifications() {
                             }
                             // Then a server request: its answer tells the
                             // test that the client has read all of the above.
-                            let ping = json!({"jsonrpc": "2.0", "id": "read-all", "method": "ping"});
+                            let ping =
+                                json!({"jsonrpc": "2.0", "id": "read-all", "method": "ping"});
                             let _ = tx.send(message(&ping)).await;
                             tx.closed().await;
                         });
@@ -688,12 +691,13 @@ fn queued_notifications() {
         let mut notifications = session.notifications().expect("the receiver");
         let before = status_bytes("VmRSS").unwrap_or(0);
         let meter = PeakMeter::start();
-        let read_all = hostile_http::eventually(DEADLINE, || {
-            server.state.seen().iter().any(|s| {
-                s.is_response() && s.body.as_ref().is_some_and(|b| b["id"] == "read-all")
+        let read_all =
+            hostile_http::eventually(DEADLINE, || {
+                server.state.seen().iter().any(|s| {
+                    s.is_response() && s.body.as_ref().is_some_and(|b| b["id"] == "read-all")
+                })
             })
-        })
-        .await;
+            .await;
         let queued = notifications.len();
         let peak = meter.peak();
         eprintln!(
