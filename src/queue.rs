@@ -81,8 +81,8 @@ impl<T> Inner<T> {
         }
     }
 
-    /// Sends through a permit (or at once), recording the weight: under
-    /// the lock, so the order of `sizes` is the channel's.
+    /// Records the weight of a message just sent, under the lock it was
+    /// sent under: the order of `sizes` is the channel's.
     fn record(&mut self, weight: usize) {
         self.sizes.push_back(weight);
         self.held += weight;
