@@ -19,6 +19,11 @@ const MIB: usize = 1024 * 1024;
 /// check), each for as long as it is held, by the session or by the caller
 /// (a page's text lives as long as any entry of it).
 ///
+/// The notifications waiting in `Session::notifications` for the caller
+/// have a bound of their own, [`max_queued_bytes`](Self::max_queued_bytes):
+/// over it, later ones are dropped (with a warning saying how many), and
+/// the stream goes on being read.
+///
 /// Going over any bound is an [`Error::is_limit`](crate::Error::is_limit)
 /// naming it; at connect, the connect unwinds; in a re-discovery, the
 /// previous list stays. The defaults are far above what real servers list
@@ -40,6 +45,13 @@ pub struct MemoryBudget {
     /// the one to send back is kept (earlier ones as hashes, to spot a
     /// repeat). Default: 4 KiB.
     pub max_cursor_len: usize,
+    /// The most bytes of server notifications waiting in
+    /// `Session::notifications` for the caller to take, measured as they
+    /// are held (parsed: each value's nodes, strings, arrays and maps, an
+    /// array of `0`s about 16 times its wire size), released as the caller
+    /// takes them. Over it (or over 256 messages), later notifications are
+    /// dropped, with a warning saying how many. Default: 16 MiB.
+    pub max_queued_bytes: usize,
 }
 
 impl Default for MemoryBudget {
@@ -48,6 +60,7 @@ impl Default for MemoryBudget {
             max_bytes: 64 * MIB,
             max_entries: 100_000,
             max_cursor_len: 4 * 1024,
+            max_queued_bytes: 16 * MIB,
         }
     }
 }
@@ -71,6 +84,13 @@ impl MemoryBudget {
     #[must_use]
     pub fn max_cursor_len(mut self, bytes: usize) -> Self {
         self.max_cursor_len = bytes;
+        self
+    }
+
+    /// Sets [`max_queued_bytes`](Self::max_queued_bytes).
+    #[must_use]
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes = bytes;
         self
     }
 }

@@ -298,6 +298,7 @@ mod headers;
 pub mod jsonrpc;
 pub mod ledger;
 mod origin;
+mod queue;
 mod scope;
 mod session;
 mod sync;

@@ -30,6 +30,8 @@
 //! (the allocator's own keeping included), and a process per attack makes
 //! it exact, where a counter would need a global allocator in this binary.
 
+#[path = "support/hostile_http.rs"]
+mod hostile_http;
 mod support;
 
 use std::io::Read;
@@ -596,5 +598,129 @@ fn i20_pages_of_big_tools_fill_the_budget() {
             Connects::Limit("MemoryBudget::max_bytes"),
             PEAK_LIMIT + MemoryBudget::default().max_bytes,
         );
+    });
+}
+
+// ------------------------------------------------------- queued messages
+
+/// Issue 20 (hostile review): server notifications waiting for the caller
+/// in [`Session::notifications`](mcp_scoped_http::Session::notifications)
+/// were bounded by count (256) only, each kept parsed (a `Value`, ~16x its
+/// wire size for an array of `0`s). A caller that has taken the receiver
+/// but is busy elsewhere let a server park 10 notifications of 2 MiB each
+/// (`params.data = [0,0,...]`, 32 MiB each once parsed) on the GET stream:
+/// 322 MiB held. What waits is now bounded in bytes
+/// (`MemoryBudget::max_queued_bytes`, 16 MiB): later notifications are
+/// dropped, and a small one after them still arrives.
+#[test]
+fn i20_queued_notifications_do_not_hold_memory_without_bound() {
+    isolated(
+        "i20_queued_notifications_do_not_hold_memory_without_bound",
+        queued_notifications,
+    );
+}
+
+fn queued_notifications() {
+    use hostile_http::{Server, empty, json_response, message, result};
+    use http::Method;
+    use mcp_scoped_http::ProtocolVersion;
+
+    scenario(async {
+        let big = {
+            let zeros = "0,".repeat(MIB - 1);
+            let text = format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\
+                 \"params\":{{\"level\":\"info\",\"data\":[{zeros}0]}}}}"
+            );
+            // One copy, shared by every send: the server holds 2 MiB.
+            Bytes::from(format!("event: message\ndata: {text}\n\n"))
+        };
+        let server = Server::start(move |seen, state| {
+            let big = big.clone();
+            async move {
+                match (&seen.method, seen.rpc()) {
+                    (&Method::POST, Some("initialize")) => {
+                        let mut r = json_response(
+                            200,
+                            &result(
+                                &seen.id(),
+                                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                       "serverInfo": {"name": "s25", "version": "1"}}),
+                            ),
+                        );
+                        r.headers_mut()
+                            .insert("mcp-session-id", "sess-25".parse().unwrap());
+                        r
+                    }
+                    (&Method::POST, _)
+                        if seen.body.as_ref().is_some_and(|b| b.get("id").is_some()) =>
+                    {
+                        json_response(200, &result(&seen.id(), json!({})))
+                    }
+                    (&Method::POST, _) => empty(202),
+                    (&Method::DELETE, _) => empty(200),
+                    (&Method::GET, _) if state.mode() == 0 => {
+                        state.mode.store(1, Ordering::SeqCst);
+                        let (tx, response) = state.sse();
+                        tokio::spawn(async move {
+                            for _ in 0..10 {
+                                if tx.send(big.clone()).await.is_err() {
+                                    return;
+                                }
+                            }
+                            // Then a server request: its answer tells the
+                            // test that the client has read all of the above.
+                            let ping =
+                                json!({"jsonrpc": "2.0", "id": "read-all", "method": "ping"});
+                            let _ = tx.send(message(&ping)).await;
+                            tx.closed().await;
+                        });
+                        response
+                    }
+                    _ => empty(405),
+                }
+            }
+        });
+        let session = Connector::new(server.url("/mcp"))
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .request_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects");
+        // The caller takes the receiver but is busy elsewhere for now.
+        let mut notifications = session.notifications().expect("the receiver");
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let read_all =
+            hostile_http::eventually(DEADLINE, || {
+                server.state.seen().iter().any(|s| {
+                    s.is_response() && s.body.as_ref().is_some_and(|b| b["id"] == "read-all")
+                })
+            })
+            .await;
+        let queued = notifications.len();
+        let peak = meter.peak();
+        eprintln!(
+            "10 notifications of 2 MiB: {queued} queued, peak resident {:.1} MiB (from {:.1} MiB)",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+        );
+        assert!(read_all, "the client never read the stream to its end");
+        assert!(
+            peak < PEAK_LIMIT,
+            "{queued} queued notifications (20 MiB on the wire): peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            PEAK_LIMIT / MIB
+        );
+        // What was queued is taken; a small notification still arrives.
+        while notifications.try_recv().is_ok() {}
+        server.state.broadcast(message(&json!({"jsonrpc": "2.0",
+            "method": "notifications/message", "params": {"level": "info", "data": "small"}})));
+        let small = tokio::time::timeout(DEADLINE, notifications.recv()).await;
+        assert!(
+            matches!(&small, Ok(Some(m)) if m.method() == Some("notifications/message")),
+            "{small:?}"
+        );
+        session.close().await;
     });
 }

@@ -1167,3 +1167,77 @@ fn a_call_rmcp_gives_up_on_before_its_answer_began_is_sent_no_more() {
         }
     });
 }
+
+/// Issue 20 (hostile review): what waits for rmcp's `receive` was bounded
+/// by count only (64), each message kept parsed. Driven by hand (rmcp's
+/// loop, busy elsewhere, has not called `receive`), the GET stream brings
+/// 10 notifications of 100 000 `0`s (4 MiB each once parsed), then a small
+/// one and its end. The queue holds at most 16 MiB: three of the big ones
+/// wait, the others are dropped (the listener read on, and reconnected),
+/// and the small one still arrives.
+#[test]
+fn what_waits_for_receive_is_bounded_in_bytes() {
+    use rmcp::service::TxJsonRpcMessage;
+    use rmcp::transport::Transport;
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let (mut transport, report) = world.transport(false);
+        let message = |value: serde_json::Value| -> TxJsonRpcMessage<RoleClient> {
+            serde_json::from_value(value).expect("an rmcp message")
+        };
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "by-hand", "version": "1"}}}),
+            ))
+            .await
+            .expect("initialize sent");
+        let answer = tokio::time::timeout(HUNG, transport.receive()).await;
+        assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            ))
+            .await
+            .expect("initialized sent");
+        let probe = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                           "params": {"level": "info", "data": "probe"}});
+        assert!(
+            eventually(HUNG, || world.server.notify_listeners(&probe) > 0).await,
+            "no listening stream"
+        );
+        let big = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                         "params": {"level": "info", "data": vec![0; 100_000]}});
+        for _ in 0..10 {
+            assert_eq!(world.server.notify_listeners(&big), 1);
+        }
+        drop(big);
+        let last = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": "last"}});
+        world.server.cut_listeners_after(&last);
+        // The listener reconnects once it has read (and queued or dropped)
+        // everything the first stream brought.
+        assert!(
+            eventually(HUNG, || seen_http(&world.server, Method::GET).len() >= 2).await,
+            "the listener did not read its stream to the end"
+        );
+        let (mut bigs, mut got_last) = (0, false);
+        while !got_last {
+            let received = tokio::time::timeout(HUNG, transport.receive())
+                .await
+                .expect("the last notification")
+                .expect("the transport is open");
+            let text = serde_json::to_string(&received).unwrap();
+            bigs += usize::from(text.len() > 100_000);
+            got_last = text.contains("\"last\"");
+        }
+        assert!(
+            bigs <= 4,
+            "{bigs} notifications of 4 MiB (parsed) waited for receive"
+        );
+        transport.close().await.expect("closes");
+        deleted(&report.released().await.expect("closed"));
+        world.check(1).await;
+    });
+}

@@ -72,6 +72,10 @@
 //!   before the response (a `ping`) reaches rmcp with the response, and a
 //!   server that waits for its answer first stalls `initialize` until it
 //!   gives up.
+//! - What waits for rmcp's `receive` is bounded: 64 messages and 16 MiB
+//!   (as held, parsed). Over it, notifications and server requests are
+//!   dropped with a warning saying how many (the stream is read on);
+//!   responses wait for rmcp to take some (they are what rmcp asked for).
 //! - No `Connector::attach` equivalent: the transport always owns the
 //!   session it initializes.
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
@@ -128,12 +132,18 @@ use crate::error::{Error, Result};
 use crate::jsonrpc::{
     ErrorObject, Message, Notification, Request, RequestId, Response, codes, result_value,
 };
+use crate::queue;
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
 
-/// Server messages waiting for rmcp's `receive`.
+/// Server messages waiting for rmcp's `receive`, in count.
 const INCOMING_BUFFER: usize = 64;
+
+/// Server messages waiting for rmcp's `receive`, in bytes as they are held
+/// (parsed): over it, notifications and server requests are dropped (the
+/// stream is read on), and responses wait for rmcp to take some.
+const INCOMING_BYTES: usize = 16 * 1024 * 1024;
 
 /// Server requests remembered with the session that sent them, so that
 /// rmcp's answer goes back to that session; older ones are forgotten (their
@@ -260,7 +270,11 @@ impl ScopedTransportBuilder {
         let attached = self.attach.is_some();
         let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
         let spawner = stack.push_background();
-        let (tx, incoming) = mpsc::channel(INCOMING_BUFFER);
+        let (tx, incoming) = queue::bounded(
+            INCOMING_BUFFER,
+            INCOMING_BYTES,
+            "the rmcp transport's incoming queue (64 messages, 16 MiB)",
+        );
         let front = RmcpFront {
             tx,
             attached,
@@ -311,8 +325,8 @@ pub struct ScopedTransport {
 /// The adapter's front end of the engine: everything the server sends goes
 /// to rmcp.
 struct RmcpFront {
-    /// Messages for rmcp's `receive`.
-    tx: mpsc::Sender<Message>,
+    /// Messages for rmcp's `receive`, bounded in count and bytes.
+    tx: queue::Sender<Message>,
     attached: bool,
     initialize_sent: AtomicBool,
     handshake: Mutex<Handshake>,
@@ -388,9 +402,19 @@ impl RmcpFront {
         }
     }
 
-    /// Hands a message to rmcp.
+    /// Hands a response to rmcp, which waits for it: it waits for room
+    /// in count (what rmcp asked for bounds these), never dropped.
     async fn give(&self, message: Message) {
-        if self.tx.send(message).await.is_err() {
+        if !self.tx.send(message).await {
+            tracing::debug!("dropped a server message: the transport is gone");
+        }
+    }
+
+    /// Hands a message the server sent unasked to rmcp: over the queue's
+    /// bounds it is dropped (and logged), never waited for, so the stream
+    /// that brought it is read on.
+    fn offer(&self, message: Message) {
+        if self.tx.offer(message) == queue::Offered::Closed {
             tracing::debug!("dropped a server message: the transport is gone");
         }
     }
@@ -432,7 +456,8 @@ impl Front for RmcpFront {
             }
             ServerMessage::Notification(notification) => Message::Notification(notification),
         };
-        engine.front.give(message)
+        engine.front.offer(message);
+        std::future::ready(())
     }
 
     fn renewed<'a>(

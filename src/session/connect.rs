@@ -24,7 +24,9 @@ use crate::scope::{GuardStack, cleanup_errors};
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// Room for server messages waiting to be taken from
-/// [`Session::notifications`]; more are dropped.
+/// [`Session::notifications`], in count; in bytes, it is
+/// [`MemoryBudget::max_queued_bytes`](crate::MemoryBudget::max_queued_bytes).
+/// More are dropped.
 const NOTIFICATION_BUFFER: usize = 256;
 
 /// The connect timeout when none is set, unless the request timeout is
@@ -403,7 +405,12 @@ impl Config {
         // `initialize` leaves.
         let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
         let spawner = stack.push_background();
-        let (sink, notifications) = mpsc::channel(NOTIFICATION_BUFFER);
+        let (sink, notifications) = crate::queue::bounded(
+            NOTIFICATION_BUFFER,
+            self.discovery.memory.max_queued_bytes,
+            "the queue of Session::notifications (256 messages, \
+             MemoryBudget::max_queued_bytes)",
+        );
         let listen = self.listen.unwrap_or(!attached);
         let front = SessionFront::new(
             self.handlers.clone(),

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::SessionInfo;
@@ -16,6 +15,7 @@ use super::handlers::Handlers;
 use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ServerMessage};
 use crate::jsonrpc::{Message, Response};
+use crate::queue;
 use crate::sync::lock;
 use crate::transport::ProtocolVersion;
 
@@ -64,8 +64,9 @@ impl Renewed {
 /// A session's front end of the engine.
 pub(crate) struct SessionFront {
     pub(crate) handlers: Handlers,
-    /// Where notifications go; taken at close, which ends the receiver.
-    sink: Mutex<Option<mpsc::Sender<Message>>>,
+    /// Where notifications go, bounded in count and bytes; closed at
+    /// close, which ends the receiver.
+    sink: queue::Sender<Message>,
     info: Mutex<InfoState>,
     lists: Mutex<Lists>,
     pub(crate) discovery: Discovery,
@@ -81,13 +82,13 @@ pub(crate) struct SessionFront {
 impl SessionFront {
     pub(crate) fn new(
         handlers: Handlers,
-        sink: mpsc::Sender<Message>,
+        sink: queue::Sender<Message>,
         discovery: Discovery,
         request_timeout: Option<Duration>,
     ) -> Self {
         SessionFront {
             handlers,
-            sink: Mutex::new(Some(sink)),
+            sink,
             info: Mutex::default(),
             lists: Mutex::default(),
             account: Account::new(discovery.memory),
@@ -104,7 +105,7 @@ impl SessionFront {
     /// Drops the notification sender: the caller's receiver ends once it
     /// has read what is queued.
     pub(crate) fn close_sink(&self) {
-        drop(lock(&self.sink).take());
+        self.sink.close();
     }
 
     /// The info of the server session in use.
@@ -234,10 +235,10 @@ impl Front for SessionFront {
                 for kind in ListKind::changed_by(&notification.method).unwrap_or_default() {
                     SessionFront::rediscover(engine, *kind);
                 }
-                let sent = lock(&engine.front.sink)
-                    .as_ref()
-                    .is_some_and(|sink| sink.try_send(Message::Notification(notification)).is_ok());
-                if !sent {
+                // Never waits: over the queue's bounds it is dropped (and
+                // logged), and the stream is read on.
+                let offered = engine.front.sink.offer(Message::Notification(notification));
+                if offered == queue::Offered::Closed {
                     tracing::debug!("dropped a notification: nobody is reading");
                 }
             }

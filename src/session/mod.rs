@@ -225,7 +225,10 @@ impl Session {
     /// Server notifications (progress, logging, list changes, resource
     /// updates), from the GET stream and from the answers to requests, in
     /// the order each stream delivered them. The receiver can be taken once;
-    /// up to 256 wait in it, later ones are dropped. Server requests are not
+    /// up to 256 wait in it, holding at most
+    /// [`MemoryBudget::max_queued_bytes`](crate::MemoryBudget::max_queued_bytes)
+    /// (16 MiB, as parsed): later ones are dropped, with a warning saying
+    /// how many, and the stream is read on. Server requests are not
     /// here: they are answered (see [`Connector::on_elicitation`] and
     /// friends).
     ///
