@@ -480,6 +480,7 @@ impl Config {
         // within the request timeout, all of them within the connect's.
         let mut lister = Lister::new(
             &engine,
+            engine.front.account(),
             &self.discovery,
             self.request_timeout,
             false,

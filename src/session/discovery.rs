@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::budget::{Account, MemoryBudget, Spent};
-use crate::engine::{Deadline, Engine};
+use crate::engine::{Deadline, Engine, Front};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Request, codes};
 use crate::transport::metadata::param_headers;
@@ -19,7 +19,6 @@ use crate::transport::metadata::param_headers;
 use serde_json::value::RawValue;
 
 use super::entry::{Entry, PageError, read_page};
-use super::front::SessionFront;
 
 /// What discovery lists, and how far it follows a server's cursors.
 #[derive(Clone, Debug)]
@@ -325,7 +324,7 @@ impl ListKind {
 /// `capabilities` unknown (an attached session), lists everything asked for
 /// and treats "method not found" as "not offered". All or nothing.
 pub(crate) async fn discover(
-    lister: &mut Lister<'_>,
+    lister: &mut Lister<'_, impl Front>,
     capabilities: Option<&Value>,
 ) -> Result<Catalog> {
     let discovery = lister.discovery;
@@ -400,8 +399,10 @@ pub(crate) fn valid_tool(tool: &Entry) -> std::result::Result<bool, Spent> {
 
 /// Lists, every page, through a session's engine, charging what it reads
 /// to the session's memory account.
-pub(crate) struct Lister<'a> {
-    engine: &'a Arc<Engine<SessionFront>>,
+pub(crate) struct Lister<'a, F: Front> {
+    engine: &'a Arc<Engine<F>>,
+    /// The session's memory account, which every page is charged to.
+    account: &'a Account,
     discovery: &'a Discovery,
     /// Each page's timeout.
     page_timeout: Option<Duration>,
@@ -412,9 +413,10 @@ pub(crate) struct Lister<'a> {
     duplicates: usize,
 }
 
-impl<'a> Lister<'a> {
+impl<'a, F: Front> Lister<'a, F> {
     pub(crate) fn new(
-        engine: &'a Arc<Engine<SessionFront>>,
+        engine: &'a Arc<Engine<F>>,
+        account: &'a Account,
         discovery: &'a Discovery,
         page_timeout: Option<Duration>,
         renew: bool,
@@ -422,6 +424,7 @@ impl<'a> Lister<'a> {
     ) -> Self {
         Lister {
             engine,
+            account,
             discovery,
             page_timeout,
             renew,
@@ -451,7 +454,7 @@ impl<'a> Lister<'a> {
         let cursor_hasher = RandomState::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
-        let account = self.engine.front.account();
+        let account = self.account;
         for page in 1..=self.discovery.max_pages {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
             let request = Request {

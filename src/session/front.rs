@@ -178,6 +178,7 @@ impl SessionFront {
                 }
                 let mut lister = Lister::new(
                     &engine,
+                    front.account(),
                     &front.discovery,
                     front.request_timeout,
                     false,

@@ -126,7 +126,14 @@ fn param_headers_for(
 /// Lists the tools again (the catalog's copy), within `deadline`.
 async fn relist_tools(engine: &Arc<Engine<SessionFront>>, deadline: Deadline) -> Result<()> {
     let front = &engine.front;
-    let mut lister = Lister::new(engine, &front.discovery, None, false, false);
+    let mut lister = Lister::new(
+        engine,
+        front.account(),
+        &front.discovery,
+        None,
+        false,
+        false,
+    );
     let tools = deadline.run(lister.list(ListKind::Tools)).await?;
     front.set_list(ListKind::Tools, tools);
     Ok(())
