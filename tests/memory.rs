@@ -570,8 +570,11 @@ fn i20_huge_cursors() {
 /// Issue 20: pages of ordinary, named tools, each page near the body
 /// limit, each with a new cursor, until the catalog's bytes are spent:
 /// what is held is the budget, not the page cap times the body limit
-/// (800 MiB before). The peak is the budget (held) and [`PEAK_LIMIT`] for
-/// the rest: the transport's copies of the last page and the test server's.
+/// (800 MiB before). The peak is the budget (held), [`PEAK_LIMIT`] for the
+/// rest (the transport's copies of the last page, the test server's), and
+/// two more pages: the in-process server builds the next page while the
+/// client reads one, so the peak wanders by about that much between runs
+/// (119 to 129 MiB measured).
 #[test]
 fn i20_pages_of_big_tools_fill_the_budget() {
     isolated("i20_pages_of_big_tools_fill_the_budget", || {
@@ -596,7 +599,7 @@ fn i20_pages_of_big_tools_fill_the_budget() {
             Eras::Streamable2025,
             vec![fault],
             Connects::Limit("MemoryBudget::max_bytes"),
-            PEAK_LIMIT + MemoryBudget::default().max_bytes,
+            PEAK_LIMIT + MemoryBudget::default().max_bytes + 2 * PAGE,
         );
     });
 }
