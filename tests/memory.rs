@@ -572,9 +572,8 @@ fn i20_huge_cursors() {
 /// what is held is the budget, not the page cap times the body limit
 /// (800 MiB before). The peak is the budget (held), [`PEAK_LIMIT`] for the
 /// rest (the transport's copies of the last page, the test server's), and
-/// two more pages: the in-process server builds the next page while the
-/// client reads one, so the peak wanders by about that much between runs
-/// (119 to 129 MiB measured).
+/// two more pages: the peak wanders by about that much between runs (119
+/// to 129 MiB measured, the in-process server's copies included).
 #[test]
 fn i20_pages_of_big_tools_fill_the_budget() {
     isolated("i20_pages_of_big_tools_fill_the_budget", || {
