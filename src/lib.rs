@@ -294,6 +294,7 @@ mod engine;
 pub mod error;
 #[cfg(feature = "fleet")]
 pub mod fleet;
+pub mod guide;
 mod headers;
 pub mod jsonrpc;
 pub mod ledger;
@@ -355,3 +356,8 @@ pub mod wire {
         pub use crate::url_target::secure_request_uri;
     }
 }
+
+// The README's examples compile, so they stay true.
+#[cfg(all(doctest, feature = "fleet"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

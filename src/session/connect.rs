@@ -218,7 +218,7 @@ impl Connector {
     /// jittered over the upper half of its step and counted from when the
     /// attempt began. Listening goes on for the session's life: see
     /// [`Session::close`](crate::Session::close) and the crate's listening
-    /// policy in README. Default: 500 ms to 30 s.
+    /// policy in the guide's limits chapter ([`crate::guide::limits`]). Default: 500 ms to 30 s.
     pub fn listen_backoff(mut self, first: Duration, max: Duration) -> Self {
         self.config_mut().listen_backoff = (first, max);
         self

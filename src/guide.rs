@@ -1,0 +1,41 @@
+//! The long-form documentation: one chapter per module, each also a
+//! Markdown file in `src/guide/` that reads on its own. The README is the
+//! short version; these are what it links to.
+//!
+//! - [`guarantees`]: what the crate promises, and the tests that prove it.
+//! - [`limits`]: every bound (time, memory, counts, rates) with its default.
+//! - [`eras`]: the three eras of MCP over HTTP, detection and pinning.
+//! - [`oauth`]: OAuth 2.1 (feature `oauth`).
+//! - [`integrations`]: owned and lent clients, attaching, rmcp, reqwest,
+//!   tower, draining on shutdown.
+//! - [`interop`]: the official conformance suite and the SDKs' servers.
+//! - [`layout`]: the modules and how they depend on each other.
+//! - [`known_gaps`]: what is not done, or not done well, yet.
+//!
+//! The benchmarks are in `BENCHMARKS.md` at the top of the repository.
+
+#[doc = include_str!("guide/guarantees.md")]
+pub mod guarantees {}
+
+#[doc = include_str!("guide/limits.md")]
+pub mod limits {}
+
+#[doc = include_str!("guide/eras.md")]
+pub mod eras {}
+
+// Its example needs the feature.
+#[cfg(feature = "oauth")]
+#[doc = include_str!("guide/oauth.md")]
+pub mod oauth {}
+
+#[doc = include_str!("guide/integrations.md")]
+pub mod integrations {}
+
+#[doc = include_str!("guide/interop.md")]
+pub mod interop {}
+
+#[doc = include_str!("guide/layout.md")]
+pub mod layout {}
+
+#[doc = include_str!("guide/known_gaps.md")]
+pub mod known_gaps {}
