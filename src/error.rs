@@ -40,6 +40,9 @@ struct Inner {
     cleanup: Vec<Error>,
     session_expired: bool,
     phase: Option<ConnectPhase>,
+    /// `host:port` a transport failure was trying to reach (never user
+    /// info, path or query: those may hold secrets).
+    target: Option<Box<str>>,
 }
 
 /// The step of [`Connector::connect`](crate::Connector::connect) an error
@@ -107,6 +110,7 @@ impl Error {
                 source: None,
                 cleanup: Vec::new(),
                 session_expired: false,
+                target: None,
                 phase: None,
             }),
         }
@@ -140,8 +144,21 @@ impl Error {
                 cleanup: inner.cleanup.iter().map(Error::duplicate).collect(),
                 session_expired: inner.session_expired,
                 phase: inner.phase,
+                target: inner.target.clone(),
             }),
         }
+    }
+
+    /// Notes where a transport failure was going: `host:port` of `uri`.
+    pub(crate) fn with_target(mut self, uri: &http::Uri) -> Self {
+        if let Some(host) = uri.host() {
+            let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            });
+            self.inner.target = Some(format!("{host}:{port}").into());
+        }
+        self
     }
 
     pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
@@ -407,13 +424,57 @@ impl Error {
         &self.inner.cleanup
     }
 
+    /// Every cause below this error. An `io::Error` wrapping another error
+    /// hides it from `source()` (it returns the wrapped error's source), so
+    /// the wrapped error is visited too: hyper-rustls puts its TLS error
+    /// two `io::Error`s deep.
     fn chain(&self) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
         let mut next = std::error::Error::source(self);
         std::iter::from_fn(move || {
             let current = next?;
-            next = current.source();
+            next = match current.downcast_ref::<std::io::Error>() {
+                Some(io) => match io.get_ref() {
+                    Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                    None => current.source(),
+                },
+                None => current.source(),
+            };
             Some(current)
         })
+    }
+
+    /// The deepest cause of a transport failure, in a few words: what a
+    /// person can act on (refused, reset, untrusted certificate), else the
+    /// deepest cause's own text.
+    fn root_cause(&self) -> Option<String> {
+        let deepest = self.chain().last()?;
+        #[cfg(feature = "rustls")]
+        if let Some(tls) = self
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<rustls::Error>())
+        {
+            return Some(describe_tls(tls));
+        }
+        if let Some(io) = self
+            .chain()
+            .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+            .last()
+        {
+            use std::io::ErrorKind as K;
+            let words = match io.kind() {
+                K::ConnectionRefused => Some("connection refused"),
+                K::ConnectionReset => Some("connection reset by the server"),
+                K::ConnectionAborted => Some("connection aborted"),
+                K::TimedOut => Some("the TCP connect timed out"),
+                K::AddrNotAvailable => Some("address not available"),
+                K::UnexpectedEof => Some("the connection closed early"),
+                _ => None,
+            };
+            if let Some(words) = words {
+                return Some(words.to_owned());
+            }
+        }
+        Some(deepest.to_string())
     }
 
     fn kind_str(&self) -> &'static str {
@@ -448,6 +509,19 @@ impl fmt::Display for Error {
         if let Some(message) = &self.inner.message {
             write!(f, ": {message}")?;
         }
+        // The root cause a host shows its user, in words (the chain keeps
+        // the details).
+        if self.inner.kind == Kind::Transport {
+            if let Some(cause) = self.root_cause() {
+                write!(f, ": {cause}")?;
+            }
+            if let Some(target) = &self.inner.target {
+                write!(f, " ({target})")?;
+            }
+        }
+        if let Some(phase) = self.inner.phase {
+            write!(f, ", during {phase}")?;
+        }
         if let Some(first) = self.inner.cleanup.first() {
             write!(f, " (cleanup also failed: {first}")?;
             if self.inner.cleanup.len() > 1 {
@@ -456,6 +530,27 @@ impl fmt::Display for Error {
             f.write_str(")")?;
         }
         Ok(())
+    }
+}
+
+/// A refused TLS handshake in words; a certificate problem named as one.
+#[cfg(feature = "rustls")]
+fn describe_tls(error: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    match error {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => {
+            "the server's certificate is not trusted (unknown issuer)".to_owned()
+        }
+        rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            "the server's certificate has expired".to_owned()
+        }
+        rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        ) => "the server's certificate is not valid for this host name".to_owned(),
+        rustls::Error::InvalidCertificate(other) => {
+            format!("the server's certificate was refused: {other:?}")
+        }
+        other => format!("TLS failed: {other}"),
     }
 }
 

@@ -48,6 +48,10 @@ async fn an_untrusted_certificate_is_refused_before_anything_is_sent() {
         .await
         .unwrap_err();
     assert!(error.is_transport(), "{error:?}");
+    // The message names the certificate problem, not just "transport".
+    let text = error.to_string();
+    assert!(text.contains("certificate is not trusted"), "{text}");
+    assert!(!error.is_retryable(), "{error:?}");
     assert!(server.requests().is_empty());
 }
 

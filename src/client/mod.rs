@@ -279,7 +279,10 @@ impl HttpClient {
         scope: Option<ScopeId>,
     ) -> Result<http::Response<ResponseBody>> {
         self.inner.hooks.apply(&mut request, scope).await?;
-        (self.inner.send)(request).await.map_err(Error::transport)
+        let uri = request.uri().clone();
+        (self.inner.send)(request)
+            .await
+            .map_err(|e| Error::transport(e).with_target(&uri))
     }
 }
 
