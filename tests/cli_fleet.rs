@@ -469,16 +469,99 @@ fn end_of_input_answers_pending_calls_then_shuts_down() {
         br#"{"call": {"server": "slow", "tool": "tool-002", "arguments": {"text": "late"}}}"#,
     );
     drop(fleet.stdin.take());
+    // Answered with its result, before the shutdown (not cut by it).
+    let answer = fleet.wait_json(0, "the call's answer", |v| {
+        v["server"] == "slow" && v.get("tool").is_some()
+    });
+    assert!(answer["result"].to_string().contains("late"), "{answer}");
     let shutdown = fleet.shutdown_event();
     assert_eq!(
         shutdown["servers"]["slow"]["outcome"], "closed",
         "{shutdown}"
     );
-    let answer = fleet.wait_json(0, "the call's answer", |v| {
-        v["server"] == "slow" && v.get("tool").is_some()
-    });
-    assert!(answer["result"].to_string().contains("late"), "{answer}");
     assert_eq!(deletes(&slow), 1);
+}
+
+/// SIGINT (or SIGTERM) ends the run while standard input is still open (a
+/// terminal, a host that keeps its pipe): nothing waits for a read that
+/// never ends.
+#[test]
+fn sigint_with_standard_input_open_exits() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("up", "ready");
+    fleet.signal("INT");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(shutdown["servers"]["up"]["outcome"], "closed", "{shutdown}");
+    assert!(fleet.stdin.is_some(), "standard input stayed open");
+    assert_eq!(deletes(&up), 1);
+}
+
+/// A line that is not UTF-8 is one malformed command: one error line, and
+/// the next command is still read and answered.
+#[test]
+fn a_line_that_is_not_utf8_is_answered_and_reading_goes_on() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let answer = fleet.command(b"{\"status\": \"\xff\"}");
+    assert!(answer["error"].is_string(), "{answer}");
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+}
+
+/// A command line over the bound (1 MiB) is refused with one error line,
+/// never held whole; the next one is answered.
+#[test]
+fn an_over_long_command_line_is_refused() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let mut long = br#"{"status": ""#.to_vec();
+    long.resize(long.len() + (1 << 20), b'x');
+    long.extend_from_slice(br#""}"#);
+    let answer = fleet.command(&long);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1048576 bytes"),
+        "{answer}"
+    );
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+}
+
+/// A tool's result with C1 control characters (U+009B is a CSI to many
+/// terminals) and DEL is still one valid JSON line, with them escaped.
+#[test]
+fn server_text_with_c1_controls_stays_one_json_line() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let from = fleet.seen.len();
+    fleet.send(
+        br#"{"call": {"server": "up", "tool": "tool-000", "arguments": {"text": "a\u009b2Jb\u007f"}}}"#,
+    );
+    let at = fleet.wait_from(from, "the call's answer", |line| line.contains("tool-000"));
+    let line = fleet.seen[at].clone();
+    assert!(!line.contains(char::is_control), "raw controls: {line:?}");
+    let answer: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert!(line.contains(r"a\u009b2Jb\u007f"), "{line}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["arguments"]["text"], "a\u{9b}2Jb\u{7f}",
+        "{answer}"
+    );
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
 }
 
 /// Without --json: the same, as readable lines.
