@@ -344,6 +344,18 @@ fn json_lines_commands_and_sigterm() {
         answer["error"].as_str().unwrap().contains("not ready"),
         "{answer}"
     );
+    // Or waits for it, when asked to, up to `waitMs`.
+    let answer = fleet.command(br#"{"call": {"server": "down", "tool": "t", "waitMs": 50}}"#);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("not ready within"),
+        "{answer}"
+    );
+    let answer =
+        fleet.command(br#"{"call": {"server": "up", "tool": "tool-002", "waitMs": 5000}}"#);
+    assert!(answer["result"].is_object(), "{answer}");
     // Server text with C1 control characters still makes one JSON line.
     let answer = fleet.command(
         "{\"call\": {\"server\": \"up\", \"tool\": \"tool-000\", \"arguments\": {\"text\": \"a\\u009b2Jb\\u007f\"}}}"
