@@ -626,3 +626,33 @@ fn usage_errors_exit_2() {
         assert!(!stderr.contains("secret"), "{args:?} echoes: {stderr}");
     }
 }
+
+/// --timeout bounds every server's connect (and requests): a server that
+/// never answers `initialize` is retried after it, not waited for 30 s.
+#[test]
+fn timeout_applies_to_every_server() {
+    // Connections are taken (the backlog), never answered.
+    let deaf = TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}/mcp", deaf.local_addr().expect("its address"));
+    let config = ConfigFile::new(&json!({"deaf": {"url": url}}));
+    let mut fleet = Fleet::start(
+        &[
+            "--json",
+            "--exit-on-eof",
+            "--timeout",
+            "0.3",
+            "--max-backoff",
+            "0.2",
+        ],
+        &config,
+    );
+    let retrying = fleet.wait_state("deaf", "retrying");
+    let error = retrying["error"].as_str().unwrap();
+    assert!(error.contains("300ms"), "{retrying}");
+    drop(fleet.stdin.take());
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(
+        shutdown["servers"]["deaf"]["outcome"], "no_session",
+        "{shutdown}"
+    );
+}
