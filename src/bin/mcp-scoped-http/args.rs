@@ -86,11 +86,17 @@ pub(crate) enum Command {
         url: String,
     },
     /// Run a fleet of the HTTP servers of an `mcpServers` config file until
-    /// interrupted (SIGINT, SIGTERM): one line per state change and per
-    /// catalog change (with --json, one JSON object a line); the file is
-    /// read again on SIGHUP and when it changes; commands on standard
-    /// input, one JSON object a line: {"call": {"server", "tool",
-    /// "arguments"}}, {"reconnect": NAME}, {"status": true}.
+    /// interrupted (SIGINT, SIGTERM): one line per state change (starting,
+    /// ready, retrying, auth_required, failed, stopped; unsupported for a
+    /// stdio entry) and per catalog change (with --json, one JSON object a
+    /// line); the file is read again on SIGHUP and when it changes, and
+    /// reconciled by name. Commands on standard input, one JSON object a
+    /// line, each answered by one JSON line (carrying the command's "id",
+    /// if any): {"call": {"server", "tool", "arguments", "waitMs"}},
+    /// {"reconnect": NAME}, {"status": true}. Ends with a "shutdown" line
+    /// (each server's outcome, the ledger); exit status 0 when everything
+    /// was released. --timeout and --no-listen apply to every server;
+    /// headers and credentials come from the file only.
     Fleet(FleetArgs),
 }
 
@@ -98,10 +104,12 @@ pub(crate) enum Command {
 pub(crate) struct FleetArgs {
     /// The config file: {"mcpServers": {NAME: {"url", "headers", "type"}}}.
     pub(crate) config: std::path::PathBuf,
-    /// Caps the retry delay, in seconds (default 60).
+    /// Caps the retry delay, in seconds (default 60; the first retry waits
+    /// up to 0.5 s, or this cap if smaller).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub(crate) max_backoff: Option<Duration>,
-    /// Shut down at the end of standard input.
+    /// Shut down at the end of standard input, once every command read has
+    /// been answered.
     #[arg(long)]
     pub(crate) exit_on_eof: bool,
 }

@@ -147,7 +147,7 @@ fn main() -> ExitCode {
                 commands::serve(port, config, cli.common.oauth).await
             }
             Command::Conformance { url } => conformance::run(&url, &cli.common).await,
-            Command::Fleet(options) => fleet::run(options, cli.common.json).await,
+            Command::Fleet(options) => fleet::run(options, &cli.common).await,
         };
         // Let pending DELETEs (handed to the reaper) reach their servers.
         mcp_scoped_http::shutdown().await;

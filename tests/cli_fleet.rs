@@ -1,0 +1,658 @@
+#![cfg(feature = "cli")]
+//! `mcp-scoped-http fleet CONFIG`, run as a process against test kit
+//! servers and a dead port: its lines, its commands on standard input, its
+//! reloads, and its shutdown.
+//!
+//! Every wait is bounded: output is read by a thread into a channel and
+//! waited for with `recv_timeout` up to a deadline; the child is killed by
+//! its guard when a test fails.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+use serde_json::{Value, json};
+
+/// The bound on any one wait for a line (2 busy cores, a debug build).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A config file in the temporary directory, removed on drop.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(servers: &Value) -> ConfigFile {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "cli-fleet-{}-{}.json",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = ConfigFile(path);
+        file.write(servers);
+        file
+    }
+
+    /// Replaces the file whole (a new file renamed over the old one, as
+    /// editors do), so the fleet never reads half of it.
+    fn write(&self, servers: &Value) {
+        let next = self.0.with_extension("next");
+        std::fs::write(&next, json!({"mcpServers": servers}).to_string()).expect("write");
+        std::fs::rename(&next, &self.0).expect("rename");
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A URL on 127.0.0.1 where nothing listens.
+fn dead_url() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+/// The running CLI: killed and reaped on drop (a failed test leaves no
+/// process behind).
+struct Fleet {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Every stdout line so far, in order.
+    seen: Vec<String>,
+    stderr: Arc<Mutex<String>>,
+    /// The stdout reader saw the end of the stream.
+    closed: bool,
+}
+
+impl Fleet {
+    fn start(args: &[&str], config: &ConfigFile) -> Fleet {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+            .arg("fleet")
+            .args(args)
+            .arg(config.path())
+            .env_remove("MCP_CONFORMANCE_SCENARIO")
+            .env_remove("MCP_SCOPED_HTTP_BEARER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run mcp-scoped-http fleet");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().expect("stderr");
+        let text = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = err.read(&mut buf) {
+                text.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Fleet {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+            closed: false,
+        }
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "stdout:\n{}\nstderr:\n{}",
+            self.seen.join("\n"),
+            self.stderr.lock().unwrap()
+        )
+    }
+
+    /// Reads lines until one after `from` (an index into `seen`) matches,
+    /// within [`WAIT`]; returns its index.
+    #[track_caller]
+    fn wait_from(&mut self, from: usize, what: &str, matches: impl Fn(&str) -> bool) -> usize {
+        let deadline = Instant::now() + WAIT;
+        let mut index = from;
+        loop {
+            while index < self.seen.len() {
+                if matches(&self.seen[index]) {
+                    return index;
+                }
+                index += 1;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no {what} within {WAIT:?}\n{}", self.context())
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.closed = true;
+                    panic!("no {what} before the output ended\n{}", self.context())
+                }
+            }
+        }
+    }
+
+    /// The first JSON line (from `from` on) for which `matches` holds.
+    #[track_caller]
+    fn wait_json(&mut self, from: usize, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let at = self.wait_from(from, what, |line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|v| matches(&v))
+        });
+        serde_json::from_str(&self.seen[at]).expect("JSON")
+    }
+
+    /// `server`'s first line in `state`.
+    #[track_caller]
+    fn wait_state(&mut self, server: &str, state: &str) -> Value {
+        self.wait_json(0, &format!("`{server}` {state}"), |v| {
+            v["server"] == server && v["state"] == state
+        })
+    }
+
+    /// Sends one line on standard input and returns the answer: the first
+    /// new line that is no event and no state change.
+    #[track_caller]
+    fn command(&mut self, line: &[u8]) -> Value {
+        let from = self.seen.len();
+        self.send(line);
+        self.wait_json(from, "an answer", |v| {
+            v.get("event").is_none() && v.get("state").is_none()
+        })
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).expect("write a command");
+        stdin.write_all(b"\n").expect("write a command");
+        stdin.flush().expect("flush");
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {name}");
+    }
+
+    /// Waits for the end of the output, then for the exit, within [`WAIT`].
+    #[track_caller]
+    fn finish(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        while !self.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(RecvTimeoutError::Disconnected) => self.closed = true,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("the fleet did not end within {WAIT:?}\n{}", self.context())
+                }
+            }
+        }
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the fleet closed its output but did not exit\n{}",
+                self.context()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The shutdown event, after the process has ended with status 0.
+    #[track_caller]
+    fn shutdown_event(&mut self) -> Value {
+        let status = self.finish();
+        assert!(status.success(), "{status}\n{}", self.context());
+        let line = self
+            .seen
+            .iter()
+            .rev()
+            .find_map(|line| {
+                let v: Value = serde_json::from_str(line).ok()?;
+                (v["event"] == "shutdown").then_some(v)
+            })
+            .unwrap_or_else(|| panic!("no shutdown event\n{}", self.context()));
+        for field in [
+            "hooks",
+            "ownedClients",
+            "tasks",
+            "ownedSessions",
+            "pendingReaps",
+        ] {
+            assert_eq!(line["ledger"][field], 0, "{field}: {line}");
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!stderr.contains("internal error"), "{stderr}");
+        line
+    }
+
+    /// Every stdout line is one JSON object.
+    #[track_caller]
+    fn assert_all_json(&self) {
+        for line in &self.seen {
+            let value: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{}", self.context()));
+            assert!(value.is_object(), "{line}");
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// DELETE requests a test kit server received.
+fn deletes(server: &TestServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::DELETE)
+        .count()
+}
+
+/// Every state, the catalog, every command (a malformed line among them),
+/// and SIGTERM: a shutdown event with a report per server, every session
+/// DELETEd once, exit 0.
+#[test]
+fn json_lines_commands_and_sigterm() {
+    let up = TestServer::start(ServerConfig::default());
+    let locked = TestServer::start(
+        ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::status(401))),
+    );
+    let config = ConfigFile::new(&json!({
+        "up": {"url": up.url()},
+        "down": {"url": dead_url()},
+        "locked": {"url": locked.url()},
+        "broken": {"url": "not a url"},
+        "local": {"command": "npx", "args": ["some-server"]},
+    }));
+    let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
+
+    let unsupported = fleet.wait_state("local", "unsupported");
+    assert!(unsupported["error"].as_str().unwrap().contains("stdio"));
+    let applied = fleet.wait_json(0, "the applied event", |v| v["event"] == "applied");
+    assert_eq!(
+        applied["started"],
+        json!(["broken", "down", "locked", "up"]),
+        "{applied}"
+    );
+    fleet.wait_state("up", "starting");
+    let ready = fleet.wait_state("up", "ready");
+    assert_eq!(ready["tools"], 3, "{ready}");
+    let retrying = fleet.wait_state("down", "retrying");
+    assert!(retrying["attempt"].as_u64().unwrap() >= 1, "{retrying}");
+    assert!(retrying["retryInMs"].as_u64().unwrap() <= 200, "{retrying}");
+    assert!(
+        retrying["error"].as_str().unwrap().contains("refused"),
+        "{retrying}"
+    );
+    let auth = fleet.wait_state("locked", "auth_required");
+    assert!(auth["error"].as_str().unwrap().contains("401"), "{auth}");
+    let failed = fleet.wait_state("broken", "failed");
+    assert!(failed["error"].is_string(), "{failed}");
+    let catalog = fleet.wait_json(0, "a catalog event", |v| {
+        v["event"] == "catalog" && v["tools"] == 3
+    });
+    assert!(catalog["generation"].as_u64().unwrap() >= 1, "{catalog}");
+
+    // A call, answered with its result, its id echoed.
+    let answer = fleet.command(
+        br#"{"id": 7, "call": {"server": "up", "tool": "tool-001", "arguments": {"text": "hi there"}}}"#,
+    );
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["server"], "up", "{answer}");
+    assert!(
+        answer["result"].to_string().contains("hi there"),
+        "{answer}"
+    );
+    // A call to a server that is not ready fails at once, naming it.
+    let answer = fleet.command(br#"{"call": {"server": "down", "tool": "t"}}"#);
+    assert!(
+        answer["error"].as_str().unwrap().contains("not ready"),
+        "{answer}"
+    );
+    // Or waits for it, when asked to, up to `waitMs`.
+    let answer = fleet.command(br#"{"call": {"server": "down", "tool": "t", "waitMs": 50}}"#);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("not ready within"),
+        "{answer}"
+    );
+    let answer =
+        fleet.command(br#"{"call": {"server": "up", "tool": "tool-002", "waitMs": 5000}}"#);
+    assert!(answer["result"].is_object(), "{answer}");
+    // Server text with C1 control characters still makes one JSON line.
+    let answer = fleet.command(
+        "{\"call\": {\"server\": \"up\", \"tool\": \"tool-000\", \"arguments\": {\"text\": \"a\\u009b2Jb\\u007f\"}}}"
+            .as_bytes(),
+    );
+    assert!(answer["result"].to_string().contains("2Jb"), "{answer}");
+
+    let answer = fleet.command(br#"{"reconnect": "down"}"#);
+    assert_eq!(answer["ok"], true, "{answer}");
+    let answer = fleet.command(br#"{"reconnect": "nobody"}"#);
+    assert!(
+        answer["error"].as_str().unwrap().contains("nobody"),
+        "{answer}"
+    );
+
+    // Malformed lines get one error line each and the run goes on.
+    for bad in [
+        &b"not json"[..],
+        b"[1, 2]",
+        b"{\"frobnicate\": 1}",
+        b"\xff\xfe{}",
+    ] {
+        let answer = fleet.command(bad);
+        assert!(answer["error"].is_string(), "{bad:?}: {answer}");
+    }
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    assert_eq!(status["status"]["up"]["tools"], 3, "{status}");
+    assert_eq!(
+        status["status"]["locked"]["state"], "auth_required",
+        "{status}"
+    );
+    assert_eq!(
+        status["status"]["local"]["state"], "unsupported",
+        "{status}"
+    );
+    assert!(
+        ["retrying", "starting"].contains(&status["status"]["down"]["state"].as_str().unwrap()),
+        "{status}"
+    );
+    assert_eq!(status["tools"], 3, "{status}");
+
+    fleet.signal("TERM");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(shutdown["servers"]["up"]["outcome"], "closed", "{shutdown}");
+    assert_eq!(
+        shutdown["servers"]["up"]["session"], "deleted",
+        "{shutdown}"
+    );
+    assert_eq!(
+        shutdown["servers"]["down"]["outcome"], "no_session",
+        "{shutdown}"
+    );
+    assert_eq!(
+        shutdown["servers"]["locked"]["outcome"], "no_session",
+        "{shutdown}"
+    );
+    fleet.assert_all_json();
+    assert_eq!(up.stats().sessions_created, 1);
+    assert_eq!(deletes(&up), 1);
+    assert_eq!(up.stats().live_sessions, 0);
+}
+
+/// The config file edited: the new server starts, the removed one stops
+/// (its session DELETEd); SIGHUP reads the file again (unchanged here: the
+/// running server is left alone); SIGINT shuts down.
+#[test]
+fn config_edits_and_sighup_reconcile_by_name() {
+    let first = TestServer::start(ServerConfig::default());
+    let second = TestServer::start(ServerConfig::default().with_tools(2));
+    let config = ConfigFile::new(&json!({"first": {"url": first.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
+    fleet.wait_state("first", "ready");
+
+    config.write(&json!({"second": {"url": second.url()}}));
+    let reloaded = fleet.wait_json(0, "a reload", |v| v["event"] == "reloaded");
+    assert_eq!(reloaded["started"], json!(["second"]), "{reloaded}");
+    assert_eq!(reloaded["stopped"], json!(["first"]), "{reloaded}");
+    fleet.wait_state("first", "stopped");
+    fleet.wait_state("second", "ready");
+    // `apply` has returned: the removed server's session is gone.
+    assert_eq!(deletes(&first), 1);
+    assert_eq!(first.stats().live_sessions, 0);
+
+    let from = fleet.seen.len();
+    fleet.signal("HUP");
+    let reloaded = fleet.wait_json(from, "a reload on SIGHUP", |v| v["event"] == "reloaded");
+    assert_eq!(reloaded["unchanged"], json!(["second"]), "{reloaded}");
+    assert_eq!(reloaded["started"], json!([]), "{reloaded}");
+
+    // A broken edit keeps what runs, and says why.
+    std::fs::write(config.path(), "{\"mcpServers\": ").expect("write");
+    let error = fleet.wait_json(from, "a reload error", |v| {
+        v["event"] == "reload" && v["error"].is_string()
+    });
+    assert!(error["error"].as_str().unwrap().contains("JSON"), "{error}");
+
+    fleet.signal("INT");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(
+        shutdown["servers"]["second"]["outcome"], "closed",
+        "{shutdown}"
+    );
+    assert!(shutdown["servers"].get("first").is_none(), "{shutdown}");
+    fleet.assert_all_json();
+    assert_eq!(second.stats().sessions_created, 1, "SIGHUP restarted it");
+    assert_eq!(deletes(&second), 1);
+    assert_eq!(deletes(&first), 1);
+}
+
+/// With --exit-on-eof, the end of input shuts the fleet down, but only
+/// once every command read has been answered: a slow call is not cut.
+#[test]
+fn end_of_input_answers_pending_calls_then_shuts_down() {
+    let slow = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+        "tools/call",
+        FaultAction::Delay(Duration::from_millis(300)),
+    )));
+    let config = ConfigFile::new(&json!({"slow": {"url": slow.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("slow", "ready");
+    fleet.send(
+        br#"{"call": {"server": "slow", "tool": "tool-002", "arguments": {"text": "late"}}}"#,
+    );
+    drop(fleet.stdin.take());
+    // Answered with its result, before the shutdown (not cut by it).
+    let answer = fleet.wait_json(0, "the call's answer", |v| {
+        v["server"] == "slow" && v.get("tool").is_some()
+    });
+    assert!(answer["result"].to_string().contains("late"), "{answer}");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(
+        shutdown["servers"]["slow"]["outcome"], "closed",
+        "{shutdown}"
+    );
+    assert_eq!(deletes(&slow), 1);
+}
+
+/// SIGINT (or SIGTERM) ends the run while standard input is still open (a
+/// terminal, a host that keeps its pipe): nothing waits for a read that
+/// never ends.
+#[test]
+fn sigint_with_standard_input_open_exits() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("up", "ready");
+    fleet.signal("INT");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(shutdown["servers"]["up"]["outcome"], "closed", "{shutdown}");
+    assert!(fleet.stdin.is_some(), "standard input stayed open");
+    assert_eq!(deletes(&up), 1);
+}
+
+/// A line that is not UTF-8 is one malformed command: one error line, and
+/// the next command is still read and answered.
+#[test]
+fn a_line_that_is_not_utf8_is_answered_and_reading_goes_on() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let answer = fleet.command(b"{\"status\": \"\xff\"}");
+    assert!(answer["error"].is_string(), "{answer}");
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+}
+
+/// A command line over the bound (1 MiB) is refused with one error line,
+/// never held whole; the next one is answered.
+#[test]
+fn an_over_long_command_line_is_refused() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let mut long = br#"{"status": ""#.to_vec();
+    long.resize(long.len() + (1 << 20), b'x');
+    long.extend_from_slice(br#""}"#);
+    let answer = fleet.command(&long);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1048576 bytes"),
+        "{answer}"
+    );
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+}
+
+/// A tool's result with C1 control characters (U+009B is a CSI to many
+/// terminals) and DEL is still one valid JSON line, with them escaped.
+#[test]
+fn server_text_with_c1_controls_stays_one_json_line() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let from = fleet.seen.len();
+    fleet.send(
+        br#"{"call": {"server": "up", "tool": "tool-000", "arguments": {"text": "a\u009b2Jb\u007f"}}}"#,
+    );
+    let at = fleet.wait_from(from, "the call's answer", |line| line.contains("tool-000"));
+    let line = fleet.seen[at].clone();
+    assert!(!line.contains(char::is_control), "raw controls: {line:?}");
+    let answer: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert!(line.contains(r"a\u009b2Jb\u007f"), "{line}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["arguments"]["text"], "a\u{9b}2Jb\u{7f}",
+        "{answer}"
+    );
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+}
+
+/// Without --json: the same, as readable lines.
+#[test]
+fn readable_lines_without_json() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}, "local": {"command": "x"}}));
+    let mut fleet = Fleet::start(&["--exit-on-eof"], &config);
+    fleet.wait_from(0, "a readable ready line", |l| {
+        l == "server=up state=ready tools=3"
+    });
+    fleet.wait_from(0, "a readable unsupported line", |l| {
+        l.starts_with("server=local state=unsupported error=")
+    });
+    fleet.wait_from(0, "a readable catalog line", |l| {
+        l.starts_with("event=catalog generation=") && l.ends_with("tools=3")
+    });
+    drop(fleet.stdin.take());
+    let status = fleet.finish();
+    assert!(status.success(), "{status}\n{}", fleet.context());
+    fleet.wait_from(0, "a readable shutdown line", |l| {
+        l.starts_with("event=shutdown ")
+    });
+    assert_eq!(deletes(&up), 1);
+}
+
+/// Options the fleet cannot honour for every server are refused (a
+/// --bearer would go to every server in the file), as is a missing file.
+#[test]
+fn usage_errors_exit_2() {
+    let config = ConfigFile::new(&json!({}));
+    let path = config.path().to_str().unwrap().to_owned();
+    for args in [
+        vec!["fleet", &path, "--bearer", "secret"],
+        vec!["fleet", &path, "--header", "X-Key: secret"],
+        vec!["fleet", &path, "--oauth"],
+        vec!["fleet", &path, "--max-backoff", "0"],
+        vec!["fleet", "/nonexistent/fleet.json"],
+        vec!["fleet", "--json", "/nonexistent/fleet.json"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+            .args(&args)
+            // Ends a fleet that started anyway, instead of running on.
+            .arg("--exit-on-eof")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("secret"), "{args:?} echoes: {stderr}");
+    }
+}
+
+/// --timeout bounds every server's connect (and requests): a server that
+/// never answers `initialize` is retried after it, not waited for 30 s.
+#[test]
+fn timeout_applies_to_every_server() {
+    // Connections are taken (the backlog), never answered.
+    let deaf = TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}/mcp", deaf.local_addr().expect("its address"));
+    let config = ConfigFile::new(&json!({"deaf": {"url": url}}));
+    let mut fleet = Fleet::start(
+        &[
+            "--json",
+            "--exit-on-eof",
+            "--timeout",
+            "0.3",
+            "--max-backoff",
+            "0.2",
+        ],
+        &config,
+    );
+    let retrying = fleet.wait_state("deaf", "retrying");
+    let error = retrying["error"].as_str().unwrap();
+    assert!(error.contains("300ms"), "{retrying}");
+    drop(fleet.stdin.take());
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(
+        shutdown["servers"]["deaf"]["outcome"], "no_session",
+        "{shutdown}"
+    );
+}
