@@ -620,3 +620,31 @@ fn the_bearer_comes_from_a_file_or_the_environment() {
         stderr(&output)
     );
 }
+
+#[test]
+fn each_command_s_help_shows_only_the_options_it_uses() {
+    let client_only = ["--bearer", "--session-id", "--client-id", "--header"];
+    for command in ["serve", "fleet"] {
+        let help = stdout(&cli(&[command, "--help"]));
+        for option in client_only {
+            assert!(
+                !help.contains(option),
+                "`{command} --help` lists {option}:\n{help}"
+            );
+        }
+    }
+    let serve = stdout(&cli(&["serve", "--help"]));
+    assert!(
+        serve.contains("--oauth") && serve.contains("--revision"),
+        "{serve}"
+    );
+    // A client option given to serve is an error, not ignored.
+    assert_exit(&cli(&["serve", "--bearer", "x"]), 2);
+    for command in ["probe", "call", "churn", "conformance"] {
+        let help = stdout(&cli(&[command, "--help"]));
+        assert!(
+            help.contains("--bearer") && help.contains("--timeout"),
+            "{command}: {help}"
+        );
+    }
+}

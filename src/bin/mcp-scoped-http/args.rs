@@ -16,8 +16,6 @@ use crate::Failure;
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
-    #[command(flatten)]
-    pub(crate) common: Common,
 }
 
 #[derive(Debug, Subcommand)]
@@ -28,6 +26,8 @@ pub(crate) enum Command {
     Probe {
         /// The MCP endpoint, e.g. http://127.0.0.1:8000/mcp.
         url: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Connect, call one tool, print its result, close.
     Call {
@@ -37,6 +37,8 @@ pub(crate) enum Command {
         tool: String,
         /// The arguments, a JSON object (default `{}`).
         args: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Reconnect churn: each cycle connects (initialize, discovery), calls a
     /// tool when asked, and closes (DELETE), with the GET stream off. Prints
@@ -78,12 +80,19 @@ pub(crate) enum Command {
             value_parser = parse_revision
         )]
         revision: Eras,
+        /// Require tokens from an embedded authorization server that
+        /// approves every request (its metadata is served beside the
+        /// endpoint).
+        #[arg(long)]
+        oauth: bool,
     },
     /// The client under test for the official MCP conformance suite: acts
     /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).
     Conformance {
         /// The scenario's server URL (the suite appends it).
         url: String,
+        #[command(flatten)]
+        common: Common,
     },
     /// Run a fleet of the HTTP servers of an `mcpServers` config file until
     /// interrupted (SIGINT, SIGTERM): one line per state change (starting,
@@ -112,6 +121,16 @@ pub(crate) struct FleetArgs {
     /// been answered.
     #[arg(long)]
     pub(crate) exit_on_eof: bool,
+    /// Bound on each server's connect and on each request, in seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub(crate) timeout: Option<Duration>,
+    /// Do not listen for server messages (the GET stream; in 2026-07-28,
+    /// subscriptions/listen), on any server.
+    #[arg(long)]
+    pub(crate) no_listen: bool,
+    /// One JSON object a line on stdout instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +161,8 @@ pub(crate) struct ChurnArgs {
     /// logic, and print our time per cycle over the floor's.
     #[arg(long)]
     pub(crate) floor: bool,
+    #[command(flatten)]
+    pub(crate) common: Common,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -152,68 +173,66 @@ pub(crate) enum ClientKind {
     Borrowed,
 }
 
-/// Options every command takes.
+/// The client's options: every command that connects takes them.
 #[derive(Clone, Debug, Args)]
 pub(crate) struct Common {
     /// An extra request header, 'Name: value' (repeatable).
-    #[arg(long = "header", value_name = "'NAME: VALUE'", global = true)]
+    #[arg(long = "header", value_name = "'NAME: VALUE'")]
     pub(crate) headers: Vec<String>,
     /// Sends `Authorization: Bearer TOKEN`. On the command line, the token
     /// shows in the process list: prefer --bearer-file, or the environment
     /// variable MCP_SCOPED_HTTP_BEARER (used when neither option is given).
-    #[arg(long, value_name = "TOKEN", global = true)]
+    #[arg(long, value_name = "TOKEN")]
     pub(crate) bearer: Option<String>,
     /// Reads the bearer token from PATH (its first line; `-`: standard
     /// input).
-    #[arg(long, value_name = "PATH", conflicts_with = "bearer", global = true)]
+    #[arg(long, value_name = "PATH", conflicts_with = "bearer")]
     pub(crate) bearer_file: Option<std::path::PathBuf>,
     /// Attach to a session the caller owns (no initialize, no DELETE);
     /// needs --protocol-version.
-    #[arg(long, value_name = "ID", requires = "protocol_version", global = true)]
+    #[arg(long, value_name = "ID", requires = "protocol_version")]
     pub(crate) session_id: Option<String>,
     /// Speak this revision without probing (2026-07-28, 2025-11-25,
     /// 2025-06-18, 2025-03-26, or 2024-11-05 for HTTP+SSE); with
     /// --session-id, the revision of the attached session.
-    #[arg(long, value_name = "V", global = true)]
+    #[arg(long, value_name = "V")]
     pub(crate) protocol_version: Option<String>,
     /// Bound on connect and on each request, in seconds.
-    #[arg(long, value_name = "SECONDS", global = true, value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub(crate) timeout: Option<Duration>,
     /// Do not listen for server messages (the GET stream; in 2026-07-28,
     /// subscriptions/listen).
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub(crate) no_listen: bool,
     /// Print one JSON object on stdout instead of text.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub(crate) json: bool,
     /// Authorize with OAuth 2.1 when the server asks: prints the
     /// authorization URL, opens a browser, and takes the redirect on
     /// 127.0.0.1 (requests may then take up to 6 minutes, unless --timeout).
-    /// For `serve`: require tokens from an embedded, auto-approving
-    /// authorization server.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub(crate) oauth: bool,
     /// With --oauth: print the authorization URL only, open no browser.
-    #[arg(long, requires = "oauth", global = true)]
+    #[arg(long, requires = "oauth")]
     pub(crate) no_browser: bool,
     /// With --oauth: a client registered in advance (else the server's
     /// registration is used). Used only with the authorization server
     /// --issuer names; without --issuer, only a public client (no secret)
     /// and with any authorization server.
-    #[arg(long, value_name = "ID", requires = "oauth", global = true)]
+    #[arg(long, value_name = "ID", requires = "oauth")]
     pub(crate) client_id: Option<String>,
     /// With --client-id: the issuer of the authorization server it is
     /// registered with (its metadata's `issuer`, exactly). The client and
     /// its secret are used with that authorization server only. Required
     /// with a client secret.
-    #[arg(long, value_name = "URL", requires = "client_id", global = true)]
+    #[arg(long, value_name = "URL", requires = "client_id")]
     pub(crate) issuer: Option<String>,
     /// With --client-id and --issuer: its secret (client_secret_basic). On
     /// the command line, the secret shows in the process list: prefer
     /// --client-secret-file, or the environment variable
     /// MCP_SCOPED_HTTP_CLIENT_SECRET (used with --client-id when neither
     /// option is given).
-    #[arg(long, value_name = "SECRET", requires = "client_id", global = true)]
+    #[arg(long, value_name = "SECRET", requires = "client_id")]
     pub(crate) client_secret: Option<String>,
     /// With --client-id and --issuer: reads its secret from PATH (its first
     /// line; `-`: standard input).
@@ -221,21 +240,15 @@ pub(crate) struct Common {
         long,
         value_name = "PATH",
         requires = "client_id",
-        conflicts_with = "client_secret",
-        global = true
+        conflicts_with = "client_secret"
     )]
     pub(crate) client_secret_file: Option<std::path::PathBuf>,
     /// With --oauth: a scope to ask for (repeatable; else the server's).
-    #[arg(
-        long = "scope",
-        value_name = "SCOPE",
-        requires = "oauth",
-        global = true
-    )]
+    #[arg(long = "scope", value_name = "SCOPE", requires = "oauth")]
     pub(crate) scopes: Vec<String>,
     /// With --oauth: the port of the 127.0.0.1 redirect listener (default:
     /// any free one).
-    #[arg(long, value_name = "PORT", requires = "oauth", global = true)]
+    #[arg(long, value_name = "PORT", requires = "oauth")]
     pub(crate) redirect_port: Option<u16>,
 }
 

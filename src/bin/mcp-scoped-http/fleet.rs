@@ -24,7 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::args::{Common, FleetArgs};
+use crate::args::FleetArgs;
 use crate::commands::released_json;
 use crate::{Failure, Outcome};
 
@@ -137,8 +137,9 @@ fn unsupported_line(server: &str, reason: &str) -> Value {
 }
 
 /// The settings of the command line that apply to every server of the
-/// file (--timeout, --no-listen); refused: those that would send one
-/// credential or header to every server, or pin one session.
+/// file (--timeout, --no-listen). `fleet` has no credential or header
+/// options: one for every server would reach them all; they are per
+/// server, in CONFIG.
 #[derive(Clone, Copy, Debug)]
 struct Shared {
     timeout: Option<Duration>,
@@ -146,25 +147,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn from(common: &Common) -> Result<Shared, Failure> {
-        let refused = [
-            ("--header", !common.headers.is_empty()),
-            ("--bearer", common.bearer.is_some()),
-            ("--bearer-file", common.bearer_file.is_some()),
-            ("--session-id", common.session_id.is_some()),
-            ("--protocol-version", common.protocol_version.is_some()),
-            ("--oauth", common.oauth),
-        ];
-        if let Some((option, _)) = refused.iter().find(|(_, given)| *given) {
-            return Err(Failure::usage(format!(
-                "fleet takes no {option}: each server's headers and type are in CONFIG \
-                 (one credential for every server would reach them all)"
-            )));
+    fn from(options: &FleetArgs) -> Shared {
+        Shared {
+            timeout: options.timeout,
+            no_listen: options.no_listen,
         }
-        Ok(Shared {
-            timeout: common.timeout,
-            no_listen: common.no_listen,
-        })
     }
 
     fn spec(self, mut spec: ServerSpec) -> ServerSpec {
@@ -394,9 +381,9 @@ fn shutdown_json(outcome: &ServerShutdown) -> Value {
 
 /// Runs until SIGINT or SIGTERM (or the end of input with --exit-on-eof,
 /// once every command read is answered), then shuts down and reports.
-pub(crate) async fn run(options: FleetArgs, common: &Common) -> Outcome {
-    let json_mode = common.json;
-    let shared = Shared::from(common)?;
+pub(crate) async fn run(options: FleetArgs) -> Outcome {
+    let json_mode = options.json;
+    let shared = Shared::from(&options);
     let config: PathBuf = options.config;
     let loaded = load(&config).map_err(Failure::usage)?;
     let mut backoff = Backoff::default();

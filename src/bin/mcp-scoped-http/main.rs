@@ -115,11 +115,17 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async move {
         let outcome = match cli.command {
-            Command::Probe { url } => commands::probe(url, &cli.common).await,
-            Command::Call { url, tool, args } => {
-                commands::call(&url, &tool, args.as_deref(), &cli.common).await
+            Command::Probe { url, common } => commands::probe(url, &common).await,
+            Command::Call {
+                url,
+                tool,
+                args,
+                common,
+            } => commands::call(&url, &tool, args.as_deref(), &common).await,
+            Command::Churn(options) => {
+                let common = options.common.clone();
+                churn::run(options, &common).await
             }
-            Command::Churn(options) => churn::run(options, &cli.common).await,
             Command::Serve {
                 port,
                 tools,
@@ -128,6 +134,7 @@ fn main() -> ExitCode {
                 resources,
                 sse,
                 revision,
+                oauth,
             } => {
                 let mode = if sse {
                     ResponseMode::Sse
@@ -144,10 +151,10 @@ fn main() -> ExitCode {
                     .with_eras(revision)
                     // A long-running server keeps no record of requests.
                     .with_record_requests(false);
-                commands::serve(port, config, cli.common.oauth).await
+                commands::serve(port, config, oauth).await
             }
-            Command::Conformance { url } => conformance::run(&url, &cli.common).await,
-            Command::Fleet(options) => fleet::run(options, &cli.common).await,
+            Command::Conformance { url, common } => conformance::run(&url, &common).await,
+            Command::Fleet(options) => fleet::run(options).await,
         };
         // Let pending DELETEs (handed to the reaper) reach their servers.
         mcp_scoped_http::shutdown().await;
