@@ -97,7 +97,11 @@ impl ServerProcess {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("serve --port {} exited at start: {status}", self.port);
             }
             assert!(
