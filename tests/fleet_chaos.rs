@@ -2,8 +2,9 @@
 //! own processes (`mcp-scoped-http serve`) killed, paused and restarted on
 //! the same port, and in-process ones expired, slowed, cut and made to
 //! refuse (503, 401), while calls run from many tasks and `apply` changes
-//! the set. The storm is the same every run (a seeded generator); every
-//! loop is bounded in count and time.
+//! the set. The storm is the same every run (a seeded generator; set
+//! `CHAOS_SEED=N` for another one); every loop is bounded in count and
+//! time.
 //!
 //! What is checked afterwards, and where:
 //! - nothing leaked: the baseline check (FAULTS.md) of this whole process,
@@ -397,7 +398,12 @@ fn chaos_in_every_era_leaves_nothing_behind_and_never_sends_a_call_twice() {
         // Removals: (in-process server, the stopped slot's tag, how many
         // requests that server had seen when apply returned).
         let mut removals: Vec<(usize, String, usize)> = Vec::new();
-        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
+        // Another storm: CHAOS_SEED=N (the seed is printed below).
+        let seed = std::env::var("CHAOS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x2545_f491_4f6c_dd1d_u64);
+        let mut rng = Rng::new(seed);
         let mut ops: BTreeMap<&'static str, usize> = BTreeMap::new();
         let started = Instant::now();
         for _ in 0..STEPS {
@@ -578,7 +584,7 @@ fn chaos_in_every_era_leaves_nothing_behind_and_never_sends_a_call_twice() {
             tally.hung.extend(done.hung);
         }
         eprintln!(
-            "storm of {storm:?}: {ops:?}; calls answered {}, failed {}; process starts {:?}; \
+            "storm {seed} of {storm:?}: {ops:?}; calls answered {}, failed {}; process starts {:?}; \
              sessions minted {:?}",
             tally.ok,
             tally.failed,
