@@ -296,252 +296,269 @@ const STORM: Duration = Duration::from_secs(8);
 const MAX_CALLS: usize = 4000;
 const CALLERS: u64 = 6;
 
+/// The storm, healed at the end: every slot must come back (its tools in
+/// the catalog, a call answered), then shut down; nothing may be left
+/// behind.
+#[test]
+fn chaos_in_every_era_leaves_nothing_behind_and_never_sends_a_call_twice() {
+    scenario(storm(0x2545_f491_4f6c_dd1d, Ending::Heal));
+}
+
+/// The storm, shut down in its middle while the callers still call: slots
+/// connecting to a paused process, waiting to retry, waiting for a 401 to
+/// be fixed, ready on a server that no longer answers. The shutdown is
+/// bounded (by the connect and DELETE timeouts, not the shutdown's), and
+/// nothing may be left behind.
+#[test]
+fn a_shutdown_in_the_middle_of_a_storm_is_bounded_and_leaves_nothing_behind() {
+    scenario(storm(0x9e37_79b9_7f4a_7c15, Ending::Shutdown));
+}
+
+/// How a storm ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Every server healed and every slot wanted; all must be back before
+    /// the shutdown.
+    Heal,
+    /// Shut down as things are.
+    Shutdown,
+}
+
 /// The storm: four in-process servers (one per era) and four server
 /// processes (one per era) behind ten slots, some on the caller's lent
 /// client; servers killed, paused, restarted, expired, slowed, cut and
 /// made to refuse; slots removed, added, disabled, enabled, changed and
-/// woken; six tasks calling all along. Then everything is healed, every
-/// slot must come back, and nothing may be left behind.
-#[test]
-fn chaos_in_every_era_leaves_nothing_behind_and_never_sends_a_call_twice() {
-    scenario(async {
-        // The baseline is taken once every in-process server runs (each
-        // holds descriptors of its own).
-        let modern = TestServer::start(ServerConfig::default().with_eras(Eras::Modern));
-        let both = TestServer::start(
-            ServerConfig::default()
-                .with_eras(Eras::ModernAnd2025)
-                .with_listen(ListenMode::Open),
-        );
-        let sse = TestServer::start(ServerConfig::default().with_eras(Eras::HttpSse));
-        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
-        let locals: [&TestServer; 4] = [&world.server, &modern, &both, &sse];
-        let mut processes = Vec::new();
-        for eras in Eras::ALL {
-            processes.push(ServerProcess::start(eras).await);
-        }
-        let urls: Vec<String> = processes.iter().map(ServerProcess::url).collect();
-        let url = |host: Host| match host {
-            Host::Local(i) => locals[i].url(),
-            Host::Process(i) => urls[i].clone(),
-        };
+/// woken; six tasks calling all along; then the `ending`.
+async fn storm(seed: u64, ending: Ending) {
+    // The baseline is taken once every in-process server runs (each
+    // holds descriptors of its own).
+    let modern = TestServer::start(ServerConfig::default().with_eras(Eras::Modern));
+    let both = TestServer::start(
+        ServerConfig::default()
+            .with_eras(Eras::ModernAnd2025)
+            .with_listen(ListenMode::Open),
+    );
+    let sse = TestServer::start(ServerConfig::default().with_eras(Eras::HttpSse));
+    let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+    let locals: [&TestServer; 4] = [&world.server, &modern, &both, &sse];
+    let mut processes = Vec::new();
+    for eras in Eras::ALL {
+        processes.push(ServerProcess::start(eras).await);
+    }
+    let urls: Vec<String> = processes.iter().map(ServerProcess::url).collect();
+    let url = |host: Host| match host {
+        Host::Local(i) => locals[i].url(),
+        Host::Process(i) => urls[i].clone(),
+    };
 
-        let mut entries: BTreeMap<&'static str, Entry> = BTreeMap::new();
-        let entry = |host, lent| Entry {
-            host,
-            lent,
-            incarnation: 0,
-            present: true,
-            enabled: true,
-        };
-        entries.insert("l-s2025", entry(Host::Local(0), false));
-        entries.insert("l-s2025-lent", entry(Host::Local(0), true));
-        entries.insert("l-modern", entry(Host::Local(1), false));
-        entries.insert("l-both", entry(Host::Local(2), false));
-        entries.insert("l-sse", entry(Host::Local(3), false));
-        entries.insert("l-sse-lent", entry(Host::Local(3), true));
-        entries.insert("p-modern", entry(Host::Process(0), false));
-        entries.insert("p-s2025", entry(Host::Process(1), false));
-        entries.insert("p-both", entry(Host::Process(2), false));
-        entries.insert("p-sse", entry(Host::Process(3), false));
-        let names: Vec<&'static str> = entries.keys().copied().collect();
-        let lent = world.caller.client.clone();
-        let desired = |entries: &BTreeMap<&'static str, Entry>| -> Vec<(String, ServerSpec)> {
-            entries
-                .iter()
-                .filter(|(_, e)| e.present)
-                .map(|(name, e)| {
-                    let mut spec = spec(&url(e.host), &tag(name, e)).enabled(e.enabled);
-                    if e.lent {
-                        spec = spec.client(lent.clone());
-                    }
-                    (name.to_string(), spec)
-                })
-                .collect()
-        };
-
-        let fleet = Arc::new(fleet());
-        fleet.apply(desired(&entries)).await.unwrap();
-        assert!(
-            eventually(SETTLE, || names.iter().all(|n| is_ready(&fleet, n))).await,
-            "not all ready at start: {:?}",
-            fleet.states()
-        );
-
-        let stop = CancellationToken::new();
-        let next_id = Arc::new(AtomicU64::new(0));
-        let mut callers = tokio::task::JoinSet::new();
-        for caller in 0..CALLERS {
-            let (fleet, stop, next_id) = (fleet.clone(), stop.clone(), next_id.clone());
-            let names = names.clone();
-            callers.spawn(async move {
-                let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ (caller + 1));
-                let mut tally = Tally::default();
-                for _ in 0..MAX_CALLS {
-                    if stop.is_cancelled() {
-                        break;
-                    }
-                    let name = names[rng.below(names.len())];
-                    let id = next_id.fetch_add(1, Ordering::Relaxed);
-                    let call = fleet.call_tool(name, "tool-000", json!({ "id": id }));
-                    match tokio::time::timeout(Duration::from_secs(3), call).await {
-                        Ok(Ok(_)) => tally.ok += 1,
-                        Ok(Err(_)) => tally.failed += 1,
-                        Err(_) => tally.hung.push(name),
-                    }
-                    tokio::time::sleep(2 * MS).await;
+    let mut entries: BTreeMap<&'static str, Entry> = BTreeMap::new();
+    let entry = |host, lent| Entry {
+        host,
+        lent,
+        incarnation: 0,
+        present: true,
+        enabled: true,
+    };
+    entries.insert("l-s2025", entry(Host::Local(0), false));
+    entries.insert("l-s2025-lent", entry(Host::Local(0), true));
+    entries.insert("l-modern", entry(Host::Local(1), false));
+    entries.insert("l-both", entry(Host::Local(2), false));
+    entries.insert("l-sse", entry(Host::Local(3), false));
+    entries.insert("l-sse-lent", entry(Host::Local(3), true));
+    entries.insert("p-modern", entry(Host::Process(0), false));
+    entries.insert("p-s2025", entry(Host::Process(1), false));
+    entries.insert("p-both", entry(Host::Process(2), false));
+    entries.insert("p-sse", entry(Host::Process(3), false));
+    let names: Vec<&'static str> = entries.keys().copied().collect();
+    let lent = world.caller.client.clone();
+    let desired = |entries: &BTreeMap<&'static str, Entry>| -> Vec<(String, ServerSpec)> {
+        entries
+            .iter()
+            .filter(|(_, e)| e.present)
+            .map(|(name, e)| {
+                let mut spec = spec(&url(e.host), &tag(name, e)).enabled(e.enabled);
+                if e.lent {
+                    spec = spec.client(lent.clone());
                 }
-                tally
-            });
-        }
+                (name.to_string(), spec)
+            })
+            .collect()
+    };
 
-        // Removals: (in-process server, the stopped slot's tag, how many
-        // requests that server had seen when apply returned).
-        let mut removals: Vec<(usize, String, usize)> = Vec::new();
-        // Another storm: CHAOS_SEED=N (the seed is printed below).
-        let seed = std::env::var("CHAOS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x2545_f491_4f6c_dd1d_u64);
-        let mut rng = Rng::new(seed);
-        let mut ops: BTreeMap<&'static str, usize> = BTreeMap::new();
-        let started = Instant::now();
-        for _ in 0..STEPS {
-            if started.elapsed() > STORM {
-                break;
+    let fleet = Arc::new(fleet());
+    fleet.apply(desired(&entries)).await.unwrap();
+    assert!(
+        eventually(SETTLE, || names.iter().all(|n| is_ready(&fleet, n))).await,
+        "not all ready at start: {:?}",
+        fleet.states()
+    );
+
+    let stop = CancellationToken::new();
+    let next_id = Arc::new(AtomicU64::new(0));
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..CALLERS {
+        let (fleet, stop, next_id) = (fleet.clone(), stop.clone(), next_id.clone());
+        let names = names.clone();
+        callers.spawn(async move {
+            let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ (caller + 1));
+            let mut tally = Tally::default();
+            for _ in 0..MAX_CALLS {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let name = names[rng.below(names.len())];
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                let call = fleet.call_tool(name, "tool-000", json!({ "id": id }));
+                match tokio::time::timeout(Duration::from_secs(3), call).await {
+                    Ok(Ok(_)) => tally.ok += 1,
+                    Ok(Err(_)) => tally.failed += 1,
+                    Err(_) => tally.hung.push(name),
+                }
+                tokio::time::sleep(2 * MS).await;
             }
-            let local = locals[rng.below(locals.len())];
-            let process = rng.below(processes.len());
-            let name = names[rng.below(names.len())];
-            let before = entries.clone();
-            let op = match rng.below(18) {
-                0 => {
-                    processes[process].kill();
-                    "kill"
-                }
-                1 | 2 => {
-                    processes[process].restart().await;
-                    "restart"
-                }
-                3 => {
-                    processes[process].pause();
-                    "pause"
-                }
-                4 => {
-                    processes[process].resume();
-                    "resume"
-                }
-                5 => {
-                    local.expire_sessions();
-                    "expire all"
-                }
-                6 => {
-                    local.push_fault(
-                        Fault::on_rpc("tools/call", FaultAction::ExpireSession).times(1),
-                    );
-                    "expire at a call"
-                }
-                7 => {
-                    local.push_fault(
-                        Fault::on_rpc("tools/call", FaultAction::Delay(30 * MS)).times(3),
-                    );
-                    local.push_fault(Fault::on_rpc("ping", FaultAction::Delay(100 * MS)).times(2));
-                    "slow"
-                }
-                8 => {
-                    local.push_fault(
-                        Fault::on_http(http::Method::POST, FaultAction::status(503)).times(3),
-                    );
-                    "503"
-                }
-                9 => {
-                    local.push_fault(
-                        Fault::on_http(
-                            http::Method::POST,
-                            FaultAction::unauthorized("Bearer realm=\"chaos\""),
-                        )
-                        .times(1),
-                    );
-                    "401"
-                }
-                10 => {
-                    local.push_fault(
-                        Fault::on_http(http::Method::POST, FaultAction::CloseConnection).times(4),
-                    );
-                    "cut"
-                }
-                11 => {
-                    local.clear_faults();
-                    "heal"
-                }
-                12 => {
-                    let e = entries.get_mut(name).expect("a name");
-                    if e.present {
-                        e.present = false;
-                    } else {
-                        e.present = true;
-                        e.enabled = true;
-                        e.incarnation += 1;
-                    }
-                    "remove or add"
-                }
-                13 => {
-                    let e = entries.get_mut(name).expect("a name");
-                    e.enabled = !e.enabled;
-                    if e.enabled {
-                        e.incarnation += 1;
-                    }
-                    "disable or enable"
-                }
-                14 => {
-                    let e = entries.get_mut(name).expect("a name");
+            tally
+        });
+    }
+
+    // Removals: (in-process server, the stopped slot's tag, how many
+    // requests that server had seen when apply returned).
+    let mut removals: Vec<(usize, String, usize)> = Vec::new();
+    // Another storm: CHAOS_SEED=N (the seed is printed below).
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seed);
+    let mut rng = Rng::new(seed);
+    let mut ops: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let started = Instant::now();
+    for _ in 0..STEPS {
+        if started.elapsed() > STORM {
+            break;
+        }
+        let local = locals[rng.below(locals.len())];
+        let process = rng.below(processes.len());
+        let name = names[rng.below(names.len())];
+        let before = entries.clone();
+        // Slots go away (removed, disabled) only while more than half run,
+        // so that most of them are in the storm most of the time.
+        let many = entries.values().filter(|e| e.running()).count() > names.len() / 2;
+        let op = match rng.below(18) {
+            0 => {
+                processes[process].kill();
+                "kill"
+            }
+            1 | 2 => {
+                processes[process].restart().await;
+                "restart"
+            }
+            3 => {
+                processes[process].pause();
+                "pause"
+            }
+            4 => {
+                processes[process].resume();
+                "resume"
+            }
+            5 => {
+                local.expire_sessions();
+                "expire all"
+            }
+            6 => {
+                local.push_fault(Fault::on_rpc("tools/call", FaultAction::ExpireSession).times(1));
+                "expire at a call"
+            }
+            7 => {
+                local.push_fault(Fault::on_rpc("tools/call", FaultAction::Delay(30 * MS)).times(3));
+                local.push_fault(Fault::on_rpc("ping", FaultAction::Delay(100 * MS)).times(2));
+                "slow"
+            }
+            8 => {
+                local.push_fault(
+                    Fault::on_http(http::Method::POST, FaultAction::status(503)).times(3),
+                );
+                "503"
+            }
+            9 => {
+                local.push_fault(
+                    Fault::on_http(
+                        http::Method::POST,
+                        FaultAction::unauthorized("Bearer realm=\"chaos\""),
+                    )
+                    .times(1),
+                );
+                "401"
+            }
+            10 => {
+                local.push_fault(
+                    Fault::on_http(http::Method::POST, FaultAction::CloseConnection).times(4),
+                );
+                "cut"
+            }
+            11 => {
+                local.clear_faults();
+                "heal"
+            }
+            12 => {
+                let e = entries.get_mut(name).expect("a name");
+                if e.present && (many || !e.enabled) {
+                    e.present = false;
+                } else if !e.running() {
+                    e.present = true;
+                    e.enabled = true;
                     e.incarnation += 1;
-                    // The caller's client is lent to in-process servers
-                    // only: the fd check counts two descriptors for each
-                    // of its connections.
-                    if matches!(e.host, Host::Local(_)) && rng.below(2) == 0 {
-                        e.lent = !e.lent;
-                    }
-                    "change"
                 }
-                15 => {
-                    let _ = fleet.reconnect(name);
-                    "reconnect"
+                "remove or add"
+            }
+            13 => {
+                let e = entries.get_mut(name).expect("a name");
+                if e.enabled && (many || !e.present) {
+                    e.enabled = false;
+                } else if !e.enabled {
+                    e.enabled = true;
+                    e.incarnation += 1;
                 }
-                _ => "calm",
-            };
-            *ops.entry(op).or_default() += 1;
-            if entries.iter().any(|(n, e)| {
-                let old = &before[n];
-                old.present != e.present
-                    || old.enabled != e.enabled
-                    || old.incarnation != e.incarnation
-            }) {
-                fleet.apply(desired(&entries)).await.expect("apply");
-                for (n, old) in &before {
-                    let new = &entries[n];
-                    let stopped =
-                        old.running() && (!new.running() || new.incarnation != old.incarnation);
-                    if let (true, Host::Local(i)) = (stopped, old.host) {
-                        removals.push((i, tag(n, old), locals[i].requests().len()));
-                    }
+                "disable or enable"
+            }
+            14 => {
+                let e = entries.get_mut(name).expect("a name");
+                e.incarnation += 1;
+                // The caller's client is lent to in-process servers
+                // only: the fd check counts two descriptors for each
+                // of its connections.
+                if matches!(e.host, Host::Local(_)) && rng.below(2) == 0 {
+                    e.lent = !e.lent;
+                }
+                "change"
+            }
+            15 => {
+                let _ = fleet.reconnect(name);
+                "reconnect"
+            }
+            _ => "calm",
+        };
+        *ops.entry(op).or_default() += 1;
+        if entries.iter().any(|(n, e)| {
+            let old = &before[n];
+            old.present != e.present || old.enabled != e.enabled || old.incarnation != e.incarnation
+        }) {
+            fleet.apply(desired(&entries)).await.expect("apply");
+            for (n, old) in &before {
+                let new = &entries[n];
+                let stopped =
+                    old.running() && (!new.running() || new.incarnation != old.incarnation);
+                if let (true, Host::Local(i)) = (stopped, old.host) {
+                    removals.push((i, tag(n, old), locals[i].requests().len()));
                 }
             }
-            tokio::time::sleep(10 * MS).await;
         }
-        let storm = started.elapsed();
+        tokio::time::sleep(10 * MS).await;
+    }
+    let storm = started.elapsed();
 
-        // Healed: every process up, every fault gone, every slot wanted.
-        for process in &mut processes {
-            if process.is_running() {
-                process.resume();
-            } else {
-                process.restart().await;
-            }
-        }
-        for local in locals {
-            local.clear_faults();
-        }
+    let mut shutdown_report = None;
+    if ending == Ending::Shutdown {
+        // Every slot wanted again, nothing healed: new slots connecting
+        // (to paused, killed, refusing servers) beside the storm's.
         for e in entries.values_mut() {
             if !e.running() {
                 e.present = true;
@@ -550,111 +567,169 @@ fn chaos_in_every_era_leaves_nothing_behind_and_never_sends_a_call_twice() {
             }
         }
         fleet.apply(desired(&entries)).await.unwrap();
-        // Every slot comes back, those waiting for a person (a 401 at
-        // connect) once woken.
-        let back = eventually(Duration::from_secs(8), || {
-            for (name, state) in fleet.states() {
-                if matches!(
-                    state,
-                    SlotState::AuthRequired { .. } | SlotState::Failed { .. }
-                ) {
-                    let _ = fleet.reconnect(&name);
-                }
-            }
-            names
-                .iter()
-                .all(|n| is_ready(&fleet, n) && has_tool(&fleet, n))
-        })
-        .await;
-        assert!(back, "not every slot came back: {:?}", fleet.states());
-        for name in &names {
-            let answer = fleet
-                .call_tool_waiting(name, "tool-001", json!({}), SETTLE)
-                .await
-                .unwrap_or_else(|e| panic!("`{name}` after the storm: {e}"));
-            assert_eq!(answer["structuredContent"]["tool"], "tool-001");
-        }
-
-        stop.cancel();
-        let mut tally = Tally::default();
-        while let Some(done) = callers.join_next().await {
-            let done = done.expect("a caller panicked");
-            tally.ok += done.ok;
-            tally.failed += done.failed;
-            tally.hung.extend(done.hung);
-        }
-        eprintln!(
-            "storm {seed} of {storm:?}: {ops:?}; calls answered {}, failed {}; process starts {:?}; \
-             sessions minted {:?}",
-            tally.ok,
-            tally.failed,
-            processes.iter().map(|p| p.starts).collect::<Vec<_>>(),
-            locals.map(|l| l.stats().sessions_created),
-        );
-        assert!(
-            tally.hung.is_empty(),
-            "calls took more than 3 s: {:?}",
-            tally.hung
-        );
-        assert!(tally.ok > 0);
-
-        let fleet = Arc::into_inner(fleet).expect("the callers are done");
+        tokio::time::sleep(5 * MS).await;
+        let running: Vec<&str> = entries
+            .iter()
+            .filter(|(_, e)| e.running())
+            .map(|(n, _)| *n)
+            .collect();
+        let states = fleet.states();
+        assert_eq!(states.keys().collect::<Vec<_>>(), running);
+        let shutting = Instant::now();
         let report = fleet.shutdown().await;
-        assert!(
-            !report
-                .servers
-                .values()
-                .any(|s| matches!(s, ServerShutdown::TimedOut)),
-            "{report:?}"
-        );
-        drop(fleet);
-        mcp_scoped_http::shutdown().await;
+        let took = shutting.elapsed();
+        eprintln!("shutdown in the storm took {took:?}, of {states:?}: {report:?}");
+        // The connects' timeout (1 s) is the longest wait left: a
+        // stop cancels it at once, and a DELETE waits 300 ms at most.
+        assert!(took < Duration::from_secs(2), "{took:?}: {report:?}");
+        shutdown_report = Some(report);
+    } else {
+        heal(
+            &fleet,
+            &mut processes,
+            &locals,
+            &mut entries,
+            &names,
+            &desired,
+        )
+        .await;
+    }
+    stop.cancel();
+    let mut tally = Tally::default();
+    while let Some(done) = callers.join_next().await {
+        let done = done.expect("a caller panicked");
+        tally.ok += done.ok;
+        tally.failed += done.failed;
+        tally.hung.extend(done.hung);
+    }
+    eprintln!(
+        "storm {seed} of {storm:?}: {ops:?}; calls answered {}, failed {}; process starts {:?}; \
+             sessions minted {:?}",
+        tally.ok,
+        tally.failed,
+        processes.iter().map(|p| p.starts).collect::<Vec<_>>(),
+        locals.map(|l| l.stats().sessions_created),
+    );
+    assert!(
+        tally.hung.is_empty(),
+        "calls took more than 3 s: {:?}",
+        tally.hung
+    );
+    assert!(tally.ok > 0);
 
-        // No call reached an in-process server twice.
-        for local in locals {
-            let twice = calls_sent_twice(local);
-            assert!(
-                twice.is_empty(),
-                "calls sent twice to {}: {twice:?}",
-                local.url()
-            );
+    let fleet = Arc::into_inner(fleet).expect("the callers are done");
+    let report = match shutdown_report {
+        Some(report) => report,
+        None => fleet.shutdown().await,
+    };
+    assert!(
+        !report
+            .servers
+            .values()
+            .any(|s| matches!(s, ServerShutdown::TimedOut)),
+        "{report:?}"
+    );
+    drop(fleet);
+    mcp_scoped_http::shutdown().await;
+
+    // No call reached an in-process server twice.
+    for local in locals {
+        let twice = calls_sent_twice(local);
+        assert!(
+            twice.is_empty(),
+            "calls sent twice to {}: {twice:?}",
+            local.url()
+        );
+    }
+    // No request of a stopped slot after the apply that stopped it.
+    let requests: Vec<Vec<RecordedRequest>> = locals.iter().map(|l| l.requests()).collect();
+    for (i, tag, from) in &removals {
+        let late: Vec<String> = requests[*i][*from..]
+            .iter()
+            .filter(|r| r.header("x-slot") == Some(tag.as_str()))
+            .map(|r| format!("{} {:?}", r.method, r.rpc_method))
+            .collect();
+        assert!(
+            late.is_empty(),
+            "requests of `{tag}` after the apply that stopped it returned: {late:?}"
+        );
+    }
+    // Every session settled: DELETEd once or expired (2025), its
+    // stream closed or expired (HTTP+SSE); 2026-07-28 has none.
+    let sse_ended = eventually(SETTLE, || sse.session_log().iter().all(|r| !r.live)).await;
+    assert!(sse_ended, "HTTP+SSE sessions left: {:?}", sse.session_log());
+    assert!(modern.session_log().is_empty());
+    assert_sessions_settled(&both, "both").await;
+    let log = assert_sessions_settled(&world.server, "2025").await;
+    // Every request of ours says which slot sent it (the checks above
+    // rely on it).
+    for (local, requests) in locals.iter().zip(&requests) {
+        let untagged: Vec<String> = requests
+            .iter()
+            .filter(|r| r.header("x-caller") != Some("own") && r.header("x-slot").is_none())
+            .map(|r| format!("{} {:?}", r.method, r.rpc_method))
+            .collect();
+        assert!(untagged.is_empty(), "{}: {untagged:?}", local.url());
+    }
+    world
+        .baseline
+        .check(&world.server, deletes_owed(&log))
+        .await;
+    drop(processes);
+}
+
+/// Heals everything: every process up, every fault gone, every slot
+/// wanted; then every slot must come back.
+async fn heal(
+    fleet: &Fleet,
+    processes: &mut [ServerProcess],
+    locals: &[&TestServer],
+    entries: &mut BTreeMap<&'static str, Entry>,
+    names: &[&'static str],
+    desired: &impl Fn(&BTreeMap<&'static str, Entry>) -> Vec<(String, ServerSpec)>,
+) {
+    for process in processes.iter_mut() {
+        if process.is_running() {
+            process.resume();
+        } else {
+            process.restart().await;
         }
-        // No request of a stopped slot after the apply that stopped it.
-        let requests: Vec<Vec<RecordedRequest>> = locals.iter().map(|l| l.requests()).collect();
-        for (i, tag, from) in &removals {
-            let late: Vec<String> = requests[*i][*from..]
-                .iter()
-                .filter(|r| r.header("x-slot") == Some(tag.as_str()))
-                .map(|r| format!("{} {:?}", r.method, r.rpc_method))
-                .collect();
-            assert!(
-                late.is_empty(),
-                "requests of `{tag}` after the apply that stopped it returned: {late:?}"
-            );
+    }
+    for local in locals {
+        local.clear_faults();
+    }
+    for e in entries.values_mut() {
+        if !e.running() {
+            e.present = true;
+            e.enabled = true;
+            e.incarnation += 1;
         }
-        // Every session settled: DELETEd once or expired (2025), its
-        // stream closed or expired (HTTP+SSE); 2026-07-28 has none.
-        let sse_ended = eventually(SETTLE, || sse.session_log().iter().all(|r| !r.live)).await;
-        assert!(sse_ended, "HTTP+SSE sessions left: {:?}", sse.session_log());
-        assert!(modern.session_log().is_empty());
-        assert_sessions_settled(&both, "both").await;
-        let log = assert_sessions_settled(&world.server, "2025").await;
-        // Every request of ours says which slot sent it (the checks above
-        // rely on it).
-        for (local, requests) in locals.iter().zip(&requests) {
-            let untagged: Vec<String> = requests
-                .iter()
-                .filter(|r| r.header("x-caller") != Some("own") && r.header("x-slot").is_none())
-                .map(|r| format!("{} {:?}", r.method, r.rpc_method))
-                .collect();
-            assert!(untagged.is_empty(), "{}: {untagged:?}", local.url());
+    }
+    fleet.apply(desired(entries)).await.unwrap();
+    // Every slot comes back, those waiting for a person (a 401 at
+    // connect) once woken.
+    let back = eventually(Duration::from_secs(8), || {
+        for (name, state) in fleet.states() {
+            if matches!(
+                state,
+                SlotState::AuthRequired { .. } | SlotState::Failed { .. }
+            ) {
+                let _ = fleet.reconnect(&name);
+            }
         }
-        world
-            .baseline
-            .check(&world.server, deletes_owed(&log))
-            .await;
-        drop(processes);
-    });
+        names
+            .iter()
+            .all(|n| is_ready(&fleet, n) && has_tool(&fleet, n))
+    })
+    .await;
+    assert!(back, "not every slot came back: {:?}", fleet.states());
+    for name in names {
+        let answer = fleet
+            .call_tool_waiting(name, "tool-001", json!({}), SETTLE)
+            .await
+            .unwrap_or_else(|e| panic!("`{name}` after the storm: {e}"));
+        assert_eq!(answer["structuredContent"]["tool"], "tool-001");
+    }
 }
 
 /// A slot stopped while its connect is past `initialize` (the server
@@ -698,6 +773,68 @@ fn a_slot_stopped_mid_connect_deletes_its_session_before_apply_returns() {
             assert_eq!(
                 all, then,
                 "{method}: requests of the stopped slot after apply returned"
+            );
+            drop(fleet);
+            mcp_scoped_http::shutdown().await;
+            world
+                .baseline
+                .check(&world.server, deletes_owed(&log))
+                .await;
+        }
+    });
+}
+
+/// A slot stopped while its session renews itself after the server
+/// expired it (a call met the 404; the new session's handshake hangs):
+/// the new session is DELETEd before `apply` returns, and nothing of the
+/// slot's reaches the server afterwards.
+#[test]
+fn a_slot_stopped_mid_renewal_leaves_nothing_after_apply_returns() {
+    scenario(async {
+        for hang in ["notifications/initialized", "initialize"] {
+            let world = World::new(
+                ServerConfig::default().with_fault(Fault::on_rpc(hang, FaultAction::Hang).skip(1)),
+            )
+            .await;
+            let fleet = Fleet::builder()
+                .backoff(Backoff::new(2 * MS, 40 * MS))
+                .health_interval(None)
+                .build();
+            let url = world.server.url();
+            fleet.apply([("a", spec(&url, "a.0"))]).await.unwrap();
+            assert!(eventually(SETTLE, || is_ready(&fleet, "a")).await);
+            world.server.expire_sessions();
+            let call = fleet.call_tool("a", "tool-000", json!({"id": 1}));
+            let remove = async {
+                assert!(eventually(SETTLE, || seen(&world.server, hang).len() == 2).await);
+                let report = fleet
+                    .apply(Vec::<(String, ServerSpec)>::new())
+                    .await
+                    .unwrap();
+                let then: Vec<String> = world
+                    .server
+                    .requests()
+                    .iter()
+                    .filter(|r| r.header("x-slot").is_some())
+                    .map(|r| format!("{} {:?}", r.method, r.rpc_method))
+                    .collect();
+                (report, then)
+            };
+            let (called, (report, then)) = tokio::join!(call, remove);
+            assert_eq!(report.stopped, ["a"], "{hang}");
+            assert!(called.is_err(), "{hang}: {called:?}");
+            mcp_scoped_http::shutdown().await;
+            let log = assert_each_session_deleted_once(&world.server, hang).await;
+            let all: Vec<String> = world
+                .server
+                .requests()
+                .iter()
+                .filter(|r| r.header("x-slot").is_some())
+                .map(|r| format!("{} {:?}", r.method, r.rpc_method))
+                .collect();
+            assert_eq!(
+                all, then,
+                "{hang}: requests of the stopped slot after apply returned"
             );
             drop(fleet);
             mcp_scoped_http::shutdown().await;
