@@ -292,6 +292,9 @@ async fn assert_sessions_settled(server: &TestServer, context: &str) -> Vec<Sess
 /// Storm steps at most, and the time they may take.
 const STEPS: usize = 250;
 const STORM: Duration = Duration::from_secs(8);
+/// How long the servers get to record what was sent before an `apply`
+/// returned (see its use).
+const BARRIER: Duration = Duration::from_millis(20);
 /// Calls per caller at most.
 const MAX_CALLS: usize = 4000;
 const CALLERS: u64 = 6;
@@ -470,6 +473,7 @@ async fn storm(seed: u64, ending: Ending) {
             7 => {
                 local.push_fault(Fault::on_rpc("tools/call", FaultAction::Delay(30 * MS)).times(3));
                 local.push_fault(Fault::on_rpc("ping", FaultAction::Delay(100 * MS)).times(2));
+                local.push_fault(Fault::on_rpc("tools/list", FaultAction::Delay(60 * MS)).times(2));
                 "slow"
             }
             8 => {
@@ -542,13 +546,29 @@ async fn storm(seed: u64, ending: Ending) {
             old.present != e.present || old.enabled != e.enabled || old.incarnation != e.incarnation
         }) {
             fleet.apply(desired(&entries)).await.expect("apply");
-            for (n, old) in &before {
-                let new = &entries[n];
-                let stopped =
-                    old.running() && (!new.running() || new.incarnation != old.incarnation);
-                if let (true, Host::Local(i)) = (stopped, old.host) {
-                    removals.push((i, tag(n, old), locals[i].requests().len()));
-                }
+            let stopped: Vec<(usize, String)> = before
+                .iter()
+                .filter_map(|(n, old)| {
+                    let new = &entries[n];
+                    let stopped =
+                        old.running() && (!new.running() || new.incarnation != old.incarnation);
+                    match (stopped, old.host) {
+                        (true, Host::Local(i)) => Some((i, tag(n, old))),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if !stopped.is_empty() {
+                // A barrier, not a wait for an outcome: every task of the
+                // fleet and of both clients runs on this thread, so while
+                // it is blocked nothing new is sent, and the servers
+                // (threads of their own) record what was sent before
+                // `apply` returned. What they record after the count
+                // below was sent after it.
+                std::thread::sleep(BARRIER);
+            }
+            for (i, tag) in stopped {
+                removals.push((i, tag, locals[i].requests().len()));
             }
         }
         tokio::time::sleep(10 * MS).await;
@@ -631,6 +651,10 @@ async fn storm(seed: u64, ending: Ending) {
     );
     drop(fleet);
     mcp_scoped_http::shutdown().await;
+    // The caller's own request of the baseline check is no fault's target.
+    for local in locals {
+        local.clear_faults();
+    }
 
     // No call reached an in-process server twice.
     for local in locals {
