@@ -743,7 +743,7 @@ async fn heal(
         }
         names
             .iter()
-            .all(|n| is_ready(&fleet, n) && has_tool(&fleet, n))
+            .all(|n| is_ready(fleet, n) && has_tool(fleet, n))
     })
     .await;
     assert!(back, "not every slot came back: {:?}", fleet.states());
