@@ -760,7 +760,6 @@ async fn heal(
 /// minted a session, discovery hangs): the session is DELETEd, and before
 /// `apply` returns, like every other request of the slot's.
 #[test]
-#[ignore = "fails today: the DELETE of a cancelled connect's session is the reaper's, after apply returns"]
 fn a_slot_stopped_mid_connect_deletes_its_session_before_apply_returns() {
     scenario(async {
         for method in ["notifications/initialized", "tools/list"] {
