@@ -809,6 +809,12 @@ impl PendingReap {
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let left = deadline.saturating_duration_since(Instant::now());
         lock(&REAPS).push((id, std::time::Instant::now() + left));
+        #[cfg(feature = "fleet")]
+        COLLECTED.with(|collected| {
+            if let Some(ids) = collected.borrow_mut().as_mut() {
+                ids.push(id);
+            }
+        });
         PendingReap {
             id,
             _count: Count::new(Field::PendingReaps, Some(counters)),
@@ -821,6 +827,47 @@ impl Drop for PendingReap {
         // Gone from the list first, then wake, so a woken waiter sees it gone.
         lock(&REAPS).retain(|(id, _)| *id != self.id);
         REAPS_DONE.notify_waiters();
+    }
+}
+
+#[cfg(feature = "fleet")]
+thread_local! {
+    /// The reaps handed out on this thread inside [`reaps_of`].
+    static COLLECTED: std::cell::RefCell<Option<Vec<u64>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a drop), and returns a future that waits for the reaps it
+/// handed out, each within its own bound: for an owner that cancels a
+/// connect and must know its DELETE is done (the fleet's slots).
+#[cfg(feature = "fleet")]
+pub(crate) fn reaps_of(f: impl FnOnce()) -> impl std::future::Future<Output = ()> + Send {
+    let outer = COLLECTED.with(|c| c.borrow_mut().replace(Vec::new()));
+    f();
+    let ids = COLLECTED
+        .with(|c| std::mem::replace(&mut *c.borrow_mut(), outer))
+        .unwrap_or_default();
+    async move {
+        loop {
+            let notified = REAPS_DONE.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some(latest) = lock(&REAPS)
+                .iter()
+                .filter(|(id, _)| ids.contains(id))
+                .map(|(_, deadline)| *deadline)
+                .max()
+            else {
+                return;
+            };
+            let left = latest.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(left) => {}
+            }
+        }
     }
 }
 

@@ -39,7 +39,8 @@ pub enum ServerShutdown {
     Closed(Released),
     /// It had no session (connecting, waiting to retry, failed): nothing
     /// to close. A connect in flight was cancelled, and a server session
-    /// it had created is DELETEd by the reaper (see [`crate::shutdown`]).
+    /// it had created was DELETEd (by a reap the slot waited for, within
+    /// its DELETE timeout) before the slot ended.
     NoSession,
     /// It did not end within the shutdown's deadline: its task was
     /// aborted, and its session is DELETEd by the reaper.
@@ -179,10 +180,18 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
         slot.set_state(hub, SlotState::Starting);
         // Dropping the connect future on a stop is its cancellation: what
         // it created is released, a server session DELETEd by the reaper.
+        let mut connect = Box::pin(slot.connector.connect());
         let connected = tokio::select! {
             biased;
-            () = slot.stop.cancelled() => return ServerShutdown::NoSession,
-            connected = slot.connector.connect() => connected,
+            () = slot.stop.cancelled() => None,
+            connected = &mut connect => Some(connected),
+        };
+        let Some(connected) = connected else {
+            // A session the connect had created is DELETEd by a reap: the
+            // slot ends once it is done, so that nothing of the slot's
+            // reaches its server after `apply` returns.
+            crate::scope::reaps_of(|| drop(connect)).await;
+            return ServerShutdown::NoSession;
         };
         let (error, lost) = match connected {
             Ok(session) => {

@@ -3,6 +3,7 @@
 
 pub mod baseline;
 pub mod oauth;
+pub mod server_process;
 
 use std::time::{Duration, Instant};
 
