@@ -3,10 +3,14 @@
 //!
 //! 1. **Memory per ready slot**, with the listener off and on: N plain
 //!    `Session`s, then a fleet of N slots, each through one lent client
-//!    against a 2025-11-25 server. Each figure is measured in a fresh
-//!    process (this binary run again), as its `VmRSS` once all are ready
-//!    minus before, over N: a process that already freed N sessions would
-//!    reuse that memory and undercount the next.
+//!    against a 2025-11-25 server; both one at a time (a session connected,
+//!    a slot added by `apply` and ready, before the next) and all at once
+//!    (N connects in flight together, as a fleet starts). Each figure is
+//!    measured in a fresh process (this binary run again), as its `VmRSS`
+//!    once all are ready minus before, over N, the median of 3 (1 with
+//!    `--quick`): a process that already freed N sessions would reuse that
+//!    memory and undercount the next. All at once holds more (the
+//!    allocator keeps what N connects in flight used), for both alike.
 //! 2. **Start**: a fleet of N servers spread over four server processes,
 //!    one per era (2026-07-28, 2025-11-25, both, 2024-11-05; the era
 //!    detected, the fleet's owned client shared), from `apply` to all
@@ -51,6 +55,9 @@ const URL: &str = "FLEET_BENCH_URL";
 const KIND: &str = "FLEET_BENCH_KIND";
 const LISTEN: &str = "FLEET_BENCH_LISTEN";
 const COUNT: &str = "FLEET_BENCH_COUNT";
+/// Set: one at a time (a session connected, or a slot added and ready,
+/// before the next), rather than all at once.
+const ONE_AT_A_TIME: &str = "FLEET_BENCH_ONE_AT_A_TIME";
 
 /// The window the storm's `initialize` rate is counted over.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -157,7 +164,7 @@ struct ServerProcess {
 }
 
 /// What a server process counted.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Counts {
     sessions_created: u64,
     deletes: u64,
@@ -167,6 +174,8 @@ struct Counts {
     handshakes: u64,
     /// The most sessions minted in one [`WINDOW`], since the start.
     peak_window: u64,
+    /// Sessions minted per [`WINDOW`], from the first window with one.
+    windows: Vec<u64>,
 }
 
 impl ServerProcess {
@@ -219,6 +228,10 @@ impl ServerProcess {
             sse_closed_by_client: get("sse_closed_by_client"),
             handshakes: get("handshakes"),
             peak_window: get("peak_window"),
+            windows: value["windows"]
+                .as_array()
+                .map(|w| w.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default(),
         }
     }
 
@@ -261,8 +274,10 @@ fn server_main() {
         format!("http://127.0.0.1:{port}/mcp")
     };
     let peak = Arc::new(AtomicUsize::new(0));
+    // Sessions minted per window, from the first one on.
+    let windows = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
     {
-        let (server, peak) = (server.clone(), peak.clone());
+        let (server, peak, windows) = (server.clone(), peak.clone(), windows.clone());
         std::thread::spawn(move || {
             let mut last = 0;
             let mut next = Instant::now() + WINDOW;
@@ -271,6 +286,10 @@ fn server_main() {
                 next += WINDOW;
                 let now = server.stats().sessions_created;
                 peak.fetch_max(now - last, Ordering::Relaxed);
+                let mut windows = windows.lock().unwrap();
+                if now > 0 {
+                    windows.push(now - last);
+                }
                 last = now;
             }
         });
@@ -300,6 +319,7 @@ fn server_main() {
             "sse_closed_by_client": stats.sse_streams_closed_by_client,
             "handshakes": handshakes,
             "peak_window": peak.load(Ordering::Relaxed),
+            "windows": *windows.lock().unwrap(),
         });
         if writeln!(out, "{answer}")
             .and_then(|()| out.flush())
@@ -338,6 +358,7 @@ fn memory_main() {
     let url = std::env::var(URL).expect("FLEET_BENCH_URL");
     let fleet = std::env::var(KIND).is_ok_and(|k| k == "fleet");
     let listen = std::env::var(LISTEN).is_ok_and(|l| l == "1");
+    let one_at_a_time = std::env::var(ONE_AT_A_TIME).is_ok_and(|v| v == "1");
     let n: usize = std::env::var(COUNT)
         .ok()
         .and_then(|n| n.parse().ok())
@@ -358,21 +379,38 @@ fn memory_main() {
         if fleet {
             let fleet = Fleet::new();
             let spec = ServerSpec::from_connector(connector()).required(true);
-            let servers = (0..n).map(|i| (format!("s{i:05}"), spec.clone()));
-            fleet.apply(servers).await.expect("apply");
-            fleet.ready(READY_WITHIN).await.expect("all ready");
+            if one_at_a_time {
+                // The set grows by one per apply: one slot starts, and is
+                // ready before the next.
+                let mut servers = BTreeMap::new();
+                for i in 0..n {
+                    servers.insert(format!("s{i:05}"), spec.clone());
+                    fleet.apply(servers.clone()).await.expect("apply");
+                    fleet.ready(READY_WITHIN).await.expect("ready");
+                }
+            } else {
+                let servers = (0..n).map(|i| (format!("s{i:05}"), spec.clone()));
+                fleet.apply(servers).await.expect("apply");
+                fleet.ready(READY_WITHIN).await.expect("all ready");
+            }
             settle().await;
             println!("{before} {}", rss());
             fleet.shutdown().await;
         } else {
-            let mut connects = tokio::task::JoinSet::new();
-            for _ in 0..n {
-                let connector = connector();
-                connects.spawn(async move { connector.connect().await });
-            }
             let mut sessions = Vec::with_capacity(n);
-            while let Some(joined) = connects.join_next().await {
-                sessions.push(joined.expect("joined").expect("connects"));
+            if one_at_a_time {
+                for _ in 0..n {
+                    sessions.push(connector().connect().await.expect("connects"));
+                }
+            } else {
+                let mut connects = tokio::task::JoinSet::new();
+                for _ in 0..n {
+                    let connector = connector();
+                    connects.spawn(async move { connector.connect().await });
+                }
+                while let Some(joined) = connects.join_next().await {
+                    sessions.push(joined.expect("joined").expect("connects"));
+                }
             }
             settle().await;
             println!("{before} {}", rss());
@@ -393,9 +431,13 @@ async fn settle() {
 }
 
 /// Bytes per slot measured in a fresh process (see [`memory_main`]).
-fn memory_per_slot(url: &str, fleet: bool, listen: bool, n: usize) -> f64 {
+fn memory_per_slot(url: &str, fleet: bool, listen: bool, one_at_a_time: bool, n: usize) -> f64 {
     let exe = std::env::current_exe().expect("this bench's path");
-    let output = Command::new(exe)
+    let mut command = Command::new(exe);
+    if one_at_a_time {
+        command.env(ONE_AT_A_TIME, "1");
+    }
+    let output = command
         .env(ROLE, "memory")
         .env(URL, url)
         .env(KIND, if fleet { "fleet" } else { "plain" })
@@ -466,25 +508,36 @@ async fn drive(options: &Options, table: &mut Table) {
     // 1. Memory per ready slot, listener off and on, in fresh processes,
     // against a server of their own.
     let memory = ServerProcess::spawn("2025-11-25", 0);
+    let repeats = if options.quick { 1 } else { 3 };
     for listen in [false, true] {
         let url = &memory.url;
-        let plain = memory_per_slot(url, false, listen, n);
-        let fleet = memory_per_slot(url, true, listen, n);
-        table.row(
-            format!(
-                "resident memory per ready slot, listener {} (2025-11-25, lent client): plain `Session` / fleet slot / fleet's own",
-                if listen { "on" } else { "off" }
-            ),
-            format!(
-                "{} / {} / {} ({:.2}x)",
+        // The median of `repeats` fresh processes.
+        let measure = |fleet, one_at_a_time| {
+            let mut figures: Vec<f64> = (0..repeats)
+                .map(|_| memory_per_slot(url, fleet, listen, one_at_a_time, n))
+                .collect();
+            figures.sort_by(f64::total_cmp);
+            figures[figures.len() / 2]
+        };
+        let mut cells = Vec::new();
+        for (one_at_a_time, how) in [(true, "one at a time"), (false, "all at once")] {
+            let plain = measure(false, one_at_a_time);
+            let fleet = measure(true, one_at_a_time);
+            cells.push(format!(
+                "{how}: {} / {} / {:+.1} KiB",
                 kib(plain),
                 kib(fleet),
-                kib(fleet - plain),
-                fleet / plain
+                (fleet - plain) / 1024.0
+            ));
+        }
+        table.row(
+            format!(
+                "resident memory per ready slot, listener {} (2025-11-25, one lent client; median of {repeats}): plain `Session` / fleet slot / the fleet's own",
+                if listen { "on" } else { "off" }
             ),
+            cells.join("; "),
         );
     }
-
     drop(memory);
 
     // 2. Start: N servers over four processes, every era.
@@ -613,6 +666,17 @@ async fn drive(options: &Options, table: &mut Table) {
     assert_eq!(ready, n, "every slot ready again");
     let counts = storm.counts();
     let peak = counts.peak_window as f64 / WINDOW.as_secs_f64();
+    // From the first window with a session to the last.
+    let busy = counts
+        .windows
+        .iter()
+        .rposition(|&w| w > 0)
+        .map_or(0, |last| last + 1);
+    let spread = WINDOW * u32::try_from(busy).unwrap_or(u32::MAX);
+    eprintln!(
+        "sessions minted per 100 ms after the restart: {:?}",
+        &counts.windows[..busy]
+    );
     table.row(
         format!(
             "restart storm: the 2025-11-25 process holding {n} sessions killed, restarted on its port {} later (every slot noticed after {}; `Backoff::new(100ms, {}s)`, health check every {}s)",
@@ -622,9 +686,11 @@ async fn drive(options: &Options, table: &mut Table) {
             health.as_secs_f64(),
         ),
         format!(
-            "all {n} ready again {} after the restart; {} sessions created; peak `initialize` rate {peak:.0}/s ({} of {n} in the busiest 100 ms window)",
+            "all {n} ready again {} after the restart; {} sessions created over {} ({:.0}/s on average); peak `initialize` rate {peak:.0}/s ({} in the busiest 100 ms window; without jitter all {n} would come in one)",
             ms(back),
             counts.sessions_created,
+            ms(spread),
+            counts.sessions_created as f64 / spread.as_secs_f64().max(WINDOW.as_secs_f64()),
             counts.peak_window,
         ),
     );
