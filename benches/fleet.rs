@@ -571,7 +571,7 @@ async fn drive(options: &Options, table: &mut Table) {
     let started = Instant::now();
     let report = fleet.apply(edited).await.expect("reconcile");
     let took = started.elapsed();
-    assert_eq!(report.replaced, [changed.clone()]);
+    assert_eq!(report.replaced, std::slice::from_ref(&changed));
     assert!(report.started.is_empty() && report.stopped.is_empty());
     assert_eq!(report.unchanged.len(), n - 1);
     fleet.ready(READY_WITHIN).await.expect("all ready again");
