@@ -121,8 +121,7 @@ impl ClientCache {
                 Err(flight) => flight,
                 Ok(outcome) => {
                     #[cfg(test)]
-                    self.waits
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    self.waits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let ended = outcome
                         .wait_for(Option::is_some)
                         .await
@@ -271,14 +270,20 @@ mod tests {
         let (outcomes, builds) = concurrent(&cache, &settings, 3, true);
         assert_eq!(builds, 1);
         let clients: Vec<Arc<SharedClient>> = outcomes.into_iter().map(Result::unwrap).collect();
-        assert!(clients.iter().all(|c| c.client.same_client(&clients[0].client)));
+        assert!(
+            clients
+                .iter()
+                .all(|c| c.client.same_client(&clients[0].client))
+        );
         // Equal settings, another builder value: the same client.
         let again = runtime()
             .block_on(cache.get(&HttpClientBuilder::new().pool_max_idle_per_host(3)))
             .unwrap();
         assert!(again.client.same_client(&clients[0].client));
         // Other settings: another client.
-        let other = runtime().block_on(cache.get(&HttpClientBuilder::new())).unwrap();
+        let other = runtime()
+            .block_on(cache.get(&HttpClientBuilder::new()))
+            .unwrap();
         assert!(!other.client.same_client(&clients[0].client));
         assert_eq!(cache.len(), 2);
         // The last holder goes: so does the entry, and the client.

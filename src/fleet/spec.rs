@@ -147,7 +147,11 @@ impl PartialEq for Pieces {
         same_client
             && same_oauth
             && self.hooks.len() == other.hooks.len()
-            && self.hooks.iter().zip(&other.hooks).all(|(a, b)| a.same_hook(b))
+            && self
+                .hooks
+                .iter()
+                .zip(&other.hooks)
+                .all(|(a, b)| a.same_hook(b))
             && self.client_settings == other.client_settings
             && self.url == other.url
             && self.headers == other.headers
@@ -496,8 +500,16 @@ mod tests {
         assert!(!hooked.same_server(&a.clone().hook(lookalike)));
         assert!(!hooked.same_server(&a));
         let fixed = |v: &str| HeaderHook::header("x-key", v).unwrap();
-        assert!(a.clone().hook(fixed("1")).same_server(&a.clone().hook(fixed("1"))));
-        assert!(!a.clone().hook(fixed("1")).same_server(&a.clone().hook(fixed("2"))));
+        assert!(
+            a.clone()
+                .hook(fixed("1"))
+                .same_server(&a.clone().hook(fixed("1")))
+        );
+        assert!(
+            !a.clone()
+                .hook(fixed("1"))
+                .same_server(&a.clone().hook(fixed("2")))
+        );
 
         let settings = || HttpClientBuilder::new().pool_max_idle_per_host(1);
         let custom = a.clone().client_settings(settings());
