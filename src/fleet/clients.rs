@@ -235,7 +235,10 @@ mod tests {
         let waits = cache.waits();
         let (started, is_started) = mpsc::channel();
         let (release, released) = mpsc::channel::<()>();
+        let finished = AtomicUsize::new(0);
         let outcomes = std::thread::scope(|scope| {
+            // Dropped if this panics: the leader then ends too.
+            let release = release;
             let leader = {
                 let build = build.clone();
                 scope.spawn(move || {
@@ -250,10 +253,17 @@ mod tests {
             let others: Vec<_> = (0..waiters)
                 .map(|_| {
                     let build = build.clone();
-                    scope.spawn(move || runtime().block_on(cache.get_with(settings, build)))
+                    let finished = &finished;
+                    scope.spawn(move || {
+                        let outcome = runtime().block_on(cache.get_with(settings, build));
+                        finished.fetch_add(1, Ordering::SeqCst);
+                        outcome
+                    })
                 })
                 .collect();
-            until(|| cache.waits() == waits + waiters);
+            // Each is waiting for the build, or (were there no single
+            // flight) done without it.
+            until(|| cache.waits() + finished.load(Ordering::SeqCst) == waits + waiters);
             release.send(()).unwrap();
             std::iter::once(leader)
                 .chain(others)
