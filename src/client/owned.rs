@@ -300,6 +300,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // The TLS cache, the builder's only interior mutability, is not hashed.
+    #[allow(clippy::mutable_key_type)]
     fn builders_are_equal_by_their_settings_alone() {
         let built = HttpClientBuilder::new();
         // A builder that built (and cached its TLS configuration) is still

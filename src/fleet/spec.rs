@@ -107,7 +107,8 @@ pub struct ServerSpec {
 
 #[derive(Clone)]
 enum Source {
-    Pieces(Pieces),
+    // Boxed: a spec is moved around far more than it is read.
+    Pieces(Box<Pieces>),
     // Compared by identity: a connector's hooks and handlers cannot be.
     Connector(Arc<Connector>),
 }
@@ -169,7 +170,7 @@ impl ServerSpec {
     /// puts the slot in [`SlotState::Failed`](super::SlotState::Failed).
     pub fn new(url: impl Into<String>) -> Self {
         ServerSpec {
-            source: Source::Pieces(Pieces {
+            source: Source::Pieces(Box::new(Pieces {
                 url: url.into(),
                 headers: Vec::new(),
                 bearer: None,
@@ -183,7 +184,7 @@ impl ServerSpec {
                 request_timeout: None,
                 delete_timeout: None,
                 listen: None,
-            }),
+            })),
             enabled: true,
             required: false,
         }
