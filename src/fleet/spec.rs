@@ -77,7 +77,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// value compares by identity: a lent client ([`HttpClient::same_client`]),
 /// a [`hook`](Self::hook) made with [`HeaderHook::provider`] (equal only to
 /// clones of itself; fixed headers compare by value), OAuth (equal only to
-/// clones of the same [`OAuth`](crate::oauth::OAuth) value, unchanged
+/// clones of the same `OAuth` value, unchanged
 /// since), and a connector given whole with
 /// [`from_connector`](Self::from_connector) (equal only in clones of the
 /// same spec). [`client_settings`](Self::client_settings) compare by value.
