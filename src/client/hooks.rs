@@ -85,6 +85,17 @@ impl HeaderHook {
         }
     }
 
+    /// Whether `other` is this hook: fixed headers equal by value, a
+    /// provider only to clones of itself (a closure cannot be compared).
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    pub(crate) fn same_hook(&self, other: &HeaderHook) -> bool {
+        match (&self.source, &other.source) {
+            (Source::Fixed(a), Source::Fixed(b)) => a == b,
+            (Source::Provider(a), Source::Provider(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     async fn headers(&self) -> Result<HeaderMap> {
         match &self.source {
             Source::Fixed(headers) => Ok(headers.clone()),

@@ -20,9 +20,27 @@ use crate::error::{BoxError, Result};
 /// `hyper_util::client::legacy::Client` with connection pooling; its
 /// connection tasks run on a tracked executor, so
 /// [`HttpClient::connection_tasks`] tells when dropping it has released them.
+///
+/// Two builders are equal (and hash alike) when their settings are: every
+/// setter's value, root certificates compared by their bytes. The TLS
+/// configuration a builder caches for the clients it builds is no setting
+/// and is left out. This is what lets a fleet (feature `fleet`) share one
+/// client among the servers that ask for equal settings.
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct HttpClientBuilder {
+    settings: Settings,
+    /// The TLS configuration, built once for every client this builder (or
+    /// a clone of it) builds; a TLS setter starts a new one.
+    #[cfg(feature = "rustls")]
+    tls: std::sync::Arc<std::sync::OnceLock<rustls::ClientConfig>>,
+}
+
+/// Every setting of a builder, and nothing else: equality and hashing
+/// derive from it, so a setting added here is compared without a second
+/// thought (a cache, like the TLS configuration, belongs outside).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Settings {
     connect_timeout: Option<Duration>,
     pool_idle_timeout: Option<Duration>,
     pool_max_idle_per_host: usize,
@@ -32,10 +50,20 @@ pub struct HttpClientBuilder {
     extra_roots: Vec<Vec<u8>>,
     #[cfg(feature = "rustls")]
     built_in_roots: bool,
-    /// The TLS configuration, built once for every client this builder (or
-    /// a clone of it) builds; a TLS setter starts a new one.
-    #[cfg(feature = "rustls")]
-    tls: std::sync::Arc<std::sync::OnceLock<rustls::ClientConfig>>,
+}
+
+impl PartialEq for HttpClientBuilder {
+    fn eq(&self, other: &Self) -> bool {
+        self.settings == other.settings
+    }
+}
+
+impl Eq for HttpClientBuilder {}
+
+impl std::hash::Hash for HttpClientBuilder {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.settings.hash(state);
+    }
 }
 
 impl Default for HttpClientBuilder {
@@ -48,15 +76,17 @@ impl HttpClientBuilder {
     /// A builder with the documented defaults.
     pub fn new() -> Self {
         HttpClientBuilder {
-            connect_timeout: Some(Duration::from_secs(10)),
-            pool_idle_timeout: Some(Duration::from_secs(30)),
-            pool_max_idle_per_host: 32,
-            tcp_keepalive: Some(Duration::from_secs(60)),
-            tcp_quickack: true,
-            #[cfg(feature = "rustls")]
-            extra_roots: Vec::new(),
-            #[cfg(feature = "rustls")]
-            built_in_roots: true,
+            settings: Settings {
+                connect_timeout: Some(Duration::from_secs(10)),
+                pool_idle_timeout: Some(Duration::from_secs(30)),
+                pool_max_idle_per_host: 32,
+                tcp_keepalive: Some(Duration::from_secs(60)),
+                tcp_quickack: true,
+                #[cfg(feature = "rustls")]
+                extra_roots: Vec::new(),
+                #[cfg(feature = "rustls")]
+                built_in_roots: true,
+            },
             #[cfg(feature = "rustls")]
             tls: Default::default(),
         }
@@ -64,43 +94,43 @@ impl HttpClientBuilder {
 
     /// Time allowed for the TCP connect. Default: 10 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
+        self.settings.connect_timeout = Some(timeout);
         self
     }
 
     /// No limit on the TCP connect (the system's own applies).
     pub fn no_connect_timeout(mut self) -> Self {
-        self.connect_timeout = None;
+        self.settings.connect_timeout = None;
         self
     }
 
     /// How long an idle pooled connection is kept. Default: 30 s.
     pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.pool_idle_timeout = Some(timeout);
+        self.settings.pool_idle_timeout = Some(timeout);
         self
     }
 
     /// Idle pooled connections are kept until the server closes them.
     pub fn no_pool_idle_timeout(mut self) -> Self {
-        self.pool_idle_timeout = None;
+        self.settings.pool_idle_timeout = None;
         self
     }
 
     /// Most idle connections kept per host. Default: 32. `0` disables pooling.
     pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
-        self.pool_max_idle_per_host = max;
+        self.settings.pool_max_idle_per_host = max;
         self
     }
 
     /// TCP keepalive probe interval. Default: 60 s.
     pub fn tcp_keepalive(mut self, interval: Duration) -> Self {
-        self.tcp_keepalive = Some(interval);
+        self.settings.tcp_keepalive = Some(interval);
         self
     }
 
     /// No TCP keepalive probes.
     pub fn no_tcp_keepalive(mut self) -> Self {
-        self.tcp_keepalive = None;
+        self.settings.tcp_keepalive = None;
         self
     }
 
@@ -114,14 +144,14 @@ impl HttpClientBuilder {
     /// on, pooled connections never stall on such servers, for one
     /// `setsockopt` per read.
     pub fn tcp_quickack(mut self, enabled: bool) -> Self {
-        self.tcp_quickack = enabled;
+        self.settings.tcp_quickack = enabled;
         self
     }
 
     /// Trusts one more root certificate (DER), for example a private CA.
     #[cfg(feature = "rustls")]
     pub fn add_root_certificate(mut self, der: impl Into<Vec<u8>>) -> Self {
-        self.extra_roots.push(der.into());
+        self.settings.extra_roots.push(der.into());
         self.tls = Default::default();
         self
     }
@@ -129,7 +159,7 @@ impl HttpClientBuilder {
     /// Whether the Mozilla root set (webpki-roots) is trusted. Default: true.
     #[cfg(feature = "rustls")]
     pub fn built_in_roots(mut self, enabled: bool) -> Self {
-        self.built_in_roots = enabled;
+        self.settings.built_in_roots = enabled;
         self.tls = Default::default();
         self
     }
@@ -161,10 +191,10 @@ impl HttpClientBuilder {
         // MCP exchanges are small request/response pairs: Nagle only adds
         // latency to them.
         http.set_nodelay(true);
-        http.set_connect_timeout(self.connect_timeout);
-        http.set_keepalive(self.tcp_keepalive);
+        http.set_connect_timeout(self.settings.connect_timeout);
+        http.set_keepalive(self.settings.tcp_keepalive);
         http.enforce_http(false);
-        let http = QuickAckConnector::with_enabled(http, self.tcp_quickack);
+        let http = QuickAckConnector::with_enabled(http, self.settings.tcp_quickack);
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -179,8 +209,8 @@ impl HttpClientBuilder {
         Ok(Client::builder(executor)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
-            .pool_idle_timeout(self.pool_idle_timeout)
-            .pool_max_idle_per_host(self.pool_max_idle_per_host)
+            .pool_idle_timeout(self.settings.pool_idle_timeout)
+            .pool_max_idle_per_host(self.settings.pool_max_idle_per_host)
             .build(connector))
     }
 
@@ -198,10 +228,10 @@ impl HttpClientBuilder {
         use std::sync::Arc;
 
         let mut roots = rustls::RootCertStore::empty();
-        if self.built_in_roots {
+        if self.settings.built_in_roots {
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         }
-        for der in &self.extra_roots {
+        for der in &self.settings.extra_roots {
             roots
                 .add(rustls::pki_types::CertificateDer::from(der.clone()))
                 .map_err(|e| Error::builder("invalid root certificate").with_source(e))?;
@@ -260,5 +290,51 @@ where
 {
     fn execute(&self, future: F) {
         self.tasks.spawn(future);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    // The TLS cache, the builder's only interior mutability, is not hashed.
+    #[allow(clippy::mutable_key_type)]
+    fn builders_are_equal_by_their_settings_alone() {
+        let built = HttpClientBuilder::new();
+        // A builder that built (and cached its TLS configuration) is still
+        // equal to a fresh one.
+        drop(built.build().unwrap());
+        assert_eq!(built, HttpClientBuilder::new());
+        let variants = [
+            HttpClientBuilder::new().connect_timeout(Duration::from_secs(1)),
+            HttpClientBuilder::new().no_connect_timeout(),
+            HttpClientBuilder::new().pool_idle_timeout(Duration::from_secs(1)),
+            HttpClientBuilder::new().no_pool_idle_timeout(),
+            HttpClientBuilder::new().pool_max_idle_per_host(1),
+            HttpClientBuilder::new().tcp_keepalive(Duration::from_secs(1)),
+            HttpClientBuilder::new().no_tcp_keepalive(),
+            HttpClientBuilder::new().tcp_quickack(false),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().add_root_certificate(vec![1, 2, 3]),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().built_in_roots(false),
+        ];
+        let mut seen = HashSet::from([HttpClientBuilder::new()]);
+        for variant in &variants {
+            assert_ne!(variant, &HttpClientBuilder::new(), "{variant:?}");
+            assert!(seen.insert(variant.clone()), "{variant:?}");
+            assert_eq!(variant, &variant.clone());
+        }
+        #[cfg(feature = "rustls")]
+        {
+            // Roots by their bytes, not by the value that holds them.
+            let root = |der: Vec<u8>| HttpClientBuilder::new().add_root_certificate(der);
+            assert_eq!(root(vec![1, 2, 3]), root(vec![1, 2, 3]));
+            assert_ne!(root(vec![1, 2, 3]), root(vec![1, 2, 4]));
+            assert!(seen.contains(&root(vec![1, 2, 3])));
+        }
     }
 }

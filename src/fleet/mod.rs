@@ -40,10 +40,13 @@
 //! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
 //!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
 //!   (stdio entries skipped and reported, unknown keys warned).
-//! - **One owned client.** Servers that lend no client share one the
-//!   fleet owns (connections pooled per origin; each session's hooks
-//!   still apply to its own requests only), dropped with the last of
-//!   them; a lent client is only ever used, by any number of slots.
+//! - **Shared owned clients.** Servers that lend no client share the
+//!   fleet's owned client for their
+//!   [`client_settings`](ServerSpec::client_settings) (one per distinct
+//!   settings, made once even when they start together; connections
+//!   pooled per origin; each session's headers, hooks and OAuth still
+//!   apply to its own requests only), dropped with the last of them; a
+//!   lent client is only ever used, by any number of slots.
 //! - **Shutdown drains.** [`Fleet::shutdown`] stops every slot at once
 //!   within one deadline and reports per server; dropping the fleet runs
 //!   the same drain in the background, as a reap that [`crate::shutdown`]

@@ -14,14 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
 use super::catalog::Hub;
-use super::clients::{ClientCache, SharedClient};
+use super::clients::{ClientCache, SlotClient};
 use super::spec::ServerSpec;
 use super::state::SlotState;
 use crate::error::Error;
 use crate::ledger::{Count, Field};
 use crate::scope::Released;
 use crate::sync::lock;
-use crate::{Connector, RequestOptions, Session};
+use crate::{RequestOptions, Session};
 
 /// The fleet-wide settings a slot runs by.
 #[derive(Clone, Debug)]
@@ -79,10 +79,9 @@ pub(crate) struct Slot {
     pub(crate) name: Arc<str>,
     pub(crate) spec: ServerSpec,
     pub(crate) required: AtomicBool,
-    connector: Connector,
-    /// The fleet's owned client, held while the slot lives (its connector
-    /// holds a handle too).
-    _client: Option<Arc<SharedClient>>,
+    /// Where the owner task gets its connector (and, with it, its hold on
+    /// the fleet's owned client for the spec's settings).
+    clients: ClientCache,
     state: watch::Sender<SlotState>,
     live: Mutex<Option<Arc<Live>>>,
     /// Cancelled to stop the slot, whatever it is doing.
@@ -96,19 +95,11 @@ pub(crate) struct Slot {
 impl Slot {
     pub(crate) fn new(name: Arc<str>, spec: ServerSpec, clients: &ClientCache) -> Slot {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        // A client that cannot be made (no TLS roots) is left to each
-        // connect, which then fails with the same error: a state, not a
-        // lost slot.
-        let client = spec
-            .wants_shared_client()
-            .then(|| clients.get().ok())
-            .flatten();
         Slot {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
-            connector: spec.connector(client.as_ref().map(|c| &c.client)),
-            _client: client,
+            clients: clients.clone(),
             spec,
             state: watch::Sender::new(SlotState::Starting),
             live: Mutex::new(None),
@@ -176,21 +167,27 @@ pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64,
 async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
     // Failures in a row since the last session that answered a request.
     let mut failures: u32 = 0;
+    // Got on the first connect and held until the task ends: the owned
+    // client goes with the last slot holding it. One that cannot be built
+    // is a failed connect (and is asked for again on the next).
+    let mut client: Option<SlotClient> = None;
     loop {
         slot.set_state(hub, SlotState::Starting);
         // Dropping the connect future on a stop is its cancellation: what
         // it created is released, a server session DELETEd by the reaper.
-        let mut connect = Box::pin(slot.connector.connect());
+        // Boxed: the slot's future stays small while it is ready (a
+        // connect future is about 8 KiB).
+        let mut connecting = Box::pin(connect(slot, &mut client));
         let connected = tokio::select! {
             biased;
             () = slot.stop.cancelled() => None,
-            connected = &mut connect => Some(connected),
+            connected = &mut connecting => Some(connected),
         };
         let Some(connected) = connected else {
             // A session the connect had created is DELETEd by a reap: the
             // slot ends once it is done, so that nothing of the slot's
             // reaches its server after `apply` returns.
-            crate::scope::reaps_of(|| drop(connect)).await;
+            crate::scope::reaps_of(|| drop(connecting)).await;
             return ServerShutdown::NoSession;
         };
         let (error, lost) = match connected {
@@ -257,6 +254,18 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
             }
         }
     }
+}
+
+/// Connects with the slot's connector, got first if the slot has none.
+async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<Session> {
+    let connect = match client {
+        Some(held) => held.connector.connect(),
+        None => client
+            .insert(slot.clients.slot_client(&slot.spec).await?)
+            .connector
+            .connect(),
+    };
+    connect.await
 }
 
 /// What a failure makes of the slot. A 401 or 403 (or a failed

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::{Connector, HttpClient, ProtocolVersion};
+use crate::{Connector, HeaderHook, HttpClient, HttpClientBuilder, ProtocolVersion};
 
 /// What separates the server's name from a tool's (or prompt's) name in
 /// the fleet's catalog: `weather__forecast` is the tool `forecast` of the
@@ -73,16 +73,30 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 /// does with it.
 ///
 /// Two specs are the same server when everything but
-/// [`required`](Self::required) is equal: a lent client compares by
-/// identity ([`HttpClient::same_client`]), a connector given whole with
-/// [`from_connector`](Self::from_connector) only to clones of the same
-/// spec. [`Fleet::apply`](super::Fleet::apply) leaves a slot whose spec is
-/// the same server untouched, and replaces it otherwise.
+/// [`required`](Self::required) is equal. What cannot be compared by
+/// value compares by identity: a lent client ([`HttpClient::same_client`]),
+/// a [`hook`](Self::hook) made with [`HeaderHook::provider`] (equal only to
+/// clones of itself; fixed headers compare by value), OAuth (equal only to
+/// clones of the same `OAuth` value, unchanged
+/// since), and a connector given whole with
+/// [`from_connector`](Self::from_connector) (equal only in clones of the
+/// same spec). [`client_settings`](Self::client_settings) compare by value.
+/// [`Fleet::apply`](super::Fleet::apply) leaves a slot whose spec is the
+/// same server untouched, and replaces it otherwise: a new hook or OAuth
+/// value is a changed server, even if it would do the same.
 ///
-/// Defaults: enabled, not required, the fleet's owned client (one for
-/// every server that lends none, dropped with the last of them), no
-/// headers, a connect timeout of 30 s, and the [`Connector`]'s defaults
-/// for the rest.
+/// Defaults: enabled, not required, the fleet's owned client for
+/// [`HttpClientBuilder::new`]'s settings (one per distinct
+/// [`client_settings`](Self::client_settings), shared by every server that
+/// asks for them and lends none, dropped with the last of them), no
+/// headers, hooks nor OAuth, a connect timeout of 30 s, and the
+/// [`Connector`]'s defaults for the rest.
+///
+/// # Credentials
+///
+/// Headers, the bearer token, hooks and OAuth are the server's own: they
+/// apply to its session's requests only, also on an owned client shared
+/// with other servers, or a lent one.
 #[derive(Clone)]
 #[must_use]
 pub struct ServerSpec {
@@ -93,7 +107,8 @@ pub struct ServerSpec {
 
 #[derive(Clone)]
 enum Source {
-    Pieces(Pieces),
+    // Boxed: a spec is moved around far more than it is read.
+    Pieces(Box<Pieces>),
     // Compared by identity: a connector's hooks and handlers cannot be.
     Connector(Arc<Connector>),
 }
@@ -103,7 +118,11 @@ struct Pieces {
     url: String,
     headers: Vec<(String, String)>,
     bearer: Option<String>,
+    hooks: Vec<HeaderHook>,
+    #[cfg(feature = "oauth")]
+    oauth: Option<crate::oauth::OAuth>,
     client: Option<HttpClient>,
+    client_settings: HttpClientBuilder,
     protocol_version: Option<ProtocolVersion>,
     connect_timeout: Duration,
     request_timeout: Option<Duration>,
@@ -118,7 +137,23 @@ impl PartialEq for Pieces {
             (Some(a), Some(b)) => a.same_client(b),
             _ => false,
         };
+        #[cfg(feature = "oauth")]
+        let same_oauth = match (&self.oauth, &other.oauth) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(&a.config, &b.config),
+            _ => false,
+        };
+        #[cfg(not(feature = "oauth"))]
+        let same_oauth = true;
         same_client
+            && same_oauth
+            && self.hooks.len() == other.hooks.len()
+            && self
+                .hooks
+                .iter()
+                .zip(&other.hooks)
+                .all(|(a, b)| a.same_hook(b))
+            && self.client_settings == other.client_settings
             && self.url == other.url
             && self.headers == other.headers
             && self.bearer == other.bearer
@@ -135,17 +170,21 @@ impl ServerSpec {
     /// puts the slot in [`SlotState::Failed`](super::SlotState::Failed).
     pub fn new(url: impl Into<String>) -> Self {
         ServerSpec {
-            source: Source::Pieces(Pieces {
+            source: Source::Pieces(Box::new(Pieces {
                 url: url.into(),
                 headers: Vec::new(),
                 bearer: None,
+                hooks: Vec::new(),
+                #[cfg(feature = "oauth")]
+                oauth: None,
                 client: None,
+                client_settings: HttpClientBuilder::new(),
                 protocol_version: None,
                 connect_timeout: Duration::from_secs(30),
                 request_timeout: None,
                 delete_timeout: None,
                 listen: None,
-            }),
+            })),
             enabled: true,
             required: false,
         }
@@ -187,12 +226,58 @@ impl ServerSpec {
         self
     }
 
+    /// Adds a header hook to this server's requests (and no one else's):
+    /// fixed headers, or a provider asked before every request (see
+    /// [`HeaderHook`]). Hooks apply in the order added, after the
+    /// [`header`](Self::header)s and the [`bearer`](Self::bearer), so a
+    /// hook's header replaces theirs. A provider compares by identity (see
+    /// the type's docs). Ignored for a spec made
+    /// [`from_connector`](Self::from_connector).
+    pub fn hook(mut self, hook: HeaderHook) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.hooks.push(hook);
+        }
+        self
+    }
+
+    /// Authorizes with OAuth 2.1 (feature `oauth`; see
+    /// [`Connector::oauth`]): a `401` (or a `403` `insufficient_scope`)
+    /// runs the flow and the request is sent again. Without OAuth, a `401`
+    /// or `403` puts the slot in
+    /// [`SlotState::AuthRequired`](super::SlotState::AuthRequired), as does
+    /// a flow that fails. Compares by identity (see the type's docs).
+    /// Ignored for a spec made [`from_connector`](Self::from_connector).
+    #[cfg(feature = "oauth")]
+    pub fn oauth(mut self, oauth: crate::oauth::OAuth) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.oauth = Some(oauth);
+        }
+        self
+    }
+
     /// Sends through the caller's client, which the fleet only borrows (see
     /// [`Connector::client`]): any number of slots may use it; it is never
-    /// closed. Ignored for a spec made [`from_connector`](Self::from_connector).
+    /// closed. [`client_settings`](Self::client_settings) are then unused.
+    /// Ignored for a spec made [`from_connector`](Self::from_connector).
     pub fn client(mut self, client: HttpClient) -> Self {
         if let Some(pieces) = self.pieces() {
             pieces.client = Some(client);
+        }
+        self
+    }
+
+    /// The settings of the owned client this server's requests go
+    /// through, when it lends none. The fleet keeps one owned client per
+    /// distinct settings (compared by value, see [`HttpClientBuilder`]):
+    /// servers asking for equal settings share it (made once, even when
+    /// they start together), and it is dropped when the last of them goes.
+    /// A client that cannot be built (an invalid root certificate) puts
+    /// the slot in [`SlotState::Failed`](super::SlotState::Failed).
+    /// Default: [`HttpClientBuilder::new`]. Ignored for a spec made
+    /// [`from_connector`](Self::from_connector).
+    pub fn client_settings(mut self, settings: HttpClientBuilder) -> Self {
+        if let Some(pieces) = self.pieces() {
+            pieces.client_settings = settings;
         }
         self
     }
@@ -273,15 +358,20 @@ impl ServerSpec {
         }
     }
 
-    /// Whether this server takes the fleet's shared owned client: it lends
-    /// none and brings no connector of its own.
-    pub(crate) fn wants_shared_client(&self) -> bool {
-        matches!(&self.source, Source::Pieces(pieces) if pieces.client.is_none())
+    /// The settings of the fleet's owned client this server goes through,
+    /// if it takes one: it lends no client and brings no connector of its
+    /// own.
+    pub(crate) fn owned_client_settings(&self) -> Option<&HttpClientBuilder> {
+        match &self.source {
+            Source::Pieces(pieces) if pieces.client.is_none() => Some(&pieces.client_settings),
+            _ => None,
+        }
     }
 
     /// The connector a slot connects with, every time: through the lent
-    /// client, else through `shared` (the fleet's owned client), else with
-    /// an owned client of each session's own.
+    /// client, else through `shared` (the fleet's owned client for the
+    /// spec's settings), else with an owned client of each session's own,
+    /// built with those settings.
     pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
         let pieces = match &self.source {
             Source::Connector(connector) => return Connector::clone(connector),
@@ -289,14 +379,22 @@ impl ServerSpec {
         };
         let mut connector =
             Connector::new(pieces.url.clone()).connect_timeout(pieces.connect_timeout);
-        if let Some(client) = pieces.client.as_ref().or(shared) {
-            connector = connector.client(client.clone());
+        match pieces.client.as_ref().or(shared) {
+            Some(client) => connector = connector.client(client.clone()),
+            None => connector = connector.client_builder(pieces.client_settings.clone()),
         }
         for (name, value) in &pieces.headers {
             connector = connector.header(name, value);
         }
         if let Some(token) = &pieces.bearer {
             connector = connector.bearer(token);
+        }
+        for hook in &pieces.hooks {
+            connector = connector.hook(hook.clone());
+        }
+        #[cfg(feature = "oauth")]
+        if let Some(oauth) = &pieces.oauth {
+            connector = connector.oauth(oauth.clone());
         }
         if let Some(version) = pieces.protocol_version {
             connector = connector.protocol_version(version);
@@ -328,9 +426,16 @@ impl fmt::Debug for ServerSpec {
                 d.field("origin", &origin)
                     .field("headers", &names)
                     .field("bearer", &pieces.bearer.is_some())
+                    .field("hooks", &pieces.hooks.len())
                     .field("client_lent", &pieces.client.is_some())
+                    .field(
+                        "default_client_settings",
+                        &(pieces.client_settings == HttpClientBuilder::new()),
+                    )
                     .field("protocol_version", &pieces.protocol_version)
                     .field("connect_timeout", &pieces.connect_timeout);
+                #[cfg(feature = "oauth")]
+                d.field("oauth", &pieces.oauth.is_some());
             }
             Source::Connector(connector) => {
                 d.field("connector", connector);
@@ -383,6 +488,54 @@ mod tests {
                 "http://127.0.0.1:1/mcp"
             )))
         );
+    }
+
+    #[test]
+    fn hooks_compare_by_identity_and_client_settings_by_value() {
+        let a = ServerSpec::new("http://127.0.0.1:1/mcp");
+        let provider = HeaderHook::provider(|| async { Ok(http::HeaderMap::new()) });
+        let hooked = a.clone().hook(provider.clone());
+        assert!(hooked.same_server(&hooked.clone()));
+        assert!(hooked.same_server(&a.clone().hook(provider.clone())));
+        let lookalike = HeaderHook::provider(|| async { Ok(http::HeaderMap::new()) });
+        assert!(!hooked.same_server(&a.clone().hook(lookalike)));
+        assert!(!hooked.same_server(&a));
+        let fixed = |v: &str| HeaderHook::header("x-key", v).unwrap();
+        assert!(
+            a.clone()
+                .hook(fixed("1"))
+                .same_server(&a.clone().hook(fixed("1")))
+        );
+        assert!(
+            !a.clone()
+                .hook(fixed("1"))
+                .same_server(&a.clone().hook(fixed("2")))
+        );
+
+        let settings = || HttpClientBuilder::new().pool_max_idle_per_host(1);
+        let custom = a.clone().client_settings(settings());
+        assert!(custom.same_server(&a.clone().client_settings(settings())));
+        assert!(!custom.same_server(&a));
+        assert!(a.same_server(&a.clone().client_settings(HttpClientBuilder::new())));
+        assert_eq!(custom.owned_client_settings(), Some(&settings()));
+        let lent = custom.clone().client(HttpClient::owned().unwrap());
+        assert_eq!(lent.owned_client_settings(), None);
+    }
+
+    #[cfg(feature = "oauth")]
+    #[test]
+    fn oauth_compares_by_identity() {
+        let a = ServerSpec::new("http://127.0.0.1:1/mcp");
+        let oauth = crate::oauth::OAuth::new(crate::oauth::HeadlessAgent::new(
+            "http://127.0.0.1:9/callback",
+        ));
+        let authorized = a.clone().oauth(oauth.clone());
+        assert!(authorized.same_server(&a.clone().oauth(oauth.clone())));
+        assert!(!authorized.same_server(&a));
+        let another = crate::oauth::OAuth::new(crate::oauth::HeadlessAgent::new(
+            "http://127.0.0.1:9/callback",
+        ));
+        assert!(!authorized.same_server(&a.clone().oauth(another)));
     }
 
     #[test]
