@@ -225,6 +225,48 @@ fn the_listener_going_up_and_down_is_announced() {
     });
 }
 
+/// 2026-07-28: the `subscriptions/listen` stream going up is announced
+/// (held back here so that the reader is there first); a close then ends
+/// the stream with `Closed`, no down.
+#[test]
+fn a_subscription_going_up_is_announced_in_2026() {
+    scenario(async {
+        let server = TestServer::start(
+            ServerConfig::default().with_eras(Eras::Modern).with_fault(
+                Fault::on_rpc(
+                    "subscriptions/listen",
+                    FaultAction::Delay(Duration::from_millis(300)),
+                )
+                .times(1),
+            ),
+        );
+        let session = Connector::new(server.url()).connect().await.unwrap();
+        let mut events = session.events();
+        match next(&mut events).await {
+            Ok(SessionEvent::ListenerUp) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(session.is_listening());
+        assert!(eventually(PROMPT, || server.list_changed("tools") > 0).await);
+        let (changed, _) = until(&mut events, |e| {
+            matches!(e, SessionEvent::CatalogChanged { .. })
+        })
+        .await;
+        assert!(matches!(
+            changed,
+            SessionEvent::CatalogChanged {
+                list: CatalogList::Tools,
+                ..
+            }
+        ));
+        session.close().await;
+        match next(&mut events).await {
+            Ok(SessionEvent::Closed) => {}
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
 /// A listener that finds the session expired (the GET stream ends, the
 /// reopen gets 404, its `ping` renews): down, renewed with the new id, and
 /// up on the new session.
