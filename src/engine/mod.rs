@@ -812,8 +812,10 @@ impl<F: Front> Engine<F> {
         match self.open(request, true, deadline).await {
             Ok((generation, result)) => {
                 self.set_ready(&generation);
-                self.start_listener(&generation);
+                // The front end hears of the new session before its
+                // listener's first event.
                 F::renewed(self, &generation, &result).await;
+                self.start_listener(&generation);
             }
             Err(error) => {
                 tracing::debug!(%error, "opening a new session failed");
