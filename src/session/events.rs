@@ -13,10 +13,13 @@ use crate::transport::{ProtocolVersion, SessionId};
 
 /// Events kept for the slowest reader of [`Session::events`]; older ones
 /// are dropped for it, and it is told how many
-/// ([`RecvError::Lagged`](broadcast::error::RecvError::Lagged)).
+/// ([`RecvError::Lagged`](broadcast::error::RecvError::Lagged)). Events
+/// are rare (a change, a renewal, a listener's open or end, which its
+/// backoff bounds), so a reader that reads at all keeps up; the buffer,
+/// about 2 KiB, is made when the first reader asks for it.
 ///
 /// [`Session::events`]: super::Session::events
-pub const SESSION_EVENT_CAPACITY: usize = 64;
+pub const SESSION_EVENT_CAPACITY: usize = 32;
 
 /// One list of a [`Catalog`](super::Catalog).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,34 +102,44 @@ pub enum SessionEvent {
     Closed,
 }
 
+/// Where a session's events go.
+#[derive(Debug, Default)]
+enum Channel {
+    /// Nobody has asked for events yet: nothing to send to, and no buffer
+    /// held (most sessions are never watched).
+    #[default]
+    Unwatched,
+    Open(broadcast::Sender<SessionEvent>),
+    /// Closed: every receiver has ended, and new ones end at once.
+    Closed,
+}
+
 /// The sending side of a session's events, and its catalog generation.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Events {
-    /// `None` once closed: every receiver then ends.
-    sender: Mutex<Option<broadcast::Sender<SessionEvent>>>,
+    channel: Mutex<Channel>,
     catalog_generation: AtomicU64,
 }
 
 impl Events {
-    pub(crate) fn new() -> Self {
-        Events {
-            sender: Mutex::new(Some(broadcast::channel(SESSION_EVENT_CAPACITY).0)),
-            catalog_generation: AtomicU64::new(0),
-        }
-    }
-
     /// A receiver of the events from now on; one that ends at once after
-    /// close.
+    /// close. The buffer is made for the first.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
-        match &*lock(&self.sender) {
-            Some(sender) => sender.subscribe(),
-            None => broadcast::channel(1).1,
+        let mut channel = lock(&self.channel);
+        match &*channel {
+            Channel::Open(sender) => sender.subscribe(),
+            Channel::Unwatched => {
+                let (sender, receiver) = broadcast::channel(SESSION_EVENT_CAPACITY);
+                *channel = Channel::Open(sender);
+                receiver
+            }
+            Channel::Closed => broadcast::channel(1).1,
         }
     }
 
     /// Sends `event`, never waiting: a slow reader loses the oldest.
     pub(crate) fn send(&self, event: SessionEvent) {
-        if let Some(sender) = &*lock(&self.sender) {
+        if let Channel::Open(sender) = &*lock(&self.channel) {
             // No receiver is no error: nobody is watching.
             let _ = sender.send(event);
         }
@@ -135,9 +148,9 @@ impl Events {
     /// `list` was listed again and is in place: bumps the generation and
     /// says so (under one lock, so events come in generation order).
     pub(crate) fn catalog_changed(&self, list: ListKind) {
-        let sender = lock(&self.sender);
+        let channel = lock(&self.channel);
         let generation = self.catalog_generation.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Some(sender) = &*sender {
+        if let Channel::Open(sender) = &*channel {
             let _ = sender.send(SessionEvent::CatalogChanged {
                 generation,
                 list: list.into(),
@@ -151,8 +164,43 @@ impl Events {
 
     /// Sends [`SessionEvent::Closed`] (once) and ends every receiver.
     pub(crate) fn close(&self) {
-        if let Some(sender) = lock(&self.sender).take() {
+        let channel = std::mem::replace(&mut *lock(&self.channel), Channel::Closed);
+        if let Channel::Open(sender) = channel {
             let _ = sender.send(SessionEvent::Closed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    #[test]
+    fn changes_come_in_generation_order_and_close_ends_every_receiver() {
+        let events = Events::default();
+        // Unwatched: counted, not sent, no buffer.
+        events.catalog_changed(ListKind::Tools);
+        assert!(matches!(*lock(&events.channel), Channel::Unwatched));
+        let mut receiver = events.subscribe();
+        events.catalog_changed(ListKind::Prompts);
+        events.send(SessionEvent::ListenerUp);
+        events.close();
+        events.close();
+        assert!(matches!(
+            receiver.try_recv(),
+            Ok(SessionEvent::CatalogChanged {
+                generation: 2,
+                list: CatalogList::Prompts
+            })
+        ));
+        assert!(matches!(receiver.try_recv(), Ok(SessionEvent::ListenerUp)));
+        assert!(matches!(receiver.try_recv(), Ok(SessionEvent::Closed)));
+        assert!(matches!(receiver.try_recv(), Err(TryRecvError::Closed)));
+        assert!(matches!(
+            events.subscribe().try_recv(),
+            Err(TryRecvError::Closed)
+        ));
+        assert_eq!(events.catalog_generation(), 2);
     }
 }

@@ -98,7 +98,7 @@ impl SessionFront {
             discovery,
             request_timeout,
             rediscovery: Default::default(),
-            events: Events::new(),
+            events: Events::default(),
         }
     }
 
