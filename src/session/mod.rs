@@ -196,7 +196,9 @@ impl Session {
 
     /// What the server offers: as discovered at connect, updated when the
     /// server announces a change (`notifications/*/list_changed`) and after
-    /// an expired session is replaced.
+    /// an expired session is replaced. Each update is announced on
+    /// [`events`](Self::events) once in place
+    /// ([`SessionEvent::CatalogChanged`]).
     pub fn catalog(&self) -> Arc<Catalog> {
         self.engine.front.catalog()
     }
@@ -305,7 +307,9 @@ impl Session {
     /// answer or a 4xx to `subscriptions/listen`; a 404 while the session
     /// is alive), ends a subscription gracefully, or breaks the protocol or
     /// a limit three times in a row; and when listening is off
-    /// ([`Connector::listen`]) or the session is closed. This tells which.
+    /// ([`Connector::listen`]) or the session is closed. This tells which;
+    /// [`events`](Self::events) tells when ([`SessionEvent::ListenerUp`],
+    /// [`SessionEvent::ListenerDown`]).
     pub fn is_listening(&self) -> bool {
         self.engine.listening()
     }
