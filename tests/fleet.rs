@@ -1024,6 +1024,71 @@ fn a_changed_list_reaches_the_catalog() {
     });
 }
 
+/// A renewal (the server expired the session; the next call opened a new
+/// one) is a change of the server's catalog: the generation is bumped and
+/// announced, with no health check and no notification to wake the slot.
+/// Before, the slot only looked after a `list_changed` or a health check,
+/// and the renewal went unseen.
+#[test]
+fn a_renewal_bumps_the_catalog_generation() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let before = fleet.catalog().generation;
+        let mut events = fleet.events();
+        world.server.expire_sessions();
+        fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .expect("sent again on the new session");
+        assert_eq!(seen(&world.server, "initialize").len(), 2);
+        assert!(
+            eventually(SETTLE, || fleet.catalog().generation > before).await,
+            "the renewal never reached the catalog"
+        );
+        let event = tokio::time::timeout(SETTLE, events.recv()).await;
+        assert!(
+            matches!(event, Ok(Ok(FleetEvent::Catalog { generation, tools: 3 })) if generation > before),
+            "{event:?}"
+        );
+        assert!(is(&fleet, "a", "ready"), "a renewal is no loss");
+        finish(fleet, &world, &[], "renewal").await;
+    });
+}
+
+/// A list the session re-listed without any notification (2026-07-28: a
+/// `HeaderMismatch` to a tool call re-lists the tools) is in the fleet's
+/// catalog as soon as the call returns, give or take the slot's wakeup:
+/// the slot follows the session's catalog events, not notifications
+/// polled for.
+#[test]
+fn a_list_re_listed_without_a_notification_reaches_the_catalog_at_once() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_eras(Eras::Modern)).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let before = fleet.catalog();
+        assert_eq!(before.tool_count(), 3);
+        world.server.set_tools(5);
+        world
+            .server
+            .push_fault(Fault::on_rpc("tools/call", FaultAction::HeaderMismatch).times(1));
+        fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .expect("sent again after the re-listing");
+        assert!(
+            eventually(Duration::from_secs(1), || fleet.catalog().tool_count() == 5).await,
+            "the re-listed tools never reached the catalog"
+        );
+        assert!(fleet.catalog().generation > before.generation);
+        finish(fleet, &world, &[], "re-listed").await;
+    });
+}
+
 #[test]
 fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
     scenario(async {

@@ -32,6 +32,12 @@
 //!     closed.
 //!
 //!   `Session::is_listening` tells whether a listener runs.
+//! - **Events** ([`ListenerChange`], through `Front::listener_changed`):
+//!   up when a stream opens, down when an open stream ends (`retrying`)
+//!   and once when the listener stops (not `retrying`). They follow the
+//!   actual opens and ends, so the policy's backoff bounds their rate too;
+//!   a listener cancelled at close or ended by a renewal says nothing (the
+//!   session's own events say that).
 //! - A **404** to the GET checks the session with a `ping`: an expired
 //!   session is renewed there (the new session gets its own listener); an
 //!   attached one that expired is reported by its requests; a session
@@ -52,6 +58,38 @@ use crate::transport::ReplayFilter;
 /// oversized event), at most: then the server is broken and listening
 /// stops. A stream with progress starts the count again.
 pub(crate) const MAX_BROKEN: usize = 3;
+
+/// A listening stream opened or ended, told to the front end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ListenerChange {
+    /// A stream opened.
+    Up,
+    /// A stream ended, or the listener stopped.
+    Down {
+        /// Why, for people.
+        reason: String,
+        /// Whether the listener will open the stream again.
+        retrying: bool,
+    },
+}
+
+/// Whether this attempt's stream opened; the attempt marks it
+/// ([`up`](Self::up)) the moment it does.
+#[derive(Debug, Default)]
+pub(super) struct Opened(bool);
+
+impl Opened {
+    /// The stream is open: tells the front end.
+    fn up<F: Front>(&mut self, engine: &Arc<Engine<F>>) {
+        self.0 = true;
+        F::listener_changed(engine, ListenerChange::Up);
+    }
+}
+
+/// Tells the front end a stream ended or the listener stopped.
+fn down<F: Front>(engine: &Arc<Engine<F>>, reason: String, retrying: bool) {
+    F::listener_changed(engine, ListenerChange::Down { reason, retrying });
+}
 
 /// How one attempt to listen went.
 #[derive(Debug)]
@@ -141,11 +179,13 @@ impl Policy {
 
 /// One era's way to listen: opens the stream once, routes what comes.
 pub(super) trait Source<F: Front>: Send {
-    /// One attempt: open, read until the end, route every new message.
+    /// One attempt: open (marking `opened` the moment the stream is),
+    /// read until the end, route every new message.
     fn attempt<'a>(
         &'a mut self,
         engine: &'a Arc<Engine<F>>,
         generation: &'a Arc<Generation>,
+        opened: &'a mut Opened,
     ) -> impl Future<Output = Attempt> + Send + 'a;
 }
 
@@ -164,18 +204,30 @@ pub(super) async fn run<F: Front, S: Source<F>>(
             return;
         }
         let began = Instant::now();
-        let attempt = source.attempt(engine, generation).await;
+        let mut opened = Opened::default();
+        let attempt = source.attempt(engine, generation, &mut opened).await;
         tracing::debug!(what, ?attempt, "a listening attempt ended");
+        let ended = match &attempt {
+            Attempt::Ended { broken: true, .. } => "the stream broke the protocol or a limit",
+            _ => "the stream ended",
+        };
         let wait = match policy.next(attempt, began.elapsed()) {
-            Next::Retry(wait) => wait,
+            Next::Retry(wait) => {
+                if opened.0 {
+                    down(engine, format!("{what}: {ended}"), true);
+                }
+                wait
+            }
             Next::Stop(why) => {
                 tracing::info!(what, %why, "listening stopped");
+                down(engine, format!("{what}: {why}"), false);
                 return;
             }
             Next::CheckSession => match check_session(engine, generation).await {
                 Checked::Replaced => continue,
                 Checked::Stop(why) => {
                     tracing::info!(what, %why, "listening stopped");
+                    down(engine, format!("{what}: {why}"), false);
                     return;
                 }
                 Checked::Unknown => policy.after_check(),
@@ -239,7 +291,12 @@ impl GetStream {
 }
 
 impl<F: Front> Source<F> for GetStream {
-    async fn attempt(&mut self, engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Attempt {
+    async fn attempt(
+        &mut self,
+        engine: &Arc<Engine<F>>,
+        generation: &Arc<Generation>,
+        marker: &mut Opened,
+    ) -> Attempt {
         // Opening is bounded like a request; the stream, once open, is not.
         let opened = generation
             .wire()
@@ -253,6 +310,7 @@ impl<F: Front> Source<F> for GetStream {
             }
             Err(error) => return failed(&error, "opening the GET stream failed"),
         };
+        marker.up(engine);
         let mut progress = false;
         let mut broken = false;
         while let Some(message) = stream.next().await {
@@ -321,7 +379,12 @@ impl Subscription {
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 
 impl<F: Front> Source<F> for Subscription {
-    async fn attempt(&mut self, engine: &Arc<Engine<F>>, generation: &Arc<Generation>) -> Attempt {
+    async fn attempt(
+        &mut self,
+        engine: &Arc<Engine<F>>,
+        generation: &Arc<Generation>,
+        marker: &mut Opened,
+    ) -> Attempt {
         let request = Request {
             id: engine.next_id(),
             method: "subscriptions/listen".into(),
@@ -339,6 +402,7 @@ impl<F: Front> Source<F> for Subscription {
             Ok(stream) => stream,
             Err(error) => return failed(&error, "subscriptions/listen failed"),
         };
+        marker.up(engine);
         let mut progress = false;
         let mut broken = false;
         while let Some(message) = stream.next().await {

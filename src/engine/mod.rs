@@ -35,6 +35,7 @@ mod endpoint;
 mod listener;
 
 pub(crate) use endpoint::Endpoint;
+pub(crate) use listener::ListenerChange;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -143,6 +144,10 @@ pub(crate) trait Front: Send + Sync + Sized + 'static {
         generation: &'a Arc<Generation>,
         initialize_result: &'a Value,
     ) -> impl Future<Output = ()> + Send + 'a;
+
+    /// A listening stream opened or ended (see [`listener`]); must not
+    /// wait. Nothing by default.
+    fn listener_changed(_engine: &Arc<Engine<Self>>, _change: ListenerChange) {}
 }
 
 /// How a broken SSE answer is resumed after it broke off (a network cut,
@@ -807,8 +812,10 @@ impl<F: Front> Engine<F> {
         match self.open(request, true, deadline).await {
             Ok((generation, result)) => {
                 self.set_ready(&generation);
-                self.start_listener(&generation);
+                // The front end hears of the new session before its
+                // listener's first event.
                 F::renewed(self, &generation, &result).await;
+                self.start_listener(&generation);
             }
             Err(error) => {
                 tracing::debug!(%error, "opening a new session failed");

@@ -23,7 +23,8 @@ use crate::sync::lock;
 #[non_exhaustive]
 pub struct FleetCatalog {
     /// Bumped on every change: a server ready or lost, a list of one
-    /// changed.
+    /// re-listed, a server's session renewed (see
+    /// [`SessionEvent`](crate::SessionEvent)).
     pub generation: u64,
     /// Each ready server's catalog, by server name.
     pub servers: BTreeMap<Arc<str>, Arc<Catalog>>,
@@ -135,13 +136,24 @@ impl Hub {
     /// Sets (or, with `None`, removes) one server's lists; a change bumps
     /// the generation and is announced.
     pub(crate) fn set_catalog(&self, server: &Arc<str>, catalog: Option<Arc<Catalog>>) {
+        self.update(server, catalog, false);
+    }
+
+    /// A ready server's session says its catalog changed (a list re-listed,
+    /// or a renewal: a new server session): its lists are replaced, and the
+    /// generation bumped and announced even when they read the same.
+    pub(crate) fn catalog_changed(&self, server: &Arc<str>, catalog: Arc<Catalog>) {
+        self.update(server, Some(catalog), true);
+    }
+
+    fn update(&self, server: &Arc<str>, catalog: Option<Arc<Catalog>>, always: bool) {
         let mut current = lock(&self.catalog);
         let unchanged = match (&catalog, current.servers.get(server)) {
             (Some(new), Some(old)) => Arc::ptr_eq(new, old),
             (None, None) => true,
             _ => false,
         };
-        if unchanged {
+        if unchanged && !always {
             return;
         }
         let mut next = FleetCatalog::clone(&current);

@@ -31,9 +31,9 @@
 //! - **One catalog.** [`Fleet::catalog`] merges the lists of every ready
 //!   server under qualified names (`server__tool`, see [`qualify`] and
 //!   [`split_qualified`]), with a generation bumped on every change: a
-//!   server ready or lost, and a list the server changed (seen within
-//!   milliseconds of its session's re-listing after a `list_changed`, and
-//!   at every health check).
+//!   server ready or lost, a list its session re-listed, a renewal of its
+//!   session (each followed as it happens, through the session's
+//!   [`events`](crate::Session::events)).
 //! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
 //!   current session, or fails at once when it is not ready; a call whose
 //!   session is lost under it is never sent again.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +22,7 @@ use crate::error::Error;
 use crate::ledger::{Count, Field};
 use crate::scope::Released;
 use crate::sync::lock;
-use crate::{RequestOptions, Session};
+use crate::{RequestOptions, Session, SessionEvent};
 
 /// The fleet-wide settings a slot runs by.
 #[derive(Clone, Debug)]
@@ -291,24 +292,23 @@ fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy)
     }
 }
 
-/// After a `list_changed`, how long the slot looks for the session's new
-/// lists (its re-discovery runs in the background, each page within the
-/// request timeout), and how often.
-const RELIST_WATCH: Duration = Duration::from_secs(10);
-const RELIST_EVERY: Duration = Duration::from_millis(10);
-
 /// Watches a ready session: proves it with a `ping` at once, checks it
-/// every health interval, and notices a change of its lists: soon after a
-/// `list_changed` notification, and at every health check (a replaced
-/// expired session re-lists too).
+/// every health interval, and follows its catalog through its events: a
+/// list re-listed (in place when announced) and a renewal (a new server
+/// session) each bump the fleet's catalog at once.
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     let mut proving = true;
-    let mut listed = live.session.catalog();
-    // The fleet owns the session: its server notifications are ours to read.
-    let mut notifications = live.session.notifications();
-    let mut relisting: Option<tokio::time::Instant> = None;
+    let mut events = Some(live.session.events());
+    // Nobody in a fleet reads the server's notifications: taken and
+    // dropped, so the session drops them as they come instead of queuing
+    // up to its bound (256, 16 MiB) for nobody.
+    drop(live.session.notifications());
+    // A change between the slot's first catalog and the subscription.
+    hub.set_catalog(&slot.name, Some(live.session.catalog()));
     loop {
-        let check = async {
+        // Boxed: a request's future is several KiB, and the slot's future
+        // lives as long as the session.
+        let check = Box::pin(async {
             if !proving {
                 match policy.health_interval {
                     Some(every) => tokio::time::sleep(every).await,
@@ -322,16 +322,10 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     RequestOptions::default().timeout(policy.health_timeout),
                 )
                 .await
-        };
-        let notified = async {
-            match notifications.as_mut() {
+        });
+        let event = async {
+            match events.as_mut() {
                 Some(receiver) => receiver.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        let relist = async {
-            match relisting {
-                Some(_) => tokio::time::sleep(RELIST_EVERY).await,
                 None => std::future::pending().await,
             }
         };
@@ -343,19 +337,16 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 return End::Lost(error.unwrap_or_else(|| Arc::new(Error::closed())));
             }
             () = slot.wake.notified() => return End::Reconnect,
-            message = notified => match message {
-                Some(message) => {
-                    if message.method().is_some_and(|m| m.ends_with("/list_changed")) {
-                        relisting = Some(tokio::time::Instant::now() + RELIST_WATCH);
-                    }
+            event = event => match event {
+                Ok(SessionEvent::CatalogChanged { .. } | SessionEvent::Renewed { .. })
+                // Lost events may have held either: counted as a change.
+                | Err(RecvError::Lagged(_)) => {
+                    hub.catalog_changed(&slot.name, live.session.catalog());
                 }
-                None => notifications = None,
+                Ok(_) => {}
+                // Closed: only the slot closes it, after this returns.
+                Err(RecvError::Closed) => events = None,
             },
-            () = relist => {
-                if relisting.is_some_and(|until| tokio::time::Instant::now() >= until) {
-                    relisting = None;
-                }
-            }
             answer = check => {
                 proving = false;
                 match answer {
@@ -368,13 +359,6 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     _ => live.prove(),
                 }
             }
-        }
-        // A re-listed catalog (list_changed, a replaced expired session)
-        // is a new Arc.
-        let now = live.session.catalog();
-        if !Arc::ptr_eq(&now, &listed) {
-            hub.set_catalog(&slot.name, Some(now.clone()));
-            listed = now;
         }
     }
 }

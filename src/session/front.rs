@@ -11,9 +11,10 @@ use tracing::Instrument;
 use super::SessionInfo;
 use super::discovery::{Catalog, Discovery, ListKind, Lister};
 use super::entry::Entry;
+use super::events::{Events, SessionEvent};
 use super::handlers::Handlers;
 use crate::budget::Account;
-use crate::engine::{Engine, Front, Generation, ServerMessage};
+use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
 use crate::jsonrpc::{Message, Response};
 use crate::queue;
 use crate::sync::lock;
@@ -77,6 +78,8 @@ pub(crate) struct SessionFront {
     request_timeout: Option<Duration>,
     /// Per list kind: at most one re-discovery at a time.
     rediscovery: [Rerun; 4],
+    /// What happened to the session, for `Session::events`.
+    pub(crate) events: Events,
 }
 
 impl SessionFront {
@@ -95,6 +98,7 @@ impl SessionFront {
             discovery,
             request_timeout,
             rediscovery: Default::default(),
+            events: Events::default(),
         }
     }
 
@@ -145,11 +149,15 @@ impl SessionFront {
     }
 
     /// Replaces one list, under the lock: runs of different kinds ending
-    /// together never undo each other.
+    /// together never undo each other. Then, with the list in place, the
+    /// change is announced ([`SessionEvent::CatalogChanged`]).
     pub(crate) fn set_list(&self, kind: ListKind, list: Vec<Entry>) {
-        let mut lists = lock(&self.lists);
-        *kind.field(Arc::make_mut(&mut lists.catalog)) = list;
-        lists.relisted[kind.index()] = true;
+        {
+            let mut lists = lock(&self.lists);
+            *kind.field(Arc::make_mut(&mut lists.catalog)) = list;
+            lists.relisted[kind.index()] = true;
+        }
+        self.events.catalog_changed(kind);
     }
 
     /// Re-runs discovery of one list in the background: at most one run per
@@ -264,6 +272,17 @@ impl Front for SessionFront {
                 None => state.renewed = Some(renewed),
             }
         }
+        // Announced before the re-listing it starts, whose events follow.
+        let revision = generation
+            .wire()
+            .protocol_version()
+            .or_else(|| engine.front.info().map(|info| info.protocol_version));
+        if let Some(revision) = revision {
+            engine.front.events.send(SessionEvent::Renewed {
+                session_id: generation.session_id(),
+                revision,
+            });
+        }
         // The new session may offer something else: list it again.
         let capabilities = initialize_result.get("capabilities");
         for kind in ListKind::ALL {
@@ -272,6 +291,15 @@ impl Front for SessionFront {
             }
         }
         std::future::ready(())
+    }
+
+    fn listener_changed(engine: &Arc<Engine<Self>>, change: ListenerChange) {
+        engine.front.events.send(match change {
+            ListenerChange::Up => SessionEvent::ListenerUp,
+            ListenerChange::Down { reason, retrying } => {
+                SessionEvent::ListenerDown { reason, retrying }
+            }
+        });
     }
 }
 

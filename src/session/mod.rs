@@ -9,6 +9,7 @@ mod connect;
 mod discovery;
 pub(crate) mod entry;
 mod era;
+mod events;
 mod front;
 mod handlers;
 mod shared;
@@ -21,12 +22,13 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
 pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
 pub use entry::Entry;
+pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};
 
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
@@ -194,9 +196,65 @@ impl Session {
 
     /// What the server offers: as discovered at connect, updated when the
     /// server announces a change (`notifications/*/list_changed`) and after
-    /// an expired session is replaced.
+    /// an expired session is replaced. Each update is announced on
+    /// [`events`](Self::events) once in place
+    /// ([`SessionEvent::CatalogChanged`]).
     pub fn catalog(&self) -> Arc<Catalog> {
         self.engine.front.catalog()
+    }
+
+    /// How many times a list of the [`catalog`](Self::catalog) has been
+    /// listed again since connect (0 for connect's): the `generation` of
+    /// the last [`SessionEvent::CatalogChanged`]. Bumped once the new list
+    /// is in place, so a catalog read after this reads at least that
+    /// generation's lists.
+    pub fn catalog_generation(&self) -> u64 {
+        self.engine.front.events.catalog_generation()
+    }
+
+    /// What happens to the session from now on, as a stream of
+    /// [`SessionEvent`]s: renewals, catalog changes, the listener going up
+    /// and down, and the close. Any number of receivers; each sees the
+    /// events sent after it was made (the state before is read from
+    /// [`catalog`](Self::catalog), [`session_id`](Self::session_id),
+    /// [`is_listening`](Self::is_listening)).
+    ///
+    /// Bounded: the session never waits for a reader. One more than
+    /// [`SESSION_EVENT_CAPACITY`] events behind loses the oldest and gets
+    /// [`RecvError::Lagged`](broadcast::error::RecvError::Lagged) with how
+    /// many it lost, then the oldest it still has. The stream ends
+    /// ([`RecvError::Closed`](broadcast::error::RecvError::Closed)) after
+    /// [`SessionEvent::Closed`], when [`close`](Self::close) begins or the
+    /// session is dropped; made after that, it ends at once.
+    ///
+    /// Listener events come in the 2025 revisions (the GET stream) and in
+    /// 2026-07-28 (`subscriptions/listen`); in HTTP+SSE (2024-11-05) the
+    /// event stream is the session itself, never reopened, and has none.
+    ///
+    /// ```no_run
+    /// # async fn run(session: mcp_scoped_http::Session) {
+    /// use mcp_scoped_http::SessionEvent;
+    /// use tokio::sync::broadcast::error::RecvError;
+    ///
+    /// let mut events = session.events();
+    /// loop {
+    ///     match events.recv().await {
+    ///         Ok(SessionEvent::CatalogChanged { generation, list, .. }) => {
+    ///             // In place when read: register the new tools.
+    ///             let tools = session.catalog().tools.len();
+    ///             println!("{list:?} changed (generation {generation}): {tools} tools");
+    ///         }
+    ///         Ok(SessionEvent::Renewed { revision, .. }) => println!("new session ({revision:?})"),
+    ///         Ok(event) => println!("{event:?}"),
+    ///         // Lost some: read the state instead.
+    ///         Err(RecvError::Lagged(lost)) => println!("lost {lost} events"),
+    ///         Err(RecvError::Closed) => break,
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> broadcast::Receiver<SessionEvent> {
+        self.engine.front.events.subscribe()
     }
 
     /// The revision negotiated with the server session in use (it may
@@ -249,7 +307,9 @@ impl Session {
     /// answer or a 4xx to `subscriptions/listen`; a 404 while the session
     /// is alive), ends a subscription gracefully, or breaks the protocol or
     /// a limit three times in a row; and when listening is off
-    /// ([`Connector::listen`]) or the session is closed. This tells which.
+    /// ([`Connector::listen`]) or the session is closed. This tells which;
+    /// [`events`](Self::events) tells when ([`SessionEvent::ListenerUp`],
+    /// [`SessionEvent::ListenerDown`]).
     pub fn is_listening(&self) -> bool {
         self.engine.listening()
     }
@@ -437,7 +497,8 @@ impl Session {
     /// local cleanup runs regardless. If this future is dropped half-way,
     /// the rest is done by the reaper.
     ///
-    /// The receiver of [`notifications`](Self::notifications) ends here.
+    /// The receiver of [`notifications`](Self::notifications) ends here, and
+    /// [`events`](Self::events) end with [`SessionEvent::Closed`].
     ///
     /// Called from one of the session's own tasks (a server-request
     /// handler, answering on the listener's task), it cannot wait for that
@@ -446,6 +507,7 @@ impl Session {
     pub async fn close(&self) -> Released {
         self.engine.close();
         self.engine.front.close_sink();
+        self.engine.front.events.close();
         let stack = lock(&self.stack).take();
         let Some(mut stack) = stack else {
             return Released {
@@ -471,6 +533,7 @@ impl Drop for Session {
         // receiver ends; the stack's own drop (next) releases the rest.
         self.engine.close();
         self.engine.front.close_sink();
+        self.engine.front.events.close();
     }
 }
 
