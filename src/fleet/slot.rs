@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
+use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SharedClient};
 use super::spec::ServerSpec;
