@@ -46,7 +46,7 @@ pub struct Backoff {
     pub initial: Duration,
     /// The ceiling's cap.
     pub max: Duration,
-    /// [`Jitter::Full`] for every backoff built through the public API.
+    /// Full for every backoff built through the public API.
     jitter: Jitter,
 }
 
