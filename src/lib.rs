@@ -286,6 +286,10 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
+// The fleet's public `Backoff` and the engine's `Retries`; without the
+// fleet, only the latter is used.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+mod backoff;
 mod body;
 mod budget;
 pub mod client;

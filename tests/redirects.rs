@@ -107,3 +107,57 @@ async fn a_redirect_loop_is_cut_off() {
     );
     assert_eq!(seen(&server, "tools/list").len(), 6);
 }
+
+/// A 307 whose `Location` is missing, not text or not a URL is an error
+/// that names the cause and keeps the status, never handed back as if it
+/// were the answer. (tower-http's `FollowRedirect` returns such a 307 as an
+/// ordinary response without asking its policy: one reason the loop in
+/// `src/transport/mod.rs` is our own.) The lent client rewrites the test
+/// server's `Location` on the way back.
+#[tokio::test]
+async fn a_redirect_without_a_usable_location_is_refused_and_says_why() {
+    use http::header::LOCATION;
+    use tower::ServiceExt as _;
+
+    let cases: [(Option<&'static [u8]>, &str); 3] = [
+        (None, "without Location"),
+        (Some(b"/\xff"), "not ASCII"),
+        (Some(b"http://[::1"), "not a URL"),
+    ];
+    for (location, cause) in cases {
+        let server = TestServer::start(ServerConfig::default());
+        let client = HttpClient::borrowed(callers_hyper_client().map_response(
+            move |mut response: http::Response<hyper::body::Incoming>| {
+                if response.headers().contains_key(LOCATION) {
+                    match location {
+                        Some(bytes) => {
+                            let value = http::HeaderValue::from_bytes(bytes).unwrap();
+                            response.headers_mut().insert(LOCATION, value);
+                        }
+                        None => {
+                            response.headers_mut().remove(LOCATION);
+                        }
+                    }
+                }
+                response
+            },
+        ));
+        let wire = wire(client, &server);
+        handshake(&wire).await;
+        server.push_fault(Fault::on_rpc(
+            "tools/list",
+            FaultAction::Redirect {
+                status: 307,
+                location: "/mcp".into(),
+            },
+        ));
+        let error = wire
+            .request(request(2, "tools/list", None))
+            .await
+            .unwrap_err();
+        assert!(error.is_redirect(), "{cause}: {error}");
+        assert!(error.to_string().contains(cause), "{cause}: {error}");
+        assert_eq!(error.status().map(|s| s.as_u16()), Some(307), "{cause}");
+        assert_eq!(seen(&server, "tools/list").len(), 1, "{cause}");
+    }
+}

@@ -203,68 +203,9 @@ impl Default for Resumption {
     }
 }
 
-/// The least wait [`Backoff`] ever returns, whatever it is configured
-/// with: every reconnect loop is bounded in rate by construction.
-pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(1);
-
-/// Waits between attempts, the one type every reconnect loop (the
-/// listeners of every era, resumption) uses: a step that doubles per
-/// attempt up to a cap, jittered over its upper half (so that sessions
-/// cut off together do not come back together, while each wait stays at
-/// least half the step: the rate is bounded by construction), and never
-/// shorter than the server's `retry` (capped) or [`MIN_BACKOFF`].
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    first: Duration,
-    step: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    /// Steps from `first`, doubling to `max` (`first` is at most `max`;
-    /// both at least [`MIN_BACKOFF`]).
-    pub(crate) fn new(first: Duration, max: Duration) -> Self {
-        let max = max.max(MIN_BACKOFF);
-        let first = first.clamp(MIN_BACKOFF, max);
-        Backoff {
-            first,
-            step: first,
-            max,
-        }
-    }
-
-    /// The next wait, and the step doubles (up to the cap).
-    pub(crate) fn wait(&mut self, server_retry: Option<Duration>) -> Duration {
-        let step = self.step;
-        self.step = step.saturating_mul(2).min(self.max);
-        let floor = (step / 2).max(MIN_BACKOFF);
-        let jittered = floor + jitter(step.saturating_sub(floor));
-        jittered.max(server_retry.unwrap_or_default().min(self.max))
-    }
-
-    /// Progress: the next wait starts from the first step again.
-    pub(crate) fn reset(&mut self) {
-        self.step = self.first;
-    }
-
-    /// The longest wait.
-    pub(crate) fn max(&self) -> Duration {
-        self.max
-    }
-}
-
-/// A duration uniform in `0..=span`, from the standard library's per-process
-/// random hash keys (no dependency for this; not for secrets).
-fn jitter(span: Duration) -> Duration {
-    use std::hash::BuildHasher as _;
-    static DRAWS: AtomicU64 = AtomicU64::new(0);
-    let nanos = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
-    if nanos == 0 {
-        return Duration::ZERO;
-    }
-    let draw = std::hash::RandomState::new().hash_one(DRAWS.fetch_add(1, Ordering::Relaxed));
-    Duration::from_nanos(draw % nanos.saturating_add(1).max(1))
-}
+// The engine's reconnect loops know their waits as `Backoff`: the fleet's
+// schedule with upper-half jitter, a count and the server's floor.
+pub(crate) use crate::backoff::Retries as Backoff;
 
 /// The listeners' backoff by default: from 500 ms, doubling to 30 s.
 pub(crate) const LISTEN_BACKOFF: (Duration, Duration) =
@@ -1281,30 +1222,6 @@ mod tests {
         async fn deliver(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: ServerMessage) {}
 
         async fn renewed(_: &Arc<Engine<Self>>, _: &Arc<Generation>, _: &Value) {}
-    }
-
-    /// Every wait is within the step's upper half (so the rate is bounded
-    /// whatever the jitter draws), the step doubles to the cap, the
-    /// server's `retry` is a floor (capped), and progress starts again.
-    #[test]
-    fn backoff_is_capped_jittered_and_floored() {
-        let ms = Duration::from_millis;
-        let mut backoff = Backoff::new(ms(100), ms(800));
-        let mut step = ms(100);
-        let mut distinct = std::collections::HashSet::new();
-        for _ in 0..50 {
-            let wait = backoff.wait(None);
-            assert!(wait >= step / 2 && wait <= step, "{wait:?} for {step:?}");
-            distinct.insert(wait);
-            step = (step * 2).min(ms(800));
-        }
-        assert!(distinct.len() > 10, "jittered: {distinct:?}");
-        assert_eq!(backoff.wait(Some(Duration::from_secs(60))), ms(800));
-        backoff.reset();
-        assert!(backoff.wait(Some(Duration::ZERO)) <= ms(100));
-        // A zero configuration still waits.
-        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO);
-        assert!(zero.wait(Some(Duration::ZERO)) >= MIN_BACKOFF);
     }
 
     /// Single flight is the engine's own, not its callers': however often

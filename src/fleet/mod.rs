@@ -98,7 +98,6 @@
 //! # fn main() {}
 //! ```
 
-mod backoff;
 mod catalog;
 mod clients;
 mod config;
@@ -116,7 +115,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
 
-pub use backoff::Backoff;
+pub use crate::backoff::Backoff;
 pub use catalog::{FleetCatalog, QualifiedEntry};
 pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
 pub use reconcile::ApplyReport;

@@ -13,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
+use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
 use super::spec::ServerSpec;

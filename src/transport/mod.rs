@@ -830,6 +830,21 @@ impl StreamableHttp {
     }
 
     /// One request, following same-origin 307/308 redirects only.
+    //
+    // Why not tower-http's `FollowRedirect` with a custom `Policy` (tried on
+    // tower-http 0.6.11): over a service calling `send_scoped` (hooks per
+    // hop) and with `clone_body`, its policy can follow 307/308 only, refuse
+    // another origin or a 301/302/303 before anything is sent (it sees the
+    // status and the resolved target, and may return our `Error`), and cut a
+    // loop. But a 3xx it will not follow for its own reasons (no
+    // `Location`, one not UTF-8 or not a URL, a 300 or 304, a body it
+    // cannot clone) comes back as an ordinary `Ok` response, the policy
+    // never asked: we would still read `Location` ourselves to say why
+    // (tests/redirects.rs, `..._without_a_usable_location_...`), box a
+    // future per hop, and put tower-http in default features, to replace
+    // this loop. One difference in its favour: it resolves
+    // relative-path references (`Location: mcp`), which `redirect_target`
+    // refuses.
     async fn send_redirects(
         &self,
         method: Method,
