@@ -123,10 +123,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::engine::{
-    Deadline, Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings,
-    negotiated,
+    Deadline, Endpoint, Engine, Era, Front, Generation, Opening, Resumption, ServerMessage,
+    Settings, negotiated,
 };
 use crate::error::{Error, Result};
 use crate::jsonrpc::{
@@ -134,8 +134,11 @@ use crate::jsonrpc::{
 };
 use crate::queue;
 use crate::scope::{GuardStack, Released};
+use crate::session::era::{self, Plan, Probe};
+use crate::session::shared::SERVER_INFO_META;
 use crate::sync::lock;
-use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
+use crate::transport::metadata::{ParamHeader, add_param_headers, param_headers};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// Server messages waiting for rmcp's `receive`, in count.
 const INCOMING_BUFFER: usize = 64;
@@ -150,6 +153,11 @@ const INCOMING_BYTES: usize = 16 * 1024 * 1024;
 /// answers then go to the session in use).
 const ASKED_KEPT: usize = 256;
 
+/// Tools whose `x-mcp-header` annotations are remembered (from the
+/// `tools/list` answers rmcp reads) for the `Mcp-Param-*` headers of a
+/// 2026-07-28 `tools/call`; past it the memory starts again.
+const TOOLS_KEPT: usize = 4096;
+
 /// Builds a [`ScopedTransport`].
 ///
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
@@ -162,6 +170,10 @@ const ASKED_KEPT: usize = 256;
 pub struct ScopedTransportBuilder {
     endpoint: Endpoint,
     attach: Option<(SessionId, ProtocolVersion)>,
+    pinned: Option<ProtocolVersion>,
+    /// The eras found per endpoint when no client is lent (a lent client
+    /// remembers them itself); shared by the builder's clones.
+    revisions: Arc<RevisionMemory>,
     delete_timeout: Duration,
     listen: Option<bool>,
     resumption: Resumption,
@@ -220,6 +232,17 @@ impl ScopedTransportBuilder {
         self
     }
 
+    /// Speaks `version` without probing for the server's era: 2026-07-28
+    /// (`server/discover`, no session), a 2025 revision (rmcp's
+    /// `initialize`, proposing it), or 2024-11-05 (HTTP+SSE). Without it
+    /// the era is detected as [`Connector`](crate::Connector) detects it,
+    /// and remembered per endpoint in the lent client (or, with an owned
+    /// client, in this builder and its clones).
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.pinned = Some(version);
+        self
+    }
+
     /// Bound on ending a server session at close (or in the reaper): the
     /// DELETE, and the wait for an `initialize` still in flight, together.
     /// Default: 5 s.
@@ -263,6 +286,13 @@ impl ScopedTransportBuilder {
     /// released before it returns.
     pub fn build(&self) -> Result<ScopedTransport> {
         self.endpoint.origin()?;
+        if let Some((_, version)) = &self.attach {
+            if version.is_modern() || version.transport() != TransportKind::StreamableHttp {
+                return Err(Error::builder(format!(
+                    "attach needs a session of a 2025 revision; {version} has none to attach to"
+                )));
+            }
+        }
         // If a step below fails, dropping the stack releases what is on it
         // (no DELETE is owed yet).
         let mut stack = GuardStack::new(self.endpoint.counters());
@@ -277,6 +307,14 @@ impl ScopedTransportBuilder {
         );
         let front = RmcpFront {
             tx,
+            url: self.endpoint.url().to_owned(),
+            pinned: self.pinned,
+            revisions: self
+                .endpoint
+                .client
+                .is_none()
+                .then(|| self.revisions.clone()),
+            tools: Mutex::default(),
             attached,
             initialize_sent: AtomicBool::new(false),
             handshake: Mutex::default(),
@@ -327,6 +365,15 @@ pub struct ScopedTransport {
 struct RmcpFront {
     /// Messages for rmcp's `receive`, bounded in count and bytes.
     tx: queue::Sender<Message>,
+    /// The endpoint, the key of the era remembered for it.
+    url: String,
+    pinned: Option<ProtocolVersion>,
+    /// Where the era is remembered: `None` when a client is lent (it
+    /// remembers).
+    revisions: Option<Arc<RevisionMemory>>,
+    /// 2026-07-28: the `Mcp-Param-*` headers of each tool that has any (or
+    /// why its annotations are invalid), from the `tools/list` answers.
+    tools: Mutex<HashMap<String, std::result::Result<Vec<ParamHeader>, String>>>,
     attached: bool,
     initialize_sent: AtomicBool,
     handshake: Mutex<Handshake>,
@@ -349,8 +396,12 @@ struct RmcpFront {
 /// `notifications/initialized`.
 #[derive(Default)]
 struct Handshake {
-    /// The first session, until the handshake completes it.
-    opening: Option<(Arc<Generation>, Opening)>,
+    /// The first session, until the handshake completes it (with the
+    /// session to DELETE if it fails, in the 2025 era).
+    opening: Option<(Arc<Generation>, Option<Opening>)>,
+    /// 2026-07-28: the `subscriptions/listen` filter to open once rmcp's
+    /// handshake is done.
+    subscription: Option<Value>,
     /// How reading the `initialize` answer ended, once it has.
     answered: Option<Result<()>>,
 }
@@ -399,6 +450,62 @@ impl RmcpFront {
     fn stop_reading(&self, id: &RequestId) {
         if let Some((_, stop)) = lock(&self.readers).remove(id) {
             stop.cancel();
+        }
+    }
+
+    /// 2026-07-28: the `Mcp-Param-*` headers of rmcp's `tools/call`, from
+    /// the tool's `x-mcp-header` annotations in the `tools/list` answers
+    /// rmcp has read (none for a tool not seen there). A tool whose
+    /// annotations are invalid is refused, as a session refuses it.
+    fn param_headers(&self, generation: &Generation, request: &Request) -> Result<http::HeaderMap> {
+        let mut headers = http::HeaderMap::new();
+        if !generation.is_stateless() || request.method != "tools/call" {
+            return Ok(headers);
+        }
+        let params = request.params.as_ref();
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            return Ok(headers);
+        };
+        match lock(&self.tools).get(name) {
+            None => {}
+            Some(Err(reason)) => {
+                return Err(Error::builder(format!(
+                    "the tool's x-mcp-header is invalid: {reason}"
+                )));
+            }
+            Some(Ok(mirrored)) => {
+                add_param_headers(mirrored, params.and_then(|p| p.get("arguments")), &mut headers)?;
+            }
+        }
+        Ok(headers)
+    }
+
+    /// Remembers the `x-mcp-header` annotations of the tools on a
+    /// `tools/list` page (at most [`TOOLS_KEPT`] tools).
+    fn learn_tools(&self, result: &RawValue) {
+        let Ok(result) = serde_json::from_str::<Value>(result.get()) else {
+            return;
+        };
+        let Some(listed) = result.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let found: Vec<_> = listed
+            .iter()
+            .filter_map(|tool| {
+                let name = tool.get("name")?.as_str()?;
+                Some((name.to_owned(), param_headers(tool)))
+            })
+            .collect();
+        let mut tools = lock(&self.tools);
+        for (name, headers) in found {
+            if matches!(&headers, Ok(headers) if headers.is_empty()) {
+                tools.remove(&name);
+                continue;
+            }
+            if tools.len() >= TOOLS_KEPT && !tools.contains_key(&name) {
+                tools.clear();
+            }
+            tools.insert(name, headers);
         }
     }
 
@@ -477,6 +584,8 @@ impl ScopedTransport {
         ScopedTransportBuilder {
             endpoint: Endpoint::new(endpoint.into()),
             attach: None,
+            pinned: None,
+            revisions: Arc::default(),
             delete_timeout: Duration::from_secs(5),
             listen: None,
             resumption: Resumption::default(),
@@ -525,10 +634,32 @@ impl ReleaseReport {
     }
 }
 
-/// rmcp's `initialize`: the session is opened through the guard stack, and
-/// this returns once the answer's head has arrived; the answer is then read
-/// in the background and handed to rmcp as it comes (a server request before
-/// the response reaches rmcp at once), the response last.
+/// Where the era found for an endpoint is remembered: the lent client, or
+/// the builder (for an owned client).
+#[derive(Clone)]
+enum Memory {
+    Builder(Arc<RevisionMemory>),
+    Lent(HttpClient),
+}
+
+impl Memory {
+    fn get(&self) -> &RevisionMemory {
+        match self {
+            Memory::Builder(memory) => memory,
+            Memory::Lent(client) => client.revisions(),
+        }
+    }
+}
+
+/// rmcp's `initialize`: the server's era is opened the way
+/// [`Connector`](crate::Connector) opens it (the pinned revision, else the
+/// one remembered for the endpoint, else detection: `server/discover`,
+/// then `initialize`, then HTTP+SSE), with rmcp's `clientInfo` and
+/// capabilities, all within one exchange deadline. It differs in one
+/// point, which is why the order is not `era::open`'s own code: rmcp must
+/// be able to answer a server request on the `initialize` answer, so in
+/// the 2025 era this returns at the answer's head and the answer is read in
+/// the background (see [`sessions`]).
 async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
     let front = &engine.front;
     if front.attached {
@@ -542,13 +673,235 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
             "`initialize` was already sent on this transport: one transport, one session",
         ));
     }
+    let params = request.params.clone().unwrap_or(Value::Null);
+    let capabilities = params
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let client_info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
+    // 2026-07-28 requests carry them in `_meta`.
+    engine.set_client_meta(&client_info, &capabilities);
+    let memory = match &front.revisions {
+        Some(memory) => Memory::Builder(memory.clone()),
+        None => Memory::Lent(engine.http_client().ok_or_else(Error::closed)?),
+    };
+    let plan = Plan {
+        memory: memory.get(),
+        url: &front.url,
+        pinned: front.pinned,
+        capabilities: &capabilities,
+        client_info: &client_info,
+        request_timeout: None,
+        deadline: engine.exchange_deadline(),
+        sse_found: AtomicBool::new(false),
+    };
+    let known = plan.pinned.or_else(|| plan.memory.get(plan.url));
+    let opened = async {
+        let Some(version) = known else {
+            return detect(&engine, &plan, &memory, request).await;
+        };
+        match open_as(&engine, &plan, request.clone(), version).await {
+            Err(error) if plan.pinned.is_none() && era::wrong_era(&error, version) => {
+                tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
+                plan.memory.forget(plan.url);
+                detect(&engine, &plan, &memory, request).await
+            }
+            outcome => outcome,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => Err(Error::closed()),
+        opened = opened.instrument(tracing::debug_span!("mcp.detect")) => opened,
+    }
+}
+
+/// Opens the era of `version`, known (pinned or remembered).
+async fn open_as(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    request: Request,
+    version: ProtocolVersion,
+) -> Result<()> {
+    if version.is_modern() {
+        match era::discover(engine, plan, version).await? {
+            Probe::Opened(opened) => stateless(engine, request.id, opened).await,
+            Probe::Prefers(instead) => sessions(engine, proposing(request, instead), None).await,
+            Probe::Legacy(error) => Err(error),
+        }
+    } else if version.transport() == TransportKind::HttpSse {
+        http_sse(engine, plan, proposing(request, version)).await
+    } else {
+        sessions(engine, proposing(request, version), None).await
+    }
+}
+
+/// The spec's order, as `era::detect` has it: `server/discover`, then
+/// rmcp's `initialize` (proposing the revision the discover answer
+/// preferred, if it named one), then HTTP+SSE, each only when the last
+/// answered "not this era". The era found is remembered.
+async fn detect(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    memory: &Memory,
+    request: Request,
+) -> Result<()> {
+    let request = match era::discover(engine, plan, ProtocolVersion::MODERN).await {
+        Ok(Probe::Opened(opened)) => {
+            let version = opened
+                .generation
+                .wire()
+                .protocol_version()
+                .unwrap_or(ProtocolVersion::MODERN);
+            stateless(engine, request.id, opened).await?;
+            plan.memory.remember(plan.url, version);
+            return Ok(());
+        }
+        Ok(Probe::Prefers(instead)) => {
+            tracing::debug!(%instead, "the server prefers a 2025 revision");
+            proposing(request, instead)
+        }
+        Ok(Probe::Legacy(error)) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            request
+        }
+        Err(error) if era::not_this_era(&error, true) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            request
+        }
+        Err(error) => return Err(error),
+    };
+    let error = match sessions(engine, request.clone(), Some(memory.clone())).await {
+        Err(error) if era::not_this_era(&error, false) => error,
+        outcome => return outcome,
+    };
+    tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
+    plan.sse_found.store(false, Ordering::Relaxed);
+    match http_sse(engine, plan, request).await {
+        Ok(()) => {
+            plan.memory.remember(plan.url, ProtocolVersion::V2024_11_05);
+            Ok(())
+        }
+        // An HTTP+SSE server was found and failed: that is the cause.
+        Err(sse) if plan.sse_found.load(Ordering::Relaxed) => Err(sse),
+        Err(sse) => {
+            tracing::debug!(error = %sse, "not an HTTP+SSE server either");
+            Err(error)
+        }
+    }
+}
+
+/// rmcp's `initialize` proposing `version` instead of its own choice.
+fn proposing(mut request: Request, version: ProtocolVersion) -> Request {
+    if let Some(Value::Object(params)) = &mut request.params {
+        params.insert("protocolVersion".into(), version.as_str().into());
+    }
+    request
+}
+
+/// 2026-07-28: the server answered `server/discover`. rmcp's `initialize`
+/// is answered from it (an `InitializeResult` naming 2026-07-28, so rmcp
+/// writes its request metadata and drives multi round-trip results
+/// itself); every later request goes out as a 2026-07-28 one.
+async fn stateless(
+    engine: &Arc<Engine<RmcpFront>>,
+    id: RequestId,
+    opened: era::Opened,
+) -> Result<()> {
+    let generation = opened.generation;
+    let version = generation
+        .wire()
+        .protocol_version()
+        .unwrap_or(ProtocolVersion::MODERN);
+    let result = initialize_result(&opened.result, version);
+    engine.set_ready(&generation);
+    {
+        let mut handshake = lock(&engine.front.handshake);
+        handshake.opening = Some((generation, None));
+        handshake.subscription = era::subscription_filter(&opened.result["capabilities"]);
+        handshake.answered = Some(Ok(()));
+    }
+    engine.front.give(answer(id, &result)?).await;
+    Ok(())
+}
+
+/// The `InitializeResult` rmcp expects, from a `server/discover` result:
+/// the revision in use, the capabilities, the server's name and version
+/// (from `_meta`; empty when the server sent none, which rmcp requires),
+/// the instructions.
+fn initialize_result(discover: &Value, version: ProtocolVersion) -> Value {
+    let mut server_info = match &discover["_meta"][SERVER_INFO_META] {
+        Value::Object(info) => info.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for field in ["name", "version"] {
+        if !server_info.get(field).is_some_and(Value::is_string) {
+            server_info.insert(field.into(), "".into());
+        }
+    }
+    let capabilities = match &discover["capabilities"] {
+        capabilities @ Value::Object(_) => capabilities.clone(),
+        _ => json!({}),
+    };
+    let mut result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+    });
+    if let Some(instructions) = discover.get("instructions").filter(|i| i.is_string()) {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+/// A response to rmcp's request `id` with `result`.
+fn answer(id: RequestId, result: &Value) -> Result<Message> {
+    let raw = serde_json::value::to_raw_value(result)
+        .map_err(|e| Error::protocol("a result that is no JSON").with_source(e))?;
+    Ok(Message::Response(Response {
+        id: Some(id),
+        outcome: Ok(raw),
+    }))
+}
+
+/// 2024-11-05: the HTTP+SSE stream, then rmcp's `initialize` answered on
+/// it, read whole (HTTP+SSE answers every POST on the one stream); rmcp's
+/// `notifications/initialized` follows on the endpoint the stream named.
+/// No session id, so nothing to DELETE: the session ends with the stream.
+async fn http_sse(engine: &Arc<Engine<RmcpFront>>, plan: &Plan<'_>, request: Request) -> Result<()> {
+    let id = request.id.clone();
+    let (generation, result) = engine
+        .open_http_sse(request, false, &plan.sse_found, plan.deadline)
+        .await?;
+    engine.set_ready(&generation);
+    {
+        let mut handshake = lock(&engine.front.handshake);
+        handshake.opening = Some((generation, None));
+        handshake.answered = Some(Ok(()));
+    }
+    engine.front.give(answer(id, &result)?).await;
+    Ok(())
+}
+
+/// The 2025 era: the session is opened through the guard stack with rmcp's
+/// own `initialize`, and this returns once the answer's head has arrived;
+/// the answer is then read in the background and handed to rmcp as it
+/// comes (a server request before the response reaches rmcp at once), the
+/// response last. The revision it negotiates is remembered in `memory`
+/// (when detected).
+async fn sessions(
+    engine: &Arc<Engine<RmcpFront>>,
+    request: Request,
+    memory: Option<Memory>,
+) -> Result<()> {
+    let front = &engine.front;
     let id = request.id.clone();
     // Up to the head, bounded like a re-initialize; rmcp reads the rest.
     let started = engine
         .begin_open(request, engine.exchange_deadline())
         .await?;
     let generation = started.generation;
-    lock(&front.handshake).opening = Some((generation.clone(), started.opening));
+    lock(&front.handshake).opening = Some((generation.clone(), Some(started.opening)));
     // The session id is known: rmcp's answers to server requests on the
     // `initialize` answer (a `ping`) go to this session.
     engine.set_ready(&generation);
@@ -559,8 +912,13 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
             let outcome = started.waiter.read(&generation, started.answer).await;
             let answered = match &outcome {
                 Ok(result) => result_value(result, "initialize")
-                    .and_then(|result| negotiated(&result, crate::engine::Era::Sessions))
-                    .map(|version| generation.wire().set_protocol_version(version)),
+                    .and_then(|result| negotiated(&result, Era::Sessions))
+                    .map(|version| {
+                        generation.wire().set_protocol_version(version);
+                        if let Some(memory) = &memory {
+                            memory.get().remember(&engine.front.url, version);
+                        }
+                    }),
                 Err(error) => Err(error.duplicate()),
             };
             lock(&engine.front.handshake).answered = Some(answered);
@@ -578,7 +936,9 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
 }
 
 /// rmcp's `notifications/initialized`: sent once the `initialize` answer
-/// was good; it completes the handshake and starts the GET listener.
+/// was good; it completes the handshake and starts the listener (the GET
+/// stream in the 2025 era, `subscriptions/listen` in 2026-07-28, which
+/// has no such notification: it is not sent).
 async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification) -> Result<()> {
     let front = &engine.front;
     if front.attached {
@@ -603,15 +963,24 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
             None => return Err(Error::protocol("`notifications/initialized` sent twice")),
         }
     };
-    tokio::select! {
-        biased;
-        _ = engine.closing().cancelled() => return Err(Error::closed()),
-        sent = engine.notify(&generation, &notification, engine.exchange_deadline()) => sent?,
+    if !generation.is_stateless() {
+        tokio::select! {
+            biased;
+            _ = engine.closing().cancelled() => return Err(Error::closed()),
+            sent = engine.notify(&generation, &notification, engine.exchange_deadline()) => sent?,
+        }
     }
-    if let Some((_, opening)) = lock(&front.handshake).opening.take() {
-        opening.established();
-    }
+    let subscription = {
+        let mut handshake = lock(&front.handshake);
+        if let Some((_, Some(opening))) = handshake.opening.take() {
+            opening.established();
+        }
+        handshake.subscription.take()
+    };
     engine.start_listener(&generation);
+    if let Some(filter) = subscription {
+        engine.start_subscription(&generation, filter);
+    }
     Ok(())
 }
 
@@ -637,15 +1006,15 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             _ = stop.cancelled() => return Err(given_up()),
             generation = engine.current() => generation?,
         };
+        let extra = engine.front.param_headers(&generation, &request)?;
         let waiter = engine.waiter(request.id.clone());
-        let no_extra_headers = http::HeaderMap::new();
         let posted = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
             _ = stop.cancelled() => return Err(given_up()),
             // rmcp times its own requests, and gives them up with
             // `notifications/cancelled`, which stops this.
-            posted = engine.post_request(&generation, &request, &no_extra_headers, Deadline::none()) => posted,
+            posted = engine.post_request(&generation, &request, &extra, Deadline::none()) => posted,
         };
         let answer = match posted {
             Ok(answer) => answer,
@@ -656,6 +1025,7 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             Err(error) => return Err(error),
         };
         let stop = stop.clone();
+        let lists_tools = generation.is_stateless() && request.method == "tools/list";
         let spawned = engine.spawner().spawn(move |cancel| async move {
             let (engine, id) = &*registered;
             tokio::select! {
@@ -664,6 +1034,9 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
                     tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
                 }
                 outcome = waiter.read(&generation, answer) => {
+                    if let (true, Ok(result)) = (lists_tools, &outcome) {
+                        engine.front.learn_tools(result);
+                    }
                     engine.front.resolve(id.clone(), outcome).await;
                 }
             }

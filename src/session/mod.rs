@@ -8,10 +8,10 @@
 mod connect;
 mod discovery;
 pub(crate) mod entry;
-mod era;
+pub(crate) mod era;
 mod front;
 mod handlers;
-mod shared;
+pub(crate) mod shared;
 mod stateless;
 
 use std::fmt;
