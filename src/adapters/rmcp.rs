@@ -474,7 +474,11 @@ impl RmcpFront {
                 )));
             }
             Some(Ok(mirrored)) => {
-                add_param_headers(mirrored, params.and_then(|p| p.get("arguments")), &mut headers)?;
+                add_param_headers(
+                    mirrored,
+                    params.and_then(|p| p.get("arguments")),
+                    &mut headers,
+                )?;
             }
         }
         Ok(headers)
@@ -868,7 +872,11 @@ fn answer(id: RequestId, result: &Value) -> Result<Message> {
 /// it, read whole (HTTP+SSE answers every POST on the one stream); rmcp's
 /// `notifications/initialized` follows on the endpoint the stream named.
 /// No session id, so nothing to DELETE: the session ends with the stream.
-async fn http_sse(engine: &Arc<Engine<RmcpFront>>, plan: &Plan<'_>, request: Request) -> Result<()> {
+async fn http_sse(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    request: Request,
+) -> Result<()> {
     let id = request.id.clone();
     let (generation, result) = engine
         .open_http_sse(request, false, &plan.sse_found, plan.deadline)
