@@ -3,24 +3,53 @@
 //!
 //! [`ScopedTransport`] implements rmcp's [`Transport<RoleClient>`], so
 //! `().serve(transport)` (or `ClientInfo { .. }.serve(transport)`, or
-//! [`rmcp::serve_client`]) runs over this crate's Streamable HTTP wire and
-//! guard stack. rmcp sends `initialize` itself; the transport recognises it
-//! and runs it the way [`Connector::connect`](crate::Connector::connect)
-//! does:
+//! [`rmcp::serve_client`]) runs over this crate's wire and guard stack, in
+//! every era the crate speaks. rmcp sends `initialize` itself; the
+//! transport recognises it and opens the server's era the way
+//! [`Connector::connect`](crate::Connector::connect) does: the revision
+//! pinned with [`protocol_version`](ScopedTransportBuilder::protocol_version),
+//! else the one remembered for the endpoint (in the lent client, or in the
+//! builder and its clones), else detection, in the spec's order:
 //!
-//! 1. at [`build`](ScopedTransportBuilder::build): an owned client (unless
-//!    one is lent with [`client`](ScopedTransportBuilder::client)), then the
-//!    session's header hooks, scoped to this transport's requests only;
-//! 2. **before** the `initialize` POST leaves, the server session is pushed
-//!    on the stack, and the POST runs as a task the stack holds, so an id
-//!    that arrives just before a failure or a cancellation is still
-//!    DELETEd;
-//! 3. after the answer, the background set: a reader per request (its JSON
-//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off; it
-//!    stops when rmcp gives the request up with `notifications/cancelled`,
-//!    whatever the server does) and,
-//!    once `notifications/initialized` is accepted, the GET listening
-//!    stream.
+//! - **2026-07-28** (`server/discover` answered): rmcp's `initialize` is
+//!   answered from the discover result (an `InitializeResult` naming
+//!   2026-07-28, with the server's capabilities, `serverInfo` from its
+//!   `_meta`, and instructions), rmcp's `notifications/initialized` is
+//!   swallowed, and every later request is a 2026-07-28 one: `_meta` with
+//!   the revision and rmcp's `clientInfo` and capabilities, the
+//!   `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers, and
+//!   `Mcp-Param-*` for a tool whose `x-mcp-header` annotations rmcp's own
+//!   `tools/list` brought. No session id, no GET, no DELETE; the
+//!   server's list changes come on `subscriptions/listen` (when listening).
+//!   Since rmcp knows the revision, it drives multi round-trip results
+//!   itself: [`RunningService::call_tool`] (and `get_prompt`,
+//!   `read_resource`) answers each `input_required` result's requests
+//!   through the [`ClientHandler`] (elicitation, sampling, roots) and sends
+//!   the request again with `inputResponses`; what the handler does not
+//!   do, it refuses with its own error. The transport passes those results
+//!   through as they came.
+//! - **2025 revisions** (`initialize` answered): rmcp's own `initialize`
+//!   goes out, proposing rmcp's revision (or the one the discover answer
+//!   preferred, or the pinned one):
+//!
+//!   1. at [`build`](ScopedTransportBuilder::build): an owned client
+//!      (unless one is lent with [`client`](ScopedTransportBuilder::client)),
+//!      then the session's header hooks, scoped to this transport's
+//!      requests only;
+//!   2. **before** the `initialize` POST leaves, the server session is
+//!      pushed on the stack, and the POST runs as a task the stack holds,
+//!      so an id that arrives just before a failure or a cancellation is
+//!      still DELETEd;
+//!   3. after the answer, the background set: a reader per request (its
+//!      JSON or SSE answer, resumed with `Last-Event-ID` when it breaks
+//!      off; it stops when rmcp gives the request up with
+//!      `notifications/cancelled`, whatever the server does) and, once
+//!      `notifications/initialized` is accepted, the GET listening stream.
+//! - **2024-11-05** (neither; the URL serves an HTTP+SSE stream): the
+//!   stream is opened, rmcp's `initialize` (proposing 2024-11-05) and
+//!   everything after it POSTed to the endpoint it names and answered on
+//!   it. The session is the
+//!   stream: closed at close, never DELETEd.
 //!
 //! Everything the server sends (responses, notifications, and requests such
 //! as `ping`, `roots/list` or `elicitation/create`) reaches rmcp through
@@ -31,11 +60,12 @@
 //!
 //! - **rmcp closes the service** ([`RunningService::cancel`], or dropping the
 //!   [`RunningService`], whose task then closes the transport): the stack
-//!   unwinds in order. Background tasks are stopped and joined, the owned
-//!   server session is DELETEd (bounded by
-//!   [`delete_timeout`](ScopedTransportBuilder::delete_timeout)) while our
-//!   hooks and client still live, the hooks are removed, an owned client is
-//!   dropped last. A lent client is left open and untouched. What was
+//!   unwinds in order. Background tasks are stopped and joined (an
+//!   HTTP+SSE stream with them), the owned server session is DELETEd
+//!   (2025 era only: 2026-07-28 has no session and HTTP+SSE no DELETE;
+//!   bounded by [`delete_timeout`](ScopedTransportBuilder::delete_timeout))
+//!   while our hooks and client still live, the hooks are removed, an
+//!   owned client is dropped last. A lent client is left open and untouched. What was
 //!   released is reported through [`ReleaseReport`].
 //! - **rmcp's `initialize` fails** (an HTTP error, a JSON-RPC error, a
 //!   revision this crate does not speak, a failed `notifications/initialized`)
@@ -62,22 +92,43 @@
 //! # Limits
 //!
 //! - rmcp must start with `initialize` (`serve`, `serve_client`): a request
-//!   sent before it fails with a protocol error. rmcp's `server/discover`
-//!   lifecycle is not supported.
-//! - An expired session (404 to a request with our session id) is reported
-//!   to that request ([`Error::is_session_expired`]), not re-initialized: the
-//!   handshake is rmcp's.
-//! - `initialize`'s answer is read whole before rmcp sees any of it (so that
-//!   its failures are this crate's errors): a server request sent on it
-//!   before the response (a `ping`) reaches rmcp with the response, and a
-//!   server that waits for its answer first stalls `initialize` until it
-//!   gives up.
+//!   sent before it fails with a protocol error. rmcp's own discover
+//!   lifecycle (`serve_client_with_lifecycle` in `Discover` or `Auto`
+//!   mode, which sends `server/discover` itself) is not supported: start
+//!   rmcp with `initialize`, and the transport finds the 2026-07-28 server
+//!   itself.
+//! - 2025 era: an expired session (404 to a request with our session id)
+//!   is replaced: the transport opens a new one through the guard stack
+//!   with rmcp's `initialize` params (its own request id, so rmcp never
+//!   sees that answer), within
+//!   [`reinitialize_timeout`](ScopedTransportBuilder::reinitialize_timeout),
+//!   and sends the request that met the 404 again once; the expired session
+//!   is not DELETEd. rmcp keeps what its first handshake told it.
+//! - 2025 era: `initialize`'s answer is read in the background, so a
+//!   server request on it (a `ping`) reaches rmcp before the response and
+//!   rmcp's answer goes out on that session at once. Its failures after the
+//!   head (a revision this crate does not speak, a malformed answer) reach
+//!   rmcp at `notifications/initialized`, as this crate's error.
+//! - 2024-11-05: `initialize`'s answer is read whole before rmcp sees it
+//!   (every answer comes on the one stream): a server that holds it until
+//!   rmcp answers a request of its own stalls `initialize` until the
+//!   exchange deadline. When the stream ends, so does the session: every
+//!   later request fails, and no new session is opened.
+//! - 2026-07-28: a `HeaderMismatch` (`-32020`) or `UnsupportedProtocolVersion`
+//!   (`-32022`) answered to one of rmcp's requests reaches rmcp as that
+//!   error (a [`Session`](crate::Session) re-lists the tools, or switches
+//!   revision, and sends it again). rmcp's `ping` and
+//!   `notifications/cancelled` are sent as 2026-07-28 requests.
 //! - What waits for rmcp's `receive` is bounded: 64 messages and 16 MiB
 //!   (as held, parsed). Over it, notifications and server requests are
 //!   dropped with a warning saying how many (the stream is read on);
 //!   responses wait for rmcp to take some (they are what rmcp asked for).
-//! - No `Connector::attach` equivalent: the transport always owns the
-//!   session it initializes.
+//! - [`attach`](ScopedTransportBuilder::attach) runs rmcp over a 2025
+//!   session the caller owns (rmcp started with
+//!   [`rmcp::service::serve_directly`]): it is never re-initialized,
+//!   replaced or DELETEd, and its expiry is reported to the request that
+//!   met it ([`Error::is_session_expired`]). 2026-07-28 and HTTP+SSE have
+//!   no session to attach to.
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
 //!
 //! ```
@@ -106,6 +157,8 @@
 //! [`Transport<RoleClient>`]: rmcp::transport::Transport
 //! [`RunningService::cancel`]: rmcp::service::RunningService::cancel
 //! [`RunningService`]: rmcp::service::RunningService
+//! [`RunningService::call_tool`]: rmcp::service::RunningService::call_tool
+//! [`ClientHandler`]: rmcp::ClientHandler
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -781,6 +834,9 @@ async fn detect(
     };
     tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
     plan.sse_found.store(false, Ordering::Relaxed);
+    // Over HTTP+SSE, 2024-11-05 only (a server of both may answer a newer
+    // one, which has no initialize over that transport).
+    let request = proposing(request, ProtocolVersion::V2024_11_05);
     match http_sse(engine, plan, request).await {
         Ok(()) => {
             plan.memory.remember(plan.url, ProtocolVersion::V2024_11_05);
