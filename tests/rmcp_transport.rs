@@ -1571,6 +1571,68 @@ fn the_era_is_remembered_per_endpoint() {
     });
 }
 
+/// rmcp's own discover lifecycle: in `Discover` mode against a 2026-07-28
+/// server, rmcp's `server/discover` opens it (no `initialize`, nothing
+/// probed besides); in `Auto` mode against a 2025 server, rmcp's probe is
+/// refused and its `initialize` follows, which the transport opens without
+/// probing again.
+#[test]
+fn rmcps_own_discover_lifecycle_reaches_2026_and_falls_back_to_2025() {
+    let modern = || vec![rmcp::model::ProtocolVersion::V_2026_07_28];
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(of_era(Eras::Modern)).await;
+            let (transport, report) = world.transport(borrowed);
+            let lifecycle = rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: modern(),
+            };
+            let client = tokio::time::timeout(
+                HUNG,
+                rmcp::serve_client_with_lifecycle((), transport, lifecycle),
+            )
+            .await
+            .expect("serve hung")
+            .expect("rmcp discovers");
+            assert_eq!(rmcp_version(&client), "2026-07-28");
+            assert_eq!(seen(&world.server, "server/discover").len(), 1);
+            assert!(seen(&world.server, "initialize").is_empty());
+            let tools = client.peer().list_all_tools().await.expect("every page");
+            assert_eq!(tools.len(), 7);
+            call(&client, "tool-005").await;
+            for request in seen(&world.server, "tools/call") {
+                assert_eq!(request.header("mcp-protocol-version"), Some("2026-07-28"));
+                assert_eq!(request.mcp_method(), Some("tools/call"));
+            }
+            released_as(Eras::Modern, &cancel(client, report).await);
+            world.check(0).await;
+
+            let world = World::new(of_era(Eras::Streamable2025)).await;
+            let (transport, report) = world.transport(borrowed);
+            let lifecycle = rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: modern(),
+                legacy_version: None,
+            };
+            let client = tokio::time::timeout(
+                HUNG,
+                rmcp::serve_client_with_lifecycle((), transport, lifecycle),
+            )
+            .await
+            .expect("serve hung")
+            .expect("rmcp falls back to initialize");
+            assert_eq!(rmcp_version(&client), "2025-11-25");
+            assert_eq!(
+                seen(&world.server, "server/discover").len(),
+                1,
+                "rmcp's probe only"
+            );
+            assert_eq!(seen(&world.server, "initialize").len(), 1);
+            call(&client, "tool-005").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
 /// The `serve` future is dropped after 0, 1, 2... polls, until it
 /// completes, against a server of each era whose every step pends:
 /// whatever was created is ended (a 2025 session DELETEd by the reaper, an

@@ -91,12 +91,14 @@
 //!
 //! # Limits
 //!
-//! - rmcp must start with `initialize` (`serve`, `serve_client`): a request
-//!   sent before it fails with a protocol error. rmcp's own discover
-//!   lifecycle (`serve_client_with_lifecycle` in `Discover` or `Auto`
-//!   mode, which sends `server/discover` itself) is not supported: start
-//!   rmcp with `initialize`, and the transport finds the 2026-07-28 server
-//!   itself.
+//! - rmcp must start with `initialize` (`serve`, `serve_client`) or with
+//!   its own `server/discover` (`serve_client_with_lifecycle` in `Discover`
+//!   or `Auto` mode): a request sent before either fails with a protocol
+//!   error. rmcp's `server/discover` goes out as it is (a 2026-07-28
+//!   request); a result that lists its revision opens 2026-07-28, and
+//!   anything else reaches rmcp, whose `Auto` mode then sends `initialize`
+//!   (opened as above, without probing again). rmcp's `Discover` mode opens
+//!   no `subscriptions/listen` stream of ours (rmcp subscribes itself).
 //! - 2025 era: an expired session (404 to a request with our session id)
 //!   is replaced: the transport opens a new one through the guard stack
 //!   with rmcp's `initialize` params (its own request id, so rmcp never
@@ -190,7 +192,10 @@ use crate::scope::{GuardStack, Released};
 use crate::session::era::{self, Plan, Probe};
 use crate::session::shared::SERVER_INFO_META;
 use crate::sync::lock;
-use crate::transport::metadata::{ParamHeader, add_param_headers, param_headers};
+use crate::transport::metadata::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, ParamHeader,
+    add_param_headers, param_headers,
+};
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// Server messages waiting for rmcp's `receive`, in count.
@@ -370,6 +375,7 @@ impl ScopedTransportBuilder {
             tools: Mutex::default(),
             attached,
             initialize_sent: AtomicBool::new(false),
+            discover_refused: AtomicBool::new(false),
             handshake: Mutex::default(),
             asked: Mutex::default(),
             readers: Mutex::default(),
@@ -429,6 +435,9 @@ struct RmcpFront {
     tools: Mutex<HashMap<String, std::result::Result<Vec<ParamHeader>, String>>>,
     attached: bool,
     initialize_sent: AtomicBool,
+    /// rmcp's own `server/discover` (its `Auto` lifecycle) was answered
+    /// "not this era": its `initialize`, next, does not probe again.
+    discover_refused: AtomicBool,
     handshake: Mutex<Handshake>,
     /// The server requests handed to rmcp and not yet answered, with the
     /// session that sent each (oldest first, at most [`ASKED_KEPT`]): a
@@ -460,6 +469,14 @@ struct Handshake {
 }
 
 impl RmcpFront {
+    /// Where the era found for the endpoint is remembered.
+    fn memory(&self, engine: &Engine<RmcpFront>) -> Result<Memory> {
+        Ok(match &self.revisions {
+            Some(memory) => Memory::Builder(memory.clone()),
+            None => Memory::Lent(engine.http_client().ok_or_else(Error::closed)?),
+        })
+    }
+
     /// Remembers that `generation` sent server request `id`.
     fn asked(&self, id: &RequestId, generation: &Arc<Generation>) {
         let mut asked = lock(&self.asked);
@@ -738,10 +755,7 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
     let client_info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
     // 2026-07-28 requests carry them in `_meta`.
     engine.set_client_meta(&client_info, &capabilities);
-    let memory = match &front.revisions {
-        Some(memory) => Memory::Builder(memory.clone()),
-        None => Memory::Lent(engine.http_client().ok_or_else(Error::closed)?),
-    };
+    let memory = front.memory(&engine)?;
     let plan = Plan {
         memory: memory.get(),
         url: &front.url,
@@ -803,7 +817,13 @@ async fn detect(
     memory: &Memory,
     request: Request,
 ) -> Result<()> {
-    let request = match era::discover(engine, plan, ProtocolVersion::MODERN).await {
+    let probe = if engine.front.discover_refused.load(Ordering::Acquire) {
+        // rmcp's own `server/discover` just showed it.
+        Ok(Probe::Legacy(Error::protocol("not a 2026-07-28 server")))
+    } else {
+        era::discover(engine, plan, ProtocolVersion::MODERN).await
+    };
+    let request = match probe {
         Ok(Probe::Opened(opened)) => {
             let version = opened
                 .generation
@@ -996,6 +1016,58 @@ async fn sessions(
     if !spawned {
         return Err(Error::closed());
     }
+    Ok(())
+}
+
+/// rmcp's own `server/discover` (its `Discover` or `Auto` lifecycle),
+/// before any session: sent as a 2026-07-28 request, with rmcp's `_meta`
+/// (its revision, `clientInfo` and capabilities, which every later request
+/// carries too). A discover result that lists the revision makes it the one
+/// every later request speaks (and is remembered for the endpoint); any
+/// other answer reaches rmcp as it came, and rmcp's `Auto` mode then sends
+/// `initialize`, which goes on without probing again.
+async fn discover(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
+    let front = &engine.front;
+    if front.attached {
+        return Err(Error::builder(
+            "this transport is attached to a 2025 session the caller owns:              `server/discover` has no place on it",
+        ));
+    }
+    let meta = request.params.as_ref().and_then(|p| p.get("_meta"));
+    let field = |key: &str| meta.and_then(|m| m.get(key)).cloned();
+    let version = field(META_PROTOCOL_VERSION)
+        .and_then(|v| v.as_str()?.parse::<ProtocolVersion>().ok())
+        .filter(|v| v.is_modern())
+        .unwrap_or(ProtocolVersion::MODERN);
+    engine.set_client_meta(
+        &field(META_CLIENT_INFO).unwrap_or(Value::Null),
+        &field(META_CLIENT_CAPABILITIES).unwrap_or_else(|| json!({})),
+    );
+    let memory = front.memory(&engine)?;
+    let generation = engine.stateless(version)?;
+    let outcome = tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => return Err(Error::closed()),
+        outcome = engine.request_on(&generation, &request, engine.exchange_deadline()) => outcome,
+    };
+    match &outcome {
+        Ok(result) => {
+            let lists = serde_json::from_str::<Value>(result.get()).is_ok_and(|result| {
+                result["supportedVersions"]
+                    .as_array()
+                    .is_some_and(|listed| listed.iter().any(|v| v == version.as_str()))
+            });
+            if lists {
+                engine.set_ready(&generation);
+                memory.get().remember(&front.url, version);
+            }
+        }
+        Err(error) if era::not_this_era(error, true) => {
+            front.discover_refused.store(true, Ordering::Release);
+        }
+        Err(_) => {}
+    }
+    front.resolve(request.id, outcome).await;
     Ok(())
 }
 
@@ -1208,6 +1280,13 @@ impl Transport<RoleClient> for ScopedTransport {
         async move {
             match message? {
                 Message::Request(r) if r.method == "initialize" => initialize(engine, r).await,
+                Message::Request(r)
+                    if r.method == "server/discover"
+                        && engine.generation().is_none()
+                        && !engine.front.initialize_sent.load(Ordering::Acquire) =>
+                {
+                    discover(engine, r).await
+                }
                 Message::Request(r) => request(engine, r).await,
                 Message::Notification(n) if n.method == "notifications/initialized" => {
                     initialized(engine, n).await
