@@ -984,6 +984,21 @@ fn initialize_on_an_attached_transport_is_refused() {
     });
 }
 
+/// Attaching needs a 2025 session: 2026-07-28 has none and HTTP+SSE none
+/// that can be named. Refused at `build`, before anything is acquired.
+#[test]
+fn attaching_to_a_revision_without_sessions_is_refused_at_build() {
+    let id = mcp_scoped_http::SessionId::new("s-1").expect("an id");
+    for version in [ProtocolVersion::V2026_07_28, ProtocolVersion::V2024_11_05] {
+        let error = ScopedTransport::builder("http://127.0.0.1:9/mcp")
+            .attach(id.clone(), version)
+            .build()
+            .expect_err("no session to attach to");
+        assert!(error.is_builder(), "{error}");
+        assert!(error.to_string().contains("2025 revision"), "{error}");
+    }
+}
+
 /// A server that asks rmcp something (a `ping`) on the `initialize` answer
 /// and waits for the reply before sending the result: the answer is handed
 /// to rmcp as it comes, so rmcp replies and the handshake completes, at
@@ -1362,6 +1377,12 @@ fn rmcp_reaches_a_server_of_every_era() {
                     }
                 }
                 assert!(seen_http(&world.server, Method::GET).is_empty(), "{label}");
+                // The server's list changes come on `subscriptions/listen`.
+                assert!(
+                    eventually(HUNG, || world.server.stats().subscriptions_open == 1).await,
+                    "{label}: {:?}",
+                    world.server.stats()
+                );
             }
             let released = cancel(client, report).await;
             released_as(eras, &released);
