@@ -116,6 +116,11 @@
 //!   rmcp answers a request of its own stalls `initialize` until the
 //!   exchange deadline. When the stream ends, so does the session: every
 //!   later request fails, and no new session is opened.
+//! - 2026-07-28: rmcp's low-level [`Peer::call_tool`] reads an
+//!   `input_required` result as `ServiceError::UnexpectedResponse` (its
+//!   documented behaviour): use [`RunningService::call_tool`], which
+//!   answers the input requests, or `call_tool_once` to drive the rounds
+//!   yourself.
 //! - 2026-07-28: a `HeaderMismatch` (`-32020`) or `UnsupportedProtocolVersion`
 //!   (`-32022`) answered to one of rmcp's requests reaches rmcp as that
 //!   error (a [`Session`](crate::Session) re-lists the tools, or switches
@@ -161,6 +166,7 @@
 //! [`RunningService`]: rmcp::service::RunningService
 //! [`RunningService::call_tool`]: rmcp::service::RunningService::call_tool
 //! [`ClientHandler`]: rmcp::ClientHandler
+//! [`Peer::call_tool`]: rmcp::Peer::call_tool
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
