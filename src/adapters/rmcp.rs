@@ -222,6 +222,11 @@ const ASKED_KEPT: usize = 256;
 /// 2026-07-28 `tools/call`; past it the memory starts again.
 const TOOLS_KEPT: usize = 4096;
 
+/// Annotated parameters remembered across those tools, at most (a hostile
+/// server's pages add up); past it the memory starts again, and a tool
+/// with more than this alone is refused.
+const PARAM_HEADERS_KEPT: usize = 16 * 1024;
+
 /// Builds a [`ScopedTransport`].
 ///
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
@@ -438,7 +443,7 @@ struct RmcpFront {
     revisions: Option<Arc<RevisionMemory>>,
     /// 2026-07-28: the `Mcp-Param-*` headers of each tool that has any (or
     /// why its annotations are invalid), from the `tools/list` answers.
-    tools: Mutex<HashMap<String, std::result::Result<Vec<ParamHeader>, String>>>,
+    tools: Mutex<ToolHeaders>,
     attached: bool,
     initialize_sent: AtomicBool,
     /// rmcp's own `server/discover` (its `Auto` lifecycle) was answered
@@ -458,6 +463,48 @@ struct RmcpFront {
     /// the cancellation and holds the answer open.
     readers: Mutex<HashMap<RequestId, (u64, CancellationToken)>>,
     next_reader: AtomicU64,
+}
+
+/// The `Mcp-Param-*` headers of the tools that have any (or why their
+/// annotations are refused), by name: at most [`TOOLS_KEPT`] tools and
+/// [`PARAM_HEADERS_KEPT`] annotated parameters.
+#[derive(Default)]
+struct ToolHeaders {
+    by_name: HashMap<String, std::result::Result<Vec<ParamHeader>, String>>,
+    /// Annotated parameters held, over every tool.
+    held: usize,
+}
+
+impl ToolHeaders {
+    /// Learns the tools of one `tools/list` page.
+    fn learn(&mut self, listed: &[Value]) {
+        for tool in listed {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let headers = match param_headers(tool) {
+                Ok(headers) if headers.len() > PARAM_HEADERS_KEPT => Err(format!(
+                    "{} parameters are annotated, over the {PARAM_HEADERS_KEPT} this client keeps",
+                    headers.len()
+                )),
+                other => other,
+            };
+            if let Some(Ok(old)) = self.by_name.remove(name) {
+                self.held -= old.len();
+            }
+            let count = match &headers {
+                Ok(headers) if headers.is_empty() => continue,
+                Ok(headers) => headers.len(),
+                Err(_) => 0,
+            };
+            if self.by_name.len() >= TOOLS_KEPT || self.held + count > PARAM_HEADERS_KEPT {
+                self.by_name.clear();
+                self.held = 0;
+            }
+            self.held += count;
+            self.by_name.insert(name.to_owned(), headers);
+        }
+    }
 }
 
 /// rmcp's handshake, between its `initialize` and its
@@ -542,7 +589,7 @@ impl RmcpFront {
         let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
             return Ok(headers);
         };
-        match lock(&self.tools).get(name) {
+        match lock(&self.tools).by_name.get(name) {
             None => {}
             Some(Err(reason)) => {
                 return Err(Error::builder(format!(
@@ -561,31 +608,13 @@ impl RmcpFront {
     }
 
     /// Remembers the `x-mcp-header` annotations of the tools on a
-    /// `tools/list` page (at most [`TOOLS_KEPT`] tools).
+    /// `tools/list` page.
     fn learn_tools(&self, result: &RawValue) {
         let Ok(result) = serde_json::from_str::<Value>(result.get()) else {
             return;
         };
-        let Some(listed) = result.get("tools").and_then(Value::as_array) else {
-            return;
-        };
-        let found: Vec<_> = listed
-            .iter()
-            .filter_map(|tool| {
-                let name = tool.get("name")?.as_str()?;
-                Some((name.to_owned(), param_headers(tool)))
-            })
-            .collect();
-        let mut tools = lock(&self.tools);
-        for (name, headers) in found {
-            if matches!(&headers, Ok(headers) if headers.is_empty()) {
-                tools.remove(&name);
-                continue;
-            }
-            if tools.len() >= TOOLS_KEPT && !tools.contains_key(&name) {
-                tools.clear();
-            }
-            tools.insert(name, headers);
+        if let Some(listed) = result.get("tools").and_then(Value::as_array) {
+            lock(&self.tools).learn(listed);
         }
     }
 
@@ -1376,4 +1405,56 @@ pub fn scoped_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<
         current = error.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated(name: &str, params: usize) -> Value {
+        let properties: serde_json::Map<String, Value> = (0..params)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "x-mcp-header": format!("P{i}")}),
+                )
+            })
+            .collect();
+        json!({"name": name, "inputSchema": {"type": "object", "properties": properties}})
+    }
+
+    #[test]
+    fn tool_headers_are_bounded_in_tools_and_parameters() {
+        let mut tools = ToolHeaders::default();
+        tools.learn(&[annotated("a", 2), annotated("plain", 0)]);
+        assert!(matches!(tools.by_name.get("a"), Some(Ok(h)) if h.len() == 2));
+        assert!(!tools.by_name.contains_key("plain"), "nothing to keep");
+        // Listed again with fewer: replaced, and counted once.
+        tools.learn(&[annotated("a", 1)]);
+        assert_eq!(tools.held, 1);
+
+        // Pages that add up past the bound start the memory again.
+        let page: Vec<Value> = (0..4)
+            .map(|i| annotated(&format!("big{i}"), PARAM_HEADERS_KEPT / 4))
+            .collect();
+        tools.learn(&page);
+        assert!(tools.held <= PARAM_HEADERS_KEPT, "{}", tools.held);
+        tools.learn(&[annotated("more", 8)]);
+        assert!(tools.held <= PARAM_HEADERS_KEPT, "{}", tools.held);
+        assert!(tools.by_name.contains_key("more"));
+
+        // One tool over the bound alone: refused, naming the limit.
+        tools.learn(&[annotated("huge", PARAM_HEADERS_KEPT + 1)]);
+        let Some(Err(reason)) = tools.by_name.get("huge") else {
+            panic!("kept");
+        };
+        assert!(reason.contains("16384"), "{reason}");
+
+        // Tools past the count bound, likewise.
+        let many: Vec<Value> = (0..TOOLS_KEPT + 10)
+            .map(|i| annotated(&format!("t{i}"), 1))
+            .collect();
+        tools.learn(&many);
+        assert!(tools.by_name.len() <= TOOLS_KEPT);
+    }
 }
