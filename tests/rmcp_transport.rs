@@ -1519,6 +1519,55 @@ fn multi_round_trip_input_is_answered_through_rmcps_handler() {
     });
 }
 
+/// 2026-07-28: a tool call carries the `Mcp-Param-*` headers of the tool's
+/// `x-mcp-header` parameters, learnt from the `tools/list` answers rmcp
+/// read (plain and Base64-encoded values). Called before rmcp listed the
+/// tools, the server refuses it (`HeaderMismatch`), and the error reaches
+/// rmcp as it came.
+#[test]
+fn mcp_param_headers_come_from_the_tools_rmcp_listed() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_eras(Eras::Modern)
+                    .with_tool(TestTool::header_param("route", "region", "Region")),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let route = |region: &str| {
+                CallToolRequestParams::new("route").with_arguments(
+                    json!({"region": region, "text": "hi"})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                )
+            };
+            let unlisted = client
+                .peer()
+                .call_tool(route("eu-west1"))
+                .await
+                .expect_err("no header: refused");
+            let cause = ours(&unlisted);
+            assert_eq!(cause.rpc_code(), Some(-32020), "{unlisted}");
+
+            client.peer().list_all_tools().await.expect("tools");
+            for region in ["eu-west1", "Zürich-1"] {
+                client
+                    .peer()
+                    .call_tool(route(region))
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {region}: {e}", mode(borrowed)));
+                let call = seen(&world.server, "tools/call").pop().unwrap();
+                assert_eq!(call.mcp_param("Region").as_deref(), Some(region));
+            }
+            released_as(Eras::Modern, &cancel(client, report).await);
+            world.check(0).await;
+        }
+    });
+}
+
 /// A pinned revision skips detection: no `server/discover` before a 2025
 /// `initialize` (which proposes the pinned revision), no POST to an
 /// HTTP+SSE endpoint's URL.
