@@ -10,6 +10,11 @@
 //!
 //! Every exchange here runs within the connect's deadline (and each within
 //! the request timeout): the era is chosen inside one bound.
+//!
+//! Generic over the engine's front end: the rmcp adapter
+//! (`adapters::rmcp`) probes with [`discover`] and reads answers with
+//! [`not_this_era`] and [`wrong_era`] too, in the same order, with its
+//! own `initialize` step (rmcp's, returning at the answer's head).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
