@@ -723,7 +723,10 @@ async fn forgotten_session_on_server_everything_is_a_400_error() {
 /// An rmcp client (the official Rust SDK) over this crate's transport
 /// (`adapters::rmcp::ScopedTransport`), against the rmcp server: rmcp's own
 /// `initialize`, `list_all_tools` and a call, then `cancel`, which DELETEs
-/// the session (stateful) or sends nothing (stateless).
+/// the session (stateful) or sends nothing (stateless). Pinned to
+/// 2025-11-25: the rmcp server also answers `server/discover`, which
+/// detection would find (see `rmcp_client_over_our_transport_*` below for
+/// the other eras).
 #[cfg(feature = "rmcp")]
 #[tokio::test]
 #[ignore = "needs the peers: run .ci/install-peers first"]
@@ -735,7 +738,10 @@ async fn rmcp_client_over_our_transport() {
     for (args, stateful) in [(&[][..], true), (&["--stateless", "--json"][..], false)] {
         let peer = rmcp(args);
         let run = async {
-            let mut transport = ScopedTransport::new(peer.url()).unwrap();
+            let mut transport = ScopedTransport::builder(peer.url())
+                .protocol_version(ProtocolVersion::V2025_11_25)
+                .build()
+                .unwrap();
             let report = transport.release_report();
             let client = ().serve(transport).await.expect("rmcp's initialize");
             let mut tools: Vec<String> = client
@@ -807,7 +813,12 @@ async fn rmcp_client_cut_during_initialize_deletes_every_session() {
     let mut limit = Duration::from_micros(500);
     let mut cut = 0;
     loop {
-        let transport = ScopedTransport::new(peer.url()).unwrap();
+        // Pinned: a 2025 session to DELETE (and no `server/discover`, which
+        // would be one more POST answered 200).
+        let transport = ScopedTransport::builder(peer.url())
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .build()
+            .unwrap();
         match tokio::time::timeout(limit, ().serve(transport)).await {
             Err(_) => cut += 1,
             Ok(client) => {
@@ -836,6 +847,187 @@ async fn rmcp_client_cut_during_initialize_deletes_every_session() {
         "{deletes:?}"
     );
     println!("cut {cut} times; {} saw: {:?}", peer.name, peer.seen());
+}
+
+/// An rmcp client handler that accepts an elicitation with
+/// `confirmed: true` (the Python 2.x server's `confirm` tool asks for it).
+#[cfg(feature = "rmcp")]
+struct RmcpConfirming;
+
+#[cfg(feature = "rmcp")]
+impl rmcp::ClientHandler for RmcpConfirming {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            serde_json::from_value(json!({"elicitation": {}})).unwrap(),
+            rmcp::model::Implementation::new("interop-rmcp", "1.0.0"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"confirmed": true})),
+        )
+    }
+}
+
+/// rmcp over our transport against the Python SDK 2.x server, found
+/// modern by detection: rmcp's `initialize` answered from
+/// `server/discover`, its tools walked, the `x-mcp-header` tool called (the
+/// `Mcp-Param-Region` header from the annotations rmcp's `tools/list`
+/// brought), the multi round-trip tool answered through rmcp's
+/// `ClientHandler`, close. No session, no GET, no DELETE, nothing refused.
+#[cfg(feature = "rmcp")]
+#[tokio::test]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn rmcp_client_over_our_transport_to_python2_modern() {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    let text = |result: &rmcp::model::CallToolResult| {
+        text_of(&serde_json::to_value(result).unwrap()).to_owned()
+    };
+    for mode in ["stateful", "json"] {
+        let peer = python2(mode);
+        let run = async {
+            let mut transport = ScopedTransport::new(peer.url()).unwrap();
+            let report = transport.release_report();
+            let client = RmcpConfirming
+                .serve(transport)
+                .await
+                .expect("rmcp's initialize");
+            let version = client.peer().peer_info().unwrap().protocol_version.clone();
+            assert_eq!(version.to_string(), "2026-07-28", "{}", peer.name);
+            let mut tools: Vec<String> = client
+                .peer()
+                .list_all_tools()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name.into_owned())
+                .collect();
+            tools.sort();
+            assert_eq!(tools, PY2_TOOLS);
+            let arguments = |value: Value| value.as_object().unwrap().clone();
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new("add")
+                        .with_arguments(arguments(json!({"a": 2, "b": 3}))),
+                )
+                .await
+                .unwrap();
+            assert_eq!(text(&result), "5");
+            for region in ["eu-west1", "Zürich-1"] {
+                let result = client
+                    .call_tool(
+                        CallToolRequestParams::new("regional")
+                            .with_arguments(arguments(json!({"region": region, "query": "q"}))),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("regional {region}: {e}"));
+                assert_eq!(text(&result), format!("q in {region}"));
+            }
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new("confirm")
+                        .with_arguments(arguments(json!({"action": "deploy"}))),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("confirm: {e}"));
+            assert_eq!(text(&result), "deploy: confirmed");
+
+            client.cancel().await.unwrap();
+            let released = report.released().await.expect("rmcp closed the transport");
+            assert!(released.owned_client_released, "{released:?}");
+            assert!(
+                matches!(released.session, SessionRelease::NotOwned),
+                "{released:?}"
+            );
+            mcp_scoped_http::shutdown().await;
+            let seen = peer.seen();
+            assert!(
+                seen.iter()
+                    .all(|(method, status)| method == "POST" && *status == 200),
+                "{} ({mode}) saw {seen:?}",
+                peer.name
+            );
+            println!("{} ({mode}) saw: {seen:?}", peer.name);
+        };
+        tokio::time::timeout(EXCHANGES, run)
+            .await
+            .unwrap_or_else(|_| panic!("{}: no end within {EXCHANGES:?}", peer.name));
+    }
+}
+
+/// rmcp over our transport against the Python SDK 1.x serving HTTP+SSE
+/// (2024-11-05), found by detection: the stream, rmcp's `initialize` on it,
+/// tools, calls, close, which ends the stream (no DELETE: there is no
+/// session id).
+#[cfg(feature = "rmcp")]
+#[tokio::test]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn rmcp_client_over_our_transport_to_python_http_sse() {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    let peer = python_sse();
+    let run = async {
+        let mut transport = ScopedTransport::new(peer.url_at("/sse")).unwrap();
+        let report = transport.release_report();
+        let client = ().serve(transport).await.expect("rmcp's initialize");
+        let version = client.peer().peer_info().unwrap().protocol_version.clone();
+        assert_eq!(version.to_string(), "2024-11-05");
+        let tools: Vec<String> = client
+            .peer()
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        for tool in ["add", "echo"] {
+            assert!(tools.iter().any(|t| t == tool), "{tool} not in {tools:?}");
+        }
+        for (tool, arguments, want) in [
+            ("add", json!({"a": 2, "b": 3}), "5"),
+            ("echo", json!({"text": "über"}), "über"),
+        ] {
+            let result = client
+                .peer()
+                .call_tool(
+                    CallToolRequestParams::new(tool)
+                        .with_arguments(arguments.as_object().unwrap().clone()),
+                )
+                .await
+                .unwrap();
+            let result = serde_json::to_value(&result).unwrap();
+            assert_eq!(text_of(&result), want, "{result}");
+        }
+        client.cancel().await.unwrap();
+        let released = report.released().await.expect("rmcp closed the transport");
+        assert!(released.owned_client_released, "{released:?}");
+        assert!(
+            matches!(released.session, SessionRelease::NoSessionId),
+            "{released:?}"
+        );
+        assert!(
+            peer.printed("ENDED GET /sse", Duration::from_secs(5)).await,
+            "the stream is still open after close: {:?}",
+            peer.stdout.lock().unwrap()
+        );
+        assert!(peer.deletes().is_empty(), "{:?}", peer.seen());
+        mcp_scoped_http::shutdown().await;
+        println!("{} saw: {:?}", peer.name, peer.seen());
+    };
+    tokio::time::timeout(EXCHANGES, run)
+        .await
+        .unwrap_or_else(|_| panic!("{}: no end within {EXCHANGES:?}", peer.name));
 }
 
 // ---------------------------------------------------------------------------

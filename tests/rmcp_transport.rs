@@ -12,7 +12,8 @@ use http::Method;
 use mcp_scoped_http::adapters::rmcp::{
     ReleaseReport, ScopedTransport, ScopedTransportBuilder, scoped_error,
 };
-use mcp_scoped_http::{Error, Released, SessionRelease};
+use mcp_scoped_http::testkit::{Eras, InputRequest, TestTool};
+use mcp_scoped_http::{Error, ProtocolVersion, Released, SessionRelease};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
 use rmcp::{ServiceError, ServiceExt};
@@ -94,7 +95,10 @@ async fn serve_fails(transport: ScopedTransport) -> ClientInitializeError {
 }
 
 /// Cancels the service and returns what the transport released.
-async fn cancel(client: RunningService<RoleClient, ()>, report: ReleaseReport) -> Released {
+async fn cancel<S: rmcp::Service<RoleClient>>(
+    client: RunningService<RoleClient, S>,
+    report: ReleaseReport,
+) -> Released {
     tokio::time::timeout(HUNG, client.cancel())
         .await
         .expect("cancel hung")
@@ -159,8 +163,10 @@ fn lists_every_page_calls_a_tool_and_cancel_deletes_once() {
             assert_eq!(names, want, "{}", mode(borrowed));
             assert_eq!(seen(&world.server, "tools/list").len(), 4, "2 a page");
             call(&client, "tool-005").await;
-            // Every request of ours carried the hook and, after initialize,
-            // the session id and revision.
+            // The era was probed once (`server/discover`, refused by this
+            // 2025 server). Every request of ours carried the hook and,
+            // after initialize, the session id and revision.
+            assert_eq!(seen(&world.server, "server/discover").len(), 1);
             for request in world
                 .server
                 .requests()
@@ -168,7 +174,10 @@ fn lists_every_page_calls_a_tool_and_cancel_deletes_once() {
                 .filter(|r| r.header("x-caller").is_none())
             {
                 assert_eq!(request.header("authorization"), Some(BEARER));
-                if request.rpc_method.as_deref() != Some("initialize") {
+                if !matches!(
+                    request.rpc_method.as_deref(),
+                    Some("initialize" | "server/discover")
+                ) {
                     assert!(request.header("mcp-session-id").is_some(), "{request:?}");
                     assert_eq!(request.header("mcp-protocol-version"), Some("2025-11-25"));
                 }
@@ -975,6 +984,21 @@ fn initialize_on_an_attached_transport_is_refused() {
     });
 }
 
+/// Attaching needs a 2025 session: 2026-07-28 has none and HTTP+SSE none
+/// that can be named. Refused at `build`, before anything is acquired.
+#[test]
+fn attaching_to_a_revision_without_sessions_is_refused_at_build() {
+    let id = mcp_scoped_http::SessionId::new("s-1").expect("an id");
+    for version in [ProtocolVersion::V2026_07_28, ProtocolVersion::V2024_11_05] {
+        let error = ScopedTransport::builder("http://127.0.0.1:9/mcp")
+            .attach(id.clone(), version)
+            .build()
+            .expect_err("no session to attach to");
+        assert!(error.is_builder(), "{error}");
+        assert!(error.to_string().contains("2025 revision"), "{error}");
+    }
+}
+
 /// A server that asks rmcp something (a `ping`) on the `initialize` answer
 /// and waits for the reply before sending the result: the answer is handed
 /// to rmcp as it comes, so rmcp replies and the handshake completes, at
@@ -1239,5 +1263,506 @@ fn what_waits_for_receive_is_bounded_in_bytes() {
         transport.close().await.expect("closes");
         deleted(&report.released().await.expect("closed"));
         world.check(1).await;
+    });
+}
+
+// ------------------------------------------------------------- eras
+
+/// The revision rmcp was told the server speaks.
+fn rmcp_version<S: rmcp::Service<RoleClient>>(client: &RunningService<RoleClient, S>) -> String {
+    client
+        .peer()
+        .peer_info()
+        .expect("the server's info")
+        .protocol_version
+        .to_string()
+}
+
+/// A test kit server of `eras` with 7 tools, 2 a page.
+fn of_era(eras: Eras) -> ServerConfig {
+    ServerConfig::default()
+        .with_eras(eras)
+        .with_tools(7)
+        .with_page_size(2)
+        .with_listen(ListenMode::Open)
+}
+
+/// What closing released in `eras`: a DELETE in 2025; in 2026-07-28 no
+/// session at all; over HTTP+SSE no session id (the session ended with
+/// its stream). Nothing to DELETE but in 2025.
+fn released_as(eras: Eras, released: &Released) {
+    match eras {
+        Eras::Streamable2025 => deleted(released),
+        Eras::HttpSse => assert!(
+            matches!(released.session, SessionRelease::NoSessionId),
+            "{eras}: {released:?}"
+        ),
+        _ => assert!(
+            matches!(released.session, SessionRelease::NotOwned),
+            "{eras}: {released:?}"
+        ),
+    }
+}
+
+/// rmcp's `initialize` against a server of each era, found by detection:
+/// 2026-07-28 answered from `server/discover` (and every later request a
+/// 2026-07-28 one: `_meta`, the headers, no session, no GET or DELETE),
+/// 2025 with rmcp's own `initialize`, 2024-11-05 over HTTP+SSE. Each lists
+/// every page, calls a tool and closes, leaving nothing behind.
+#[test]
+fn rmcp_reaches_a_server_of_every_era() {
+    scenario(async {
+        for (eras, borrowed) in [
+            Eras::Modern,
+            Eras::ModernAnd2025,
+            Eras::Streamable2025,
+            Eras::HttpSse,
+        ]
+        .into_iter()
+        .flat_map(|eras| [(eras, false), (eras, true)])
+        {
+            let label = format!("{eras}, {}", mode(borrowed));
+            let world = World::new(of_era(eras)).await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let want = match eras {
+                Eras::Modern | Eras::ModernAnd2025 => "2026-07-28",
+                Eras::Streamable2025 => "2025-11-25",
+                _ => "2024-11-05",
+            };
+            assert_eq!(rmcp_version(&client), want, "{label}");
+            if eras == Eras::HttpSse {
+                // A server of both may answer a newer revision, which has
+                // no initialize over HTTP+SSE.
+                let initialize = seen(&world.server, "initialize");
+                let proposed =
+                    &initialize.last().expect("initialize").params().unwrap()["protocolVersion"];
+                assert_eq!(proposed, "2024-11-05", "{label}");
+            }
+            let tools = client.peer().list_all_tools().await.expect("every page");
+            assert_eq!(tools.len(), 7, "{label}");
+            assert_eq!(seen(&world.server, "tools/list").len(), 4, "{label}");
+            call(&client, "tool-005").await;
+            assert_eq!(
+                seen(&world.server, "server/discover").len(),
+                1,
+                "{label}: probed once"
+            );
+            if want == "2026-07-28" {
+                assert!(seen(&world.server, "initialize").is_empty(), "{label}");
+                assert!(
+                    seen(&world.server, "notifications/initialized").is_empty(),
+                    "{label}: rmcp's notification is not sent in 2026-07-28"
+                );
+                for request in seen_http(&world.server, Method::POST) {
+                    if request.header("x-caller").is_some() {
+                        continue;
+                    }
+                    let method = request.rpc_method.clone().expect("a request");
+                    assert_eq!(
+                        request.header("mcp-protocol-version"),
+                        Some("2026-07-28"),
+                        "{label}: {request:?}"
+                    );
+                    assert_eq!(request.mcp_method(), Some(method.as_str()), "{label}");
+                    assert_eq!(request.meta_protocol_version(), Some("2026-07-28"));
+                    assert_eq!(
+                        request.meta_client_info().map(|i| i["name"].clone()),
+                        Some(json!("rmcp")),
+                        "{label}: rmcp's clientInfo in _meta"
+                    );
+                    assert!(request.header("mcp-session-id").is_none(), "{label}");
+                    if method == "tools/call" {
+                        assert_eq!(request.header("mcp-name"), Some("tool-005"));
+                    }
+                }
+                assert!(seen_http(&world.server, Method::GET).is_empty(), "{label}");
+                // The server's list changes come on `subscriptions/listen`.
+                assert!(
+                    eventually(HUNG, || world.server.stats().subscriptions_open == 1).await,
+                    "{label}: {:?}",
+                    world.server.stats()
+                );
+            }
+            let released = cancel(client, report).await;
+            released_as(eras, &released);
+            assert_eq!(released.owned_client_released, !borrowed, "{label}");
+            if eras == Eras::HttpSse {
+                assert!(
+                    eventually(HUNG, || world.server.stats().live_sessions == 0).await,
+                    "{label}: the stream (the session) ended"
+                );
+            }
+            let deletes = usize::from(eras == Eras::Streamable2025);
+            world.check(deletes).await;
+            if deletes == 1 {
+                world.deletes_are_authenticated();
+            }
+        }
+    });
+}
+
+/// An rmcp client that accepts every elicitation and counts them.
+#[derive(Clone, Default)]
+struct Confirms {
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Confirms {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            // Sampling declared, but not handled: rmcp's default refuses it.
+            serde_json::from_value(json!({"elicitation": {}, "sampling": {}}))
+                .expect("capabilities"),
+            rmcp::model::Implementation::new("confirms", "1.0.0"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"ok": true})),
+        )
+    }
+}
+
+/// A 2026-07-28 tool that asks for input in its result (multi round-trip):
+/// rmcp's `call_tool` answers each input request through its
+/// `ClientHandler` (an elicitation) and sends the request again with the
+/// answers; one that asks for what rmcp's handler cannot give (sampling,
+/// which `Confirms` declares but does not handle) is refused with rmcp's
+/// error, and one that
+/// never stops asking is cut off by rmcp's round limit. The transport
+/// hands each `input_required` result to rmcp as it came.
+#[test]
+fn multi_round_trip_input_is_answered_through_rmcps_handler() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_eras(Eras::Modern)
+                    .with_tool(TestTool::input_required(
+                        "ask",
+                        InputRequest::Elicitation,
+                        2,
+                    ))
+                    .with_tool(TestTool::input_required(
+                        "sample",
+                        InputRequest::Sampling,
+                        1,
+                    ))
+                    .with_tool(TestTool::input_required_forever(
+                        "nag",
+                        InputRequest::Elicitation,
+                    )),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let handler = Confirms::default();
+            let client = tokio::time::timeout(HUNG, handler.clone().serve(transport))
+                .await
+                .expect("serve hung")
+                .expect("rmcp initializes");
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new("ask")
+                        .with_arguments(json!({"text": "go"}).as_object().unwrap().clone()),
+                )
+                .await
+                .expect("completes after two rounds");
+            assert_ne!(result.is_error, Some(true), "{result:?}");
+            assert_eq!(handler.asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+            let calls = seen(&world.server, "tools/call");
+            assert_eq!(calls.len(), 3);
+            assert_eq!(
+                calls[0]
+                    .meta_client_capabilities()
+                    .map(|c| c["elicitation"].is_object()),
+                Some(true),
+                "rmcp's capabilities in _meta: {:?}",
+                calls[0].meta()
+            );
+            for retry in &calls[1..] {
+                let params = retry.params().unwrap();
+                assert_eq!(params["inputResponses"]["confirm"]["action"], "accept");
+                assert!(params["requestState"].is_string(), "{params}");
+                assert_eq!(params["arguments"]["text"], "go");
+            }
+
+            let refused = client
+                .call_tool(CallToolRequestParams::new("sample"))
+                .await
+                .expect_err("no sampling handler");
+            assert!(
+                matches!(refused, ServiceError::McpError(_)),
+                "{}: {refused:?}",
+                mode(borrowed)
+            );
+            let cut = client
+                .call_tool(CallToolRequestParams::new("nag"))
+                .await
+                .expect_err("a server that asks forever is cut off");
+            assert!(
+                matches!(cut, ServiceError::InputRequiredRoundsExceeded { .. }),
+                "{cut:?}"
+            );
+
+            let released = cancel(client, report).await;
+            released_as(Eras::Modern, &released);
+            world.check(0).await;
+        }
+    });
+}
+
+/// 2026-07-28: a tool call carries the `Mcp-Param-*` headers of the tool's
+/// `x-mcp-header` parameters, learnt from the `tools/list` answers rmcp
+/// read (plain and Base64-encoded values). Called before rmcp listed the
+/// tools, the server refuses it (`HeaderMismatch`), and the error reaches
+/// rmcp as it came.
+#[test]
+fn mcp_param_headers_come_from_the_tools_rmcp_listed() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(
+                ServerConfig::default()
+                    .with_eras(Eras::Modern)
+                    .with_tool(TestTool::header_param("route", "region", "Region")),
+            )
+            .await;
+            let (transport, report) = world.transport(borrowed);
+            let client = serve(transport).await.expect("rmcp initializes");
+            let route = |region: &str| {
+                CallToolRequestParams::new("route").with_arguments(
+                    json!({"region": region, "text": "hi"})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                )
+            };
+            let unlisted = client
+                .peer()
+                .call_tool(route("eu-west1"))
+                .await
+                .expect_err("no header: refused");
+            let cause = ours(&unlisted);
+            assert_eq!(cause.rpc_code(), Some(-32020), "{unlisted}");
+
+            client.peer().list_all_tools().await.expect("tools");
+            for region in ["eu-west1", "Zürich-1"] {
+                client
+                    .peer()
+                    .call_tool(route(region))
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {region}: {e}", mode(borrowed)));
+                let call = seen(&world.server, "tools/call").pop().unwrap();
+                assert_eq!(call.mcp_param("Region").as_deref(), Some(region));
+            }
+            released_as(Eras::Modern, &cancel(client, report).await);
+            world.check(0).await;
+        }
+    });
+}
+
+/// A pinned revision skips detection: no `server/discover` before a 2025
+/// `initialize` (which proposes the pinned revision), no POST to an
+/// HTTP+SSE endpoint's URL.
+#[test]
+fn a_pinned_revision_skips_detection() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(of_era(Eras::Streamable2025)).await;
+            let (transport, report) = world.transport_with(borrowed, |b| {
+                b.protocol_version(ProtocolVersion::V2025_06_18)
+            });
+            let client = serve(transport).await.expect("rmcp initializes");
+            assert!(seen(&world.server, "server/discover").is_empty());
+            let initialize = seen(&world.server, "initialize");
+            assert_eq!(
+                initialize[0].params().unwrap()["protocolVersion"],
+                "2025-06-18"
+            );
+            assert_eq!(rmcp_version(&client), "2025-06-18");
+            call(&client, "tool-001").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+
+            let world = World::new(of_era(Eras::HttpSse)).await;
+            let (transport, report) = world.transport_with(borrowed, |b| {
+                b.protocol_version(ProtocolVersion::V2024_11_05)
+            });
+            let client = serve(transport).await.expect("rmcp initializes");
+            assert!(
+                seen_http(&world.server, Method::POST)
+                    .iter()
+                    .all(|r| r.path != "/mcp" || r.header("x-caller").is_some()),
+                "no probe of the URL: {:?}",
+                seen_http(&world.server, Method::POST)
+            );
+            call(&client, "tool-001").await;
+            released_as(Eras::HttpSse, &cancel(client, report).await);
+            assert!(eventually(HUNG, || world.server.stats().live_sessions == 0).await);
+            world.check(0).await;
+        }
+    });
+}
+
+/// The era found is remembered per endpoint: in the lent client, or (with
+/// an owned client) in the builder and its clones. The next transport goes
+/// straight to it; one that proves wrong (the server changed era) is
+/// forgotten and the era detected again within the same `initialize`.
+#[test]
+fn the_era_is_remembered_per_endpoint() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(of_era(Eras::Streamable2025)).await;
+            let mut builder = ScopedTransport::builder(world.server.url()).bearer(TOKEN);
+            if borrowed {
+                builder = builder.client(world.caller.client.clone());
+            }
+            for round in 0..2 {
+                let mut transport = builder.clone().build().expect("a transport");
+                let report = transport.release_report();
+                let client = serve(transport).await.expect("rmcp initializes");
+                assert_eq!(
+                    seen(&world.server, "server/discover").len(),
+                    1,
+                    "{}: round {round} probes no more",
+                    mode(borrowed)
+                );
+                deleted(&cancel(client, report).await);
+            }
+            world.check(2).await;
+        }
+    });
+}
+
+/// rmcp's own discover lifecycle: in `Discover` mode against a 2026-07-28
+/// server, rmcp's `server/discover` opens it (no `initialize`, nothing
+/// probed besides); in `Auto` mode against a 2025 server, rmcp's probe is
+/// refused and its `initialize` follows, which the transport opens without
+/// probing again.
+#[test]
+fn rmcps_own_discover_lifecycle_reaches_2026_and_falls_back_to_2025() {
+    let modern = || vec![rmcp::model::ProtocolVersion::V_2026_07_28];
+    scenario(async {
+        for borrowed in [false, true] {
+            let world = World::new(of_era(Eras::Modern)).await;
+            let (transport, report) = world.transport(borrowed);
+            let lifecycle = rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: modern(),
+            };
+            let client = tokio::time::timeout(
+                HUNG,
+                rmcp::serve_client_with_lifecycle((), transport, lifecycle),
+            )
+            .await
+            .expect("serve hung")
+            .expect("rmcp discovers");
+            assert_eq!(rmcp_version(&client), "2026-07-28");
+            assert_eq!(seen(&world.server, "server/discover").len(), 1);
+            assert!(seen(&world.server, "initialize").is_empty());
+            let tools = client.peer().list_all_tools().await.expect("every page");
+            assert_eq!(tools.len(), 7);
+            call(&client, "tool-005").await;
+            for request in seen(&world.server, "tools/call") {
+                assert_eq!(request.header("mcp-protocol-version"), Some("2026-07-28"));
+                assert_eq!(request.mcp_method(), Some("tools/call"));
+            }
+            released_as(Eras::Modern, &cancel(client, report).await);
+            world.check(0).await;
+
+            let world = World::new(of_era(Eras::Streamable2025)).await;
+            let (transport, report) = world.transport(borrowed);
+            let lifecycle = rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: modern(),
+                legacy_version: None,
+            };
+            let client = tokio::time::timeout(
+                HUNG,
+                rmcp::serve_client_with_lifecycle((), transport, lifecycle),
+            )
+            .await
+            .expect("serve hung")
+            .expect("rmcp falls back to initialize");
+            assert_eq!(rmcp_version(&client), "2025-11-25");
+            assert_eq!(
+                seen(&world.server, "server/discover").len(),
+                1,
+                "rmcp's probe only"
+            );
+            assert_eq!(seen(&world.server, "initialize").len(), 1);
+            call(&client, "tool-005").await;
+            deleted(&cancel(client, report).await);
+            world.check(1).await;
+        }
+    });
+}
+
+/// The `serve` future is dropped after 0, 1, 2... polls, until it
+/// completes, against a server of each era whose every step pends:
+/// whatever was created is ended (a 2025 session DELETEd by the reaper, an
+/// HTTP+SSE stream closed; a 2026-07-28 server has nothing to end), and
+/// the baseline holds after each drop.
+#[test]
+fn dropping_serve_after_any_number_of_polls_leaves_nothing_behind_in_every_era() {
+    const MAX_POLLS: usize = 2_000;
+    let delay = |method: &str| Fault::on_rpc(method, FaultAction::Delay(Duration::from_millis(1)));
+    scenario(async {
+        for (eras, borrowed) in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse]
+            .into_iter()
+            .flat_map(|eras| [(eras, false), (eras, true)])
+        {
+            let label = format!("{eras}, {}", mode(borrowed));
+            let world = World::new(of_era(eras).with_faults(vec![
+                delay("server/discover"),
+                delay("initialize"),
+                delay("notifications/initialized"),
+                delay("tools/list"),
+            ]))
+            .await;
+            let deletes = |stats: &ServerStats| match eras {
+                Eras::Streamable2025 => stats.sessions_created,
+                _ => 0,
+            };
+            let mut completed_at = None;
+            for polls in 0..MAX_POLLS {
+                let (transport, report) = world.transport(borrowed);
+                match poll_at_most(().serve(transport), polls).await {
+                    None => {
+                        mcp_scoped_http::shutdown().await;
+                        let ended =
+                            eventually(HUNG, || world.server.stats().live_sessions == 0).await;
+                        let stats = world.server.stats();
+                        assert!(ended, "{label}, K={polls}: a session was left: {stats:?}");
+                        world.check(deletes(&stats)).await;
+                    }
+                    Some(client) => {
+                        let client = client.expect("an undisturbed serve succeeds");
+                        let tools = client.peer().list_all_tools().await.expect("tools");
+                        assert_eq!(tools.len(), 7, "{label}");
+                        released_as(eras, &cancel(client, report).await);
+                        completed_at = Some(polls);
+                        break;
+                    }
+                }
+            }
+            let completed_at = completed_at.expect("serve completes within the bound");
+            assert!(completed_at >= 2, "{label}: {completed_at} polls");
+            assert!(eventually(HUNG, || world.server.stats().live_sessions == 0).await);
+            let stats = world.server.stats();
+            world.check(deletes(&stats)).await;
+            if eras == Eras::Streamable2025 {
+                world.deletes_are_authenticated();
+                assert!(
+                    stats.sessions_created > 1,
+                    "{label}: some drops came after the session was created"
+                );
+            }
+        }
     });
 }

@@ -3,24 +3,53 @@
 //!
 //! [`ScopedTransport`] implements rmcp's [`Transport<RoleClient>`], so
 //! `().serve(transport)` (or `ClientInfo { .. }.serve(transport)`, or
-//! [`rmcp::serve_client`]) runs over this crate's Streamable HTTP wire and
-//! guard stack. rmcp sends `initialize` itself; the transport recognises it
-//! and runs it the way [`Connector::connect`](crate::Connector::connect)
-//! does:
+//! [`rmcp::serve_client`]) runs over this crate's wire and guard stack, in
+//! every era the crate speaks. rmcp sends `initialize` itself; the
+//! transport recognises it and opens the server's era the way
+//! [`Connector::connect`](crate::Connector::connect) does: the revision
+//! pinned with [`protocol_version`](ScopedTransportBuilder::protocol_version),
+//! else the one remembered for the endpoint (in the lent client, or in the
+//! builder and its clones), else detection, in the spec's order:
 //!
-//! 1. at [`build`](ScopedTransportBuilder::build): an owned client (unless
-//!    one is lent with [`client`](ScopedTransportBuilder::client)), then the
-//!    session's header hooks, scoped to this transport's requests only;
-//! 2. **before** the `initialize` POST leaves, the server session is pushed
-//!    on the stack, and the POST runs as a task the stack holds, so an id
-//!    that arrives just before a failure or a cancellation is still
-//!    DELETEd;
-//! 3. after the answer, the background set: a reader per request (its JSON
-//!    or SSE answer, resumed with `Last-Event-ID` when it breaks off; it
-//!    stops when rmcp gives the request up with `notifications/cancelled`,
-//!    whatever the server does) and,
-//!    once `notifications/initialized` is accepted, the GET listening
-//!    stream.
+//! - **2026-07-28** (`server/discover` answered): rmcp's `initialize` is
+//!   answered from the discover result (an `InitializeResult` naming
+//!   2026-07-28, with the server's capabilities, `serverInfo` from its
+//!   `_meta`, and instructions), rmcp's `notifications/initialized` is
+//!   swallowed, and every later request is a 2026-07-28 one: `_meta` with
+//!   the revision and rmcp's `clientInfo` and capabilities, the
+//!   `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers, and
+//!   `Mcp-Param-*` for a tool whose `x-mcp-header` annotations rmcp's own
+//!   `tools/list` brought. No session id, no GET, no DELETE; the
+//!   server's list changes come on `subscriptions/listen` (when listening).
+//!   Since rmcp knows the revision, it drives multi round-trip results
+//!   itself: [`RunningService::call_tool`] (and `get_prompt`,
+//!   `read_resource`) answers each `input_required` result's requests
+//!   through the [`ClientHandler`] (elicitation, sampling, roots) and sends
+//!   the request again with `inputResponses`; what the handler does not
+//!   do, it refuses with its own error. The transport passes those results
+//!   through as they came.
+//! - **2025 revisions** (`initialize` answered): rmcp's own `initialize`
+//!   goes out, proposing rmcp's revision (or the one the discover answer
+//!   preferred, or the pinned one):
+//!
+//!   1. at [`build`](ScopedTransportBuilder::build): an owned client
+//!      (unless one is lent with [`client`](ScopedTransportBuilder::client)),
+//!      then the session's header hooks, scoped to this transport's
+//!      requests only;
+//!   2. **before** the `initialize` POST leaves, the server session is
+//!      pushed on the stack, and the POST runs as a task the stack holds,
+//!      so an id that arrives just before a failure or a cancellation is
+//!      still DELETEd;
+//!   3. after the answer, the background set: a reader per request (its
+//!      JSON or SSE answer, resumed with `Last-Event-ID` when it breaks
+//!      off; it stops when rmcp gives the request up with
+//!      `notifications/cancelled`, whatever the server does) and, once
+//!      `notifications/initialized` is accepted, the GET listening stream.
+//! - **2024-11-05** (neither; the URL serves an HTTP+SSE stream): the
+//!   stream is opened, rmcp's `initialize` (proposing 2024-11-05) and
+//!   everything after it POSTed to the endpoint it names and answered on
+//!   it. The session is the
+//!   stream: closed at close, never DELETEd.
 //!
 //! Everything the server sends (responses, notifications, and requests such
 //! as `ping`, `roots/list` or `elicitation/create`) reaches rmcp through
@@ -31,11 +60,12 @@
 //!
 //! - **rmcp closes the service** ([`RunningService::cancel`], or dropping the
 //!   [`RunningService`], whose task then closes the transport): the stack
-//!   unwinds in order. Background tasks are stopped and joined, the owned
-//!   server session is DELETEd (bounded by
-//!   [`delete_timeout`](ScopedTransportBuilder::delete_timeout)) while our
-//!   hooks and client still live, the hooks are removed, an owned client is
-//!   dropped last. A lent client is left open and untouched. What was
+//!   unwinds in order. Background tasks are stopped and joined (an
+//!   HTTP+SSE stream with them), the owned server session is DELETEd
+//!   (2025 era only: 2026-07-28 has no session and HTTP+SSE no DELETE;
+//!   bounded by [`delete_timeout`](ScopedTransportBuilder::delete_timeout))
+//!   while our hooks and client still live, the hooks are removed, an
+//!   owned client is dropped last. A lent client is left open and untouched. What was
 //!   released is reported through [`ReleaseReport`].
 //! - **rmcp's `initialize` fails** (an HTTP error, a JSON-RPC error, a
 //!   revision this crate does not speak, a failed `notifications/initialized`)
@@ -61,23 +91,51 @@
 //!
 //! # Limits
 //!
-//! - rmcp must start with `initialize` (`serve`, `serve_client`): a request
-//!   sent before it fails with a protocol error. rmcp's `server/discover`
-//!   lifecycle is not supported.
-//! - An expired session (404 to a request with our session id) is reported
-//!   to that request ([`Error::is_session_expired`]), not re-initialized: the
-//!   handshake is rmcp's.
-//! - `initialize`'s answer is read whole before rmcp sees any of it (so that
-//!   its failures are this crate's errors): a server request sent on it
-//!   before the response (a `ping`) reaches rmcp with the response, and a
-//!   server that waits for its answer first stalls `initialize` until it
-//!   gives up.
+//! - rmcp must start with `initialize` (`serve`, `serve_client`) or with
+//!   its own `server/discover` (`serve_client_with_lifecycle` in `Discover`
+//!   or `Auto` mode): a request sent before either fails with a protocol
+//!   error. rmcp's `server/discover` goes out as it is (a 2026-07-28
+//!   request); a result that lists its revision opens 2026-07-28, and
+//!   anything else reaches rmcp, whose `Auto` mode then sends `initialize`
+//!   (opened as above, without probing again). rmcp's `Discover` mode opens
+//!   no `subscriptions/listen` stream of ours (rmcp subscribes itself).
+//! - 2025 era: an expired session (404 to a request with our session id)
+//!   is replaced: the transport opens a new one through the guard stack
+//!   with rmcp's `initialize` params (its own request id, so rmcp never
+//!   sees that answer), within
+//!   [`reinitialize_timeout`](ScopedTransportBuilder::reinitialize_timeout),
+//!   and sends the request that met the 404 again once; the expired session
+//!   is not DELETEd. rmcp keeps what its first handshake told it.
+//! - 2025 era: `initialize`'s answer is read in the background, so a
+//!   server request on it (a `ping`) reaches rmcp before the response and
+//!   rmcp's answer goes out on that session at once. Its failures after the
+//!   head (a revision this crate does not speak, a malformed answer) reach
+//!   rmcp at `notifications/initialized`, as this crate's error.
+//! - 2024-11-05: `initialize`'s answer is read whole before rmcp sees it
+//!   (every answer comes on the one stream): a server that holds it until
+//!   rmcp answers a request of its own stalls `initialize` until the
+//!   exchange deadline. When the stream ends, so does the session: every
+//!   later request fails, and no new session is opened.
+//! - 2026-07-28: rmcp's low-level [`Peer::call_tool`] reads an
+//!   `input_required` result as `ServiceError::UnexpectedResponse` (its
+//!   documented behaviour): use [`RunningService::call_tool`], which
+//!   answers the input requests, or `call_tool_once` to drive the rounds
+//!   yourself.
+//! - 2026-07-28: a `HeaderMismatch` (`-32020`) or `UnsupportedProtocolVersion`
+//!   (`-32022`) answered to one of rmcp's requests reaches rmcp as that
+//!   error (a [`Session`](crate::Session) re-lists the tools, or switches
+//!   revision, and sends it again). rmcp's `ping` and
+//!   `notifications/cancelled` are sent as 2026-07-28 requests.
 //! - What waits for rmcp's `receive` is bounded: 64 messages and 16 MiB
 //!   (as held, parsed). Over it, notifications and server requests are
 //!   dropped with a warning saying how many (the stream is read on);
 //!   responses wait for rmcp to take some (they are what rmcp asked for).
-//! - No `Connector::attach` equivalent: the transport always owns the
-//!   session it initializes.
+//! - [`attach`](ScopedTransportBuilder::attach) runs rmcp over a 2025
+//!   session the caller owns (rmcp started with
+//!   [`rmcp::service::serve_directly`]): it is never re-initialized,
+//!   replaced or DELETEd, and its expiry is reported to the request that
+//!   met it ([`Error::is_session_expired`]). 2026-07-28 and HTTP+SSE have
+//!   no session to attach to.
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
 //!
 //! ```
@@ -106,6 +164,9 @@
 //! [`Transport<RoleClient>`]: rmcp::transport::Transport
 //! [`RunningService::cancel`]: rmcp::service::RunningService::cancel
 //! [`RunningService`]: rmcp::service::RunningService
+//! [`RunningService::call_tool`]: rmcp::service::RunningService::call_tool
+//! [`ClientHandler`]: rmcp::ClientHandler
+//! [`Peer::call_tool`]: rmcp::Peer::call_tool
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -123,10 +184,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder};
+use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::engine::{
-    Deadline, Endpoint, Engine, Front, Generation, Opening, Resumption, ServerMessage, Settings,
-    negotiated,
+    Deadline, Endpoint, Engine, Era, Front, Generation, Opening, Resumption, ServerMessage,
+    Settings, negotiated,
 };
 use crate::error::{Error, Result};
 use crate::jsonrpc::{
@@ -134,8 +195,14 @@ use crate::jsonrpc::{
 };
 use crate::queue;
 use crate::scope::{GuardStack, Released};
+use crate::session::era::{self, Plan, Probe};
+use crate::session::shared::SERVER_INFO_META;
 use crate::sync::lock;
-use crate::transport::{ProtocolVersion, SessionId, TransportConfig};
+use crate::transport::metadata::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, ParamHeader,
+    add_param_headers, param_headers,
+};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// Server messages waiting for rmcp's `receive`, in count.
 const INCOMING_BUFFER: usize = 64;
@@ -150,6 +217,16 @@ const INCOMING_BYTES: usize = 16 * 1024 * 1024;
 /// answers then go to the session in use).
 const ASKED_KEPT: usize = 256;
 
+/// Tools whose `x-mcp-header` annotations are remembered (from the
+/// `tools/list` answers rmcp reads) for the `Mcp-Param-*` headers of a
+/// 2026-07-28 `tools/call`; past it the memory starts again.
+const TOOLS_KEPT: usize = 4096;
+
+/// Annotated parameters remembered across those tools, at most (a hostile
+/// server's pages add up); past it the memory starts again, and a tool
+/// with more than this alone is refused.
+const PARAM_HEADERS_KEPT: usize = 16 * 1024;
+
 /// Builds a [`ScopedTransport`].
 ///
 /// Defaults: an owned client built with [`HttpClient::builder`]'s defaults;
@@ -162,6 +239,10 @@ const ASKED_KEPT: usize = 256;
 pub struct ScopedTransportBuilder {
     endpoint: Endpoint,
     attach: Option<(SessionId, ProtocolVersion)>,
+    pinned: Option<ProtocolVersion>,
+    /// The eras found per endpoint when no client is lent (a lent client
+    /// remembers them itself); shared by the builder's clones.
+    revisions: Arc<RevisionMemory>,
     delete_timeout: Duration,
     listen: Option<bool>,
     resumption: Resumption,
@@ -220,6 +301,17 @@ impl ScopedTransportBuilder {
         self
     }
 
+    /// Speaks `version` without probing for the server's era: 2026-07-28
+    /// (`server/discover`, no session), a 2025 revision (rmcp's
+    /// `initialize`, proposing it), or 2024-11-05 (HTTP+SSE). Without it
+    /// the era is detected as [`Connector`](crate::Connector) detects it,
+    /// and remembered per endpoint in the lent client (or, with an owned
+    /// client, in this builder and its clones).
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.pinned = Some(version);
+        self
+    }
+
     /// Bound on ending a server session at close (or in the reaper): the
     /// DELETE, and the wait for an `initialize` still in flight, together.
     /// Default: 5 s.
@@ -263,6 +355,13 @@ impl ScopedTransportBuilder {
     /// released before it returns.
     pub fn build(&self) -> Result<ScopedTransport> {
         self.endpoint.origin()?;
+        if let Some((_, version)) = &self.attach {
+            if version.is_modern() || version.transport() != TransportKind::StreamableHttp {
+                return Err(Error::builder(format!(
+                    "attach needs a session of a 2025 revision; {version} has none to attach to"
+                )));
+            }
+        }
         // If a step below fails, dropping the stack releases what is on it
         // (no DELETE is owed yet).
         let mut stack = GuardStack::new(self.endpoint.counters());
@@ -277,8 +376,17 @@ impl ScopedTransportBuilder {
         );
         let front = RmcpFront {
             tx,
+            url: self.endpoint.url().to_owned(),
+            pinned: self.pinned,
+            revisions: self
+                .endpoint
+                .client
+                .is_none()
+                .then(|| self.revisions.clone()),
+            tools: Mutex::default(),
             attached,
             initialize_sent: AtomicBool::new(false),
+            discover_refused: AtomicBool::new(false),
             handshake: Mutex::default(),
             asked: Mutex::default(),
             readers: Mutex::default(),
@@ -327,8 +435,20 @@ pub struct ScopedTransport {
 struct RmcpFront {
     /// Messages for rmcp's `receive`, bounded in count and bytes.
     tx: queue::Sender<Message>,
+    /// The endpoint, the key of the era remembered for it.
+    url: String,
+    pinned: Option<ProtocolVersion>,
+    /// Where the era is remembered: `None` when a client is lent (it
+    /// remembers).
+    revisions: Option<Arc<RevisionMemory>>,
+    /// 2026-07-28: the `Mcp-Param-*` headers of each tool that has any (or
+    /// why its annotations are invalid), from the `tools/list` answers.
+    tools: Mutex<ToolHeaders>,
     attached: bool,
     initialize_sent: AtomicBool,
+    /// rmcp's own `server/discover` (its `Auto` lifecycle) was answered
+    /// "not this era": its `initialize`, next, does not probe again.
+    discover_refused: AtomicBool,
     handshake: Mutex<Handshake>,
     /// The server requests handed to rmcp and not yet answered, with the
     /// session that sent each (oldest first, at most [`ASKED_KEPT`]): a
@@ -345,17 +465,71 @@ struct RmcpFront {
     next_reader: AtomicU64,
 }
 
+/// The `Mcp-Param-*` headers of the tools that have any (or why their
+/// annotations are refused), by name: at most [`TOOLS_KEPT`] tools and
+/// [`PARAM_HEADERS_KEPT`] annotated parameters.
+#[derive(Default)]
+struct ToolHeaders {
+    by_name: HashMap<String, std::result::Result<Vec<ParamHeader>, String>>,
+    /// Annotated parameters held, over every tool.
+    held: usize,
+}
+
+impl ToolHeaders {
+    /// Learns the tools of one `tools/list` page.
+    fn learn(&mut self, listed: &[Value]) {
+        for tool in listed {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let headers = match param_headers(tool) {
+                Ok(headers) if headers.len() > PARAM_HEADERS_KEPT => Err(format!(
+                    "{} parameters are annotated, over the {PARAM_HEADERS_KEPT} this client keeps",
+                    headers.len()
+                )),
+                other => other,
+            };
+            if let Some(Ok(old)) = self.by_name.remove(name) {
+                self.held -= old.len();
+            }
+            let count = match &headers {
+                Ok(headers) if headers.is_empty() => continue,
+                Ok(headers) => headers.len(),
+                Err(_) => 0,
+            };
+            if self.by_name.len() >= TOOLS_KEPT || self.held + count > PARAM_HEADERS_KEPT {
+                self.by_name.clear();
+                self.held = 0;
+            }
+            self.held += count;
+            self.by_name.insert(name.to_owned(), headers);
+        }
+    }
+}
+
 /// rmcp's handshake, between its `initialize` and its
 /// `notifications/initialized`.
 #[derive(Default)]
 struct Handshake {
-    /// The first session, until the handshake completes it.
-    opening: Option<(Arc<Generation>, Opening)>,
+    /// The first session, until the handshake completes it (with the
+    /// session to DELETE if it fails, in the 2025 era).
+    opening: Option<(Arc<Generation>, Option<Opening>)>,
+    /// 2026-07-28: the `subscriptions/listen` filter to open once rmcp's
+    /// handshake is done.
+    subscription: Option<Value>,
     /// How reading the `initialize` answer ended, once it has.
     answered: Option<Result<()>>,
 }
 
 impl RmcpFront {
+    /// Where the era found for the endpoint is remembered.
+    fn memory(&self, engine: &Engine<RmcpFront>) -> Result<Memory> {
+        Ok(match &self.revisions {
+            Some(memory) => Memory::Builder(memory.clone()),
+            None => Memory::Lent(engine.http_client().ok_or_else(Error::closed)?),
+        })
+    }
+
     /// Remembers that `generation` sent server request `id`.
     fn asked(&self, id: &RequestId, generation: &Arc<Generation>) {
         let mut asked = lock(&self.asked);
@@ -399,6 +573,48 @@ impl RmcpFront {
     fn stop_reading(&self, id: &RequestId) {
         if let Some((_, stop)) = lock(&self.readers).remove(id) {
             stop.cancel();
+        }
+    }
+
+    /// 2026-07-28: the `Mcp-Param-*` headers of rmcp's `tools/call`, from
+    /// the tool's `x-mcp-header` annotations in the `tools/list` answers
+    /// rmcp has read (none for a tool not seen there). A tool whose
+    /// annotations are invalid is refused, as a session refuses it.
+    fn param_headers(&self, generation: &Generation, request: &Request) -> Result<http::HeaderMap> {
+        let mut headers = http::HeaderMap::new();
+        if !generation.is_stateless() || request.method != "tools/call" {
+            return Ok(headers);
+        }
+        let params = request.params.as_ref();
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            return Ok(headers);
+        };
+        match lock(&self.tools).by_name.get(name) {
+            None => {}
+            Some(Err(reason)) => {
+                return Err(Error::builder(format!(
+                    "the tool's x-mcp-header is invalid: {reason}"
+                )));
+            }
+            Some(Ok(mirrored)) => {
+                add_param_headers(
+                    mirrored,
+                    params.and_then(|p| p.get("arguments")),
+                    &mut headers,
+                )?;
+            }
+        }
+        Ok(headers)
+    }
+
+    /// Remembers the `x-mcp-header` annotations of the tools on a
+    /// `tools/list` page.
+    fn learn_tools(&self, result: &RawValue) {
+        let Ok(result) = serde_json::from_str::<Value>(result.get()) else {
+            return;
+        };
+        if let Some(listed) = result.get("tools").and_then(Value::as_array) {
+            lock(&self.tools).learn(listed);
         }
     }
 
@@ -477,6 +693,8 @@ impl ScopedTransport {
         ScopedTransportBuilder {
             endpoint: Endpoint::new(endpoint.into()),
             attach: None,
+            pinned: None,
+            revisions: Arc::default(),
             delete_timeout: Duration::from_secs(5),
             listen: None,
             resumption: Resumption::default(),
@@ -525,10 +743,32 @@ impl ReleaseReport {
     }
 }
 
-/// rmcp's `initialize`: the session is opened through the guard stack, and
-/// this returns once the answer's head has arrived; the answer is then read
-/// in the background and handed to rmcp as it comes (a server request before
-/// the response reaches rmcp at once), the response last.
+/// Where the era found for an endpoint is remembered: the lent client, or
+/// the builder (for an owned client).
+#[derive(Clone)]
+enum Memory {
+    Builder(Arc<RevisionMemory>),
+    Lent(HttpClient),
+}
+
+impl Memory {
+    fn get(&self) -> &RevisionMemory {
+        match self {
+            Memory::Builder(memory) => memory,
+            Memory::Lent(client) => client.revisions(),
+        }
+    }
+}
+
+/// rmcp's `initialize`: the server's era is opened the way
+/// [`Connector`](crate::Connector) opens it (the pinned revision, else the
+/// one remembered for the endpoint, else detection: `server/discover`,
+/// then `initialize`, then HTTP+SSE), with rmcp's `clientInfo` and
+/// capabilities, all within one exchange deadline. It differs in one
+/// point, which is why the order is not `era::open`'s own code: rmcp must
+/// be able to answer a server request on the `initialize` answer, so in
+/// the 2025 era this returns at the answer's head and the answer is read in
+/// the background (see [`sessions`]).
 async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
     let front = &engine.front;
     if front.attached {
@@ -542,13 +782,245 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
             "`initialize` was already sent on this transport: one transport, one session",
         ));
     }
+    let params = request.params.clone().unwrap_or(Value::Null);
+    let capabilities = params
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let client_info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
+    // 2026-07-28 requests carry them in `_meta`.
+    engine.set_client_meta(&client_info, &capabilities);
+    let memory = front.memory(&engine)?;
+    let plan = Plan {
+        memory: memory.get(),
+        url: &front.url,
+        pinned: front.pinned,
+        capabilities: &capabilities,
+        client_info: &client_info,
+        request_timeout: None,
+        deadline: engine.exchange_deadline(),
+        sse_found: AtomicBool::new(false),
+    };
+    let known = plan.pinned.or_else(|| plan.memory.get(plan.url));
+    let opened = async {
+        let Some(version) = known else {
+            return detect(&engine, &plan, &memory, request).await;
+        };
+        match open_as(&engine, &plan, request.clone(), version).await {
+            Err(error) if plan.pinned.is_none() && era::wrong_era(&error, version) => {
+                tracing::debug!(%error, %version, "the remembered revision proved wrong; probing again");
+                plan.memory.forget(plan.url);
+                detect(&engine, &plan, &memory, request).await
+            }
+            outcome => outcome,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => Err(Error::closed()),
+        opened = opened.instrument(tracing::debug_span!("mcp.detect")) => opened,
+    }
+}
+
+/// Opens the era of `version`, known (pinned or remembered).
+async fn open_as(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    request: Request,
+    version: ProtocolVersion,
+) -> Result<()> {
+    if version.is_modern() {
+        match era::discover(engine, plan, version).await? {
+            Probe::Opened(opened) => stateless(engine, request.id, opened).await,
+            Probe::Prefers(instead) => sessions(engine, proposing(request, instead), None).await,
+            Probe::Legacy(error) => Err(error),
+        }
+    } else if version.transport() == TransportKind::HttpSse {
+        http_sse(engine, plan, proposing(request, version)).await
+    } else {
+        sessions(engine, proposing(request, version), None).await
+    }
+}
+
+/// The spec's order, as `era::detect` has it: `server/discover`, then
+/// rmcp's `initialize` (proposing the revision the discover answer
+/// preferred, if it named one), then HTTP+SSE, each only when the last
+/// answered "not this era". The era found is remembered.
+async fn detect(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    memory: &Memory,
+    request: Request,
+) -> Result<()> {
+    let probe = if engine.front.discover_refused.load(Ordering::Acquire) {
+        // rmcp's own `server/discover` just showed it.
+        Ok(Probe::Legacy(Error::protocol("not a 2026-07-28 server")))
+    } else {
+        era::discover(engine, plan, ProtocolVersion::MODERN).await
+    };
+    let request = match probe {
+        Ok(Probe::Opened(opened)) => {
+            let version = opened
+                .generation
+                .wire()
+                .protocol_version()
+                .unwrap_or(ProtocolVersion::MODERN);
+            stateless(engine, request.id, opened).await?;
+            plan.memory.remember(plan.url, version);
+            return Ok(());
+        }
+        Ok(Probe::Prefers(instead)) => {
+            tracing::debug!(%instead, "the server prefers a 2025 revision");
+            proposing(request, instead)
+        }
+        Ok(Probe::Legacy(error)) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            request
+        }
+        Err(error) if era::not_this_era(&error, true) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            request
+        }
+        Err(error) => return Err(error),
+    };
+    let error = match sessions(engine, request.clone(), Some(memory.clone())).await {
+        Err(error) if era::not_this_era(&error, false) => error,
+        outcome => return outcome,
+    };
+    tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
+    plan.sse_found.store(false, Ordering::Relaxed);
+    // Over HTTP+SSE, 2024-11-05 only (a server of both may answer a newer
+    // one, which has no initialize over that transport).
+    let request = proposing(request, ProtocolVersion::V2024_11_05);
+    match http_sse(engine, plan, request).await {
+        Ok(()) => {
+            plan.memory.remember(plan.url, ProtocolVersion::V2024_11_05);
+            Ok(())
+        }
+        // An HTTP+SSE server was found and failed: that is the cause.
+        Err(sse) if plan.sse_found.load(Ordering::Relaxed) => Err(sse),
+        Err(sse) => {
+            tracing::debug!(error = %sse, "not an HTTP+SSE server either");
+            Err(error)
+        }
+    }
+}
+
+/// rmcp's `initialize` proposing `version` instead of its own choice.
+fn proposing(mut request: Request, version: ProtocolVersion) -> Request {
+    if let Some(Value::Object(params)) = &mut request.params {
+        params.insert("protocolVersion".into(), version.as_str().into());
+    }
+    request
+}
+
+/// 2026-07-28: the server answered `server/discover`. rmcp's `initialize`
+/// is answered from it (an `InitializeResult` naming 2026-07-28, so rmcp
+/// writes its request metadata and drives multi round-trip results
+/// itself); every later request goes out as a 2026-07-28 one.
+async fn stateless(
+    engine: &Arc<Engine<RmcpFront>>,
+    id: RequestId,
+    opened: era::Opened,
+) -> Result<()> {
+    let generation = opened.generation;
+    let version = generation
+        .wire()
+        .protocol_version()
+        .unwrap_or(ProtocolVersion::MODERN);
+    let result = initialize_result(&opened.result, version);
+    engine.set_ready(&generation);
+    {
+        let mut handshake = lock(&engine.front.handshake);
+        handshake.opening = Some((generation, None));
+        handshake.subscription = era::subscription_filter(&opened.result["capabilities"]);
+        handshake.answered = Some(Ok(()));
+    }
+    engine.front.give(answer(id, &result)?).await;
+    Ok(())
+}
+
+/// The `InitializeResult` rmcp expects, from a `server/discover` result:
+/// the revision in use, the capabilities, the server's name and version
+/// (from `_meta`; empty when the server sent none, which rmcp requires),
+/// the instructions.
+fn initialize_result(discover: &Value, version: ProtocolVersion) -> Value {
+    let mut server_info = match &discover["_meta"][SERVER_INFO_META] {
+        Value::Object(info) => info.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for field in ["name", "version"] {
+        if !server_info.get(field).is_some_and(Value::is_string) {
+            server_info.insert(field.into(), "".into());
+        }
+    }
+    let capabilities = match &discover["capabilities"] {
+        capabilities @ Value::Object(_) => capabilities.clone(),
+        _ => json!({}),
+    };
+    let mut result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+    });
+    if let Some(instructions) = discover.get("instructions").filter(|i| i.is_string()) {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+/// A response to rmcp's request `id` with `result`.
+fn answer(id: RequestId, result: &Value) -> Result<Message> {
+    let raw = serde_json::value::to_raw_value(result)
+        .map_err(|e| Error::protocol("a result that is no JSON").with_source(e))?;
+    Ok(Message::Response(Response {
+        id: Some(id),
+        outcome: Ok(raw),
+    }))
+}
+
+/// 2024-11-05: the HTTP+SSE stream, then rmcp's `initialize` answered on
+/// it, read whole (HTTP+SSE answers every POST on the one stream); rmcp's
+/// `notifications/initialized` follows on the endpoint the stream named.
+/// No session id, so nothing to DELETE: the session ends with the stream.
+async fn http_sse(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    request: Request,
+) -> Result<()> {
+    let id = request.id.clone();
+    let (generation, result) = engine
+        .open_http_sse(request, false, &plan.sse_found, plan.deadline)
+        .await?;
+    engine.set_ready(&generation);
+    {
+        let mut handshake = lock(&engine.front.handshake);
+        handshake.opening = Some((generation, None));
+        handshake.answered = Some(Ok(()));
+    }
+    engine.front.give(answer(id, &result)?).await;
+    Ok(())
+}
+
+/// The 2025 era: the session is opened through the guard stack with rmcp's
+/// own `initialize`, and this returns once the answer's head has arrived;
+/// the answer is then read in the background and handed to rmcp as it
+/// comes (a server request before the response reaches rmcp at once), the
+/// response last. The revision it negotiates is remembered in `memory`
+/// (when detected).
+async fn sessions(
+    engine: &Arc<Engine<RmcpFront>>,
+    request: Request,
+    memory: Option<Memory>,
+) -> Result<()> {
+    let front = &engine.front;
     let id = request.id.clone();
     // Up to the head, bounded like a re-initialize; rmcp reads the rest.
     let started = engine
         .begin_open(request, engine.exchange_deadline())
         .await?;
     let generation = started.generation;
-    lock(&front.handshake).opening = Some((generation.clone(), started.opening));
+    lock(&front.handshake).opening = Some((generation.clone(), Some(started.opening)));
     // The session id is known: rmcp's answers to server requests on the
     // `initialize` answer (a `ping`) go to this session.
     engine.set_ready(&generation);
@@ -559,8 +1031,13 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
             let outcome = started.waiter.read(&generation, started.answer).await;
             let answered = match &outcome {
                 Ok(result) => result_value(result, "initialize")
-                    .and_then(|result| negotiated(&result, crate::engine::Era::Sessions))
-                    .map(|version| generation.wire().set_protocol_version(version)),
+                    .and_then(|result| negotiated(&result, Era::Sessions))
+                    .map(|version| {
+                        generation.wire().set_protocol_version(version);
+                        if let Some(memory) = &memory {
+                            memory.get().remember(&engine.front.url, version);
+                        }
+                    }),
                 Err(error) => Err(error.duplicate()),
             };
             lock(&engine.front.handshake).answered = Some(answered);
@@ -577,8 +1054,62 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
     Ok(())
 }
 
+/// rmcp's own `server/discover` (its `Discover` or `Auto` lifecycle),
+/// before any session: sent as a 2026-07-28 request, with rmcp's `_meta`
+/// (its revision, `clientInfo` and capabilities, which every later request
+/// carries too). A discover result that lists the revision makes it the one
+/// every later request speaks (and is remembered for the endpoint); any
+/// other answer reaches rmcp as it came, and rmcp's `Auto` mode then sends
+/// `initialize`, which goes on without probing again.
+async fn discover(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()> {
+    let front = &engine.front;
+    if front.attached {
+        return Err(Error::builder(
+            "this transport is attached to a 2025 session the caller owns:              `server/discover` has no place on it",
+        ));
+    }
+    let meta = request.params.as_ref().and_then(|p| p.get("_meta"));
+    let field = |key: &str| meta.and_then(|m| m.get(key)).cloned();
+    let version = field(META_PROTOCOL_VERSION)
+        .and_then(|v| v.as_str()?.parse::<ProtocolVersion>().ok())
+        .filter(|v| v.is_modern())
+        .unwrap_or(ProtocolVersion::MODERN);
+    engine.set_client_meta(
+        &field(META_CLIENT_INFO).unwrap_or(Value::Null),
+        &field(META_CLIENT_CAPABILITIES).unwrap_or_else(|| json!({})),
+    );
+    let memory = front.memory(&engine)?;
+    let generation = engine.stateless(version)?;
+    let outcome = tokio::select! {
+        biased;
+        _ = engine.closing().cancelled() => return Err(Error::closed()),
+        outcome = engine.request_on(&generation, &request, engine.exchange_deadline()) => outcome,
+    };
+    match &outcome {
+        Ok(result) => {
+            let lists = serde_json::from_str::<Value>(result.get()).is_ok_and(|result| {
+                result["supportedVersions"]
+                    .as_array()
+                    .is_some_and(|listed| listed.iter().any(|v| v == version.as_str()))
+            });
+            if lists {
+                engine.set_ready(&generation);
+                memory.get().remember(&front.url, version);
+            }
+        }
+        Err(error) if era::not_this_era(error, true) => {
+            front.discover_refused.store(true, Ordering::Release);
+        }
+        Err(_) => {}
+    }
+    front.resolve(request.id, outcome).await;
+    Ok(())
+}
+
 /// rmcp's `notifications/initialized`: sent once the `initialize` answer
-/// was good; it completes the handshake and starts the GET listener.
+/// was good; it completes the handshake and starts the listener (the GET
+/// stream in the 2025 era, `subscriptions/listen` in 2026-07-28, which
+/// has no such notification: it is not sent).
 async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification) -> Result<()> {
     let front = &engine.front;
     if front.attached {
@@ -603,15 +1134,24 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
             None => return Err(Error::protocol("`notifications/initialized` sent twice")),
         }
     };
-    tokio::select! {
-        biased;
-        _ = engine.closing().cancelled() => return Err(Error::closed()),
-        sent = engine.notify(&generation, &notification, engine.exchange_deadline()) => sent?,
+    if !generation.is_stateless() {
+        tokio::select! {
+            biased;
+            _ = engine.closing().cancelled() => return Err(Error::closed()),
+            sent = engine.notify(&generation, &notification, engine.exchange_deadline()) => sent?,
+        }
     }
-    if let Some((_, opening)) = lock(&front.handshake).opening.take() {
-        opening.established();
-    }
+    let subscription = {
+        let mut handshake = lock(&front.handshake);
+        if let Some((_, Some(opening))) = handshake.opening.take() {
+            opening.established();
+        }
+        handshake.subscription.take()
+    };
     engine.start_listener(&generation);
+    if let Some(filter) = subscription {
+        engine.start_subscription(&generation, filter);
+    }
     Ok(())
 }
 
@@ -637,15 +1177,15 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             _ = stop.cancelled() => return Err(given_up()),
             generation = engine.current() => generation?,
         };
+        let extra = engine.front.param_headers(&generation, &request)?;
         let waiter = engine.waiter(request.id.clone());
-        let no_extra_headers = http::HeaderMap::new();
         let posted = tokio::select! {
             biased;
             _ = closing.cancelled() => return Err(Error::closed()),
             _ = stop.cancelled() => return Err(given_up()),
             // rmcp times its own requests, and gives them up with
             // `notifications/cancelled`, which stops this.
-            posted = engine.post_request(&generation, &request, &no_extra_headers, Deadline::none()) => posted,
+            posted = engine.post_request(&generation, &request, &extra, Deadline::none()) => posted,
         };
         let answer = match posted {
             Ok(answer) => answer,
@@ -656,6 +1196,7 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
             Err(error) => return Err(error),
         };
         let stop = stop.clone();
+        let lists_tools = generation.is_stateless() && request.method == "tools/list";
         let spawned = engine.spawner().spawn(move |cancel| async move {
             let (engine, id) = &*registered;
             tokio::select! {
@@ -664,6 +1205,9 @@ async fn request(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<()>
                     tracing::debug!(%id, "rmcp gave up on the request; its answer is read no more");
                 }
                 outcome = waiter.read(&generation, answer) => {
+                    if let (true, Ok(result)) = (lists_tools, &outcome) {
+                        engine.front.learn_tools(result);
+                    }
                     engine.front.resolve(id.clone(), outcome).await;
                 }
             }
@@ -771,6 +1315,13 @@ impl Transport<RoleClient> for ScopedTransport {
         async move {
             match message? {
                 Message::Request(r) if r.method == "initialize" => initialize(engine, r).await,
+                Message::Request(r)
+                    if r.method == "server/discover"
+                        && engine.generation().is_none()
+                        && !engine.front.initialize_sent.load(Ordering::Acquire) =>
+                {
+                    discover(engine, r).await
+                }
                 Message::Request(r) => request(engine, r).await,
                 Message::Notification(n) if n.method == "notifications/initialized" => {
                     initialized(engine, n).await
@@ -854,4 +1405,56 @@ pub fn scoped_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<
         current = error.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated(name: &str, params: usize) -> Value {
+        let properties: serde_json::Map<String, Value> = (0..params)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "x-mcp-header": format!("P{i}")}),
+                )
+            })
+            .collect();
+        json!({"name": name, "inputSchema": {"type": "object", "properties": properties}})
+    }
+
+    #[test]
+    fn tool_headers_are_bounded_in_tools_and_parameters() {
+        let mut tools = ToolHeaders::default();
+        tools.learn(&[annotated("a", 2), annotated("plain", 0)]);
+        assert!(matches!(tools.by_name.get("a"), Some(Ok(h)) if h.len() == 2));
+        assert!(!tools.by_name.contains_key("plain"), "nothing to keep");
+        // Listed again with fewer: replaced, and counted once.
+        tools.learn(&[annotated("a", 1)]);
+        assert_eq!(tools.held, 1);
+
+        // Pages that add up past the bound start the memory again.
+        let page: Vec<Value> = (0..4)
+            .map(|i| annotated(&format!("big{i}"), PARAM_HEADERS_KEPT / 4))
+            .collect();
+        tools.learn(&page);
+        assert!(tools.held <= PARAM_HEADERS_KEPT, "{}", tools.held);
+        tools.learn(&[annotated("more", 8)]);
+        assert!(tools.held <= PARAM_HEADERS_KEPT, "{}", tools.held);
+        assert!(tools.by_name.contains_key("more"));
+
+        // One tool over the bound alone: refused, naming the limit.
+        tools.learn(&[annotated("huge", PARAM_HEADERS_KEPT + 1)]);
+        let Some(Err(reason)) = tools.by_name.get("huge") else {
+            panic!("kept");
+        };
+        assert!(reason.contains("16384"), "{reason}");
+
+        // Tools past the count bound, likewise.
+        let many: Vec<Value> = (0..TOOLS_KEPT + 10)
+            .map(|i| annotated(&format!("t{i}"), 1))
+            .collect();
+        tools.learn(&many);
+        assert!(tools.by_name.len() <= TOOLS_KEPT);
+    }
 }

@@ -765,6 +765,23 @@ impl<F: Front> Engine<F> {
         }
     }
 
+    /// The `clientInfo` and capabilities every later session's 2026-07-28
+    /// requests carry in `_meta`: for a front end that learns them only
+    /// from its caller's own `initialize` (the rmcp adapter).
+    pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
+        let mut template = lock(&self.template);
+        if let Some(current) = template.as_mut() {
+            *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+        }
+    }
+
+    /// The client new sessions go through, until close.
+    pub(crate) fn http_client(&self) -> Option<crate::client::HttpClient> {
+        lock(&self.template)
+            .as_ref()
+            .map(|template| template.http_client().clone())
+    }
+
     /// A transport for a new session, until close.
     fn fresh_wire(&self) -> Result<StreamableHttp> {
         lock(&self.template)

@@ -10,6 +10,11 @@
 //!
 //! Every exchange here runs within the connect's deadline (and each within
 //! the request timeout): the era is chosen inside one bound.
+//!
+//! Generic over the engine's front end: the rmcp adapter
+//! (`adapters::rmcp`) probes with [`discover`] and reads answers with
+//! [`not_this_era`] and [`wrong_era`] too, in the same order, with its
+//! own `initialize` step (rmcp's, returning at the answer's head).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,30 +24,29 @@ use http::StatusCode;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::front::SessionFront;
 use super::shared::{PhaseCell, check_complete, modern_error, supported_instead};
 use crate::client::RevisionMemory;
 use crate::deadline::Deadline;
-use crate::engine::{Engine, Generation};
+use crate::engine::{Engine, Front, Generation};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{Notification, Request, codes, result_value};
 use crate::transport::ProtocolVersion;
 
 /// What connecting needs to open a server's era.
-pub(super) struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     /// Where the verdict is remembered.
-    pub(super) memory: &'a RevisionMemory,
-    pub(super) url: &'a str,
+    pub(crate) memory: &'a RevisionMemory,
+    pub(crate) url: &'a str,
     /// A revision the caller pinned: no probing, nothing remembered.
-    pub(super) pinned: Option<ProtocolVersion>,
-    pub(super) capabilities: &'a Value,
-    pub(super) client_info: &'a Value,
-    pub(super) request_timeout: Option<Duration>,
+    pub(crate) pinned: Option<ProtocolVersion>,
+    pub(crate) capabilities: &'a Value,
+    pub(crate) client_info: &'a Value,
+    pub(crate) request_timeout: Option<Duration>,
     /// The connect's deadline, which every exchange here shares.
-    pub(super) deadline: Deadline,
+    pub(crate) deadline: Deadline,
     /// Set once an HTTP+SSE stream named its endpoint: the server speaks
     /// that transport, and a failure after it is the real cause.
-    pub(super) sse_found: AtomicBool,
+    pub(crate) sse_found: AtomicBool,
 }
 
 impl Plan<'_> {
@@ -55,22 +59,22 @@ impl Plan<'_> {
 
 /// An era opened: the generation requests go to, the `initialize` or
 /// `server/discover` result, and how it was found.
-pub(super) struct Opened {
-    pub(super) generation: Arc<Generation>,
+pub(crate) struct Opened {
+    pub(crate) generation: Arc<Generation>,
     /// The result of `initialize` or of `server/discover`.
-    pub(super) result: Value,
+    pub(crate) result: Value,
     /// Whether the era was found by probing.
-    pub(super) probed: bool,
+    pub(crate) probed: bool,
     /// Time spent on `notifications/initialized`.
-    pub(super) initialized: Duration,
+    pub(crate) initialized: Duration,
 }
 
 /// Opens the server's era: the pinned revision, else the one remembered
 /// for the endpoint, else detection. A remembered revision that proves
 /// wrong is forgotten at once, and the era detected again in the same
 /// connect, within its deadline.
-pub(super) async fn open(
-    engine: &Arc<Engine<SessionFront>>,
+pub(super) async fn open<F: Front>(
+    engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
@@ -94,14 +98,14 @@ pub(super) async fn open(
 /// 2024 one, a modern error (the server turned modern-only since, and
 /// names its versions, as the spec asks of it). Without this, the stale
 /// verdict would fail every connect through that client.
-fn wrong_era(error: &Error, version: ProtocolVersion) -> bool {
+pub(crate) fn wrong_era(error: &Error, version: ProtocolVersion) -> bool {
     not_this_era(error, version.is_modern())
         || (version.is_modern() && error.is_protocol())
         || (!version.is_modern() && modern_error(error))
 }
 
-async fn open_as(
-    engine: &Arc<Engine<SessionFront>>,
+async fn open_as<F: Front>(
+    engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
     version: ProtocolVersion,
@@ -122,8 +126,8 @@ async fn open_as(
 /// HTTP+SSE transport, each only when the last answered "not this era":
 /// one `initialize` at most, so three exchanges at most (four when the
 /// server asks to retry the modern request with another modern revision).
-async fn detect(
-    engine: &Arc<Engine<SessionFront>>,
+async fn detect<F: Front>(
+    engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
@@ -183,7 +187,7 @@ async fn detect(
 /// does not know `initialize` answers it with 200 or 500 as often as with
 /// a 4xx); or, for a modern request, any JSON-RPC error in a success (a
 /// 2025 server that does not know `server/discover`).
-fn not_this_era(error: &Error, modern: bool) -> bool {
+pub(crate) fn not_this_era(error: &Error, modern: bool) -> bool {
     if modern_error(error) {
         return false;
     }
@@ -207,7 +211,7 @@ fn not_this_era(error: &Error, modern: bool) -> bool {
 }
 
 /// What a modern request showed.
-enum Probe {
+pub(crate) enum Probe {
     /// The server speaks 2026-07-28.
     Opened(Opened),
     /// The server named a 2025 revision it prefers: `initialize` it.
@@ -221,8 +225,8 @@ enum Probe {
 /// 2026-07-28: `server/discover`; an `UnsupportedProtocolVersion` answer
 /// is retried once with the newest revision it lists that we speak; a
 /// 2025 one is left to the caller to `initialize` (once).
-async fn discover(
-    engine: &Arc<Engine<SessionFront>>,
+pub(crate) async fn discover<F: Front>(
+    engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     version: ProtocolVersion,
 ) -> Result<Probe> {
@@ -312,8 +316,8 @@ fn supported_versions(result: &Value) -> Option<Vec<ProtocolVersion>> {
 
 /// `initialize` proposing `version` (over HTTP+SSE for 2024-11-05), then
 /// `notifications/initialized`.
-async fn initialize(
-    engine: &Arc<Engine<SessionFront>>,
+async fn initialize<F: Front>(
+    engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
     version: ProtocolVersion,
@@ -373,7 +377,7 @@ fn in_phase(error: Error) -> Error {
 
 /// 2026-07-28: the `subscriptions/listen` filter for what the server's
 /// capabilities say can change; `None` when nothing can.
-pub(super) fn subscription_filter(capabilities: &Value) -> Option<Value> {
+pub(crate) fn subscription_filter(capabilities: &Value) -> Option<Value> {
     let mut filter = serde_json::Map::new();
     for (capability, field) in [
         ("tools", "toolsListChanged"),

@@ -8,11 +8,11 @@
 mod connect;
 mod discovery;
 pub(crate) mod entry;
-mod era;
+pub(crate) mod era;
 mod events;
 mod front;
 mod handlers;
-mod shared;
+pub(crate) mod shared;
 mod stateless;
 
 use std::fmt;

@@ -536,9 +536,13 @@ fn check_param_headers(tool: &TestTool, args: &Value, req: &Req) -> Result<(), R
 
 /// `server/discover`'s result.
 fn discover(cfg: &super::ServerConfig, cat: Catalog) -> Value {
+    // `ttlMs` and `cacheScope` are required (a `CacheableResult`): rmcp
+    // refuses a discover result without them.
     let mut result = json!({
         "supportedVersions": cfg.modern_versions,
         "capabilities": mcp::capabilities(cat, true),
+        "ttlMs": 0,
+        "cacheScope": "public",
     });
     if let Some(text) = &cfg.instructions {
         result["instructions"] = json!(text);
