@@ -465,7 +465,7 @@ impl Error {
                 K::ConnectionRefused => Some("connection refused"),
                 K::ConnectionReset => Some("connection reset by the server"),
                 K::ConnectionAborted => Some("connection aborted"),
-                K::TimedOut => Some("the TCP connect timed out"),
+                K::TimedOut => Some("timed out"),
                 K::AddrNotAvailable => Some("address not available"),
                 K::UnexpectedEof => Some("the connection closed early"),
                 _ => None,
