@@ -1690,3 +1690,103 @@ mod cli {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// Attacks (a hostile review of the fleet).
+
+/// A replaced slot ends after its successor is up (its DELETE is slow):
+/// its end must neither take the successor's tools out of the catalog nor
+/// announce the server `stopped` after the successor's `ready`. Before,
+/// the old slot's last acts (removing its server's catalog entry, the
+/// `Stopped` event) were by name, and hit the new slot.
+#[test]
+fn a_replaced_slot_ending_late_leaves_its_successor_in_the_catalog() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(400 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).bearer("1"))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let mut events = fleet.events();
+        let report = fleet
+            .apply([("a", spec(&world.server).bearer("2"))])
+            .await
+            .unwrap();
+        assert_eq!(report.replaced, ["a"]);
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // The successor was up before its predecessor's DELETE ended.
+        assert!(
+            fleet.catalog().tool("a__tool-000").is_some(),
+            "the ready server's tools are gone from the catalog: {:?}",
+            fleet.catalog()
+        );
+        let mut last = None;
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::State { server, state } = event {
+                assert_eq!(&*server, "a");
+                last = Some(state.name());
+            }
+        }
+        assert_eq!(last, Some("ready"), "the last state announced for `a`");
+        finish(fleet, &world, &[], "replaced late").await;
+    });
+}
+
+/// A server whose session has something to say more often than the health
+/// interval (here a `list_changed` every 30 ms, as a chatty or hostile
+/// server may) is still pinged every interval: a session lost while
+/// events flow is still noticed. Before, every session event started the
+/// interval's wait anew, so no health ping was ever sent.
+#[test]
+fn session_events_do_not_postpone_the_health_check() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(Some(150 * MS))
+            .health_timeout(SETTLE)
+            .shutdown_timeout(SETTLE)
+            .build();
+        // Re-listed up to every 10 ms (the default, 1 s, would need a far
+        // longer interval and test).
+        let mut discovery = mcp_scoped_http::Discovery::default();
+        discovery.relist_interval = 10 * MS;
+        let connector = mcp_scoped_http::Connector::new(world.server.url())
+            .listen(true)
+            .discovery(discovery)
+            .connect_timeout(SETTLE)
+            .delete_timeout(500 * MS);
+        fleet
+            .apply([("a", ServerSpec::from_connector(connector))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // The proving ping answered, and the listener up to hear changes.
+        assert!(eventually(SETTLE, || !seen(&world.server, "ping").is_empty()).await);
+        assert!(eventually(SETTLE, || world.server.list_changed("tools") > 0).await);
+        let pings = seen(&world.server, "ping").len();
+        let storm = Instant::now();
+        let mut round = 0;
+        while storm.elapsed() < 1500 * MS {
+            // A real change each time: the session announces it.
+            round += 1;
+            world.server.set_tools(3 + round % 2);
+            world.server.list_changed("tools");
+            tokio::time::sleep(30 * MS).await;
+        }
+        let during = seen(&world.server, "ping").len() - pings;
+        assert!(fleet.catalog().generation > 10, "{:?}", fleet.catalog());
+        // About ten intervals passed; a loaded machine may lose a few.
+        assert!(
+            during >= 3,
+            "{during} health pings in 1.5 s at a 150 ms interval"
+        );
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "health under events").await;
+    });
+}
