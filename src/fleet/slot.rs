@@ -297,7 +297,6 @@ fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy)
 /// list re-listed (in place when announced) and a renewal (a new server
 /// session) each bump the fleet's catalog at once.
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
-    let mut proving = true;
     let mut events = Some(live.session.events());
     // Nobody in a fleet reads the server's notifications: taken and
     // dropped, so the session drops them as they come instead of queuing
@@ -305,10 +304,10 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     drop(live.session.notifications());
     // A change between the slot's first catalog and the subscription.
     hub.set_catalog(&slot.name, Some(live.session.catalog()));
-    loop {
-        // Boxed: a request's future is several KiB, and the slot's future
-        // lives as long as the session.
-        let check = Box::pin(async {
+    // Boxed: a request's future is several KiB, and the slot's future
+    // lives as long as the session.
+    let checking = |proving: bool| {
+        Box::pin(async move {
             if !proving {
                 match policy.health_interval {
                     Some(every) => tokio::time::sleep(every).await,
@@ -322,7 +321,14 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     RequestOptions::default().timeout(policy.health_timeout),
                 )
                 .await
-        });
+        })
+    };
+    // Kept across events, made anew only when it has ended: a session
+    // event never starts the interval's wait again (nor cancels a ping in
+    // flight), so a server with something to say more often than the
+    // interval is still checked.
+    let mut check = checking(true);
+    loop {
         let event = async {
             match events.as_mut() {
                 Some(receiver) => receiver.recv().await,
@@ -347,8 +353,8 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 // Closed: only the slot closes it, after this returns.
                 Err(RecvError::Closed) => events = None,
             },
-            answer = check => {
-                proving = false;
+            answer = &mut check => {
+                check = checking(false);
                 match answer {
                     // A JSON-RPC error is an answer too (a 2026-07-28
                     // server may answer `ping` with "method not found",
