@@ -311,6 +311,9 @@ impl Fleet {
             }
             for (name, spec) in plan.start {
                 let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients));
+                // Before it runs: from now on the name's events and lists
+                // are this slot's, not those of the slot it replaces.
+                self.hub.claim(&name, slot.id);
                 slots.tasks.spawn_on(
                     slot::run(slot.clone(), self.hub.clone(), self.policy.clone()),
                     &runtime,

@@ -142,7 +142,7 @@ impl Slot {
             }
         }
         self.state.send_replace(state.clone());
-        hub.state(&self.name, state);
+        hub.state(&self.name, self.id, state);
     }
 }
 
@@ -160,8 +160,9 @@ pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64,
     let _task = Count::new(Field::Tasks, None);
     let _finished = slot.finished.clone().drop_guard();
     let outcome = supervise(&slot, &hub, &policy).await;
-    hub.set_catalog(&slot.name, None);
+    hub.set_catalog(&slot.name, slot.id, None);
     slot.set_state(&hub, SlotState::Stopped);
+    hub.release(&slot.name, slot.id);
     (slot.id, outcome)
 }
 
@@ -202,14 +203,14 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                 // Routed first, then in the catalog, then announced: a
                 // host that sees the tools (or the state) can call them.
                 *lock(&slot.live) = Some(live.clone());
-                hub.set_catalog(&slot.name, Some(live.session.catalog()));
+                hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
                 slot.set_state(hub, SlotState::Ready);
                 let end = serve(slot, hub, policy, &live).await;
                 // No call reaches the session from here on: it leaves the
                 // slot, then the catalog, then is closed (in-flight calls
                 // fail with "closed").
                 *lock(&slot.live) = None;
-                hub.set_catalog(&slot.name, None);
+                hub.set_catalog(&slot.name, slot.id, None);
                 match end {
                     End::Stop => return ServerShutdown::Closed(live.session.close().await),
                     End::Reconnect => {
@@ -303,7 +304,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // up to its bound (256, 16 MiB) for nobody.
     drop(live.session.notifications());
     // A change between the slot's first catalog and the subscription.
-    hub.set_catalog(&slot.name, Some(live.session.catalog()));
+    hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
     // Boxed: a request's future is several KiB, and the slot's future
     // lives as long as the session.
     let checking = |proving: bool| {
@@ -347,7 +348,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 Ok(SessionEvent::CatalogChanged { .. } | SessionEvent::Renewed { .. })
                 // Lost events may have held either: counted as a change.
                 | Err(RecvError::Lagged(_)) => {
-                    hub.catalog_changed(&slot.name, live.session.catalog());
+                    hub.catalog_changed(&slot.name, slot.id, live.session.catalog());
                 }
                 Ok(_) => {}
                 // Closed: only the slot closes it, after this returns.
