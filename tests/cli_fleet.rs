@@ -656,3 +656,53 @@ fn timeout_applies_to_every_server() {
         "{shutdown}"
     );
 }
+
+/// Without --json, a server's text with a newline (here the message of its
+/// JSON-RPC error, in a state line's `error`) stays on its line: it cannot
+/// forge a line of its own (`server=forged state=ready`). Before, a newline
+/// passed through to stdout as is.
+#[test]
+fn readable_lines_cannot_be_forged_by_server_text() {
+    let evil = TestServer::start(ServerConfig::default().with_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::status_with_rpc_error(500, -32000, "boom\nserver=forged state=ready tools=99"),
+    )));
+    let config = ConfigFile::new(&json!({"evil": {"url": evil.url()}}));
+    let mut fleet = Fleet::start(&["--exit-on-eof", "--max-backoff", "0.05"], &config);
+    let at = fleet.wait_from(0, "evil's error", |l| {
+        l.starts_with("server=evil ") && l.contains("boom")
+    });
+    drop(fleet.stdin.take());
+    let status = fleet.finish();
+    assert!(status.success(), "{status}\n{}", fleet.context());
+    assert!(
+        fleet.seen.iter().all(|l| !l.starts_with("server=forged")),
+        "a forged line: {:?}",
+        &fleet.seen[at..]
+    );
+    assert!(
+        fleet.seen[at].contains(r"boom\nserver=forged"),
+        "{}",
+        fleet.seen[at]
+    );
+}
+
+/// A configuration file is read up to a bound (a thousand servers take
+/// about 200 KiB): a huge file (or a path like /dev/zero) is refused with
+/// the limit named, never read whole into memory. Before, it was read
+/// whole, whatever its size.
+#[test]
+fn a_huge_config_file_is_refused() {
+    let config = ConfigFile::new(&json!({}));
+    let padding = " ".repeat(5 << 20);
+    std::fs::write(config.path(), format!("{{{padding}\"mcpServers\": {{}}}}")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--exit-on-eof"])
+        .arg(config.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MiB"), "{stderr}");
+}
