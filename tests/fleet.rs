@@ -1790,3 +1790,42 @@ fn session_events_do_not_postpone_the_health_check() {
         finish(fleet, &world, &[], "health under events").await;
     });
 }
+
+/// Two shutdowns at once (a signal handler's and `main`'s): the second
+/// returns only once the first's drain is done, so a host that exits after
+/// either leaves nothing behind. Before, the second said
+/// `already_shut_down` at once, while the sessions were still open.
+#[test]
+fn a_second_shutdown_waits_for_the_first_s_drain() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(200 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let first_done = AtomicBool::new(false);
+        let first = async {
+            let report = fleet.shutdown().await;
+            first_done.store(true, Ordering::SeqCst);
+            report
+        };
+        let second = async {
+            let report = fleet.shutdown().await;
+            (report.already_shut_down, first_done.load(Ordering::SeqCst))
+        };
+        let (report, (already, first_was_done)) = tokio::join!(first, second);
+        assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+        assert!(already);
+        assert!(
+            first_was_done,
+            "the second shutdown returned before the first had drained"
+        );
+        assert_eq!(world.server.stats().deletes, 1);
+        finish(fleet, &world, &[], "two shutdowns").await;
+    });
+}
