@@ -115,6 +115,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use backoff::Backoff;
 pub use catalog::{FleetCatalog, QualifiedEntry};
@@ -203,6 +204,7 @@ impl FleetBuilder {
             shutdown_timeout: self.shutdown_timeout,
             slots: Mutex::new(Some(Slots::default())),
             apply: tokio::sync::Mutex::new(()),
+            drained: CancellationToken::new(),
         }
     }
 }
@@ -239,6 +241,9 @@ pub struct Fleet {
     slots: Mutex<Option<Slots>>,
     /// Serializes [`apply`](Self::apply).
     apply: tokio::sync::Mutex<()>,
+    /// Cancelled once the drain of the first shutdown has ended (or was
+    /// handed to the reaper): what a second shutdown waits for.
+    drained: CancellationToken,
 }
 
 impl Default for Fleet {
@@ -566,7 +571,8 @@ impl Fleet {
     ///
     /// Afterwards the fleet refuses [`apply`](Self::apply) and calls
     /// ([`Error::is_closed`]); a second shutdown reports
-    /// [`ShutdownReport::already_shut_down`].
+    /// [`ShutdownReport::already_shut_down`], once the first one's drain
+    /// has ended (or was handed to the reaper, see below).
     ///
     /// # Cancellation
     ///
@@ -576,12 +582,15 @@ impl Fleet {
     /// [`crate::shutdown`] waits for.
     pub async fn shutdown(&self) -> ShutdownReport {
         let Some(slots) = lock(&self.slots).take() else {
+            // Another shutdown is draining: the fleet is shut down once it
+            // is done.
+            self.drained.cancelled().await;
             return ShutdownReport {
                 already_shut_down: true,
                 ..ShutdownReport::default()
             };
         };
-        let mut drain = Drain::new(slots, self.shutdown_timeout);
+        let mut drain = Drain::new(slots, self.shutdown_timeout, &self.drained);
         let servers = drain.run().await;
         ShutdownReport {
             servers,
@@ -596,17 +605,21 @@ impl Fleet {
 struct Drain {
     slots: Option<Slots>,
     deadline: tokio::time::Instant,
+    /// Cancels the fleet's `drained` when dropped: once the drain is done,
+    /// or with the reap it was handed to.
+    drained: Option<DropGuard>,
 }
 
 impl Drain {
     /// Tells every slot to stop, at once.
-    fn new(slots: Slots, timeout: Duration) -> Drain {
+    fn new(slots: Slots, timeout: Duration, drained: &CancellationToken) -> Drain {
         for slot in slots.by_name.values() {
             slot.stop.cancel();
         }
         Drain {
             slots: Some(slots),
             deadline: tokio::time::Instant::now() + timeout,
+            drained: Some(drained.clone().drop_guard()),
         }
     }
 
@@ -635,6 +648,7 @@ impl Drain {
                 .entry(name.to_string())
                 .or_insert(ServerShutdown::TimedOut);
         }
+        self.drained.take();
         servers
     }
 }
@@ -664,8 +678,10 @@ impl Drop for Drain {
             return;
         }
         let deadline = self.deadline;
+        let drained = self.drained.take();
         let rest = async move {
             join_until(&mut slots.tasks, deadline, |_, _| {}).await;
+            drop(drained);
         };
         // A second past the deadline: the aborts after it are immediate.
         let reap_by = deadline + Duration::from_secs(1);
@@ -681,7 +697,7 @@ impl Drop for Fleet {
         // close their sessions (DELETEs included) in the background, and
         // `crate::shutdown` waits for them.
         if let Some(slots) = lock(&self.slots).take() {
-            drop(Drain::new(slots, self.shutdown_timeout));
+            drop(Drain::new(slots, self.shutdown_timeout, &self.drained));
         }
     }
 }
