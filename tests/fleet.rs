@@ -1829,3 +1829,30 @@ fn a_second_shutdown_waits_for_the_first_s_drain() {
         finish(fleet, &world, &[], "two shutdowns").await;
     });
 }
+
+/// While a reconnect closes the old session (its DELETE slow), the slot is
+/// not `ready`: a caller who chose to wait for it waits, and gets the new
+/// session. Before, the slot still said `ready` with no session to route
+/// to, so `call_tool_waiting` failed at once with "not ready (ready)".
+#[test]
+fn a_caller_waiting_during_a_reconnect_gets_the_new_session() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(300 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet.reconnect("a").unwrap();
+        // The old session has left the slot, and is being closed.
+        assert!(eventually(SETTLE, || fleet.catalog().servers.is_empty()).await);
+        let result = fleet
+            .call_tool_waiting("a", "tool-000", json!({"text": "x"}), SETTLE)
+            .await;
+        assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        assert_eq!(world.server.stats().sessions_created, 2);
+        finish(fleet, &world, &[], "waiting during a reconnect").await;
+    });
+}
