@@ -173,8 +173,13 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
     // client goes with the last slot holding it. One that cannot be built
     // is a failed connect (and is asked for again on the next).
     let mut client: Option<SlotClient> = None;
+    // Whether `Starting` is out already (a reconnect says it before it
+    // closes the old session).
+    let mut starting = false;
     loop {
-        slot.set_state(hub, SlotState::Starting);
+        if !std::mem::take(&mut starting) {
+            slot.set_state(hub, SlotState::Starting);
+        }
         // Dropping the connect future on a stop is its cancellation: what
         // it created is released, a server session DELETEd by the reaper.
         // Boxed: the slot's future stays small while it is ready (a
@@ -214,6 +219,11 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                 match end {
                     End::Stop => return ServerShutdown::Closed(live.session.close().await),
                     End::Reconnect => {
+                        // Not ready while the old session closes (bounded
+                        // by its DELETE timeout): a caller waits for the
+                        // next one instead of failing at once.
+                        slot.set_state(hub, SlotState::Starting);
+                        starting = true;
                         live.session.close().await;
                         failures = 0;
                         continue;
