@@ -1856,3 +1856,36 @@ fn a_caller_waiting_during_a_reconnect_gets_the_new_session() {
         finish(fleet, &world, &[], "waiting during a reconnect").await;
     });
 }
+
+/// A caller waiting for a server that is replaced meanwhile (a reload
+/// changed its spec) waits for the new slot, within its own bound. Before,
+/// the old slot's stop ended the wait, and the call failed at once with
+/// "not ready (starting)".
+#[test]
+fn a_caller_waiting_for_a_replaced_server_waits_for_its_successor() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).bearer("1"))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        take_down(&world.server);
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let call = fleet.call_tool_waiting("a", "tool-000", json!({"text": "x"}), SETTLE);
+        let reload = async {
+            tokio::time::sleep(20 * MS).await;
+            let report = fleet
+                .apply([("a", spec(&world.server).bearer("2"))])
+                .await
+                .unwrap();
+            assert_eq!(report.replaced, ["a"]);
+            world.server.clear_faults();
+        };
+        let (result, ()) = tokio::join!(call, reload);
+        assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        finish(fleet, &world, &[], "waiting across a replace").await;
+    });
+}
