@@ -483,8 +483,9 @@ impl Fleet {
     /// caller that would rather wait than fail at once. A slot in
     /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] is not waited
     /// for (no retry comes by itself); `wait` passing fails with
-    /// [`Error::is_timeout`], naming the slot's state. The wait is not
-    /// part of the call's own timeout.
+    /// [`Error::is_timeout`], naming the slot's state. A server replaced
+    /// meanwhile (its spec changed) is waited for in its new slot. The wait
+    /// is not part of the call's own timeout.
     pub async fn call_tool_waiting(
         &self,
         server: &str,
@@ -492,15 +493,27 @@ impl Fleet {
         arguments: Value,
         wait: Duration,
     ) -> Result<Value> {
-        let slot = self.slot(server)?;
-        let mut watch = slot.watch();
-        let settled = watch
-            .wait_for(|state| !matches!(state, SlotState::Starting | SlotState::Retrying { .. }));
-        if tokio::time::timeout(wait, settled).await.is_err() {
-            return Err(Error::timeout(format!(
-                "server `{server}` not ready within {wait:?} ({})",
-                slot.state()
-            )));
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut slot = self.slot(server)?;
+        loop {
+            let mut watch = slot.watch();
+            let settled = watch.wait_for(|state| {
+                !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+            });
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return Err(Error::timeout(format!(
+                    "server `{server}` not ready within {wait:?} ({})",
+                    slot.state()
+                )));
+            }
+            // Replaced meanwhile (a reload changed its spec): the wait is
+            // for the server, so for its new slot, within the same bound.
+            match self.slot(server) {
+                Ok(next) if next.id != slot.id && matches!(slot.state(), SlotState::Stopped) => {
+                    slot = next;
+                }
+                _ => break,
+            }
         }
         self.call_tool(server, tool, arguments).await
     }
