@@ -1889,3 +1889,33 @@ fn a_caller_waiting_for_a_replaced_server_waits_for_its_successor() {
         finish(fleet, &world, &[], "waiting across a replace").await;
     });
 }
+
+/// `ready` waiting for a required server that is replaced meanwhile (a
+/// reload changed its spec) waits for the new slot. Before, the old slot's
+/// stop failed `ready` at once: "required server `a` is stopped".
+#[test]
+fn ready_follows_a_required_server_replaced_meanwhile() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        take_down(&world.server);
+        fleet
+            .apply([("a", spec(&world.server).bearer("1").required(true))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let reload = async {
+            tokio::time::sleep(20 * MS).await;
+            let report = fleet
+                .apply([("a", spec(&world.server).bearer("2").required(true))])
+                .await
+                .unwrap();
+            assert_eq!(report.replaced, ["a"]);
+            world.server.clear_faults();
+        };
+        let (ready, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        assert!(ready.is_ok(), "{:?}", ready.err().map(|e| e.to_string()));
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "ready across a replace").await;
+    });
+}
