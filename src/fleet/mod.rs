@@ -337,9 +337,11 @@ impl Fleet {
     /// [`required`](ServerSpec::required) is ready, within `within`.
     /// Servers not required are never waited for.
     ///
-    /// Fails at once when a required server is in
+    /// A required server replaced meanwhile (its spec changed) is waited
+    /// for in its new slot. Fails at once when a required server is in
     /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] (no retry will
-    /// come by itself) or was stopped meanwhile, and with
+    /// come by itself) or was stopped meanwhile (removed, disabled, no
+    /// longer required, or the fleet shut down), and with
     /// [`Error::is_timeout`] when `within` passes; the error names each
     /// server not ready and its state.
     pub async fn ready(&self, within: Duration) -> Result<()> {
@@ -355,17 +357,27 @@ impl Fleet {
         };
         let waiting = async {
             for slot in &required {
-                let mut watch = slot.watch();
-                let state = watch
-                    .wait_for(|state| {
-                        !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
-                    })
-                    .await
-                    .map(|state| state.clone())
-                    .unwrap_or(SlotState::Stopped);
-                if !state.is_ready() {
-                    return Err(Error::closed()
-                        .context(format!("required server `{}` is {state}", slot.name)));
+                let mut slot = slot.clone();
+                loop {
+                    let mut watch = slot.watch();
+                    let state = watch
+                        .wait_for(|state| {
+                            !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+                        })
+                        .await
+                        .map(|state| state.clone())
+                        .unwrap_or(SlotState::Stopped);
+                    if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
+                        // Replaced meanwhile (a reload changed its spec):
+                        // the new slot is the one to wait for.
+                        slot = next;
+                        continue;
+                    }
+                    if !state.is_ready() {
+                        return Err(Error::closed()
+                            .context(format!("required server `{}` is {state}", slot.name)));
+                    }
+                    break;
                 }
             }
             Ok(())
@@ -375,6 +387,7 @@ impl Fleet {
             Err(_) => {
                 let late: Vec<String> = required
                     .iter()
+                    .map(|slot| self.successor(slot).unwrap_or_else(|| slot.clone()))
                     .filter(|slot| !slot.state().is_ready())
                     .map(|slot| format!("`{}` {}", slot.name, slot.state()))
                     .collect();
@@ -384,6 +397,13 @@ impl Fleet {
                 )))
             }
         }
+    }
+
+    /// The slot that replaced `slot` (same name, still required), if any.
+    fn successor(&self, slot: &Slot) -> Option<Arc<Slot>> {
+        let guard = lock(&self.slots);
+        let next = guard.as_ref()?.by_name.get(&slot.name)?;
+        (next.id != slot.id && next.required.load(Ordering::Acquire)).then(|| next.clone())
     }
 
     fn slot(&self, server: &str) -> Result<Arc<Slot>> {
