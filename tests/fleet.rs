@@ -1919,3 +1919,37 @@ fn ready_follows_a_required_server_replaced_meanwhile() {
         finish(fleet, &world, &[], "ready across a replace").await;
     });
 }
+
+/// After `shutdown`, the fleet's event stream ends (once its last events
+/// are read), so a host's reader task ends with the fleet even while the
+/// host still holds it. Before, the stream stayed open for good.
+#[test]
+fn the_event_stream_ends_after_shutdown() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet.shutdown().await;
+        let mut stopped = false;
+        let ended = tokio::time::timeout(SETTLE, async {
+            loop {
+                match events.recv().await {
+                    Ok(FleetEvent::State { state, .. }) => stopped |= !state.is_ready(),
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream is still open after shutdown");
+        assert!(stopped);
+        // Asked for after the shutdown: ended at once.
+        assert!(matches!(
+            fleet.events().try_recv(),
+            Err(TryRecvError::Closed)
+        ));
+        finish(fleet, &world, &[], "events end").await;
+    });
+}
