@@ -111,12 +111,12 @@ impl FleetCatalog {
 /// successor is up (its DELETE slow) neither takes the successor's lists
 /// out nor announces the server stopped.
 pub(crate) struct Hub {
-    events: broadcast::Sender<FleetEvent>,
     current: Mutex<Current>,
 }
 
-#[derive(Default)]
 struct Current {
+    /// `None` once the fleet is shut down: its stream ends.
+    events: Option<broadcast::Sender<FleetEvent>>,
     catalog: Arc<FleetCatalog>,
     /// The owning slot's id, by server name: while a slot of that name runs.
     owners: HashMap<Arc<str>, u64>,
@@ -125,13 +125,27 @@ struct Current {
 impl Hub {
     pub(crate) fn new(capacity: usize) -> Hub {
         Hub {
-            events: broadcast::channel(capacity.max(1)).0,
-            current: Mutex::default(),
+            current: Mutex::new(Current {
+                events: Some(broadcast::channel(capacity.max(1)).0),
+                catalog: Arc::default(),
+                owners: HashMap::new(),
+            }),
         }
     }
 
+    /// The events from now on; after [`close`](Self::close), a stream
+    /// that has ended.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<FleetEvent> {
-        self.events.subscribe()
+        match &lock(&self.current).events {
+            Some(events) => events.subscribe(),
+            None => broadcast::channel(1).1,
+        }
+    }
+
+    /// Ends the event stream (the fleet is shut down): readers get the
+    /// events still buffered, then the end.
+    pub(crate) fn close(&self) {
+        lock(&self.current).events = None;
     }
 
     pub(crate) fn catalog(&self) -> Arc<FleetCatalog> {
@@ -164,10 +178,12 @@ impl Hub {
         }
         // No receiver is no error: nobody is watching. Sent under the
         // lock, so a successor's claim never comes between check and send.
-        let _ = self.events.send(FleetEvent::State {
-            server: server.clone(),
-            state,
-        });
+        if let Some(events) = &current.events {
+            let _ = events.send(FleetEvent::State {
+                server: server.clone(),
+                state,
+            });
+        }
     }
 
     /// Sets (or, with `None`, removes) one server's lists, if slot `id`
@@ -216,6 +232,8 @@ impl Hub {
         };
         current.catalog = Arc::new(next);
         // Sent under the lock, so events come in generation order.
-        let _ = self.events.send(event);
+        if let Some(events) = &current.events {
+            let _ = events.send(event);
+        }
     }
 }

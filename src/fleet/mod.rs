@@ -582,8 +582,9 @@ impl Fleet {
         self.slot(server).ok().map(|slot| slot.watch())
     }
 
-    /// Every slot's state changes and every catalog change, from now on.
-    /// Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
+    /// Every slot's state changes and every catalog change, from now on,
+    /// until [`shutdown`](Self::shutdown) has ended (then the stream ends
+    /// too, after the events still buffered). Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
     /// behind gets [`RecvError::Lagged`](broadcast::error::RecvError::Lagged)
     /// with the number of events it lost, then the newest ones.
     pub fn events(&self) -> broadcast::Receiver<FleetEvent> {
@@ -618,6 +619,7 @@ impl Fleet {
             // Another shutdown is draining: the fleet is shut down once it
             // is done.
             self.drained.cancelled().await;
+            self.hub.close();
             return ShutdownReport {
                 already_shut_down: true,
                 ..ShutdownReport::default()
@@ -625,6 +627,8 @@ impl Fleet {
         };
         let mut drain = Drain::new(slots, self.shutdown_timeout, &self.drained);
         let servers = drain.run().await;
+        // Every slot has said `stopped` (or was aborted): the stream ends.
+        self.hub.close();
         ShutdownReport {
             servers,
             already_shut_down: false,
