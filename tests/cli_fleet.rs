@@ -706,3 +706,59 @@ fn a_huge_config_file_is_refused() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("MiB"), "{stderr}");
 }
+
+/// Secrets in a config file (a URL's user info and query, header values, a
+/// header value with CR/LF, a `file://` URL) reach no line of the CLI's
+/// output, on stdout or stderr, whatever becomes of each server: refused
+/// (a dead port), refused credentials (401), an invalid header, a URL that
+/// is not HTTP.
+#[test]
+fn config_secrets_reach_no_output() {
+    let guarded = TestServer::start(ServerConfig::default().with_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::unauthorized("Bearer realm=\"x\""),
+    )));
+    let with_secrets = |url: &str| {
+        let url = url.replacen("http://", "http://us3r:pa55word@", 1);
+        format!("{url}?api_key=qu3rysecret")
+    };
+    let config = ConfigFile::new(&json!({
+        "dead": {"url": with_secrets(&dead_url()), "headers": {"X-Key": "h3adersecret"}},
+        "guarded": {"url": with_secrets(&guarded.url()), "headers": {"Authorization": "Bearer t0kensecret"}},
+        "crlf": {"url": guarded.url(), "headers": {"X-Key": "crlf5ecret\r\nX-Injected: 1"}},
+        "file": {"url": "file:///etc/f1lesecret"},
+    }));
+    let mut fleet = Fleet::start(
+        &["--json", "--exit-on-eof", "--max-backoff", "0.05"],
+        &config,
+    );
+    fleet.wait_state("dead", "retrying");
+    fleet.wait_state("guarded", "auth_required");
+    fleet.wait_state("crlf", "failed");
+    fleet.wait_state("file", "failed");
+    fleet.send(br#"{"status": true}"#);
+    fleet.wait_from(0, "status", |l| l.contains("\"status\""));
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+    let everything = fleet.context();
+    for secret in [
+        "us3r",
+        "pa55word",
+        "qu3rysecret",
+        "h3adersecret",
+        "t0kensecret",
+        "crlf5ecret",
+        "f1lesecret",
+    ] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shown:\n{everything}"
+        );
+    }
+    assert!(
+        guarded
+            .requests()
+            .iter()
+            .all(|r| r.header("x-injected").is_none())
+    );
+}
