@@ -1953,3 +1953,26 @@ fn the_event_stream_ends_after_shutdown() {
         finish(fleet, &world, &[], "events end").await;
     });
 }
+
+/// An event capacity too large to allocate is capped (at 65 536), never a
+/// panic or an abort: before, `usize::MAX` panicked in tokio's channel and
+/// `1 << 40` would have aborted on the allocation.
+#[test]
+fn a_huge_event_capacity_is_capped() {
+    scenario(async {
+        for capacity in [usize::MAX, 1 << 40] {
+            let fleet = Fleet::builder().event_capacity(capacity).build();
+            let mut events = fleet.events();
+            fleet
+                .apply([("a", ServerSpec::new(refused_url()))])
+                .await
+                .unwrap();
+            let first = tokio::time::timeout(SETTLE, events.recv()).await;
+            assert!(
+                matches!(first, Ok(Ok(FleetEvent::State { .. }))),
+                "{first:?}"
+            );
+            fleet.shutdown().await;
+        }
+    });
+}
