@@ -134,6 +134,10 @@ use slot::{Policy, Slot};
 /// The slots' tasks, each ending with its slot's id and outcome.
 type Tasks = JoinSet<(u64, ServerShutdown)>;
 
+/// The most events [`FleetBuilder::event_capacity`] keeps: a larger
+/// capacity is cut to this.
+pub const MAX_EVENT_CAPACITY: usize = 1 << 16;
+
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
 #[must_use]
@@ -181,9 +185,11 @@ impl FleetBuilder {
     }
 
     /// Events kept for the slowest reader of [`Fleet::events`]; older ones
-    /// are dropped for it (it is told how many). Default: 1024.
+    /// are dropped for it (it is told how many). At least 1, at most
+    /// [`MAX_EVENT_CAPACITY`] (the buffer is allocated whole, at once).
+    /// Default: 1024.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
-        self.event_capacity = capacity;
+        self.event_capacity = capacity.clamp(1, MAX_EVENT_CAPACITY);
         self
     }
 
