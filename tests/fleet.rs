@@ -1976,3 +1976,34 @@ fn a_huge_event_capacity_is_capped() {
         }
     });
 }
+
+/// A shutdown timeout of `Duration::MAX` ("wait as long as it takes") is
+/// no overflow: shutdown and drop drain as usual. Before, adding it to
+/// now panicked, in `shutdown` and in the fleet's `Drop`.
+#[test]
+fn an_unbounded_shutdown_timeout_does_not_overflow() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        for shut_down in [true, false] {
+            let fleet = Fleet::builder()
+                .health_interval(None)
+                .shutdown_timeout(Duration::MAX)
+                .build();
+            fleet.apply([("a", spec(&world.server))]).await.unwrap();
+            assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+            if shut_down {
+                let report = fleet.shutdown().await;
+                assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+            }
+            drop(fleet);
+            tokio::time::timeout(SETTLE, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper's wait is bounded");
+        }
+        let log = assert_each_session_deleted_once(&world.server, "max timeout").await;
+        world
+            .baseline
+            .check(&world.server, deletes_owed(&log))
+            .await;
+    });
+}
