@@ -195,9 +195,12 @@ impl FleetBuilder {
 
     /// The bound on [`Fleet::shutdown`]: slots not ended by then are
     /// aborted and their sessions handed to the reaper. Default: 10 s
-    /// (above the sessions' default DELETE timeout of 5 s).
+    /// (above the sessions' default DELETE timeout of 5 s). A timeout of
+    /// a century or more (`Duration::MAX`) waits as long as the slots take.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
+        // A deadline of now + `Duration::MAX` would overflow.
+        const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        self.shutdown_timeout = timeout.min(CENTURY);
         self
     }
 
