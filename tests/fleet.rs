@@ -1886,6 +1886,9 @@ fn a_caller_waiting_for_a_replaced_server_waits_for_its_successor() {
         };
         let (result, ()) = tokio::join!(call, reload);
         assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        // No bound at all: no overflow either.
+        let waited = fleet.call_tool_waiting("a", "tool-000", json!({}), Duration::MAX);
+        waited.await.unwrap();
         finish(fleet, &world, &[], "waiting across a replace").await;
     });
 }

@@ -522,14 +522,22 @@ impl Fleet {
         arguments: Value,
         wait: Duration,
     ) -> Result<Value> {
-        let deadline = tokio::time::Instant::now() + wait;
+        // `None`: too far to say (`Duration::MAX`), so no bound.
+        let deadline = tokio::time::Instant::now().checked_add(wait);
         let mut slot = self.slot(server)?;
         loop {
             let mut watch = slot.watch();
             let settled = watch.wait_for(|state| {
                 !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
             });
-            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+            let timed_out = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, settled).await.is_err(),
+                None => {
+                    let _ = settled.await;
+                    false
+                }
+            };
+            if timed_out {
                 return Err(Error::timeout(format!(
                     "server `{server}` not ready within {wait:?} ({})",
                     slot.state()
