@@ -656,3 +656,109 @@ fn timeout_applies_to_every_server() {
         "{shutdown}"
     );
 }
+
+/// Without --json, a server's text with a newline (here the message of its
+/// JSON-RPC error, in a state line's `error`) stays on its line: it cannot
+/// forge a line of its own (`server=forged state=ready`). Before, a newline
+/// passed through to stdout as is.
+#[test]
+fn readable_lines_cannot_be_forged_by_server_text() {
+    let evil = TestServer::start(ServerConfig::default().with_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::status_with_rpc_error(500, -32000, "boom\nserver=forged state=ready tools=99"),
+    )));
+    let config = ConfigFile::new(&json!({"evil": {"url": evil.url()}}));
+    let mut fleet = Fleet::start(&["--exit-on-eof", "--max-backoff", "0.05"], &config);
+    let at = fleet.wait_from(0, "evil's error", |l| {
+        l.starts_with("server=evil ") && l.contains("boom")
+    });
+    drop(fleet.stdin.take());
+    let status = fleet.finish();
+    assert!(status.success(), "{status}\n{}", fleet.context());
+    assert!(
+        fleet.seen.iter().all(|l| !l.starts_with("server=forged")),
+        "a forged line: {:?}",
+        &fleet.seen[at..]
+    );
+    assert!(
+        fleet.seen[at].contains(r"boom\nserver=forged"),
+        "{}",
+        fleet.seen[at]
+    );
+}
+
+/// A configuration file is read up to a bound (a thousand servers take
+/// about 200 KiB): a huge file (or a path like /dev/zero) is refused with
+/// the limit named, never read whole into memory. Before, it was read
+/// whole, whatever its size.
+#[test]
+fn a_huge_config_file_is_refused() {
+    let config = ConfigFile::new(&json!({}));
+    let padding = " ".repeat(5 << 20);
+    std::fs::write(config.path(), format!("{{{padding}\"mcpServers\": {{}}}}")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--exit-on-eof"])
+        .arg(config.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MiB"), "{stderr}");
+}
+
+/// Secrets in a config file (a URL's user info and query, header values, a
+/// header value with CR/LF, a `file://` URL) reach no line of the CLI's
+/// output, on stdout or stderr, whatever becomes of each server: refused
+/// (a dead port), refused credentials (401), an invalid header, a URL that
+/// is not HTTP.
+#[test]
+fn config_secrets_reach_no_output() {
+    let guarded = TestServer::start(ServerConfig::default().with_fault(Fault::on_http(
+        http::Method::POST,
+        FaultAction::unauthorized("Bearer realm=\"x\""),
+    )));
+    let with_secrets = |url: &str| {
+        let url = url.replacen("http://", "http://us3r:pa55word@", 1);
+        format!("{url}?api_key=qu3rysecret")
+    };
+    let config = ConfigFile::new(&json!({
+        "dead": {"url": with_secrets(&dead_url()), "headers": {"X-Key": "h3adersecret"}},
+        "guarded": {"url": with_secrets(&guarded.url()), "headers": {"Authorization": "Bearer t0kensecret"}},
+        "crlf": {"url": guarded.url(), "headers": {"X-Key": "crlf5ecret\r\nX-Injected: 1"}},
+        "file": {"url": "file:///etc/f1lesecret"},
+    }));
+    let mut fleet = Fleet::start(
+        &["--json", "--exit-on-eof", "--max-backoff", "0.05"],
+        &config,
+    );
+    fleet.wait_state("dead", "retrying");
+    fleet.wait_state("guarded", "auth_required");
+    fleet.wait_state("crlf", "failed");
+    fleet.wait_state("file", "failed");
+    fleet.send(br#"{"status": true}"#);
+    fleet.wait_from(0, "status", |l| l.contains("\"status\""));
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+    let everything = fleet.context();
+    for secret in [
+        "us3r",
+        "pa55word",
+        "qu3rysecret",
+        "h3adersecret",
+        "t0kensecret",
+        "crlf5ecret",
+        "f1lesecret",
+    ] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shown:\n{everything}"
+        );
+    }
+    assert!(
+        guarded
+            .requests()
+            .iter()
+            .all(|r| r.header("x-injected").is_none())
+    );
+}

@@ -1690,3 +1690,323 @@ mod cli {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// Attacks (a hostile review of the fleet).
+
+/// A replaced slot ends after its successor is up (its DELETE is slow):
+/// its end must neither take the successor's tools out of the catalog nor
+/// announce the server `stopped` after the successor's `ready`. Before,
+/// the old slot's last acts (removing its server's catalog entry, the
+/// `Stopped` event) were by name, and hit the new slot.
+#[test]
+fn a_replaced_slot_ending_late_leaves_its_successor_in_the_catalog() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(400 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).bearer("1"))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let mut events = fleet.events();
+        let report = fleet
+            .apply([("a", spec(&world.server).bearer("2"))])
+            .await
+            .unwrap();
+        assert_eq!(report.replaced, ["a"]);
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // The successor was up before its predecessor's DELETE ended.
+        assert!(
+            fleet.catalog().tool("a__tool-000").is_some(),
+            "the ready server's tools are gone from the catalog: {:?}",
+            fleet.catalog()
+        );
+        let mut last = None;
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::State { server, state } = event {
+                assert_eq!(&*server, "a");
+                last = Some(state.name());
+            }
+        }
+        assert_eq!(last, Some("ready"), "the last state announced for `a`");
+        finish(fleet, &world, &[], "replaced late").await;
+    });
+}
+
+/// A server whose session has something to say more often than the health
+/// interval (here a `list_changed` every 30 ms, as a chatty or hostile
+/// server may) is still pinged every interval: a session lost while
+/// events flow is still noticed. Before, every session event started the
+/// interval's wait anew, so no health ping was ever sent.
+#[test]
+fn session_events_do_not_postpone_the_health_check() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(Some(150 * MS))
+            .health_timeout(SETTLE)
+            .shutdown_timeout(SETTLE)
+            .build();
+        // Re-listed up to every 10 ms (the default, 1 s, would need a far
+        // longer interval and test).
+        let mut discovery = mcp_scoped_http::Discovery::default();
+        discovery.relist_interval = 10 * MS;
+        let connector = mcp_scoped_http::Connector::new(world.server.url())
+            .listen(true)
+            .discovery(discovery)
+            .connect_timeout(SETTLE)
+            .delete_timeout(500 * MS);
+        fleet
+            .apply([("a", ServerSpec::from_connector(connector))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        // The proving ping answered, and the listener up to hear changes.
+        assert!(eventually(SETTLE, || !seen(&world.server, "ping").is_empty()).await);
+        assert!(eventually(SETTLE, || world.server.list_changed("tools") > 0).await);
+        let pings = seen(&world.server, "ping").len();
+        let storm = Instant::now();
+        let mut round = 0;
+        while storm.elapsed() < 1500 * MS {
+            // A real change each time: the session announces it.
+            round += 1;
+            world.server.set_tools(3 + round % 2);
+            world.server.list_changed("tools");
+            tokio::time::sleep(30 * MS).await;
+        }
+        let during = seen(&world.server, "ping").len() - pings;
+        assert!(fleet.catalog().generation > 10, "{:?}", fleet.catalog());
+        // About ten intervals passed; a loaded machine may lose a few.
+        assert!(
+            during >= 3,
+            "{during} health pings in 1.5 s at a 150 ms interval"
+        );
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "health under events").await;
+    });
+}
+
+/// Two shutdowns at once (a signal handler's and `main`'s): the second
+/// returns only once the first's drain is done, so a host that exits after
+/// either leaves nothing behind. Before, the second said
+/// `already_shut_down` at once, while the sessions were still open.
+#[test]
+fn a_second_shutdown_waits_for_the_first_s_drain() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(200 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let first_done = AtomicBool::new(false);
+        let first = async {
+            let report = fleet.shutdown().await;
+            first_done.store(true, Ordering::SeqCst);
+            report
+        };
+        let second = async {
+            let report = fleet.shutdown().await;
+            (report.already_shut_down, first_done.load(Ordering::SeqCst))
+        };
+        let (report, (already, first_was_done)) = tokio::join!(first, second);
+        assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+        assert!(already);
+        assert!(
+            first_was_done,
+            "the second shutdown returned before the first had drained"
+        );
+        assert_eq!(world.server.stats().deletes, 1);
+        finish(fleet, &world, &[], "two shutdowns").await;
+    });
+}
+
+/// While a reconnect closes the old session (its DELETE slow), the slot is
+/// not `ready`: a caller who chose to wait for it waits, and gets the new
+/// session. Before, the slot still said `ready` with no session to route
+/// to, so `call_tool_waiting` failed at once with "not ready (ready)".
+#[test]
+fn a_caller_waiting_during_a_reconnect_gets_the_new_session() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_http(
+            http::Method::DELETE,
+            FaultAction::Delay(300 * MS),
+        )))
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet.reconnect("a").unwrap();
+        // The old session has left the slot, and is being closed.
+        assert!(eventually(SETTLE, || fleet.catalog().servers.is_empty()).await);
+        let result = fleet
+            .call_tool_waiting("a", "tool-000", json!({"text": "x"}), SETTLE)
+            .await;
+        assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        assert_eq!(world.server.stats().sessions_created, 2);
+        finish(fleet, &world, &[], "waiting during a reconnect").await;
+    });
+}
+
+/// A caller waiting for a server that is replaced meanwhile (a reload
+/// changed its spec) waits for the new slot, within its own bound. Before,
+/// the old slot's stop ended the wait, and the call failed at once with
+/// "not ready (starting)".
+#[test]
+fn a_caller_waiting_for_a_replaced_server_waits_for_its_successor() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).bearer("1"))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        take_down(&world.server);
+        fleet.reconnect("a").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let call = fleet.call_tool_waiting("a", "tool-000", json!({"text": "x"}), SETTLE);
+        let reload = async {
+            tokio::time::sleep(20 * MS).await;
+            let report = fleet
+                .apply([("a", spec(&world.server).bearer("2"))])
+                .await
+                .unwrap();
+            assert_eq!(report.replaced, ["a"]);
+            world.server.clear_faults();
+        };
+        let (result, ()) = tokio::join!(call, reload);
+        assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        // No bound at all: no overflow either.
+        let waited = fleet.call_tool_waiting("a", "tool-000", json!({}), Duration::MAX);
+        waited.await.unwrap();
+        finish(fleet, &world, &[], "waiting across a replace").await;
+    });
+}
+
+/// `ready` waiting for a required server that is replaced meanwhile (a
+/// reload changed its spec) waits for the new slot. Before, the old slot's
+/// stop failed `ready` at once: "required server `a` is stopped".
+#[test]
+fn ready_follows_a_required_server_replaced_meanwhile() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        take_down(&world.server);
+        fleet
+            .apply([("a", spec(&world.server).bearer("1").required(true))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "retrying")).await);
+        let reload = async {
+            tokio::time::sleep(20 * MS).await;
+            let report = fleet
+                .apply([("a", spec(&world.server).bearer("2").required(true))])
+                .await
+                .unwrap();
+            assert_eq!(report.replaced, ["a"]);
+            world.server.clear_faults();
+        };
+        let (ready, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        assert!(ready.is_ok(), "{:?}", ready.err().map(|e| e.to_string()));
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "ready across a replace").await;
+    });
+}
+
+/// After `shutdown`, the fleet's event stream ends (once its last events
+/// are read), so a host's reader task ends with the fleet even while the
+/// host still holds it. Before, the stream stayed open for good.
+#[test]
+fn the_event_stream_ends_after_shutdown() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        fleet.shutdown().await;
+        let mut stopped = false;
+        let ended = tokio::time::timeout(SETTLE, async {
+            loop {
+                match events.recv().await {
+                    Ok(FleetEvent::State { state, .. }) => stopped |= !state.is_ready(),
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream is still open after shutdown");
+        assert!(stopped);
+        // Asked for after the shutdown: ended at once.
+        assert!(matches!(
+            fleet.events().try_recv(),
+            Err(TryRecvError::Closed)
+        ));
+        finish(fleet, &world, &[], "events end").await;
+    });
+}
+
+/// An event capacity too large to allocate is capped (at 65 536), never a
+/// panic or an abort: before, `usize::MAX` panicked in tokio's channel and
+/// `1 << 40` would have aborted on the allocation.
+#[test]
+fn a_huge_event_capacity_is_capped() {
+    scenario(async {
+        for capacity in [usize::MAX, 1 << 40] {
+            let fleet = Fleet::builder().event_capacity(capacity).build();
+            let mut events = fleet.events();
+            fleet
+                .apply([("a", ServerSpec::new(refused_url()))])
+                .await
+                .unwrap();
+            let first = tokio::time::timeout(SETTLE, events.recv()).await;
+            assert!(
+                matches!(first, Ok(Ok(FleetEvent::State { .. }))),
+                "{first:?}"
+            );
+            fleet.shutdown().await;
+        }
+    });
+}
+
+/// A shutdown timeout of `Duration::MAX` ("wait as long as it takes") is
+/// no overflow: shutdown and drop drain as usual. Before, adding it to
+/// now panicked, in `shutdown` and in the fleet's `Drop`.
+#[test]
+fn an_unbounded_shutdown_timeout_does_not_overflow() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        for shut_down in [true, false] {
+            let fleet = Fleet::builder()
+                .health_interval(None)
+                .shutdown_timeout(Duration::MAX)
+                .build();
+            fleet.apply([("a", spec(&world.server))]).await.unwrap();
+            assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+            if shut_down {
+                let report = fleet.shutdown().await;
+                assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+            }
+            drop(fleet);
+            tokio::time::timeout(SETTLE, mcp_scoped_http::shutdown())
+                .await
+                .expect("the reaper's wait is bounded");
+        }
+        let log = assert_each_session_deleted_once(&world.server, "max timeout").await;
+        world
+            .baseline
+            .check(&world.server, deletes_owed(&log))
+            .await;
+    });
+}

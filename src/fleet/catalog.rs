@@ -1,7 +1,7 @@
 //! The merged catalog of every ready server, and the hub that publishes
 //! it with the fleet's events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -104,51 +104,115 @@ impl FleetCatalog {
 }
 
 /// What the slots publish to: the fleet's events and its catalog.
+///
+/// Each server name has one owner: the slot last started for it
+/// ([`claim`](Hub::claim)). Only the owner's states reach the fleet's events
+/// and only its lists the catalog: a replaced slot ending after its
+/// successor is up (its DELETE slow) neither takes the successor's lists
+/// out nor announces the server stopped.
 pub(crate) struct Hub {
-    events: broadcast::Sender<FleetEvent>,
-    catalog: Mutex<Arc<FleetCatalog>>,
+    current: Mutex<Current>,
+}
+
+struct Current {
+    /// `None` once the fleet is shut down: its stream ends.
+    events: Option<broadcast::Sender<FleetEvent>>,
+    catalog: Arc<FleetCatalog>,
+    /// The owning slot's id, by server name: while a slot of that name runs.
+    owners: HashMap<Arc<str>, u64>,
 }
 
 impl Hub {
     pub(crate) fn new(capacity: usize) -> Hub {
         Hub {
-            events: broadcast::channel(capacity.max(1)).0,
-            catalog: Mutex::new(Arc::default()),
+            current: Mutex::new(Current {
+                events: Some(broadcast::channel(capacity.max(1)).0),
+                catalog: Arc::default(),
+                owners: HashMap::new(),
+            }),
         }
     }
 
+    /// The events from now on; after [`close`](Self::close), a stream
+    /// that has ended.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<FleetEvent> {
-        self.events.subscribe()
+        match &lock(&self.current).events {
+            Some(events) => events.subscribe(),
+            None => broadcast::channel(1).1,
+        }
+    }
+
+    /// Ends the event stream (the fleet is shut down): readers get the
+    /// events still buffered, then the end.
+    pub(crate) fn close(&self) {
+        lock(&self.current).events = None;
     }
 
     pub(crate) fn catalog(&self) -> Arc<FleetCatalog> {
-        lock(&self.catalog).clone()
+        lock(&self.current).catalog.clone()
     }
 
-    pub(crate) fn state(&self, server: &Arc<str>, state: SlotState) {
-        // No receiver is no error: nobody is watching.
-        let _ = self.events.send(FleetEvent::State {
-            server: server.clone(),
-            state,
-        });
+    /// Makes slot `id` the owner of `server`, before it runs: the lists of
+    /// a slot it replaces leave the catalog now (they are no longer
+    /// routed to), and that slot is heard from no more.
+    pub(crate) fn claim(&self, server: &Arc<str>, id: u64) {
+        let mut current = lock(&self.current);
+        current.owners.insert(server.clone(), id);
+        self.update(&mut current, server, None, false);
     }
 
-    /// Sets (or, with `None`, removes) one server's lists; a change bumps
-    /// the generation and is announced.
-    pub(crate) fn set_catalog(&self, server: &Arc<str>, catalog: Option<Arc<Catalog>>) {
-        self.update(server, catalog, false);
+    /// Slot `id` has ended: `server` has no owner now, unless another
+    /// slot has claimed it since.
+    pub(crate) fn release(&self, server: &Arc<str>, id: u64) {
+        let mut current = lock(&self.current);
+        if current.owners.get(server) == Some(&id) {
+            current.owners.remove(server);
+        }
+    }
+
+    /// Slot `id` of `server` changed state: announced if it owns the name.
+    pub(crate) fn state(&self, server: &Arc<str>, id: u64, state: SlotState) {
+        let current = lock(&self.current);
+        if current.owners.get(server) != Some(&id) {
+            return;
+        }
+        // No receiver is no error: nobody is watching. Sent under the
+        // lock, so a successor's claim never comes between check and send.
+        if let Some(events) = &current.events {
+            let _ = events.send(FleetEvent::State {
+                server: server.clone(),
+                state,
+            });
+        }
+    }
+
+    /// Sets (or, with `None`, removes) one server's lists, if slot `id`
+    /// owns the name; a change bumps the generation and is announced.
+    pub(crate) fn set_catalog(&self, server: &Arc<str>, id: u64, catalog: Option<Arc<Catalog>>) {
+        let mut current = lock(&self.current);
+        if current.owners.get(server) == Some(&id) {
+            self.update(&mut current, server, catalog, false);
+        }
     }
 
     /// A ready server's session says its catalog changed (a list re-listed,
     /// or a renewal: a new server session): its lists are replaced, and the
     /// generation bumped and announced even when they read the same.
-    pub(crate) fn catalog_changed(&self, server: &Arc<str>, catalog: Arc<Catalog>) {
-        self.update(server, Some(catalog), true);
+    pub(crate) fn catalog_changed(&self, server: &Arc<str>, id: u64, catalog: Arc<Catalog>) {
+        let mut current = lock(&self.current);
+        if current.owners.get(server) == Some(&id) {
+            self.update(&mut current, server, Some(catalog), true);
+        }
     }
 
-    fn update(&self, server: &Arc<str>, catalog: Option<Arc<Catalog>>, always: bool) {
-        let mut current = lock(&self.catalog);
-        let unchanged = match (&catalog, current.servers.get(server)) {
+    fn update(
+        &self,
+        current: &mut Current,
+        server: &Arc<str>,
+        catalog: Option<Arc<Catalog>>,
+        always: bool,
+    ) {
+        let unchanged = match (&catalog, current.catalog.servers.get(server)) {
             (Some(new), Some(old)) => Arc::ptr_eq(new, old),
             (None, None) => true,
             _ => false,
@@ -156,7 +220,7 @@ impl Hub {
         if unchanged && !always {
             return;
         }
-        let mut next = FleetCatalog::clone(&current);
+        let mut next = FleetCatalog::clone(&current.catalog);
         match catalog {
             Some(catalog) => next.servers.insert(server.clone(), catalog),
             None => next.servers.remove(server),
@@ -166,8 +230,10 @@ impl Hub {
             generation: next.generation,
             tools: next.tool_count(),
         };
-        *current = Arc::new(next);
+        current.catalog = Arc::new(next);
         // Sent under the lock, so events come in generation order.
-        let _ = self.events.send(event);
+        if let Some(events) = &current.events {
+            let _ = events.send(event);
+        }
     }
 }

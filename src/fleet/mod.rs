@@ -114,6 +114,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use crate::backoff::Backoff;
 pub use catalog::{FleetCatalog, QualifiedEntry};
@@ -131,6 +132,10 @@ use slot::{Policy, Slot};
 
 /// The slots' tasks, each ending with its slot's id and outcome.
 type Tasks = JoinSet<(u64, ServerShutdown)>;
+
+/// The most events [`FleetBuilder::event_capacity`] keeps: a larger
+/// capacity is cut to this.
+pub const MAX_EVENT_CAPACITY: usize = 1 << 16;
 
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
@@ -179,17 +184,22 @@ impl FleetBuilder {
     }
 
     /// Events kept for the slowest reader of [`Fleet::events`]; older ones
-    /// are dropped for it (it is told how many). Default: 1024.
+    /// are dropped for it (it is told how many). At least 1, at most
+    /// [`MAX_EVENT_CAPACITY`] (the buffer is allocated whole, at once).
+    /// Default: 1024.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
-        self.event_capacity = capacity;
+        self.event_capacity = capacity.clamp(1, MAX_EVENT_CAPACITY);
         self
     }
 
     /// The bound on [`Fleet::shutdown`]: slots not ended by then are
     /// aborted and their sessions handed to the reaper. Default: 10 s
-    /// (above the sessions' default DELETE timeout of 5 s).
+    /// (above the sessions' default DELETE timeout of 5 s). A timeout of
+    /// a century or more (`Duration::MAX`) waits as long as the slots take.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
+        // A deadline of now + `Duration::MAX` would overflow.
+        const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        self.shutdown_timeout = timeout.min(CENTURY);
         self
     }
 
@@ -202,6 +212,7 @@ impl FleetBuilder {
             shutdown_timeout: self.shutdown_timeout,
             slots: Mutex::new(Some(Slots::default())),
             apply: tokio::sync::Mutex::new(()),
+            drained: CancellationToken::new(),
         }
     }
 }
@@ -238,6 +249,9 @@ pub struct Fleet {
     slots: Mutex<Option<Slots>>,
     /// Serializes [`apply`](Self::apply).
     apply: tokio::sync::Mutex<()>,
+    /// Cancelled once the drain of the first shutdown has ended (or was
+    /// handed to the reaper): what a second shutdown waits for.
+    drained: CancellationToken,
 }
 
 impl Default for Fleet {
@@ -310,6 +324,9 @@ impl Fleet {
             }
             for (name, spec) in plan.start {
                 let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients));
+                // Before it runs: from now on the name's events and lists
+                // are this slot's, not those of the slot it replaces.
+                self.hub.claim(&name, slot.id);
                 slots.tasks.spawn_on(
                     slot::run(slot.clone(), self.hub.clone(), self.policy.clone()),
                     &runtime,
@@ -328,9 +345,11 @@ impl Fleet {
     /// [`required`](ServerSpec::required) is ready, within `within`.
     /// Servers not required are never waited for.
     ///
-    /// Fails at once when a required server is in
+    /// A required server replaced meanwhile (its spec changed) is waited
+    /// for in its new slot. Fails at once when a required server is in
     /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] (no retry will
-    /// come by itself) or was stopped meanwhile, and with
+    /// come by itself) or was stopped meanwhile (removed, disabled, no
+    /// longer required, or the fleet shut down), and with
     /// [`Error::is_timeout`] when `within` passes; the error names each
     /// server not ready and its state.
     pub async fn ready(&self, within: Duration) -> Result<()> {
@@ -346,17 +365,27 @@ impl Fleet {
         };
         let waiting = async {
             for slot in &required {
-                let mut watch = slot.watch();
-                let state = watch
-                    .wait_for(|state| {
-                        !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
-                    })
-                    .await
-                    .map(|state| state.clone())
-                    .unwrap_or(SlotState::Stopped);
-                if !state.is_ready() {
-                    return Err(Error::closed()
-                        .context(format!("required server `{}` is {state}", slot.name)));
+                let mut slot = slot.clone();
+                loop {
+                    let mut watch = slot.watch();
+                    let state = watch
+                        .wait_for(|state| {
+                            !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+                        })
+                        .await
+                        .map(|state| state.clone())
+                        .unwrap_or(SlotState::Stopped);
+                    if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
+                        // Replaced meanwhile (a reload changed its spec):
+                        // the new slot is the one to wait for.
+                        slot = next;
+                        continue;
+                    }
+                    if !state.is_ready() {
+                        return Err(Error::closed()
+                            .context(format!("required server `{}` is {state}", slot.name)));
+                    }
+                    break;
                 }
             }
             Ok(())
@@ -366,6 +395,7 @@ impl Fleet {
             Err(_) => {
                 let late: Vec<String> = required
                     .iter()
+                    .map(|slot| self.successor(slot).unwrap_or_else(|| slot.clone()))
                     .filter(|slot| !slot.state().is_ready())
                     .map(|slot| format!("`{}` {}", slot.name, slot.state()))
                     .collect();
@@ -375,6 +405,13 @@ impl Fleet {
                 )))
             }
         }
+    }
+
+    /// The slot that replaced `slot` (same name, still required), if any.
+    fn successor(&self, slot: &Slot) -> Option<Arc<Slot>> {
+        let guard = lock(&self.slots);
+        let next = guard.as_ref()?.by_name.get(&slot.name)?;
+        (next.id != slot.id && next.required.load(Ordering::Acquire)).then(|| next.clone())
     }
 
     fn slot(&self, server: &str) -> Result<Arc<Slot>> {
@@ -474,8 +511,9 @@ impl Fleet {
     /// caller that would rather wait than fail at once. A slot in
     /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] is not waited
     /// for (no retry comes by itself); `wait` passing fails with
-    /// [`Error::is_timeout`], naming the slot's state. The wait is not
-    /// part of the call's own timeout.
+    /// [`Error::is_timeout`], naming the slot's state. A server replaced
+    /// meanwhile (its spec changed) is waited for in its new slot. The wait
+    /// is not part of the call's own timeout.
     pub async fn call_tool_waiting(
         &self,
         server: &str,
@@ -483,15 +521,35 @@ impl Fleet {
         arguments: Value,
         wait: Duration,
     ) -> Result<Value> {
-        let slot = self.slot(server)?;
-        let mut watch = slot.watch();
-        let settled = watch
-            .wait_for(|state| !matches!(state, SlotState::Starting | SlotState::Retrying { .. }));
-        if tokio::time::timeout(wait, settled).await.is_err() {
-            return Err(Error::timeout(format!(
-                "server `{server}` not ready within {wait:?} ({})",
-                slot.state()
-            )));
+        // `None`: too far to say (`Duration::MAX`), so no bound.
+        let deadline = tokio::time::Instant::now().checked_add(wait);
+        let mut slot = self.slot(server)?;
+        loop {
+            let mut watch = slot.watch();
+            let settled = watch.wait_for(|state| {
+                !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+            });
+            let timed_out = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, settled).await.is_err(),
+                None => {
+                    let _ = settled.await;
+                    false
+                }
+            };
+            if timed_out {
+                return Err(Error::timeout(format!(
+                    "server `{server}` not ready within {wait:?} ({})",
+                    slot.state()
+                )));
+            }
+            // Replaced meanwhile (a reload changed its spec): the wait is
+            // for the server, so for its new slot, within the same bound.
+            match self.slot(server) {
+                Ok(next) if next.id != slot.id && matches!(slot.state(), SlotState::Stopped) => {
+                    slot = next;
+                }
+                _ => break,
+            }
         }
         self.call_tool(server, tool, arguments).await
     }
@@ -540,8 +598,9 @@ impl Fleet {
         self.slot(server).ok().map(|slot| slot.watch())
     }
 
-    /// Every slot's state changes and every catalog change, from now on.
-    /// Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
+    /// Every slot's state changes and every catalog change, from now on,
+    /// until [`shutdown`](Self::shutdown) has ended (then the stream ends
+    /// too, after the events still buffered). Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
     /// behind gets [`RecvError::Lagged`](broadcast::error::RecvError::Lagged)
     /// with the number of events it lost, then the newest ones.
     pub fn events(&self) -> broadcast::Receiver<FleetEvent> {
@@ -562,7 +621,8 @@ impl Fleet {
     ///
     /// Afterwards the fleet refuses [`apply`](Self::apply) and calls
     /// ([`Error::is_closed`]); a second shutdown reports
-    /// [`ShutdownReport::already_shut_down`].
+    /// [`ShutdownReport::already_shut_down`], once the first one's drain
+    /// has ended (or was handed to the reaper, see below).
     ///
     /// # Cancellation
     ///
@@ -572,13 +632,19 @@ impl Fleet {
     /// [`crate::shutdown`] waits for.
     pub async fn shutdown(&self) -> ShutdownReport {
         let Some(slots) = lock(&self.slots).take() else {
+            // Another shutdown is draining: the fleet is shut down once it
+            // is done.
+            self.drained.cancelled().await;
+            self.hub.close();
             return ShutdownReport {
                 already_shut_down: true,
                 ..ShutdownReport::default()
             };
         };
-        let mut drain = Drain::new(slots, self.shutdown_timeout);
+        let mut drain = Drain::new(slots, self.shutdown_timeout, &self.drained);
         let servers = drain.run().await;
+        // Every slot has said `stopped` (or was aborted): the stream ends.
+        self.hub.close();
         ShutdownReport {
             servers,
             already_shut_down: false,
@@ -592,17 +658,21 @@ impl Fleet {
 struct Drain {
     slots: Option<Slots>,
     deadline: tokio::time::Instant,
+    /// Cancels the fleet's `drained` when dropped: once the drain is done,
+    /// or with the reap it was handed to.
+    drained: Option<DropGuard>,
 }
 
 impl Drain {
     /// Tells every slot to stop, at once.
-    fn new(slots: Slots, timeout: Duration) -> Drain {
+    fn new(slots: Slots, timeout: Duration, drained: &CancellationToken) -> Drain {
         for slot in slots.by_name.values() {
             slot.stop.cancel();
         }
         Drain {
             slots: Some(slots),
             deadline: tokio::time::Instant::now() + timeout,
+            drained: Some(drained.clone().drop_guard()),
         }
     }
 
@@ -631,6 +701,7 @@ impl Drain {
                 .entry(name.to_string())
                 .or_insert(ServerShutdown::TimedOut);
         }
+        self.drained.take();
         servers
     }
 }
@@ -660,8 +731,10 @@ impl Drop for Drain {
             return;
         }
         let deadline = self.deadline;
+        let drained = self.drained.take();
         let rest = async move {
             join_until(&mut slots.tasks, deadline, |_, _| {}).await;
+            drop(drained);
         };
         // A second past the deadline: the aborts after it are immediate.
         let reap_by = deadline + Duration::from_secs(1);
@@ -677,7 +750,7 @@ impl Drop for Fleet {
         // close their sessions (DELETEs included) in the background, and
         // `crate::shutdown` waits for them.
         if let Some(slots) = lock(&self.slots).take() {
-            drop(Drain::new(slots, self.shutdown_timeout));
+            drop(Drain::new(slots, self.shutdown_timeout, &self.drained));
         }
     }
 }

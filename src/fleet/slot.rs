@@ -142,7 +142,7 @@ impl Slot {
             }
         }
         self.state.send_replace(state.clone());
-        hub.state(&self.name, state);
+        hub.state(&self.name, self.id, state);
     }
 }
 
@@ -160,8 +160,9 @@ pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64,
     let _task = Count::new(Field::Tasks, None);
     let _finished = slot.finished.clone().drop_guard();
     let outcome = supervise(&slot, &hub, &policy).await;
-    hub.set_catalog(&slot.name, None);
+    hub.set_catalog(&slot.name, slot.id, None);
     slot.set_state(&hub, SlotState::Stopped);
+    hub.release(&slot.name, slot.id);
     (slot.id, outcome)
 }
 
@@ -172,8 +173,13 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
     // client goes with the last slot holding it. One that cannot be built
     // is a failed connect (and is asked for again on the next).
     let mut client: Option<SlotClient> = None;
+    // Whether `Starting` is out already (a reconnect says it before it
+    // closes the old session).
+    let mut starting = false;
     loop {
-        slot.set_state(hub, SlotState::Starting);
+        if !std::mem::take(&mut starting) {
+            slot.set_state(hub, SlotState::Starting);
+        }
         // Dropping the connect future on a stop is its cancellation: what
         // it created is released, a server session DELETEd by the reaper.
         // Boxed: the slot's future stays small while it is ready (a
@@ -202,17 +208,22 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                 // Routed first, then in the catalog, then announced: a
                 // host that sees the tools (or the state) can call them.
                 *lock(&slot.live) = Some(live.clone());
-                hub.set_catalog(&slot.name, Some(live.session.catalog()));
+                hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
                 slot.set_state(hub, SlotState::Ready);
                 let end = serve(slot, hub, policy, &live).await;
                 // No call reaches the session from here on: it leaves the
                 // slot, then the catalog, then is closed (in-flight calls
                 // fail with "closed").
                 *lock(&slot.live) = None;
-                hub.set_catalog(&slot.name, None);
+                hub.set_catalog(&slot.name, slot.id, None);
                 match end {
                     End::Stop => return ServerShutdown::Closed(live.session.close().await),
                     End::Reconnect => {
+                        // Not ready while the old session closes (bounded
+                        // by its DELETE timeout): a caller waits for the
+                        // next one instead of failing at once.
+                        slot.set_state(hub, SlotState::Starting);
+                        starting = true;
                         live.session.close().await;
                         failures = 0;
                         continue;
@@ -297,18 +308,17 @@ fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy)
 /// list re-listed (in place when announced) and a renewal (a new server
 /// session) each bump the fleet's catalog at once.
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
-    let mut proving = true;
     let mut events = Some(live.session.events());
     // Nobody in a fleet reads the server's notifications: taken and
     // dropped, so the session drops them as they come instead of queuing
     // up to its bound (256, 16 MiB) for nobody.
     drop(live.session.notifications());
     // A change between the slot's first catalog and the subscription.
-    hub.set_catalog(&slot.name, Some(live.session.catalog()));
-    loop {
-        // Boxed: a request's future is several KiB, and the slot's future
-        // lives as long as the session.
-        let check = Box::pin(async {
+    hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
+    // Boxed: a request's future is several KiB, and the slot's future
+    // lives as long as the session.
+    let checking = |proving: bool| {
+        Box::pin(async move {
             if !proving {
                 match policy.health_interval {
                     Some(every) => tokio::time::sleep(every).await,
@@ -322,7 +332,14 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     RequestOptions::default().timeout(policy.health_timeout),
                 )
                 .await
-        });
+        })
+    };
+    // Kept across events, made anew only when it has ended: a session
+    // event never starts the interval's wait again (nor cancels a ping in
+    // flight), so a server with something to say more often than the
+    // interval is still checked.
+    let mut check = checking(true);
+    loop {
         let event = async {
             match events.as_mut() {
                 Some(receiver) => receiver.recv().await,
@@ -341,14 +358,14 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 Ok(SessionEvent::CatalogChanged { .. } | SessionEvent::Renewed { .. })
                 // Lost events may have held either: counted as a change.
                 | Err(RecvError::Lagged(_)) => {
-                    hub.catalog_changed(&slot.name, live.session.catalog());
+                    hub.catalog_changed(&slot.name, slot.id, live.session.catalog());
                 }
                 Ok(_) => {}
                 // Closed: only the slot closes it, after this returns.
                 Err(RecvError::Closed) => events = None,
             },
-            answer = check => {
-                proving = false;
+            answer = &mut check => {
+                check = checking(false);
                 match answer {
                     // A JSON-RPC error is an answer too (a 2026-07-28
                     // server may answer `ping` with "method not found",

@@ -83,7 +83,9 @@ fn readable(line: &Value) -> String {
     first
         .chain(rest)
         .map(|(key, value)| match value {
-            Value::String(text) => format!("{key}={text}"),
+            // A line is one event: a server's newline (in an error, a
+            // name) is shown as `\n`, never a line of its own.
+            Value::String(text) => format!("{key}={}", text.replace('\n', "\\n")),
             other => format!("{key}={other}"),
         })
         .collect::<Vec<_>>()
@@ -165,9 +167,29 @@ impl Shared {
     }
 }
 
+/// The largest configuration file read: a thousand servers take about
+/// 200 KiB. A larger file (or an endless one, such as /dev/zero) is
+/// refused, never read whole.
+const MAX_CONFIG: u64 = 4 << 20;
+
 fn load(path: &Path) -> Result<LoadedConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_CONFIG {
+        return Err(format!(
+            "{} is larger than {} MiB, the most a configuration may be",
+            path.display(),
+            MAX_CONFIG >> 20
+        ));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
     parse_mcp_servers(&text).map_err(|e| e.to_string())
 }
 
