@@ -114,8 +114,8 @@ async fn main() -> Result<()> {
     }
     drop(fleet);
     mcp_scoped_http::shutdown().await;
-    log.abort();
-    let _ = log.await;
+    // The event stream ends after shutdown: the log task ends by itself.
+    log.await.expect("the log task");
     println!(
         "DELETEs: search {}, notes {}; ledger {:?}",
         search.stats().deletes,
