@@ -12,6 +12,7 @@ mod era;
 mod events;
 mod front;
 mod handlers;
+mod options;
 mod shared;
 mod stateless;
 
@@ -29,6 +30,7 @@ pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
 pub use entry::Entry;
 pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};
+pub use options::{Progress, RequestOptions, ResumptionToken};
 
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
@@ -91,31 +93,6 @@ pub struct SessionInfo {
     pub client_ownership: Ownership,
     /// Time per connect phase.
     pub timings: Timings,
-}
-
-/// Per-request settings.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct RequestOptions {
-    /// Overrides the session's default timeout ([`Connector::request_timeout`]);
-    /// `Some(None)` means no timeout for this request.
-    pub timeout: Option<Option<Duration>>,
-}
-
-impl RequestOptions {
-    /// This request's timeout.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(Some(timeout));
-        self
-    }
-
-    /// No timeout for this request.
-    #[must_use]
-    pub fn no_timeout(mut self) -> Self {
-        self.timeout = Some(None);
-        self
-    }
 }
 
 /// One page of a list method. Its entries are charged to the session's
@@ -426,11 +403,53 @@ impl Session {
 
     /// Calls a tool: `tools/call` with `name` and `arguments`.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value> {
-        self.request(
+        self.call_tool_with(name, arguments, RequestOptions::default())
+            .await
+    }
+
+    /// [`call_tool`](Self::call_tool) with [`RequestOptions`] (a timeout,
+    /// progress, extra `_meta`, the resumption token).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        self.request_with(
             "tools/call",
             Some(json!({ "name": name, "arguments": arguments })),
+            options,
         )
         .await
+    }
+
+    /// Resumes the answer to a request from where `token` says it had got
+    /// to (see [`RequestOptions::on_resumption_token`]): a GET with its
+    /// event id as `Last-Event-ID` on the session in use, read (and
+    /// resumed again if it breaks off, per [`Connector::resumption`]) until
+    /// the request's response, whose result this returns. For an answer
+    /// that broke off past the session's own resumptions, or one a process
+    /// that has since restarted was reading (attach to the session again
+    /// first: [`Connector::attach`]).
+    ///
+    /// `options` give the timeout (the session's default otherwise), a
+    /// resumption token callback for the resumed answer, and a progress
+    /// callback, which receives the progress on the resumed answer (the
+    /// token is the original request's, so progress from the listening
+    /// stream is not routed to it); extra `_meta` has nothing to join and
+    /// is refused ([`Error::is_builder`]).
+    ///
+    /// Errors: in 2026-07-28 and over HTTP+SSE (2024-11-05), which have no
+    /// resumption, at once ([`Error::is_protocol`]); a token reported on
+    /// another session than the one in use ([`Error::is_builder`]); a
+    /// server with no GET stream (405), or one that no longer has the
+    /// stream ([`Error::is_protocol`]); an expired session
+    /// ([`Error::is_session_expired`]; the request is not sent again: it
+    /// may have run). Dropping this future, or its timeout, sends
+    /// `notifications/cancelled` for the request.
+    pub async fn resume(&self, token: ResumptionToken, options: RequestOptions) -> Result<Value> {
+        let _ = (token, options);
+        Err(Error::protocol("not yet"))
     }
 
     async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {
@@ -472,15 +491,33 @@ impl Session {
 
     /// `resources/read` of one URI.
     pub async fn read_resource(&self, uri: &str) -> Result<Value> {
-        self.request("resources/read", Some(json!({ "uri": uri })))
+        self.read_resource_with(uri, RequestOptions::default())
+            .await
+    }
+
+    /// [`read_resource`](Self::read_resource) with [`RequestOptions`].
+    pub async fn read_resource_with(&self, uri: &str, options: RequestOptions) -> Result<Value> {
+        self.request_with("resources/read", Some(json!({ "uri": uri })), options)
             .await
     }
 
     /// `prompts/get` with arguments.
     pub async fn get_prompt(&self, name: &str, arguments: Value) -> Result<Value> {
-        self.request(
+        self.get_prompt_with(name, arguments, RequestOptions::default())
+            .await
+    }
+
+    /// [`get_prompt`](Self::get_prompt) with [`RequestOptions`].
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        self.request_with(
             "prompts/get",
             Some(json!({ "name": name, "arguments": arguments })),
+            options,
         )
         .await
     }
