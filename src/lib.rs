@@ -320,8 +320,8 @@ pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};
 pub use session::{
     Catalog, CatalogList, Connector, Discovery, Entry, Page, Progress, RequestOptions,
-    ResumptionToken, SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo,
-    SessionOwnership, Timings,
+    ResumptionToken, SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo, SessionOwnership,
+    Timings,
 };
 pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 

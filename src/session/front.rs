@@ -2,6 +2,8 @@
 //! answers server requests through the caller's handlers, hands
 //! notifications to the caller, and keeps the catalog current.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,9 +15,10 @@ use super::discovery::{Catalog, Discovery, ListKind, Lister};
 use super::entry::Entry;
 use super::events::{Events, SessionEvent};
 use super::handlers::Handlers;
+use super::options::{Progress, ProgressFn, ResumptionToken, TokenFn, call_guarded};
 use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
-use crate::jsonrpc::{Message, Response};
+use crate::jsonrpc::{Message, Notification, RequestId, Response};
 use crate::queue;
 use crate::sync::lock;
 use crate::transport::ProtocolVersion;
@@ -62,6 +65,99 @@ impl Renewed {
     }
 }
 
+/// What the session's progress tokens start with: progress with such a
+/// token is a request's own, never the shared receiver's.
+const PROGRESS_TOKEN_PREFIX: &str = "mcp-scoped-http/progress/";
+
+/// The callbacks of the requests in flight that asked for them: one entry
+/// per such request, removed by its [`Route`] guard when the request ends,
+/// however it ends (so the table is bounded by the requests in flight).
+#[derive(Default)]
+pub(crate) struct Routes {
+    /// The number of the next progress token: unique in the session.
+    next_token: AtomicU64,
+    progress: Mutex<HashMap<u64, ProgressFn>>,
+    tokens: Mutex<HashMap<RequestId, TokenFn>>,
+}
+
+/// A request's place in [`Routes`], held for as long as the request runs.
+pub(crate) enum Route<'a> {
+    Progress(&'a Routes, u64),
+    Tokens(&'a Routes, Option<RequestId>),
+}
+
+impl Routes {
+    /// Routes progress to `callback` under a new token, until the guard
+    /// is dropped; returns the token to send.
+    pub(crate) fn progress(&self, callback: ProgressFn) -> (Route<'_>, Value) {
+        let number = self.next_token.fetch_add(1, Ordering::Relaxed);
+        lock(&self.progress).insert(number, callback);
+        let token = Value::from(format!("{PROGRESS_TOKEN_PREFIX}{number}"));
+        (Route::Progress(self, number), token)
+    }
+
+    /// Reports the resumption tokens of request `id`'s answer to
+    /// `callback`, until the guard is dropped.
+    /// A request already routed under `id` keeps its callback (and this
+    /// guard removes nothing).
+    pub(crate) fn tokens(&self, id: RequestId, callback: TokenFn) -> Route<'_> {
+        let mut tokens = lock(&self.tokens);
+        if tokens.contains_key(&id) {
+            return Route::Tokens(self, None);
+        }
+        tokens.insert(id.clone(), callback);
+        Route::Tokens(self, Some(id))
+    }
+
+    /// A progress notification: a token of ours goes to its request's
+    /// callback (or nowhere, once that request has ended; never to the
+    /// shared receiver); `None` when the token is not ours.
+    fn progress_to_route(&self, notification: &Notification) -> Option<()> {
+        let params = notification.params.as_ref()?;
+        let number: u64 = params
+            .get("progressToken")?
+            .as_str()?
+            .strip_prefix(PROGRESS_TOKEN_PREFIX)?
+            .parse()
+            .ok()?;
+        // Cloned out: the callback runs with no lock held.
+        let callback = lock(&self.progress).get(&number).cloned();
+        match (callback, Progress::from_params(params)) {
+            (Some(callback), Some(progress)) => call_guarded("progress", &*callback, progress),
+            (Some(_), None) => {
+                tracing::debug!("dropped a progress notification with no numeric progress")
+            }
+            (None, _) => tracing::debug!("dropped the progress of a request that has ended"),
+        }
+        Some(())
+    }
+
+    fn report_token(&self, generation: &Generation, id: &RequestId, last_event_id: &str) {
+        let callback = lock(&self.tokens).get(id).cloned();
+        if let Some(callback) = callback {
+            let token =
+                ResumptionToken::new(id.clone(), last_event_id).on_session(generation.session_id());
+            call_guarded("resumption token", &*callback, token);
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        lock(&self.progress).is_empty() && lock(&self.tokens).is_empty()
+    }
+}
+
+impl Drop for Route<'_> {
+    fn drop(&mut self) {
+        // The callback (and whatever it holds) goes with the route.
+        match self {
+            Route::Progress(routes, number) => drop(lock(&routes.progress).remove(number)),
+            Route::Tokens(routes, Some(id)) => drop(lock(&routes.tokens).remove(id)),
+            Route::Tokens(_, None) => {}
+        }
+    }
+}
+
 /// A session's front end of the engine.
 pub(crate) struct SessionFront {
     pub(crate) handlers: Handlers,
@@ -80,6 +176,8 @@ pub(crate) struct SessionFront {
     rediscovery: [Rerun; 4],
     /// What happened to the session, for `Session::events`.
     pub(crate) events: Events,
+    /// Per-request progress and resumption token callbacks.
+    pub(crate) routes: Routes,
 }
 
 impl SessionFront {
@@ -99,6 +197,7 @@ impl SessionFront {
             request_timeout,
             rediscovery: Default::default(),
             events: Events::default(),
+            routes: Routes::default(),
         }
     }
 
@@ -241,6 +340,15 @@ impl Front for SessionFront {
                 .await;
             }
             ServerMessage::Notification(notification) => {
+                if notification.method == "notifications/progress"
+                    && engine
+                        .front
+                        .routes
+                        .progress_to_route(&notification)
+                        .is_some()
+                {
+                    return;
+                }
                 for kind in ListKind::changed_by(&notification.method).unwrap_or_default() {
                     SessionFront::rediscover(engine, *kind);
                 }
@@ -291,6 +399,18 @@ impl Front for SessionFront {
             }
         }
         std::future::ready(())
+    }
+
+    fn answer_event_id(
+        engine: &Arc<Engine<Self>>,
+        generation: &Arc<Generation>,
+        id: &RequestId,
+        last_event_id: &str,
+    ) {
+        engine
+            .front
+            .routes
+            .report_token(generation, id, last_event_id);
     }
 
     fn listener_changed(engine: &Arc<Engine<Self>>, change: ListenerChange) {

@@ -132,6 +132,16 @@ pub struct Session {
     origin: String,
 }
 
+/// The `_meta` key of a request's progress token.
+const PROGRESS_TOKEN: &str = "progressToken";
+
+/// Whether `params._meta` already holds a progress token.
+fn has_progress_token(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|meta| meta.get(PROGRESS_TOKEN).is_some())
+}
+
 /// The methods of the lifecycle: the session sends them itself, once, and
 /// a caller sending them would replace the session behind its back.
 fn refuse_lifecycle(method: &str) -> Result<()> {
@@ -346,9 +356,34 @@ impl Session {
         options: RequestOptions,
     ) -> Result<Answer> {
         refuse_lifecycle(method)?;
-        let timeout = options.timeout.unwrap_or(self.request_timeout);
+        let RequestOptions {
+            timeout,
+            progress,
+            meta: mut extra,
+            resumption_token,
+        } = options;
+        let timeout = timeout.unwrap_or(self.request_timeout);
+        let routes = &self.engine.front.routes;
+        // Held until the request ends, however it ends: the callbacks are
+        // unrouted with them.
+        let _progress = match progress {
+            Some(callback) => {
+                if extra.contains_key(PROGRESS_TOKEN) || has_progress_token(params.as_ref()) {
+                    return Err(Error::builder(
+                        "a progressToken of the caller's own cannot go with on_progress, \
+                         which makes the token",
+                    ));
+                }
+                let (route, token) = routes.progress(callback);
+                extra.insert(PROGRESS_TOKEN.into(), token);
+                Some(route)
+            }
+            None => None,
+        };
+        let params = shared::request_meta(params, extra)?;
         if self.engine.generation().is_some_and(|g| g.is_stateless()) {
-            // Read whole: its resultType decides what comes next.
+            // Read whole: its resultType decides what comes next. No
+            // resumption tokens: 2026-07-28 has no resumption.
             return stateless::request(&self.engine, method, params, Deadline::after(timeout))
                 .instrument(tracing::debug_span!("mcp.request", method))
                 .await
@@ -359,6 +394,7 @@ impl Session {
             method: method.into(),
             params,
         };
+        let _tokens = resumption_token.map(|callback| routes.tokens(request.id.clone(), callback));
         // One deadline for the whole request: its exchanges and a new
         // session it waits for.
         let deadline = Deadline::after(timeout);
@@ -432,12 +468,12 @@ impl Session {
     /// that has since restarted was reading (attach to the session again
     /// first: [`Connector::attach`]).
     ///
-    /// `options` give the timeout (the session's default otherwise), a
-    /// resumption token callback for the resumed answer, and a progress
-    /// callback, which receives the progress on the resumed answer (the
-    /// token is the original request's, so progress from the listening
-    /// stream is not routed to it); extra `_meta` has nothing to join and
-    /// is refused ([`Error::is_builder`]).
+    /// `options` give the timeout (the session's default otherwise) and a
+    /// resumption token callback for the resumed answer. Progress and
+    /// extra `_meta` are refused ([`Error::is_builder`]): nothing is sent
+    /// for `_meta` to join, and the progress on the resumed answer names
+    /// the original request's token, whose route ended with it (it is
+    /// dropped).
     ///
     /// Errors: in 2026-07-28 and over HTTP+SSE (2024-11-05), which have no
     /// resumption, at once ([`Error::is_protocol`]); a token reported on
@@ -448,8 +484,28 @@ impl Session {
     /// may have run). Dropping this future, or its timeout, sends
     /// `notifications/cancelled` for the request.
     pub async fn resume(&self, token: ResumptionToken, options: RequestOptions) -> Result<Value> {
-        let _ = (token, options);
-        Err(Error::protocol("not yet"))
+        let RequestOptions {
+            timeout,
+            progress,
+            meta,
+            resumption_token,
+        } = options;
+        if progress.is_some() || !meta.is_empty() {
+            return Err(Error::builder(
+                "a resumed request takes no on_progress or meta: it is not sent again \
+                 (its progress, which names the original request's token, is dropped)",
+            ));
+        }
+        let deadline = Deadline::after(timeout.unwrap_or(self.request_timeout));
+        let id = token.request_id();
+        let _tokens =
+            resumption_token.map(|callback| self.engine.front.routes.tokens(id.clone(), callback));
+        let result = self
+            .engine
+            .resume(id, token.last_event_id(), token.session_id(), deadline)
+            .instrument(tracing::debug_span!("mcp.resume", %id))
+            .await?;
+        result_value(&result, "resumed")
     }
 
     async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {

@@ -33,7 +33,10 @@ pub(crate) const RESERVED_META_PREFIX: &str = "io.modelcontextprotocol/";
 /// 2026-07-28, at the transport, where the crate's always win). Nothing to
 /// add leaves the params as they are. Params or a `_meta` that is no
 /// object cannot take fields: refused.
-pub(crate) fn request_meta(params: Option<Value>, extra: Map<String, Value>) -> Result<Option<Value>> {
+pub(crate) fn request_meta(
+    params: Option<Value>,
+    extra: Map<String, Value>,
+) -> Result<Option<Value>> {
     if extra.is_empty() {
         return Ok(params);
     }
