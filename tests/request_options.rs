@@ -2,7 +2,8 @@
 //! (from its answer and from the listening stream) and unrouted on every
 //! way out; extra `_meta`; the resumption token reported and used to
 //! resume an answer, in this session or another process's. In the 2025
-//! revisions and 2026-07-28, each scenario ending with the baseline check.
+//! revisions and 2026-07-28 (progress over HTTP+SSE too), each scenario
+//! ending with the baseline check.
 
 mod support;
 
@@ -92,7 +93,7 @@ fn progress_token(request: &RecordedRequest) -> Value {
 #[test]
 fn progress_goes_to_its_own_request_not_the_shared_receiver() {
     scenario(async {
-        for eras in [Eras::Streamable2025, Eras::Modern] {
+        for eras in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse] {
             let (server, caller, baseline) = support::baseline::scene(sse_server(eras)).await;
             let session = Connector::new(server.url())
                 .client(caller.client.clone())
@@ -214,6 +215,14 @@ fn progress_on_the_listening_stream_reaches_its_request_while_it_runs() {
             "the late progress was dropped"
         );
         assert_eq!(progress.lock().unwrap().len(), 1);
+        // Progress with a token the session did not make is shared as before.
+        let foreign = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": "the-callers-own", "progress": 1},
+        });
+        let methods = after_late(&server, &mut notifications, &foreign).await;
+        assert_eq!(methods, ["notifications/progress", "notifications/message"]);
         session.close().await;
         drop(session);
         baseline.check(&server, 1).await;

@@ -492,6 +492,47 @@ impl Rerun {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    use serde_json::json;
+
+    use super::{Notification, Routes};
+
+    fn progress(token: serde_json::Value) -> Notification {
+        Notification {
+            method: "notifications/progress".into(),
+            params: Some(json!({"progressToken": token, "progress": 1})),
+        }
+    }
+
+    /// Tokens are unique and routed only while their guard lives; a token
+    /// the session did not make is not its to route.
+    #[test]
+    fn routes_live_as_long_as_their_guards() {
+        let routes = Routes::default();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let (route, token) = routes.progress(Arc::new(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        let (other, other_token) = routes.progress(Arc::new(|_| {}));
+        assert_ne!(token, other_token);
+        assert_eq!(routes.progress_to_route(&progress(token.clone())), Some(()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(routes.progress_to_route(&progress(json!("theirs"))), None);
+        assert_eq!(routes.progress_to_route(&progress(json!(7))), None);
+        let tokens = routes.tokens(3.into(), Arc::new(|_| {}));
+        // A second route under the same id neither replaces nor removes it.
+        drop(routes.tokens(3.into(), Arc::new(|_| {})));
+        drop((route, other));
+        assert!(!routes.is_empty(), "the first token route stays");
+        drop(tokens);
+        assert!(routes.is_empty());
+        // Ours, ended: taken (dropped), not handed on.
+        assert_eq!(routes.progress_to_route(&progress(token)), Some(()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc;
     use std::time::{Duration, Instant};

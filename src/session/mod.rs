@@ -334,6 +334,10 @@ impl Session {
     /// - `initialize` and `notifications/initialized` are refused
     ///   ([`Error::is_builder`]): the session runs its lifecycle itself.
     /// - Once the session is closing: [`Error::is_closed`], at once.
+    /// - `options` ([`RequestOptions`]) may add a timeout, a progress
+    ///   callback (the `progressToken` made and routed for you), extra
+    ///   `_meta`, and a resumption token callback (for
+    ///   [`resume`](Self::resume)).
     pub async fn request_with(
         &self,
         method: &str,
