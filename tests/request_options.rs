@@ -455,6 +455,12 @@ fn the_resumption_token_resumes_an_answer_in_another_process() {
         );
         let (tokens, on_token) = collector::<ResumptionToken>();
         let (progress, on_progress) = collector::<Progress>();
+        let marker = Arc::new(());
+        let held = marker.clone();
+        let on_progress = move |p| {
+            let _ = &held;
+            on_progress(p);
+        };
         let error = session
             .call_tool_with(
                 "tool-001",
@@ -466,6 +472,11 @@ fn the_resumption_token_resumes_an_answer_in_another_process() {
             .await
             .unwrap_err();
         assert!(error.to_string().contains("broke off"), "{error}");
+        assert_eq!(
+            Arc::strong_count(&marker),
+            1,
+            "the route ended with the error"
+        );
         let token = tokens.lock().unwrap().last().cloned().expect("a token");
         let id = session.session_id().unwrap();
         assert_eq!(token.session_id(), Some(&id));
@@ -560,6 +571,71 @@ fn in_2026_there_is_no_resumption_token_and_resume_fails_clearly() {
             "{error}"
         );
         assert!(seen_http(&server, Method::GET).is_empty(), "nothing sent");
+        session.close().await;
+        drop(session);
+        baseline.check(&server, 0).await;
+    });
+}
+
+#[test]
+fn resume_fails_clearly_where_it_cannot_work() {
+    scenario(async {
+        // A server with no GET stream (405).
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_tools(1)
+                .with_listen(ListenMode::Unsupported),
+        );
+        let (server, caller, baseline) = support::baseline::scene(server).await;
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            .connect()
+            .await
+            .unwrap();
+        let error = session
+            .resume(
+                ResumptionToken::new(1.into(), "e-1"),
+                RequestOptions::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_protocol() && error.to_string().contains("405"),
+            "{error}"
+        );
+        // Progress and meta have nothing to do on a resumed answer.
+        for options in [
+            RequestOptions::default().on_progress(|_| {}),
+            RequestOptions::default().meta(object(json!({"k": 1}))),
+        ] {
+            let error = session
+                .resume(ResumptionToken::new(1.into(), "e-1"), options)
+                .await
+                .unwrap_err();
+            assert!(error.is_builder(), "{error}");
+        }
+        session.close().await;
+        drop(session);
+        baseline.check(&server, 1).await;
+
+        // HTTP+SSE (2024-11-05): answers come on the session's stream.
+        let (server, caller, baseline) = support::baseline::scene(sse_server(Eras::HttpSse)).await;
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            .connect()
+            .await
+            .unwrap();
+        let error = session
+            .resume(
+                ResumptionToken::new(1.into(), "e-1"),
+                RequestOptions::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            error.is_protocol() && error.to_string().contains("HTTP+SSE"),
+            "{error}"
+        );
         session.close().await;
         drop(session);
         baseline.check(&server, 0).await;
