@@ -484,7 +484,9 @@ fn the_resumption_token_resumes_an_answer_in_another_process() {
 
         // "After a restart": another session attached to the same server
         // session, with only what was stored.
-        let stored = ResumptionToken::new(token.request_id().clone(), token.last_event_id());
+        let progress_token = token.progress_token().cloned().expect("the progress token");
+        let stored = ResumptionToken::new(token.request_id().clone(), token.last_event_id())
+            .with_progress_token(progress_token);
         let other = Connector::new(server.url())
             .client(caller.client.clone())
             .attach(id, session.protocol_version())
@@ -493,15 +495,24 @@ fn the_resumption_token_resumes_an_answer_in_another_process() {
             .await
             .unwrap();
         let (resumed_tokens, on_resumed_token) = collector::<ResumptionToken>();
+        let (resumed_progress, on_resumed_progress) = collector::<Progress>();
         let result = other
             .resume(
                 stored,
                 RequestOptions::default()
                     .timeout(Duration::from_secs(5))
-                    .on_resumption_token(on_resumed_token),
+                    .on_resumption_token(on_resumed_token)
+                    .on_progress(on_resumed_progress),
             )
             .await
             .unwrap();
+        let steps: Vec<f64> = resumed_progress
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.progress)
+            .collect();
+        assert_eq!(steps, [1.0, 2.0, 3.0], "the resumed answer's progress");
         assert_eq!(result["structuredContent"]["tool"], "tool-001");
         let gets: Vec<_> = seen_http(&server, Method::GET)
             .into_iter()
@@ -603,7 +614,7 @@ fn resume_fails_clearly_where_it_cannot_work() {
             error.is_protocol() && error.to_string().contains("405"),
             "{error}"
         );
-        // Progress and meta have nothing to do on a resumed answer.
+        // Extra _meta has nothing to join; progress needs the token's.
         for options in [
             RequestOptions::default().on_progress(|_| {}),
             RequestOptions::default().meta(object(json!({"k": 1}))),

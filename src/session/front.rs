@@ -18,6 +18,7 @@ use super::handlers::Handlers;
 use super::options::{Progress, ProgressFn, ResumptionToken, TokenFn, call_guarded};
 use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
+use crate::error::{Error, Result};
 use crate::jsonrpc::{Message, Notification, RequestId, Response};
 use crate::queue;
 use crate::sync::lock;
@@ -77,7 +78,17 @@ pub(crate) struct Routes {
     /// The number of the next progress token: unique in the session.
     next_token: AtomicU64,
     progress: Mutex<HashMap<u64, ProgressFn>>,
-    tokens: Mutex<HashMap<RequestId, TokenFn>>,
+    /// Per request: the callback, and the request's progress token.
+    tokens: Mutex<HashMap<RequestId, (TokenFn, Option<Value>)>>,
+}
+
+/// The number of a progress token this crate made.
+fn ours(token: &Value) -> Option<u64> {
+    token
+        .as_str()?
+        .strip_prefix(PROGRESS_TOKEN_PREFIX)?
+        .parse()
+        .ok()
 }
 
 /// A request's place in [`Routes`], held for as long as the request runs.
@@ -90,22 +101,53 @@ impl Routes {
     /// Routes progress to `callback` under a new token, until the guard
     /// is dropped; returns the token to send.
     pub(crate) fn progress(&self, callback: ProgressFn) -> (Route<'_>, Value) {
-        let number = self.next_token.fetch_add(1, Ordering::Relaxed);
-        lock(&self.progress).insert(number, callback);
+        let mut routes = lock(&self.progress);
+        // A number in use (a resumed request's, made by an earlier
+        // process) is skipped: one route per token.
+        let number = loop {
+            let number = self.next_token.fetch_add(1, Ordering::Relaxed);
+            if !routes.contains_key(&number) {
+                break number;
+            }
+        };
+        routes.insert(number, callback);
         let token = Value::from(format!("{PROGRESS_TOKEN_PREFIX}{number}"));
         (Route::Progress(self, number), token)
+    }
+
+    /// Routes the progress with `token` (made by this crate for a request
+    /// now resumed, maybe by an earlier process) to `callback`, until the
+    /// guard is dropped; refused for a token of another's making or one in
+    /// use.
+    pub(crate) fn progress_as(&self, token: &Value, callback: ProgressFn) -> Result<Route<'_>> {
+        let number = ours(token).ok_or_else(|| {
+            Error::builder("the resumption token's progress token was not made by this crate")
+        })?;
+        let mut routes = lock(&self.progress);
+        if routes.contains_key(&number) {
+            return Err(Error::builder(
+                "the resumption token's progress token is in use by a request in flight",
+            ));
+        }
+        routes.insert(number, callback);
+        Ok(Route::Progress(self, number))
     }
 
     /// Reports the resumption tokens of request `id`'s answer to
     /// `callback`, until the guard is dropped.
     /// A request already routed under `id` keeps its callback (and this
     /// guard removes nothing).
-    pub(crate) fn tokens(&self, id: RequestId, callback: TokenFn) -> Route<'_> {
+    pub(crate) fn tokens(
+        &self,
+        id: RequestId,
+        callback: TokenFn,
+        progress_token: Option<Value>,
+    ) -> Route<'_> {
         let mut tokens = lock(&self.tokens);
         if tokens.contains_key(&id) {
             return Route::Tokens(self, None);
         }
-        tokens.insert(id.clone(), callback);
+        tokens.insert(id.clone(), (callback, progress_token));
         Route::Tokens(self, Some(id))
     }
 
@@ -114,12 +156,7 @@ impl Routes {
     /// shared receiver); `None` when the token is not ours.
     fn progress_to_route(&self, notification: &Notification) -> Option<()> {
         let params = notification.params.as_ref()?;
-        let number: u64 = params
-            .get("progressToken")?
-            .as_str()?
-            .strip_prefix(PROGRESS_TOKEN_PREFIX)?
-            .parse()
-            .ok()?;
+        let number = ours(params.get("progressToken")?)?;
         // Cloned out: the callback runs with no lock held.
         let callback = lock(&self.progress).get(&number).cloned();
         match (callback, Progress::from_params(params)) {
@@ -133,10 +170,13 @@ impl Routes {
     }
 
     fn report_token(&self, generation: &Generation, id: &RequestId, last_event_id: &str) {
-        let callback = lock(&self.tokens).get(id).cloned();
-        if let Some(callback) = callback {
-            let token =
+        let route = lock(&self.tokens).get(id).cloned();
+        if let Some((callback, progress_token)) = route {
+            let mut token =
                 ResumptionToken::new(id.clone(), last_event_id).on_session(generation.session_id());
+            if let Some(progress_token) = progress_token {
+                token = token.with_progress_token(progress_token);
+            }
             call_guarded("resumption token", &*callback, token);
         }
     }
@@ -521,9 +561,22 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(routes.progress_to_route(&progress(json!("theirs"))), None);
         assert_eq!(routes.progress_to_route(&progress(json!(7))), None);
-        let tokens = routes.tokens(3.into(), Arc::new(|_| {}));
+        let tokens = routes.tokens(3.into(), Arc::new(|_| {}), None);
         // A second route under the same id neither replaces nor removes it.
-        drop(routes.tokens(3.into(), Arc::new(|_| {})));
+        drop(routes.tokens(3.into(), Arc::new(|_| {}), None));
+        // A token in use cannot be routed twice; a new one skips it.
+        assert!(routes.progress_as(&token, Arc::new(|_| {})).is_err());
+        assert!(
+            routes
+                .progress_as(&json!("theirs"), Arc::new(|_| {}))
+                .is_err()
+        );
+        let later = routes
+            .progress_as(&json!("mcp-scoped-http/progress/2"), Arc::new(|_| {}))
+            .unwrap();
+        let (next, next_token) = routes.progress(Arc::new(|_| {}));
+        assert_eq!(next_token, json!("mcp-scoped-http/progress/3"));
+        drop((later, next));
         drop((route, other));
         assert!(!routes.is_empty(), "the first token route stays");
         drop(tokens);

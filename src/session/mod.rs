@@ -370,7 +370,7 @@ impl Session {
         let routes = &self.engine.front.routes;
         // Held until the request ends, however it ends: the callbacks are
         // unrouted with them.
-        let _progress = match progress {
+        let progress_route = match progress {
             Some(callback) => {
                 if extra.contains_key(PROGRESS_TOKEN) || has_progress_token(params.as_ref()) {
                     return Err(Error::builder(
@@ -379,11 +379,12 @@ impl Session {
                     ));
                 }
                 let (route, token) = routes.progress(callback);
-                extra.insert(PROGRESS_TOKEN.into(), token);
-                Some(route)
+                extra.insert(PROGRESS_TOKEN.into(), token.clone());
+                Some((route, token))
             }
             None => None,
         };
+        let progress_token = progress_route.as_ref().map(|(_, token)| token.clone());
         let params = shared::request_meta(params, extra)?;
         if self.engine.generation().is_some_and(|g| g.is_stateless()) {
             // Read whole: its resultType decides what comes next. No
@@ -398,7 +399,8 @@ impl Session {
             method: method.into(),
             params,
         };
-        let _tokens = resumption_token.map(|callback| routes.tokens(request.id.clone(), callback));
+        let _tokens = resumption_token
+            .map(|callback| routes.tokens(request.id.clone(), callback, progress_token));
         // One deadline for the whole request: its exchanges and a new
         // session it waits for.
         let deadline = Deadline::after(timeout);
@@ -472,12 +474,16 @@ impl Session {
     /// that has since restarted was reading (attach to the session again
     /// first: [`Connector::attach`]).
     ///
-    /// `options` give the timeout (the session's default otherwise) and a
-    /// resumption token callback for the resumed answer. Progress and
-    /// extra `_meta` are refused ([`Error::is_builder`]): nothing is sent
-    /// for `_meta` to join, and the progress on the resumed answer names
-    /// the original request's token, whose route ended with it (it is
-    /// dropped).
+    /// `options` give the timeout (the session's default otherwise), a
+    /// resumption token callback for the resumed answer, and a progress
+    /// callback for the progress on it and on the listening stream, when
+    /// the token carries the request's progress token
+    /// ([`ResumptionToken::progress_token`]; else it is refused, as is a
+    /// token in use by a request in flight). Extra `_meta` is refused:
+    /// nothing is sent for it to join. Refusals are [`Error::is_builder`].
+    /// Without a progress callback, the progress of the resumed answer is
+    /// dropped (it names a token this crate made, for a request that
+    /// ended).
     ///
     /// Errors: in 2026-07-28 and over HTTP+SSE (2024-11-05), which have no
     /// resumption, at once ([`Error::is_protocol`]); a token reported on
@@ -494,16 +500,28 @@ impl Session {
             meta,
             resumption_token,
         } = options;
-        if progress.is_some() || !meta.is_empty() {
+        if !meta.is_empty() {
             return Err(Error::builder(
-                "a resumed request takes no on_progress or meta: it is not sent again \
-                 (its progress, which names the original request's token, is dropped)",
+                "a resumed request takes no extra _meta: it is not sent again",
             ));
         }
+        let routes = &self.engine.front.routes;
+        let _progress = match (progress, token.progress_token()) {
+            (Some(callback), Some(progress_token)) => {
+                Some(routes.progress_as(progress_token, callback)?)
+            }
+            (Some(_), None) => {
+                return Err(Error::builder(
+                    "on_progress needs the request's progress token in the resumption token \
+                     (ResumptionToken::with_progress_token)",
+                ));
+            }
+            (None, _) => None,
+        };
         let deadline = Deadline::after(timeout.unwrap_or(self.request_timeout));
         let id = token.request_id();
-        let _tokens =
-            resumption_token.map(|callback| self.engine.front.routes.tokens(id.clone(), callback));
+        let _tokens = resumption_token
+            .map(|callback| routes.tokens(id.clone(), callback, token.progress_token().cloned()));
         let result = self
             .engine
             .resume(id, token.last_event_id(), token.session_id(), deadline)

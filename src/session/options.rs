@@ -51,15 +51,18 @@ impl Progress {
 ///
 /// The TypeScript SDK's `onresumptiontoken`. To keep it across a restart,
 /// store [`request_id`](Self::request_id),
-/// [`last_event_id`](Self::last_event_id) and the session id (a credential:
-/// store it as one), attach to the session again
-/// ([`Connector::attach`](super::Connector::attach)) and
-/// [`ResumptionToken::new`] the token.
+/// [`last_event_id`](Self::last_event_id), the
+/// [`progress_token`](Self::progress_token) if any, and the session id (a
+/// credential: store it as one), attach to the session again
+/// ([`Connector::attach`](super::Connector::attach)) and make the token
+/// again ([`ResumptionToken::new`],
+/// [`with_progress_token`](Self::with_progress_token)).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResumptionToken {
     request_id: RequestId,
     last_event_id: String,
     session_id: Option<SessionId>,
+    progress_token: Option<Value>,
 }
 
 impl ResumptionToken {
@@ -70,7 +73,18 @@ impl ResumptionToken {
             request_id,
             last_event_id: last_event_id.into(),
             session_id: None,
+            progress_token: None,
         }
+    }
+
+    /// The progress token the request was sent with (stored from
+    /// [`progress_token`](Self::progress_token)): a resumption with
+    /// [`RequestOptions::on_progress`] routes the progress on the resumed
+    /// answer to it.
+    #[must_use]
+    pub fn with_progress_token(mut self, token: Value) -> Self {
+        self.progress_token = Some(token);
+        self
     }
 
     pub(crate) fn on_session(mut self, session_id: Option<SessionId>) -> Self {
@@ -94,6 +108,12 @@ impl ResumptionToken {
     pub fn session_id(&self) -> Option<&SessionId> {
         self.session_id.as_ref()
     }
+
+    /// The progress token the session made for the request, when it asked
+    /// for progress ([`RequestOptions::on_progress`]).
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.progress_token.as_ref()
+    }
 }
 
 impl fmt::Debug for ResumptionToken {
@@ -103,6 +123,7 @@ impl fmt::Debug for ResumptionToken {
             .field("request_id", &self.request_id)
             .field("last_event_id", &self.last_event_id)
             .field("session_id", &self.session_id)
+            .field("progress_token", &self.progress_token)
             .finish()
     }
 }
