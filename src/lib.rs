@@ -323,8 +323,9 @@ pub use error::{ConnectPhase, Error, Result};
 pub use ledger::{Ledger, abandoned_deletes, ledger};
 pub use scope::{Released, SessionRelease, shutdown};
 pub use session::{
-    Catalog, CatalogList, Connector, Discovery, Entry, Page, RequestOptions,
-    SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo, SessionOwnership, Timings,
+    Catalog, CatalogList, Connector, Discovery, Entry, Page, Progress, RequestOptions,
+    ResumptionToken, SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo, SessionOwnership,
+    Timings,
 };
 pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 

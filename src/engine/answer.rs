@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
+use tokio::sync::oneshot;
 
-use super::{Backoff, Engine, Era, Front, Generation};
+use super::{Backoff, CancelOnDrop, Deadline, Engine, Era, Front, Generation, Waiter};
 use crate::error::{Error, Result, idless_response};
 use crate::jsonrpc::{Message, RequestId, Response};
-use crate::transport::{MessageStream, ReplayFilter};
+use crate::sync::lock;
+use crate::transport::{MessageStream, ReplayFilter, SessionId};
 
 /// Reads `stream` until the response to `id`: server requests and
 /// notifications on it are routed as they come; a stream that breaks off
@@ -28,11 +30,24 @@ pub(super) async fn read<F: Front>(
     let mut replays = ReplayFilter::new();
     let mut backoff = Backoff::new(resumption.first_backoff, resumption.max_wait);
     let mut attempts = 0;
+    // The event id last reported to the front end (only the 2025
+    // sessions resume, so only they report).
+    let mut reported: Option<String> = None;
+    let mut report = |stream: &MessageStream| {
+        let Some(last) = stream.last_event_id() else {
+            return;
+        };
+        if generation.era() == Era::Sessions && reported.as_deref() != Some(last) {
+            F::answer_event_id(engine, generation, id, last);
+            reported = Some(last.to_owned());
+        }
+    };
     loop {
         let mut broke = None;
         // A new message on this stream (not a replay): progress.
         let mut progress = false;
         while let Some(item) = stream.next().await {
+            report(&stream);
             let message = match item {
                 Ok(message) => message,
                 // A dropped connection is not a cancellation: resume.
@@ -58,6 +73,8 @@ pub(super) async fn read<F: Front>(
                 other => engine.route(generation, other).await,
             }
         }
+        // A priming event (an id, no message) is reported here.
+        report(&stream);
         let cause = broke.unwrap_or_else(|| {
             Error::protocol(format!(
                 "the answer ended without the response to request {id}"
@@ -107,5 +124,101 @@ pub(super) async fn read<F: Front>(
                 return Err(error);
             }
         };
+    }
+}
+
+impl<F: Front> Engine<F> {
+    /// Resumes the answer to request `id` (sent earlier, on this session or
+    /// by another process on the same server session) from
+    /// `last_event_id`: a GET with it as `Last-Event-ID` on the session in
+    /// use, read as [`read`] reads an answer (resumed again if it breaks
+    /// off) until the response, within `deadline`. Never sends the request
+    /// again and never opens a session; a `notifications/cancelled` goes out
+    /// if this future is dropped or times out. `session`, when given, must
+    /// be the session in use.
+    pub(crate) async fn resume(
+        self: &Arc<Self>,
+        id: &RequestId,
+        last_event_id: &str,
+        session: Option<&SessionId>,
+        deadline: Deadline,
+    ) -> Result<Box<RawValue>> {
+        let closing = self.closing().clone();
+        let generation = tokio::select! {
+            biased;
+            _ = closing.cancelled() => return Err(Error::closed()),
+            generation = deadline.run(self.current_or_renew(false)) => generation?,
+        };
+        match generation.era() {
+            Era::Sessions => {}
+            Era::Stateless => {
+                return Err(Error::protocol(
+                    "an answer cannot be resumed in 2026-07-28, which has no resumption \
+                     (no GET, no Last-Event-ID): send the request again",
+                ));
+            }
+            Era::HttpSse => {
+                return Err(Error::protocol(
+                    "an answer cannot be resumed over HTTP+SSE (2024-11-05): \
+                     its answers come on the session's one stream",
+                ));
+            }
+        }
+        if session.is_some_and(|session| generation.session_id().as_ref() != Some(session)) {
+            return Err(Error::builder(
+                "the resumption token was reported on another session than the one in use \
+                 (attach to that session to resume it)",
+            ));
+        }
+        // Registered at once, or refused: a second waiter would take the
+        // response from the request in flight under the same id.
+        let waiter = {
+            let mut pending = lock(&self.pending);
+            if pending.contains_key(id) {
+                return Err(Error::builder(format!(
+                    "request {id} is in flight in this session; its own reader resumes it"
+                )));
+            }
+            let (deliver, delivered) = oneshot::channel();
+            pending.insert(id.clone(), deliver);
+            Waiter {
+                engine: self.clone(),
+                id: id.clone(),
+                delivered,
+            }
+        };
+        let mut cancel = CancelOnDrop {
+            engine: self,
+            generation: &generation,
+            id: Some(id.clone()),
+            reason: "the caller abandoned the request",
+        };
+        let resumed = async {
+            let stream = generation
+                .wire()
+                .open_get_stream_within(Some(last_event_id), deadline)
+                .await
+                .inspect_err(|error| self.check_expiry(&generation, error))?
+                .ok_or_else(|| {
+                    Error::protocol(format!(
+                        "the answer to request {id} cannot be resumed: \
+                         the server has no GET stream (405)"
+                    ))
+                })?;
+            waiter.read(&generation, stream).await
+        };
+        let outcome = tokio::select! {
+            biased;
+            _ = closing.cancelled() => {
+                cancel.disarm();
+                return Err(Error::closed());
+            }
+            outcome = deadline.run(resumed) => outcome,
+        };
+        match &outcome {
+            Err(error) if error.is_timeout() => cancel.reason = "timed out",
+            _ => cancel.disarm(),
+        }
+        outcome
     }
 }

@@ -148,6 +148,17 @@ pub(crate) trait Front: Send + Sync + Sized + 'static {
     /// A listening stream opened or ended (see [`listener`]); must not
     /// wait. Nothing by default.
     fn listener_changed(_engine: &Arc<Engine<Self>>, _change: ListenerChange) {}
+
+    /// The answer to request `id` on `generation` (2025 sessions only:
+    /// the era with resumption) brought a new SSE event id: where a
+    /// resumption would start. Must not wait. Nothing by default.
+    fn answer_event_id(
+        _engine: &Arc<Engine<Self>>,
+        _generation: &Arc<Generation>,
+        _id: &RequestId,
+        _last_event_id: &str,
+    ) {
+    }
 }
 
 /// How a broken SSE answer is resumed after it broke off (a network cut,

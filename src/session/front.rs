@@ -2,6 +2,8 @@
 //! answers server requests through the caller's handlers, hands
 //! notifications to the caller, and keeps the catalog current.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,9 +15,11 @@ use super::discovery::{Catalog, Discovery, ListKind, Lister};
 use super::entry::Entry;
 use super::events::{Events, SessionEvent};
 use super::handlers::Handlers;
+use super::options::{Progress, ProgressFn, ResumptionToken, TokenFn, call_guarded};
 use crate::budget::Account;
 use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
-use crate::jsonrpc::{Message, Response};
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Message, Notification, RequestId, Response};
 use crate::queue;
 use crate::sync::lock;
 use crate::transport::ProtocolVersion;
@@ -62,6 +66,138 @@ impl Renewed {
     }
 }
 
+/// What the session's progress tokens start with: progress with such a
+/// token is a request's own, never the shared receiver's.
+const PROGRESS_TOKEN_PREFIX: &str = "mcp-scoped-http/progress/";
+
+/// The callbacks of the requests in flight that asked for them: one entry
+/// per such request, removed by its [`Route`] guard when the request ends,
+/// however it ends (so the table is bounded by the requests in flight).
+#[derive(Default)]
+pub(crate) struct Routes {
+    /// The number of the next progress token: unique in the session.
+    next_token: AtomicU64,
+    progress: Mutex<HashMap<u64, ProgressFn>>,
+    /// Per request: the callback, and the request's progress token.
+    tokens: Mutex<HashMap<RequestId, (TokenFn, Option<Value>)>>,
+}
+
+/// The number of a progress token this crate made.
+fn ours(token: &Value) -> Option<u64> {
+    token
+        .as_str()?
+        .strip_prefix(PROGRESS_TOKEN_PREFIX)?
+        .parse()
+        .ok()
+}
+
+/// A request's place in [`Routes`], held for as long as the request runs.
+pub(crate) enum Route<'a> {
+    Progress(&'a Routes, u64),
+    Tokens(&'a Routes, Option<RequestId>),
+}
+
+impl Routes {
+    /// Routes progress to `callback` under a new token, until the guard
+    /// is dropped; returns the token to send.
+    pub(crate) fn progress(&self, callback: ProgressFn) -> (Route<'_>, Value) {
+        let mut routes = lock(&self.progress);
+        // A number in use (a resumed request's, made by an earlier
+        // process) is skipped: one route per token.
+        let number = loop {
+            let number = self.next_token.fetch_add(1, Ordering::Relaxed);
+            if !routes.contains_key(&number) {
+                break number;
+            }
+        };
+        routes.insert(number, callback);
+        let token = Value::from(format!("{PROGRESS_TOKEN_PREFIX}{number}"));
+        (Route::Progress(self, number), token)
+    }
+
+    /// Routes the progress with `token` (made by this crate for a request
+    /// now resumed, maybe by an earlier process) to `callback`, until the
+    /// guard is dropped; refused for a token of another's making or one in
+    /// use.
+    pub(crate) fn progress_as(&self, token: &Value, callback: ProgressFn) -> Result<Route<'_>> {
+        let number = ours(token).ok_or_else(|| {
+            Error::builder("the resumption token's progress token was not made by this crate")
+        })?;
+        let mut routes = lock(&self.progress);
+        if routes.contains_key(&number) {
+            return Err(Error::builder(
+                "the resumption token's progress token is in use by a request in flight",
+            ));
+        }
+        routes.insert(number, callback);
+        Ok(Route::Progress(self, number))
+    }
+
+    /// Reports the resumption tokens of request `id`'s answer to
+    /// `callback`, until the guard is dropped.
+    /// A request already routed under `id` keeps its callback (and this
+    /// guard removes nothing).
+    pub(crate) fn tokens(
+        &self,
+        id: RequestId,
+        callback: TokenFn,
+        progress_token: Option<Value>,
+    ) -> Route<'_> {
+        let mut tokens = lock(&self.tokens);
+        if tokens.contains_key(&id) {
+            return Route::Tokens(self, None);
+        }
+        tokens.insert(id.clone(), (callback, progress_token));
+        Route::Tokens(self, Some(id))
+    }
+
+    /// A progress notification: a token of ours goes to its request's
+    /// callback (or nowhere, once that request has ended; never to the
+    /// shared receiver); `None` when the token is not ours.
+    fn progress_to_route(&self, notification: &Notification) -> Option<()> {
+        let params = notification.params.as_ref()?;
+        let number = ours(params.get("progressToken")?)?;
+        // Cloned out: the callback runs with no lock held.
+        let callback = lock(&self.progress).get(&number).cloned();
+        match (callback, Progress::from_params(params)) {
+            (Some(callback), Some(progress)) => call_guarded("progress", &*callback, progress),
+            (Some(_), None) => {
+                tracing::debug!("dropped a progress notification with no numeric progress")
+            }
+            (None, _) => tracing::debug!("dropped the progress of a request that has ended"),
+        }
+        Some(())
+    }
+
+    fn report_token(&self, generation: &Generation, id: &RequestId, last_event_id: &str) {
+        let route = lock(&self.tokens).get(id).cloned();
+        if let Some((callback, progress_token)) = route {
+            let mut token =
+                ResumptionToken::new(id.clone(), last_event_id).on_session(generation.session_id());
+            if let Some(progress_token) = progress_token {
+                token = token.with_progress_token(progress_token);
+            }
+            call_guarded("resumption token", &*callback, token);
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        lock(&self.progress).is_empty() && lock(&self.tokens).is_empty()
+    }
+}
+
+impl Drop for Route<'_> {
+    fn drop(&mut self) {
+        // The callback (and whatever it holds) goes with the route.
+        match self {
+            Route::Progress(routes, number) => drop(lock(&routes.progress).remove(number)),
+            Route::Tokens(routes, Some(id)) => drop(lock(&routes.tokens).remove(id)),
+            Route::Tokens(_, None) => {}
+        }
+    }
+}
+
 /// A session's front end of the engine.
 pub(crate) struct SessionFront {
     pub(crate) handlers: Handlers,
@@ -80,6 +216,8 @@ pub(crate) struct SessionFront {
     rediscovery: [Rerun; 4],
     /// What happened to the session, for `Session::events`.
     pub(crate) events: Events,
+    /// Per-request progress and resumption token callbacks.
+    pub(crate) routes: Routes,
 }
 
 impl SessionFront {
@@ -99,6 +237,7 @@ impl SessionFront {
             request_timeout,
             rediscovery: Default::default(),
             events: Events::default(),
+            routes: Routes::default(),
         }
     }
 
@@ -241,6 +380,15 @@ impl Front for SessionFront {
                 .await;
             }
             ServerMessage::Notification(notification) => {
+                if notification.method == "notifications/progress"
+                    && engine
+                        .front
+                        .routes
+                        .progress_to_route(&notification)
+                        .is_some()
+                {
+                    return;
+                }
                 for kind in ListKind::changed_by(&notification.method).unwrap_or_default() {
                     SessionFront::rediscover(engine, *kind);
                 }
@@ -291,6 +439,18 @@ impl Front for SessionFront {
             }
         }
         std::future::ready(())
+    }
+
+    fn answer_event_id(
+        engine: &Arc<Engine<Self>>,
+        generation: &Arc<Generation>,
+        id: &RequestId,
+        last_event_id: &str,
+    ) {
+        engine
+            .front
+            .routes
+            .report_token(generation, id, last_event_id);
     }
 
     fn listener_changed(engine: &Arc<Engine<Self>>, change: ListenerChange) {
@@ -372,6 +532,60 @@ impl Rerun {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    use serde_json::json;
+
+    use super::{Notification, Routes};
+
+    fn progress(token: serde_json::Value) -> Notification {
+        Notification {
+            method: "notifications/progress".into(),
+            params: Some(json!({"progressToken": token, "progress": 1})),
+        }
+    }
+
+    /// Tokens are unique and routed only while their guard lives; a token
+    /// the session did not make is not its to route.
+    #[test]
+    fn routes_live_as_long_as_their_guards() {
+        let routes = Routes::default();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let (route, token) = routes.progress(Arc::new(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        let (other, other_token) = routes.progress(Arc::new(|_| {}));
+        assert_ne!(token, other_token);
+        assert_eq!(routes.progress_to_route(&progress(token.clone())), Some(()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(routes.progress_to_route(&progress(json!("theirs"))), None);
+        assert_eq!(routes.progress_to_route(&progress(json!(7))), None);
+        let tokens = routes.tokens(3.into(), Arc::new(|_| {}), None);
+        // A second route under the same id neither replaces nor removes it.
+        drop(routes.tokens(3.into(), Arc::new(|_| {}), None));
+        // A token in use cannot be routed twice; a new one skips it.
+        assert!(routes.progress_as(&token, Arc::new(|_| {})).is_err());
+        assert!(
+            routes
+                .progress_as(&json!("theirs"), Arc::new(|_| {}))
+                .is_err()
+        );
+        let later = routes
+            .progress_as(&json!("mcp-scoped-http/progress/2"), Arc::new(|_| {}))
+            .unwrap();
+        let (next, next_token) = routes.progress(Arc::new(|_| {}));
+        assert_eq!(next_token, json!("mcp-scoped-http/progress/3"));
+        drop((later, next));
+        drop((route, other));
+        assert!(!routes.is_empty(), "the first token route stays");
+        drop(tokens);
+        assert!(routes.is_empty());
+        // Ours, ended: taken (dropped), not handed on.
+        assert_eq!(routes.progress_to_route(&progress(token)), Some(()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc;
     use std::time::{Duration, Instant};

@@ -12,6 +12,7 @@ pub(crate) mod era;
 mod events;
 mod front;
 mod handlers;
+mod options;
 pub(crate) mod shared;
 mod stateless;
 
@@ -29,6 +30,7 @@ pub use connect::Connector;
 pub use discovery::{Catalog, Discovery};
 pub use entry::Entry;
 pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};
+pub use options::{Progress, RequestOptions, ResumptionToken};
 
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
@@ -93,31 +95,6 @@ pub struct SessionInfo {
     pub timings: Timings,
 }
 
-/// Per-request settings.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct RequestOptions {
-    /// Overrides the session's default timeout ([`Connector::request_timeout`]);
-    /// `Some(None)` means no timeout for this request.
-    pub timeout: Option<Option<Duration>>,
-}
-
-impl RequestOptions {
-    /// This request's timeout.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(Some(timeout));
-        self
-    }
-
-    /// No timeout for this request.
-    #[must_use]
-    pub fn no_timeout(mut self) -> Self {
-        self.timeout = Some(None);
-        self
-    }
-}
-
 /// One page of a list method. Its entries are charged to the session's
 /// memory budget ([`Discovery::memory`]) for as long as they are held.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -153,6 +130,16 @@ pub struct Session {
     request_timeout: Option<Duration>,
     // Only ever shown as an origin: a path or query may carry secrets.
     origin: String,
+}
+
+/// The `_meta` key of a request's progress token.
+const PROGRESS_TOKEN: &str = "progressToken";
+
+/// Whether `params._meta` already holds a progress token.
+fn has_progress_token(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|meta| meta.get(PROGRESS_TOKEN).is_some())
 }
 
 /// The methods of the lifecycle: the session sends them itself, once, and
@@ -347,6 +334,10 @@ impl Session {
     /// - `initialize` and `notifications/initialized` are refused
     ///   ([`Error::is_builder`]): the session runs its lifecycle itself.
     /// - Once the session is closing: [`Error::is_closed`], at once.
+    /// - `options` ([`RequestOptions`]) may add a timeout, a progress
+    ///   callback (the `progressToken` made and routed for you), extra
+    ///   `_meta`, and a resumption token callback (for
+    ///   [`resume`](Self::resume)).
     pub async fn request_with(
         &self,
         method: &str,
@@ -369,9 +360,35 @@ impl Session {
         options: RequestOptions,
     ) -> Result<Answer> {
         refuse_lifecycle(method)?;
-        let timeout = options.timeout.unwrap_or(self.request_timeout);
+        let RequestOptions {
+            timeout,
+            progress,
+            meta: mut extra,
+            resumption_token,
+        } = options;
+        let timeout = timeout.unwrap_or(self.request_timeout);
+        let routes = &self.engine.front.routes;
+        // Held until the request ends, however it ends: the callbacks are
+        // unrouted with them.
+        let progress_route = match progress {
+            Some(callback) => {
+                if extra.contains_key(PROGRESS_TOKEN) || has_progress_token(params.as_ref()) {
+                    return Err(Error::builder(
+                        "a progressToken of the caller's own cannot go with on_progress, \
+                         which makes the token",
+                    ));
+                }
+                let (route, token) = routes.progress(callback);
+                extra.insert(PROGRESS_TOKEN.into(), token.clone());
+                Some((route, token))
+            }
+            None => None,
+        };
+        let progress_token = progress_route.as_ref().map(|(_, token)| token.clone());
+        let params = shared::request_meta(params, extra)?;
         if self.engine.generation().is_some_and(|g| g.is_stateless()) {
-            // Read whole: its resultType decides what comes next.
+            // Read whole: its resultType decides what comes next. No
+            // resumption tokens: 2026-07-28 has no resumption.
             return stateless::request(&self.engine, method, params, Deadline::after(timeout))
                 .instrument(tracing::debug_span!("mcp.request", method))
                 .await
@@ -382,6 +399,8 @@ impl Session {
             method: method.into(),
             params,
         };
+        let _tokens = resumption_token
+            .map(|callback| routes.tokens(request.id.clone(), callback, progress_token));
         // One deadline for the whole request: its exchanges and a new
         // session it waits for.
         let deadline = Deadline::after(timeout);
@@ -426,11 +445,89 @@ impl Session {
 
     /// Calls a tool: `tools/call` with `name` and `arguments`.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value> {
-        self.request(
+        self.call_tool_with(name, arguments, RequestOptions::default())
+            .await
+    }
+
+    /// [`call_tool`](Self::call_tool) with [`RequestOptions`] (a timeout,
+    /// progress, extra `_meta`, the resumption token).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        self.request_with(
             "tools/call",
             Some(json!({ "name": name, "arguments": arguments })),
+            options,
         )
         .await
+    }
+
+    /// Resumes the answer to a request from where `token` says it had got
+    /// to (see [`RequestOptions::on_resumption_token`]): a GET with its
+    /// event id as `Last-Event-ID` on the session in use, read (and
+    /// resumed again if it breaks off, per [`Connector::resumption`]) until
+    /// the request's response, whose result this returns. For an answer
+    /// that broke off past the session's own resumptions, or one a process
+    /// that has since restarted was reading (attach to the session again
+    /// first: [`Connector::attach`]).
+    ///
+    /// `options` give the timeout (the session's default otherwise), a
+    /// resumption token callback for the resumed answer, and a progress
+    /// callback for the progress on it and on the listening stream, when
+    /// the token carries the request's progress token
+    /// ([`ResumptionToken::progress_token`]; else it is refused, as is a
+    /// token in use by a request in flight). Extra `_meta` is refused:
+    /// nothing is sent for it to join. Refusals are [`Error::is_builder`].
+    /// Without a progress callback, the progress of the resumed answer is
+    /// dropped (it names a token this crate made, for a request that
+    /// ended).
+    ///
+    /// Errors: in 2026-07-28 and over HTTP+SSE (2024-11-05), which have no
+    /// resumption, at once ([`Error::is_protocol`]); a token reported on
+    /// another session than the one in use ([`Error::is_builder`]); a
+    /// server with no GET stream (405), or one that no longer has the
+    /// stream ([`Error::is_protocol`]); an expired session
+    /// ([`Error::is_session_expired`]; the request is not sent again: it
+    /// may have run). Dropping this future, or its timeout, sends
+    /// `notifications/cancelled` for the request.
+    pub async fn resume(&self, token: ResumptionToken, options: RequestOptions) -> Result<Value> {
+        let RequestOptions {
+            timeout,
+            progress,
+            meta,
+            resumption_token,
+        } = options;
+        if !meta.is_empty() {
+            return Err(Error::builder(
+                "a resumed request takes no extra _meta: it is not sent again",
+            ));
+        }
+        let routes = &self.engine.front.routes;
+        let _progress = match (progress, token.progress_token()) {
+            (Some(callback), Some(progress_token)) => {
+                Some(routes.progress_as(progress_token, callback)?)
+            }
+            (Some(_), None) => {
+                return Err(Error::builder(
+                    "on_progress needs the request's progress token in the resumption token \
+                     (ResumptionToken::with_progress_token)",
+                ));
+            }
+            (None, _) => None,
+        };
+        let deadline = Deadline::after(timeout.unwrap_or(self.request_timeout));
+        let id = token.request_id();
+        let _tokens = resumption_token
+            .map(|callback| routes.tokens(id.clone(), callback, token.progress_token().cloned()));
+        let result = self
+            .engine
+            .resume(id, token.last_event_id(), token.session_id(), deadline)
+            .instrument(tracing::debug_span!("mcp.resume", %id))
+            .await?;
+        result_value(&result, "resumed")
     }
 
     async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {
@@ -472,15 +569,33 @@ impl Session {
 
     /// `resources/read` of one URI.
     pub async fn read_resource(&self, uri: &str) -> Result<Value> {
-        self.request("resources/read", Some(json!({ "uri": uri })))
+        self.read_resource_with(uri, RequestOptions::default())
+            .await
+    }
+
+    /// [`read_resource`](Self::read_resource) with [`RequestOptions`].
+    pub async fn read_resource_with(&self, uri: &str, options: RequestOptions) -> Result<Value> {
+        self.request_with("resources/read", Some(json!({ "uri": uri })), options)
             .await
     }
 
     /// `prompts/get` with arguments.
     pub async fn get_prompt(&self, name: &str, arguments: Value) -> Result<Value> {
-        self.request(
+        self.get_prompt_with(name, arguments, RequestOptions::default())
+            .await
+    }
+
+    /// [`get_prompt`](Self::get_prompt) with [`RequestOptions`].
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        self.request_with(
             "prompts/get",
             Some(json!({ "name": name, "arguments": arguments })),
+            options,
         )
         .await
     }

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{ConnectPhase, Error, Result};
 use crate::transport::ProtocolVersion;
@@ -20,6 +20,53 @@ pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 
 /// The `_meta` key of the server's name and version in a discover result.
 pub(crate) const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The prefix of the `_meta` keys the protocol reserves (the crate writes
+/// `io.modelcontextprotocol/protocolVersion` and friends in 2026-07-28):
+/// a caller's extra `_meta` may not use it.
+pub(crate) const RESERVED_META_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// The one place extra `_meta` fields join a request's params: `extra`'s
+/// fields are added to `params._meta` (made when absent), over any of the
+/// same name the params already carry. Keys under
+/// [`RESERVED_META_PREFIX`] are refused: the crate writes those itself (in
+/// 2026-07-28, at the transport, where the crate's always win). Nothing to
+/// add leaves the params as they are. Params or a `_meta` that is no
+/// object cannot take fields: refused.
+pub(crate) fn request_meta(
+    params: Option<Value>,
+    extra: Map<String, Value>,
+) -> Result<Option<Value>> {
+    if extra.is_empty() {
+        return Ok(params);
+    }
+    if let Some(key) = extra.keys().find(|k| k.starts_with(RESERVED_META_PREFIX)) {
+        let shown: String = key.chars().take(80).collect();
+        return Err(Error::builder(format!(
+            "the extra _meta key {shown:?} is reserved for the protocol \
+             (keys under {RESERVED_META_PREFIX} are written by the session)"
+        )));
+    }
+    let mut params = match params {
+        None => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            return Err(Error::builder(
+                "extra _meta needs params that are a JSON object (or none)",
+            ));
+        }
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else {
+        return Err(Error::builder(
+            "the params' _meta is not a JSON object: extra _meta cannot join it",
+        ));
+    };
+    meta.extend(extra);
+    Ok(Some(Value::Object(params)))
+}
 
 /// The connect step in progress, for a connect timeout to name.
 #[derive(Default)]
@@ -93,5 +140,50 @@ pub(crate) fn check_complete(result: &Value, method: &str) -> Result<()> {
                 "the {method} result has resultType {shown:?}, where only \"complete\" is allowed"
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn extra_meta_joins_the_params_meta() {
+        let params = json!({"name": "t", "_meta": {"mine": 1, "k": "old"}});
+        let merged = request_meta(Some(params), map(json!({"k": "new", "x": true}))).unwrap();
+        assert_eq!(
+            merged,
+            Some(json!({"name": "t", "_meta": {"mine": 1, "k": "new", "x": true}}))
+        );
+        assert_eq!(
+            request_meta(None, map(json!({"x": 1}))).unwrap(),
+            Some(json!({"_meta": {"x": 1}}))
+        );
+        // Nothing to add: untouched, no empty _meta.
+        assert_eq!(request_meta(None, Map::new()).unwrap(), None);
+        assert_eq!(
+            request_meta(Some(json!([1])), Map::new()).unwrap(),
+            Some(json!([1]))
+        );
+    }
+
+    #[test]
+    fn reserved_keys_and_shapeless_params_are_refused() {
+        let reserved = map(json!({"io.modelcontextprotocol/protocolVersion": "x"}));
+        let error = request_meta(None, reserved).unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        assert!(error.to_string().contains("reserved"), "{error}");
+        let error = request_meta(Some(json!([1])), map(json!({"x": 1}))).unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        let error = request_meta(Some(json!({"_meta": 3})), map(json!({"x": 1}))).unwrap_err();
+        assert!(error.to_string().contains("not a JSON object"), "{error}");
     }
 }
