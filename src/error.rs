@@ -370,9 +370,16 @@ impl Error {
             Kind::Transport => !self.chain().any(|cause| {
                 // hyper-rustls reports a refused handshake or certificate
                 // as an `InvalidData` I/O error.
-                cause
+                let refused = cause
                     .downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+                // A proxy that refused (407, a refused CONNECT) refuses again.
+                #[cfg(feature = "proxy")]
+                let refused = refused
+                    || cause
+                        .downcast_ref::<crate::client::proxy::ProxyError>()
+                        .is_some_and(|proxy| !proxy.is_retryable());
+                refused
             }),
             Kind::Timeout | Kind::Hook | Kind::Closed => true,
             Kind::Status => {
@@ -447,6 +454,21 @@ impl Error {
     /// person can act on (refused, reset, untrusted certificate), else the
     /// deepest cause's own text.
     fn root_cause(&self) -> Option<String> {
+        let cause = self.deepest_cause()?;
+        // A proxy's failure names the proxy, then what went wrong below it.
+        #[cfg(feature = "proxy")]
+        if let Some(proxy) = self
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<crate::client::proxy::ProxyError>())
+        {
+            if std::error::Error::source(proxy).is_some() {
+                return Some(format!("{proxy}: {cause}"));
+            }
+        }
+        Some(cause)
+    }
+
+    fn deepest_cause(&self) -> Option<String> {
         let deepest = self.chain().last()?;
         #[cfg(feature = "rustls")]
         if let Some(tls) = self

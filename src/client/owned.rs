@@ -8,6 +8,8 @@ use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioTimer;
 use tokio_util::task::TaskTracker;
 
+#[cfg(feature = "proxy")]
+use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
 use super::{HttpClient, Ownership, RequestBody};
 #[cfg(feature = "rustls")]
@@ -20,6 +22,26 @@ use crate::error::{BoxError, Result};
 /// `hyper_util::client::legacy::Client` with connection pooling; its
 /// connection tasks run on a tracked executor, so
 /// [`HttpClient::connection_tasks`] tells when dropping it has released them.
+///
+/// # Proxies
+///
+/// With the `proxy` feature (a default one), the client goes through the
+/// proxies the environment names, read as curl reads them when the client
+/// is built: `HTTPS_PROXY` for `https` destinations, `HTTP_PROXY` for
+/// `http` ones, `ALL_PROXY` for both where those are unset, and `NO_PROXY`
+/// for the hosts that go direct (each variable upper case first, then lower
+/// case; all of them ignored in a CGI program, where `REQUEST_METHOD` is
+/// set). [`proxy`](Self::proxy) names one proxy instead and
+/// [`no_proxy`](Self::no_proxy) turns proxying off. An `https` destination
+/// is reached through a `CONNECT` tunnel, TLS running end to end to the
+/// target; a plain `http` one by sending the request to the proxy. Only
+/// `http://` proxies are spoken. Credentials in a proxy URL
+/// (`http://user:pass@proxy:3128`) go to the proxy alone, in
+/// `Proxy-Authorization`, and never show in `Debug`, errors or traces.
+/// A lent client ([`HttpClient::borrowed`]) never goes through these: its
+/// proxies are its lender's business.
+///
+/// # Equality
 ///
 /// Two builders are equal (and hash alike) when their settings are: every
 /// setter's value, root certificates compared by their bytes. The TLS
@@ -50,6 +72,10 @@ struct Settings {
     extra_roots: Vec<Vec<u8>>,
     #[cfg(feature = "rustls")]
     built_in_roots: bool,
+    #[cfg(feature = "proxy")]
+    proxy: ProxySetting,
+    #[cfg(feature = "proxy")]
+    proxy_bypass: Option<String>,
 }
 
 impl PartialEq for HttpClientBuilder {
@@ -86,6 +112,10 @@ impl HttpClientBuilder {
                 extra_roots: Vec::new(),
                 #[cfg(feature = "rustls")]
                 built_in_roots: true,
+                #[cfg(feature = "proxy")]
+                proxy: ProxySetting::Environment,
+                #[cfg(feature = "proxy")]
+                proxy_bypass: None,
             },
             #[cfg(feature = "rustls")]
             tls: Default::default(),
@@ -164,14 +194,58 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Builds the client. Fails only on an invalid TLS root certificate.
+    /// Sends every request through the proxy at `url` (`http://host:port`,
+    /// with `user:password@` before the host if the proxy asks for them),
+    /// whatever the environment says; destinations named by
+    /// [`proxy_bypass`](Self::proxy_bypass) go direct. Default: the proxies
+    /// the environment names (see [the type's docs](Self#proxies)).
+    ///
+    /// An invalid URL, or a scheme other than `http`, fails
+    /// [`build`](Self::build) with an error that does not repeat the URL.
+    #[cfg(feature = "proxy")]
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.settings.proxy = ProxySetting::Explicit(ProxyUrl(url.into()));
+        self
+    }
+
+    /// No proxy for any destination, whatever the environment says.
+    #[cfg(feature = "proxy")]
+    pub fn no_proxy(mut self) -> Self {
+        self.settings.proxy = ProxySetting::Off;
+        self
+    }
+
+    /// The destinations that go direct, in `NO_PROXY`'s syntax: host names
+    /// (each with its subdomains; a leading dot is allowed), IP addresses,
+    /// networks (`10.0.0.0/8`), or `*` for all. It replaces the
+    /// environment's `NO_PROXY`. Default: `NO_PROXY` (or `no_proxy`) with
+    /// the environment's proxies, nothing with [`proxy`](Self::proxy).
+    #[cfg(feature = "proxy")]
+    pub fn proxy_bypass(mut self, hosts: impl Into<String>) -> Self {
+        self.settings.proxy_bypass = Some(hosts.into());
+        self
+    }
+
+    /// Builds the client. Fails only on an invalid setting: a TLS root
+    /// certificate or client identity that does not parse, a proxy URL this
+    /// client cannot use.
     pub fn build(&self) -> Result<HttpClient> {
         let tasks = TaskTracker::new();
-        let client = self.hyper_client(TrackedExecutor {
-            tasks: tasks.clone(),
-        })?;
+        #[cfg(feature = "proxy")]
+        let proxies = self.proxies()?;
+        let client = self.hyper_client_with(
+            TrackedExecutor {
+                tasks: tasks.clone(),
+            },
+            #[cfg(feature = "proxy")]
+            proxies.clone(),
+        )?;
         Ok(HttpClient::from_parts(
-            boxed(client),
+            boxed(
+                client,
+                #[cfg(feature = "proxy")]
+                proxies,
+            ),
             Ownership::Owned,
             Some(OwnedParts { tasks }),
         ))
@@ -186,7 +260,25 @@ impl HttpClientBuilder {
         })
     }
 
+    #[cfg(feature = "testkit")]
     fn hyper_client(&self, executor: TrackedExecutor) -> Result<Client<Connector, RequestBody>> {
+        self.hyper_client_with(
+            executor,
+            #[cfg(feature = "proxy")]
+            self.proxies()?,
+        )
+    }
+
+    #[cfg(feature = "proxy")]
+    fn proxies(&self) -> Result<Proxies> {
+        proxy::proxies(&self.settings.proxy, self.settings.proxy_bypass.as_deref())
+    }
+
+    fn hyper_client_with(
+        &self,
+        executor: TrackedExecutor,
+        #[cfg(feature = "proxy")] proxies: Proxies,
+    ) -> Result<Client<Connector, RequestBody>> {
         let mut http = HttpConnector::new();
         // MCP exchanges are small request/response pairs: Nagle only adds
         // latency to them.
@@ -195,6 +287,8 @@ impl HttpClientBuilder {
         http.set_keepalive(self.settings.tcp_keepalive);
         http.enforce_http(false);
         let http = QuickAckConnector::with_enabled(http, self.settings.tcp_quickack);
+        #[cfg(feature = "proxy")]
+        let http = ProxyConnector::new(http, proxies);
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -245,26 +339,47 @@ impl HttpClientBuilder {
     }
 }
 
-fn boxed<C>(client: Client<C, RequestBody>) -> Box<super::SendFn>
+fn boxed<C>(
+    client: Client<C, RequestBody>,
+    #[cfg(feature = "proxy")] proxies: Proxies,
+) -> Box<super::SendFn>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
     // A hyper-util client is called through `&self`: no clone per request.
-    Box::new(move |request: http::Request<RequestBody>| {
+    #[allow(unused_mut)]
+    Box::new(move |mut request: http::Request<RequestBody>| {
+        #[cfg(feature = "proxy")]
+        let via = proxy::prepare(&proxies, &mut request);
         let response = client.request(request);
         Box::pin(async move {
             let response = response.await.map_err(BoxError::from)?;
+            // A plain-http request the proxy refused: its error, naming the
+            // proxy, rather than a status the server never sent.
+            #[cfg(feature = "proxy")]
+            if let Some(proxy) = via {
+                if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                    return Err(proxy.auth_required().into());
+                }
+            }
             Ok::<_, BoxError>(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
         })
     })
 }
 
+/// The TCP connector of an owned client: through a proxy or direct.
+#[cfg(feature = "proxy")]
+type Tcp = ProxyConnector;
+/// The TCP connector of an owned client.
+#[cfg(not(feature = "proxy"))]
+type Tcp = QuickAckConnector;
+
 /// The connector of an owned client.
 #[cfg(feature = "rustls")]
-pub(crate) type Connector = hyper_rustls::HttpsConnector<QuickAckConnector>;
+pub(crate) type Connector = hyper_rustls::HttpsConnector<Tcp>;
 /// The connector of an owned client.
 #[cfg(not(feature = "rustls"))]
-pub(crate) type Connector = QuickAckConnector;
+pub(crate) type Connector = Tcp;
 
 /// What only an owned client has.
 pub(super) struct OwnedParts {
@@ -321,6 +436,12 @@ mod tests {
             HttpClientBuilder::new().add_root_certificate(vec![1, 2, 3]),
             #[cfg(feature = "rustls")]
             HttpClientBuilder::new().built_in_roots(false),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().proxy("http://proxy:3128"),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().no_proxy(),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().proxy_bypass("localhost"),
         ];
         let mut seen = HashSet::from([HttpClientBuilder::new()]);
         for variant in &variants {
