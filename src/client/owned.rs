@@ -459,3 +459,20 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, feature = "proxy"))]
+mod proxy_tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_a_proxy_without_its_credentials() {
+        let builder = HttpClientBuilder::new().proxy("http://USER:PASSWORD@proxy.example:3128");
+        for shown in [format!("{builder:?}"), format!("{builder:#?}")] {
+            assert!(!shown.contains("USER"), "{shown}");
+            assert!(!shown.contains("PASSWORD"), "{shown}");
+            assert!(shown.contains("proxy.example:3128"), "{shown}");
+        }
+        let client = builder.build().unwrap();
+        assert!(!format!("{client:?}").contains("PASSWORD"));
+    }
+}

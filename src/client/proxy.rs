@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Uri;
-use http::header::{HeaderValue, PROXY_AUTHORIZATION};
+use http::header::{CONNECTION, HeaderValue, PROXY_AUTHORIZATION};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::proxy::matcher::Matcher;
 use tower::Service;
@@ -139,6 +139,13 @@ fn check(url: &str) -> Result<()> {
 /// `Proxy-Authorization` already added to the request (marked sensitive).
 /// `https` requests go through a tunnel the connector opens: their proxy
 /// credentials go in the `CONNECT` alone.
+///
+/// A request that carries the credentials also asks the proxy to close
+/// the connection after it: some proxies (proxy.py among them) strip
+/// `Proxy-Authorization` from the first request of a connection only and
+/// then pipe the rest through to the target as is, credentials included.
+/// One connection per such request costs a TCP handshake to the proxy;
+/// leaking the proxy's password to every server would cost more.
 pub(super) fn prepare(
     proxies: &Proxies,
     request: &mut http::Request<super::RequestBody>,
@@ -153,10 +160,9 @@ pub(super) fn prepare(
         let mut auth = auth.clone();
         auth.set_sensitive(true);
         // A header the caller set (a hook with another scheme) stays.
-        request
-            .headers_mut()
-            .entry(PROXY_AUTHORIZATION)
-            .or_insert(auth);
+        let headers = request.headers_mut();
+        headers.entry(PROXY_AUTHORIZATION).or_insert(auth);
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
     Some(name)
 }
@@ -506,6 +512,7 @@ mod tests {
         let auth = &plain.headers()[PROXY_AUTHORIZATION];
         assert!(auth.is_sensitive());
         assert_eq!(auth, "Basic dXNlcjpwYXNz");
+        assert_eq!(plain.headers()[CONNECTION], "close");
         for uri in ["https://target.example/mcp", "http://direct.example/mcp"] {
             let mut other = request(uri);
             assert!(prepare(&rules, &mut other).is_none(), "{uri}");
