@@ -17,6 +17,8 @@ pub(crate) mod owned;
 #[cfg(feature = "proxy")]
 pub(crate) mod proxy;
 mod quickack;
+#[cfg(feature = "rustls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;

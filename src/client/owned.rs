@@ -11,9 +11,9 @@ use tokio_util::task::TaskTracker;
 #[cfg(feature = "proxy")]
 use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
-use super::{HttpClient, Ownership, RequestBody};
 #[cfg(feature = "rustls")]
-use crate::error::Error;
+use super::tls::{ClientIdentity, Trust};
+use super::{HttpClient, Ownership, RequestBody};
 use crate::error::{BoxError, Result};
 
 /// Builds an owned [`HttpClient`].
@@ -22,6 +22,20 @@ use crate::error::{BoxError, Result};
 /// `hyper_util::client::legacy::Client` with connection pooling; its
 /// connection tasks run on a tracked executor, so
 /// [`HttpClient::connection_tasks`] tells when dropping it has released them.
+///
+/// # TLS trust
+///
+/// With the `rustls` feature (a default one), a server's certificate is
+/// trusted when it chains to one of: the Mozilla roots bundled by
+/// webpki-roots ([`built_in_roots`](Self::built_in_roots)); the system's
+/// roots, read when the client is built, from `SSL_CERT_FILE` and
+/// `SSL_CERT_DIR` when they are set, as OpenSSL reads them, else from the
+/// platform's store ([`system_roots`](Self::system_roots),
+/// rustls-native-certs); the roots added with
+/// [`add_root_certificate`](Self::add_root_certificate). A server that
+/// asks for a client certificate (mTLS) gets the one given to
+/// [`client_identity`](Self::client_identity). A lent client's TLS is its
+/// lender's business.
 ///
 /// # Proxies
 ///
@@ -72,6 +86,10 @@ struct Settings {
     extra_roots: Vec<Vec<u8>>,
     #[cfg(feature = "rustls")]
     built_in_roots: bool,
+    #[cfg(feature = "rustls")]
+    system_roots: bool,
+    #[cfg(feature = "rustls")]
+    client_identity: Option<ClientIdentity>,
     #[cfg(feature = "proxy")]
     proxy: ProxySetting,
     #[cfg(feature = "proxy")]
@@ -112,6 +130,10 @@ impl HttpClientBuilder {
                 extra_roots: Vec::new(),
                 #[cfg(feature = "rustls")]
                 built_in_roots: true,
+                #[cfg(feature = "rustls")]
+                system_roots: true,
+                #[cfg(feature = "rustls")]
+                client_identity: None,
                 #[cfg(feature = "proxy")]
                 proxy: ProxySetting::Environment,
                 #[cfg(feature = "proxy")]
@@ -190,6 +212,41 @@ impl HttpClientBuilder {
     #[cfg(feature = "rustls")]
     pub fn built_in_roots(mut self, enabled: bool) -> Self {
         self.settings.built_in_roots = enabled;
+        self.tls = Default::default();
+        self
+    }
+
+    /// Whether the system's roots are trusted, read when the client is
+    /// built: the files `SSL_CERT_FILE` and `SSL_CERT_DIR` name when either
+    /// is set (as OpenSSL reads them), else the platform's store (on Linux
+    /// the distribution's CA bundle, where a corporate TLS-inspecting
+    /// gateway's root is usually installed). Default: true.
+    ///
+    /// A root that cannot be read is skipped with a `tracing` warning.
+    #[cfg(feature = "rustls")]
+    pub fn system_roots(mut self, enabled: bool) -> Self {
+        self.settings.system_roots = enabled;
+        self.tls = Default::default();
+        self
+    }
+
+    /// The certificate chain (leaf first) and private key (PKCS#8, PKCS#1 or
+    /// SEC1), both PEM encoded, shown to a server that asks for a client
+    /// certificate (mTLS). Default: none.
+    ///
+    /// PEM that does not parse, or a key that does not go with the
+    /// certificate, fails [`build`](Self::build); neither shows in `Debug`
+    /// or in errors.
+    #[cfg(feature = "rustls")]
+    pub fn client_identity(
+        mut self,
+        cert_chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.client_identity = Some(ClientIdentity {
+            cert_chain_pem: cert_chain_pem.into(),
+            key_pem: key_pem.into(),
+        });
         self.tls = Default::default();
         self
     }
@@ -319,23 +376,13 @@ impl HttpClientBuilder {
 
     #[cfg(feature = "rustls")]
     fn new_tls_config(&self) -> Result<rustls::ClientConfig> {
-        use std::sync::Arc;
-
-        let mut roots = rustls::RootCertStore::empty();
-        if self.settings.built_in_roots {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        Trust {
+            built_in_roots: self.settings.built_in_roots,
+            system_roots: self.settings.system_roots,
+            extra_roots: &self.settings.extra_roots,
+            identity: self.settings.client_identity.as_ref(),
         }
-        for der in &self.settings.extra_roots {
-            roots
-                .add(rustls::pki_types::CertificateDer::from(der.clone()))
-                .map_err(|e| Error::builder("invalid root certificate").with_source(e))?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        Ok(rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::builder("TLS configuration").with_source(e))?
-            .with_root_certificates(roots)
-            .with_no_client_auth())
+        .client_config()
     }
 }
 
@@ -436,6 +483,10 @@ mod tests {
             HttpClientBuilder::new().add_root_certificate(vec![1, 2, 3]),
             #[cfg(feature = "rustls")]
             HttpClientBuilder::new().built_in_roots(false),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().system_roots(false),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().client_identity("cert", "key"),
             #[cfg(feature = "proxy")]
             HttpClientBuilder::new().proxy("http://proxy:3128"),
             #[cfg(feature = "proxy")]
