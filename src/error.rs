@@ -373,6 +373,10 @@ impl Error {
                 let refused = cause
                     .downcast_ref::<std::io::Error>()
                     .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+                // A TLS failure after the handshake (a refused client
+                // certificate) fails again.
+                #[cfg(feature = "rustls")]
+                let refused = refused || cause.is::<rustls::Error>();
                 // A proxy that refused (407, a refused CONNECT) refuses again.
                 #[cfg(feature = "proxy")]
                 let refused = refused
@@ -572,6 +576,20 @@ fn describe_tls(error: &rustls::Error) -> String {
         rustls::Error::InvalidCertificate(other) => {
             format!("the server's certificate was refused: {other:?}")
         }
+        // The server's verdict on our client certificate (mTLS).
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
+            "the server asks for a client certificate (HttpClientBuilder::client_identity)"
+                .to_owned()
+        }
+        rustls::Error::AlertReceived(
+            alert @ (rustls::AlertDescription::BadCertificate
+            | rustls::AlertDescription::UnsupportedCertificate
+            | rustls::AlertDescription::CertificateRevoked
+            | rustls::AlertDescription::CertificateExpired
+            | rustls::AlertDescription::CertificateUnknown
+            | rustls::AlertDescription::UnknownCA
+            | rustls::AlertDescription::AccessDenied),
+        ) => format!("the server refused our client certificate ({alert:?})"),
         other => format!("TLS failed: {other}"),
     }
 }

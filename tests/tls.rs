@@ -140,9 +140,18 @@ async fn no_client_certificate_or_one_from_another_ca_is_refused_in_words() {
         .client_identity(cert_pem, key_pem)
         .build()
         .unwrap();
-    for client in [none, other] {
+    for (client, words) in [
+        (none, "the server asks for a client certificate"),
+        (
+            other,
+            "the server refused our client certificate (UnknownCA)",
+        ),
+    ] {
         let error = initialize(client, &server).await.unwrap_err();
         assert!(error.is_transport(), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains(words), "{text} {error:?}");
+        assert!(!error.is_retryable(), "{error:?}");
     }
     assert!(server.requests().is_empty());
     // The identity this CA issued still works on the same server.

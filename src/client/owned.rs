@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
 #[cfg(feature = "rustls")]
-use super::tls::{ClientIdentity, Trust};
+use super::tls::{AlertConnector, Alerts, ClientIdentity, ServerAlert, Trust};
 use super::{HttpClient, Ownership, RequestBody};
 use crate::error::{BoxError, Result};
 
@@ -288,21 +288,15 @@ impl HttpClientBuilder {
     /// client cannot use.
     pub fn build(&self) -> Result<HttpClient> {
         let tasks = TaskTracker::new();
-        #[cfg(feature = "proxy")]
-        let proxies = self.proxies()?;
+        let extras = self.extras()?;
         let client = self.hyper_client_with(
             TrackedExecutor {
                 tasks: tasks.clone(),
             },
-            #[cfg(feature = "proxy")]
-            proxies.clone(),
+            &extras,
         )?;
         Ok(HttpClient::from_parts(
-            boxed(
-                client,
-                #[cfg(feature = "proxy")]
-                proxies,
-            ),
+            boxed(client, extras),
             Ownership::Owned,
             Some(OwnedParts { tasks }),
         ))
@@ -319,22 +313,22 @@ impl HttpClientBuilder {
 
     #[cfg(feature = "testkit")]
     fn hyper_client(&self, executor: TrackedExecutor) -> Result<Client<Connector, RequestBody>> {
-        self.hyper_client_with(
-            executor,
-            #[cfg(feature = "proxy")]
-            self.proxies()?,
-        )
+        self.hyper_client_with(executor, &self.extras()?)
     }
 
-    #[cfg(feature = "proxy")]
-    fn proxies(&self) -> Result<Proxies> {
-        proxy::proxies(&self.settings.proxy, self.settings.proxy_bypass.as_deref())
+    fn extras(&self) -> Result<Extras> {
+        Ok(Extras {
+            #[cfg(feature = "proxy")]
+            proxies: proxy::proxies(&self.settings.proxy, self.settings.proxy_bypass.as_deref())?,
+            #[cfg(feature = "rustls")]
+            alerts: Alerts::default(),
+        })
     }
 
     fn hyper_client_with(
         &self,
         executor: TrackedExecutor,
-        #[cfg(feature = "proxy")] proxies: Proxies,
+        #[allow(unused_variables)] extras: &Extras,
     ) -> Result<Client<Connector, RequestBody>> {
         let mut http = HttpConnector::new();
         // MCP exchanges are small request/response pairs: Nagle only adds
@@ -345,7 +339,7 @@ impl HttpClientBuilder {
         http.enforce_http(false);
         let http = QuickAckConnector::with_enabled(http, self.settings.tcp_quickack);
         #[cfg(feature = "proxy")]
-        let http = ProxyConnector::new(http, proxies);
+        let http = ProxyConnector::new(http, extras.proxies.clone());
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -354,6 +348,8 @@ impl HttpClientBuilder {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
+        #[cfg(feature = "rustls")]
+        let connector = AlertConnector::new(connector, extras.alerts.clone());
         #[cfg(not(feature = "rustls"))]
         let connector = http;
 
@@ -386,10 +382,17 @@ impl HttpClientBuilder {
     }
 }
 
-fn boxed<C>(
-    client: Client<C, RequestBody>,
-    #[cfg(feature = "proxy")] proxies: Proxies,
-) -> Box<super::SendFn>
+/// What an owned client's send function needs beside the hyper client.
+struct Extras {
+    /// Which destinations go through a proxy.
+    #[cfg(feature = "proxy")]
+    proxies: Proxies,
+    /// TLS alerts that explain a failed exchange.
+    #[cfg(feature = "rustls")]
+    alerts: Alerts,
+}
+
+fn boxed<C>(client: Client<C, RequestBody>, extras: Extras) -> Box<super::SendFn>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
@@ -397,10 +400,21 @@ where
     #[allow(unused_mut)]
     Box::new(move |mut request: http::Request<RequestBody>| {
         #[cfg(feature = "proxy")]
-        let via = proxy::prepare(&proxies, &mut request);
+        let via = proxy::prepare(&extras.proxies, &mut request);
+        #[cfg(feature = "rustls")]
+        let (alerts, uri) = (extras.alerts.clone(), request.uri().clone());
         let response = client.request(request);
         Box::pin(async move {
-            let response = response.await.map_err(BoxError::from)?;
+            let response = match response.await {
+                Ok(response) => response,
+                Err(error) => {
+                    #[cfg(feature = "rustls")]
+                    if let Some(alert) = alerts.take(&uri) {
+                        return Err(ServerAlert::new(alert, error.into()).into());
+                    }
+                    return Err(error.into());
+                }
+            };
             // A plain-http request the proxy refused: its error, naming the
             // proxy, rather than a status the server never sent.
             #[cfg(feature = "proxy")]
@@ -423,7 +437,7 @@ type Tcp = QuickAckConnector;
 
 /// The connector of an owned client.
 #[cfg(feature = "rustls")]
-pub(crate) type Connector = hyper_rustls::HttpsConnector<Tcp>;
+pub(crate) type Connector = AlertConnector<hyper_rustls::HttpsConnector<Tcp>>;
 /// The connector of an owned client.
 #[cfg(not(feature = "rustls"))]
 pub(crate) type Connector = Tcp;
