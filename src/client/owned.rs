@@ -392,7 +392,10 @@ struct Extras {
     alerts: Alerts,
 }
 
-fn boxed<C>(client: Client<C, RequestBody>, extras: Extras) -> Box<super::SendFn>
+fn boxed<C>(
+    client: Client<C, RequestBody>,
+    #[allow(unused_variables)] extras: Extras,
+) -> Box<super::SendFn>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {

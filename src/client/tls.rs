@@ -147,7 +147,10 @@ const ALERT_FRESH: Duration = Duration::from_secs(10);
 /// waiting request only as "connection closed". The owned client looks
 /// here when an exchange fails, so the error names the refusal.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Alerts(Arc<Mutex<HashMap<Box<str>, (Instant, rustls::Error)>>>);
+pub(super) struct Alerts(Arc<Mutex<HashMap<Box<str>, Noted>>>);
+
+/// An alert, and when it was read.
+type Noted = (Instant, rustls::Error);
 
 impl Alerts {
     fn record(&self, key: &str, alert: rustls::Error) {
