@@ -28,7 +28,7 @@ use crate::error::{BoxError, Result};
 /// With the `rustls` feature (a default one), a server's certificate is
 /// trusted when it chains to one of: the Mozilla roots bundled by
 /// webpki-roots ([`built_in_roots`](Self::built_in_roots)); the system's
-/// roots, read when the client is built, from `SSL_CERT_FILE` and
+/// roots, from `SSL_CERT_FILE` and
 /// `SSL_CERT_DIR` when they are set, as OpenSSL reads them, else from the
 /// platform's store ([`system_roots`](Self::system_roots),
 /// rustls-native-certs); the roots added with
@@ -216,13 +216,15 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Whether the system's roots are trusted, read when the client is
-    /// built: the files `SSL_CERT_FILE` and `SSL_CERT_DIR` name when either
-    /// is set (as OpenSSL reads them), else the platform's store (on Linux
-    /// the distribution's CA bundle, where a corporate TLS-inspecting
-    /// gateway's root is usually installed). Default: true.
+    /// Whether the system's roots are trusted: the files `SSL_CERT_FILE`
+    /// and `SSL_CERT_DIR` name when either is set (as OpenSSL reads them),
+    /// else the platform's store (on Linux the distribution's CA bundle,
+    /// where a corporate TLS-inspecting gateway's root is usually
+    /// installed). Default: true.
     ///
-    /// A root that cannot be read is skipped with a `tracing` warning.
+    /// They are read when the process builds its first client, and again
+    /// when either variable has changed since; a root that cannot be read is
+    /// skipped with a `tracing` warning.
     #[cfg(feature = "rustls")]
     pub fn system_roots(mut self, enabled: bool) -> Self {
         self.settings.system_roots = enabled;

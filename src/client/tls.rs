@@ -118,7 +118,31 @@ impl ClientIdentity {
 /// read or parsed is skipped with a warning, as a browser would: the other
 /// roots still work, and a server it was needed for fails with "not
 /// trusted".
+///
+/// Read once per process, and again when either variable changes: reading
+/// and parsing a distribution's bundle takes milliseconds (about 8 ms for
+/// Debian's in a release build), too much for every client a host builds.
 fn add_system_roots(roots: &mut rustls::RootCertStore) {
+    type Anchors = Arc<[rustls::pki_types::TrustAnchor<'static>]>;
+    static LOADED: Mutex<Option<(Variables, Anchors)>> = Mutex::new(None);
+    type Variables = [Option<std::ffi::OsString>; 2];
+
+    let variables = ["SSL_CERT_FILE", "SSL_CERT_DIR"].map(std::env::var_os);
+    let mut loaded = lock(&LOADED);
+    let anchors = match &*loaded {
+        Some((read_with, anchors)) if *read_with == variables => anchors.clone(),
+        _ => {
+            let anchors: Anchors = read_system_roots().roots.into();
+            *loaded = Some((variables, anchors.clone()));
+            anchors
+        }
+    };
+    drop(loaded);
+    roots.roots.extend(anchors.iter().cloned());
+}
+
+fn read_system_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
     let loaded = rustls_native_certs::load_native_certs();
     for error in &loaded.errors {
         tracing::warn!(%error, "a system root certificate could not be read");
@@ -131,6 +155,7 @@ fn add_system_roots(roots: &mut rustls::RootCertStore) {
         );
     }
     tracing::debug!(added, "system root certificates");
+    roots
 }
 
 /// Destinations whose alert is remembered, at most: past it the record
