@@ -55,6 +55,28 @@ use crate::error::{BoxError, Result};
 /// A lent client ([`HttpClient::borrowed`]) never goes through these: its
 /// proxies are its lender's business.
 ///
+/// Behind a corporate proxy and a private CA, with a client certificate:
+///
+/// ```no_run
+/// # #[cfg(all(feature = "proxy", feature = "rustls"))]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use mcp_scoped_http::HttpClient;
+///
+/// let client = HttpClient::builder()
+///     // Or nothing: HTTPS_PROXY and NO_PROXY are read by default.
+///     .proxy("http://agent:secret@proxy.corp.example:3128")
+///     .proxy_bypass("localhost, .internal.example")
+///     // Or nothing: the system's roots and SSL_CERT_FILE are trusted.
+///     .add_root_certificate(std::fs::read("corp-ca.der")?)
+///     .client_identity(std::fs::read("agent.pem")?, std::fs::read("agent.key")?)
+///     .build()?;
+/// # drop(client);
+/// # Ok(())
+/// # }
+/// # #[cfg(not(all(feature = "proxy", feature = "rustls")))]
+/// # fn main() {}
+/// ```
+///
 /// # Equality
 ///
 /// Two builders are equal (and hash alike) when their settings are: every
