@@ -370,9 +370,20 @@ impl Error {
             Kind::Transport => !self.chain().any(|cause| {
                 // hyper-rustls reports a refused handshake or certificate
                 // as an `InvalidData` I/O error.
-                cause
+                let refused = cause
                     .downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+                // A TLS failure after the handshake (a refused client
+                // certificate) fails again.
+                #[cfg(feature = "rustls")]
+                let refused = refused || cause.is::<rustls::Error>();
+                // A proxy that refused (407, a refused CONNECT) refuses again.
+                #[cfg(feature = "proxy")]
+                let refused = refused
+                    || cause
+                        .downcast_ref::<crate::client::proxy::ProxyError>()
+                        .is_some_and(|proxy| !proxy.is_retryable());
+                refused
             }),
             Kind::Timeout | Kind::Hook | Kind::Closed => true,
             Kind::Status => {
@@ -447,6 +458,21 @@ impl Error {
     /// person can act on (refused, reset, untrusted certificate), else the
     /// deepest cause's own text.
     fn root_cause(&self) -> Option<String> {
+        let cause = self.deepest_cause()?;
+        // A proxy's failure names the proxy, then what went wrong below it.
+        #[cfg(feature = "proxy")]
+        if let Some(proxy) = self
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<crate::client::proxy::ProxyError>())
+        {
+            if std::error::Error::source(proxy).is_some() {
+                return Some(format!("{proxy}: {cause}"));
+            }
+        }
+        Some(cause)
+    }
+
+    fn deepest_cause(&self) -> Option<String> {
         let deepest = self.chain().last()?;
         #[cfg(feature = "rustls")]
         if let Some(tls) = self
@@ -550,6 +576,20 @@ fn describe_tls(error: &rustls::Error) -> String {
         rustls::Error::InvalidCertificate(other) => {
             format!("the server's certificate was refused: {other:?}")
         }
+        // The server's verdict on our client certificate (mTLS).
+        rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired) => {
+            "the server asks for a client certificate (HttpClientBuilder::client_identity)"
+                .to_owned()
+        }
+        rustls::Error::AlertReceived(
+            alert @ (rustls::AlertDescription::BadCertificate
+            | rustls::AlertDescription::UnsupportedCertificate
+            | rustls::AlertDescription::CertificateRevoked
+            | rustls::AlertDescription::CertificateExpired
+            | rustls::AlertDescription::CertificateUnknown
+            | rustls::AlertDescription::UnknownCA
+            | rustls::AlertDescription::AccessDenied),
+        ) => format!("the server refused our client certificate ({alert:?})"),
         other => format!("TLS failed: {other}"),
     }
 }

@@ -5,21 +5,29 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use mcp_scoped_http::testkit::TlsIdentity;
+use mcp_scoped_http::wire::StreamableHttp;
+use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use support::*;
 
 fn tls_server() -> (TestServer, Vec<u8>) {
+    let (server, cert) = tls_server_with(ServerConfig::default());
+    (server, cert.der().to_vec())
+}
+
+/// A TLS test server with `config`, and its self-signed certificate.
+fn tls_server_with(config: ServerConfig) -> (TestServer, rcgen::Certificate) {
     let generated =
         rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    let cert_der = generated.cert.der().to_vec();
     let identity = TlsIdentity {
-        cert_chain_der: vec![cert_der.clone()],
+        cert_chain_der: vec![generated.cert.der().to_vec()],
         key_der: generated.signing_key.serialize_der(),
     };
-    (
-        TestServer::start(ServerConfig::default().with_tls(identity)),
-        cert_der,
-    )
+    (TestServer::start(config.with_tls(identity)), generated.cert)
 }
 
 #[tokio::test]
@@ -62,4 +70,191 @@ fn an_invalid_root_certificate_is_a_builder_error() {
         .build()
         .unwrap_err();
     assert!(error.is_builder(), "{error}");
+}
+
+/// A CA for client certificates, and its certificate (DER).
+fn client_ca(name: &str) -> (Issuer<'static, KeyPair>, Vec<u8>) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (Issuer::new(params, key), cert.der().to_vec())
+}
+
+/// A client certificate `ca` issued, and its key, both PEM.
+fn client_identity(ca: &Issuer<'static, KeyPair>) -> (String, String) {
+    let mut params = CertificateParams::new(vec!["agent-host".to_owned()]).unwrap();
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A client that trusts `root` alone (no bundled, no system roots).
+fn trusting(root: &rcgen::Certificate) -> mcp_scoped_http::HttpClientBuilder {
+    HttpClient::builder()
+        .built_in_roots(false)
+        .system_roots(false)
+        .add_root_certificate(root.der().to_vec())
+}
+
+async fn initialize(client: HttpClient, server: &TestServer) -> mcp_scoped_http::Result<()> {
+    wire(client, server)
+        .request(initialize_request(1, "2025-11-25"))
+        .await
+        .map(drop)
+}
+
+#[tokio::test]
+async fn a_server_that_asks_for_a_client_certificate_gets_the_one_given() {
+    let (ca, ca_der) = client_ca("client CA");
+    let (server, root) = tls_server_with(ServerConfig::default().with_client_ca(ca_der));
+    let (cert_pem, key_pem) = client_identity(&ca);
+    let client = trusting(&root)
+        .client_identity(cert_pem.clone(), key_pem.clone())
+        .build()
+        .unwrap();
+    let wire = wire(client, &server);
+    handshake(&wire).await;
+    wire.delete_session().await.unwrap();
+    assert_eq!(server.stats().deletes, 1);
+
+    // The key never shows.
+    let builder = trusting(&root).client_identity(cert_pem, key_pem.clone());
+    let shown = format!("{builder:?}");
+    let key_body = key_pem.lines().nth(1).unwrap();
+    assert!(!shown.contains(key_body), "{shown}");
+}
+
+#[tokio::test]
+async fn no_client_certificate_or_one_from_another_ca_is_refused_in_words() {
+    let (ca, ca_der) = client_ca("client CA");
+    let (server, root) = tls_server_with(ServerConfig::default().with_client_ca(ca_der));
+    let (stranger, _) = client_ca("another CA");
+    let (cert_pem, key_pem) = client_identity(&stranger);
+    let none = trusting(&root).build().unwrap();
+    let other = trusting(&root)
+        .client_identity(cert_pem, key_pem)
+        .build()
+        .unwrap();
+    for (client, words) in [
+        (none, "the server asks for a client certificate"),
+        (
+            other,
+            "the server refused our client certificate (UnknownCA)",
+        ),
+    ] {
+        let error = initialize(client, &server).await.unwrap_err();
+        assert!(error.is_transport(), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains(words), "{text} {error:?}");
+        assert!(!error.is_retryable(), "{error:?}");
+    }
+    assert!(server.requests().is_empty());
+    // The identity this CA issued still works on the same server.
+    let (cert_pem, key_pem) = client_identity(&ca);
+    let client = trusting(&root)
+        .client_identity(cert_pem, key_pem)
+        .build()
+        .unwrap();
+    initialize(client, &server).await.unwrap();
+}
+
+#[test]
+fn a_key_that_does_not_go_with_the_certificate_is_a_builder_error() {
+    let (ca, _) = client_ca("client CA");
+    let (cert_pem, _) = client_identity(&ca);
+    let (_, other_key) = client_identity(&ca);
+    let error = HttpClient::builder()
+        .client_identity(cert_pem, other_key.clone())
+        .build()
+        .unwrap_err();
+    assert!(error.is_builder(), "{error}");
+    assert!(error.to_string().contains("do not go together"), "{error}");
+    let key_body = other_key.lines().nth(1).unwrap();
+    assert!(!format!("{error} {error:?}").contains(key_body));
+}
+
+// `SSL_CERT_FILE` and `SSL_CERT_DIR`, read by a child process (this binary
+// again), so that no test changes this process's environment under another.
+
+/// Set in a child: the endpoint it connects to.
+const CHILD_TARGET: &str = "MCP_SCOPED_HTTP_TLS_TEST_TARGET";
+/// How long a child may run.
+const CHILD_RUN: Duration = Duration::from_secs(60);
+
+/// In a child (`CHILD_TARGET` set): `initialize` through an owned client
+/// with the defaults, which trust the system's roots. In this process it
+/// does nothing.
+#[tokio::test]
+async fn child_connects_with_the_defaults() {
+    let Ok(target) = std::env::var(CHILD_TARGET) else {
+        return;
+    };
+    let wire = StreamableHttp::new(HttpClient::owned().unwrap(), &target).unwrap();
+    if let Err(error) = wire.request(initialize_request(1, "2025-11-25")).await {
+        panic!("CHILD FAILED: {error}");
+    }
+}
+
+/// Runs [`child_connects_with_the_defaults`] against `server` with `vars`
+/// (and neither `SSL_CERT_FILE` nor `SSL_CERT_DIR` otherwise): whether it
+/// connected, and its output.
+fn child(server: &TestServer, vars: &[(&str, &Path)]) -> (bool, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child_connects_with_the_defaults", "--nocapture"])
+        .env(CHILD_TARGET, server.url())
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.envs(vars.iter().copied());
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + CHILD_RUN;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child ran longer than {CHILD_RUN:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+/// A directory of this test's own, removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn ssl_cert_file_and_ssl_cert_dir_are_trusted_by_default() {
+    let (server, cert) = tls_server_with(ServerConfig::default());
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("mcp-scoped-http-tls-{}", std::process::id())));
+    std::fs::create_dir_all(dir.0.join("certs")).unwrap();
+    let file = dir.0.join("certs/private-ca.pem");
+    std::fs::write(&file, cert.pem()).unwrap();
+
+    // Neither set: the platform's store does not know this certificate.
+    let (ok, output) = child(&server, &[]);
+    assert!(!ok, "{output}");
+    assert!(output.contains("certificate is not trusted"), "{output}");
+    let (ok, output) = child(&server, &[("SSL_CERT_FILE", &file)]);
+    assert!(ok, "SSL_CERT_FILE: {output}");
+    let (ok, output) = child(&server, &[("SSL_CERT_DIR", &dir.0.join("certs"))]);
+    assert!(ok, "SSL_CERT_DIR: {output}");
+    assert_eq!(seen(&server, "initialize").len(), 2);
 }

@@ -14,7 +14,11 @@ mod hooks;
 #[cfg(feature = "oauth")]
 pub mod oauth;
 pub(crate) mod owned;
+#[cfg(feature = "proxy")]
+pub(crate) mod proxy;
 mod quickack;
+#[cfg(feature = "rustls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -153,7 +157,9 @@ impl HttpClient {
     /// stack, or a boxed service. A `reqwest::Client` goes through
     /// `HttpClient::from_reqwest` (feature `reqwest`).
     ///
-    /// The service is cloned for every request and only ever called. Redirects
+    /// The service is cloned for every request and only ever called. Proxies
+    /// and TLS trust are its business too: the owned client's proxy and root
+    /// settings never apply to it. Redirects
     /// are the service's business: a bare hyper client follows none, and this
     /// crate refuses the ones it sees (see [the crate docs](crate#redirects)); a stack with
     /// its own redirect layer is trusted to apply its own policy.

@@ -8,10 +8,12 @@ use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioTimer;
 use tokio_util::task::TaskTracker;
 
+#[cfg(feature = "proxy")]
+use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
-use super::{HttpClient, Ownership, RequestBody};
 #[cfg(feature = "rustls")]
-use crate::error::Error;
+use super::tls::{AlertConnector, Alerts, ClientIdentity, ServerAlert, Trust};
+use super::{HttpClient, Ownership, RequestBody};
 use crate::error::{BoxError, Result};
 
 /// Builds an owned [`HttpClient`].
@@ -20,6 +22,62 @@ use crate::error::{BoxError, Result};
 /// `hyper_util::client::legacy::Client` with connection pooling; its
 /// connection tasks run on a tracked executor, so
 /// [`HttpClient::connection_tasks`] tells when dropping it has released them.
+///
+/// # TLS trust
+///
+/// With the `rustls` feature (a default one), a server's certificate is
+/// trusted when it chains to one of: the Mozilla roots bundled by
+/// webpki-roots ([`built_in_roots`](Self::built_in_roots)); the system's
+/// roots, from `SSL_CERT_FILE` and
+/// `SSL_CERT_DIR` when they are set, as OpenSSL reads them, else from the
+/// platform's store ([`system_roots`](Self::system_roots),
+/// rustls-native-certs); the roots added with
+/// [`add_root_certificate`](Self::add_root_certificate). A server that
+/// asks for a client certificate (mTLS) gets the one given to
+/// [`client_identity`](Self::client_identity). A lent client's TLS is its
+/// lender's business.
+///
+/// # Proxies
+///
+/// With the `proxy` feature (a default one), the client goes through the
+/// proxies the environment names, read as curl reads them when the client
+/// is built: `HTTPS_PROXY` for `https` destinations, `HTTP_PROXY` for
+/// `http` ones, `ALL_PROXY` for both where those are unset, and `NO_PROXY`
+/// for the hosts that go direct (each variable upper case first, then lower
+/// case; all of them ignored in a CGI program, where `REQUEST_METHOD` is
+/// set). [`proxy`](Self::proxy) names one proxy instead and
+/// [`no_proxy`](Self::no_proxy) turns proxying off. An `https` destination
+/// is reached through a `CONNECT` tunnel, TLS running end to end to the
+/// target; a plain `http` one by sending the request to the proxy. Only
+/// `http://` proxies are spoken. Credentials in a proxy URL
+/// (`http://user:pass@proxy:3128`) go to the proxy alone, in
+/// `Proxy-Authorization`, and never show in `Debug`, errors or traces.
+/// A lent client ([`HttpClient::borrowed`]) never goes through these: its
+/// proxies are its lender's business.
+///
+/// Behind a corporate proxy and a private CA, with a client certificate:
+///
+/// ```no_run
+/// # #[cfg(all(feature = "proxy", feature = "rustls"))]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use mcp_scoped_http::HttpClient;
+///
+/// let client = HttpClient::builder()
+///     // Or nothing: HTTPS_PROXY and NO_PROXY are read by default.
+///     .proxy("http://agent:secret@proxy.corp.example:3128")
+///     .proxy_bypass("localhost, .internal.example")
+///     // Or nothing: the system's roots and SSL_CERT_FILE are trusted.
+///     .add_root_certificate(std::fs::read("corp-ca.der")?)
+///     .client_identity(std::fs::read("agent.pem")?, std::fs::read("agent.key")?)
+///     .build()?;
+/// # drop(client);
+/// # Ok(())
+/// # }
+/// # #[cfg(not(all(feature = "proxy", feature = "rustls")))]
+/// # fn main() {}
+/// ```
+///
+/// # Equality
 ///
 /// Two builders are equal (and hash alike) when their settings are: every
 /// setter's value, root certificates compared by their bytes. The TLS
@@ -50,6 +108,14 @@ struct Settings {
     extra_roots: Vec<Vec<u8>>,
     #[cfg(feature = "rustls")]
     built_in_roots: bool,
+    #[cfg(feature = "rustls")]
+    system_roots: bool,
+    #[cfg(feature = "rustls")]
+    client_identity: Option<ClientIdentity>,
+    #[cfg(feature = "proxy")]
+    proxy: ProxySetting,
+    #[cfg(feature = "proxy")]
+    proxy_bypass: Option<String>,
 }
 
 impl PartialEq for HttpClientBuilder {
@@ -86,6 +152,14 @@ impl HttpClientBuilder {
                 extra_roots: Vec::new(),
                 #[cfg(feature = "rustls")]
                 built_in_roots: true,
+                #[cfg(feature = "rustls")]
+                system_roots: true,
+                #[cfg(feature = "rustls")]
+                client_identity: None,
+                #[cfg(feature = "proxy")]
+                proxy: ProxySetting::Environment,
+                #[cfg(feature = "proxy")]
+                proxy_bypass: None,
             },
             #[cfg(feature = "rustls")]
             tls: Default::default(),
@@ -164,14 +238,89 @@ impl HttpClientBuilder {
         self
     }
 
-    /// Builds the client. Fails only on an invalid TLS root certificate.
+    /// Whether the system's roots are trusted: the files `SSL_CERT_FILE`
+    /// and `SSL_CERT_DIR` name when either is set (as OpenSSL reads them),
+    /// else the platform's store (on Linux the distribution's CA bundle,
+    /// where a corporate TLS-inspecting gateway's root is usually
+    /// installed). Default: true.
+    ///
+    /// They are read when the process builds its first client, and again
+    /// when either variable has changed since; a root that cannot be read is
+    /// skipped with a `tracing` warning.
+    #[cfg(feature = "rustls")]
+    pub fn system_roots(mut self, enabled: bool) -> Self {
+        self.settings.system_roots = enabled;
+        self.tls = Default::default();
+        self
+    }
+
+    /// The certificate chain (leaf first) and private key (PKCS#8, PKCS#1 or
+    /// SEC1), both PEM encoded, shown to a server that asks for a client
+    /// certificate (mTLS). Default: none.
+    ///
+    /// PEM that does not parse, or a key that does not go with the
+    /// certificate, fails [`build`](Self::build); neither shows in `Debug`
+    /// or in errors.
+    #[cfg(feature = "rustls")]
+    pub fn client_identity(
+        mut self,
+        cert_chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.client_identity = Some(ClientIdentity {
+            cert_chain_pem: cert_chain_pem.into(),
+            key_pem: key_pem.into(),
+        });
+        self.tls = Default::default();
+        self
+    }
+
+    /// Sends every request through the proxy at `url` (`http://host:port`,
+    /// with `user:password@` before the host if the proxy asks for them),
+    /// whatever the environment says; destinations named by
+    /// [`proxy_bypass`](Self::proxy_bypass) go direct. Default: the proxies
+    /// the environment names (see [the type's docs](Self#proxies)).
+    ///
+    /// An invalid URL, or a scheme other than `http`, fails
+    /// [`build`](Self::build) with an error that does not repeat the URL.
+    #[cfg(feature = "proxy")]
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.settings.proxy = ProxySetting::Explicit(ProxyUrl(url.into()));
+        self
+    }
+
+    /// No proxy for any destination, whatever the environment says.
+    #[cfg(feature = "proxy")]
+    pub fn no_proxy(mut self) -> Self {
+        self.settings.proxy = ProxySetting::Off;
+        self
+    }
+
+    /// The destinations that go direct, in `NO_PROXY`'s syntax: host names
+    /// (each with its subdomains; a leading dot is allowed), IP addresses,
+    /// networks (`10.0.0.0/8`), or `*` for all. It replaces the
+    /// environment's `NO_PROXY`. Default: `NO_PROXY` (or `no_proxy`) with
+    /// the environment's proxies, nothing with [`proxy`](Self::proxy).
+    #[cfg(feature = "proxy")]
+    pub fn proxy_bypass(mut self, hosts: impl Into<String>) -> Self {
+        self.settings.proxy_bypass = Some(hosts.into());
+        self
+    }
+
+    /// Builds the client. Fails only on an invalid setting: a TLS root
+    /// certificate or client identity that does not parse, a proxy URL this
+    /// client cannot use.
     pub fn build(&self) -> Result<HttpClient> {
         let tasks = TaskTracker::new();
-        let client = self.hyper_client(TrackedExecutor {
-            tasks: tasks.clone(),
-        })?;
+        let extras = self.extras()?;
+        let client = self.hyper_client_with(
+            TrackedExecutor {
+                tasks: tasks.clone(),
+            },
+            &extras,
+        )?;
         Ok(HttpClient::from_parts(
-            boxed(client),
+            boxed(client, extras),
             Ownership::Owned,
             Some(OwnedParts { tasks }),
         ))
@@ -186,7 +335,25 @@ impl HttpClientBuilder {
         })
     }
 
+    #[cfg(feature = "testkit")]
     fn hyper_client(&self, executor: TrackedExecutor) -> Result<Client<Connector, RequestBody>> {
+        self.hyper_client_with(executor, &self.extras()?)
+    }
+
+    fn extras(&self) -> Result<Extras> {
+        Ok(Extras {
+            #[cfg(feature = "proxy")]
+            proxies: proxy::proxies(&self.settings.proxy, self.settings.proxy_bypass.as_deref())?,
+            #[cfg(feature = "rustls")]
+            alerts: Alerts::default(),
+        })
+    }
+
+    fn hyper_client_with(
+        &self,
+        executor: TrackedExecutor,
+        #[allow(unused_variables)] extras: &Extras,
+    ) -> Result<Client<Connector, RequestBody>> {
         let mut http = HttpConnector::new();
         // MCP exchanges are small request/response pairs: Nagle only adds
         // latency to them.
@@ -195,6 +362,8 @@ impl HttpClientBuilder {
         http.set_keepalive(self.settings.tcp_keepalive);
         http.enforce_http(false);
         let http = QuickAckConnector::with_enabled(http, self.settings.tcp_quickack);
+        #[cfg(feature = "proxy")]
+        let http = ProxyConnector::new(http, extras.proxies.clone());
 
         #[cfg(feature = "rustls")]
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -203,6 +372,8 @@ impl HttpClientBuilder {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
+        #[cfg(feature = "rustls")]
+        let connector = AlertConnector::new(connector, extras.alerts.clone());
         #[cfg(not(feature = "rustls"))]
         let connector = http;
 
@@ -225,46 +396,78 @@ impl HttpClientBuilder {
 
     #[cfg(feature = "rustls")]
     fn new_tls_config(&self) -> Result<rustls::ClientConfig> {
-        use std::sync::Arc;
-
-        let mut roots = rustls::RootCertStore::empty();
-        if self.settings.built_in_roots {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        Trust {
+            built_in_roots: self.settings.built_in_roots,
+            system_roots: self.settings.system_roots,
+            extra_roots: &self.settings.extra_roots,
+            identity: self.settings.client_identity.as_ref(),
         }
-        for der in &self.settings.extra_roots {
-            roots
-                .add(rustls::pki_types::CertificateDer::from(der.clone()))
-                .map_err(|e| Error::builder("invalid root certificate").with_source(e))?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        Ok(rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::builder("TLS configuration").with_source(e))?
-            .with_root_certificates(roots)
-            .with_no_client_auth())
+        .client_config()
     }
 }
 
-fn boxed<C>(client: Client<C, RequestBody>) -> Box<super::SendFn>
+/// What an owned client's send function needs beside the hyper client.
+struct Extras {
+    /// Which destinations go through a proxy.
+    #[cfg(feature = "proxy")]
+    proxies: Proxies,
+    /// TLS alerts that explain a failed exchange.
+    #[cfg(feature = "rustls")]
+    alerts: Alerts,
+}
+
+fn boxed<C>(
+    client: Client<C, RequestBody>,
+    #[allow(unused_variables)] extras: Extras,
+) -> Box<super::SendFn>
 where
     C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
     // A hyper-util client is called through `&self`: no clone per request.
-    Box::new(move |request: http::Request<RequestBody>| {
+    #[allow(unused_mut)]
+    Box::new(move |mut request: http::Request<RequestBody>| {
+        #[cfg(feature = "proxy")]
+        let via = proxy::prepare(&extras.proxies, &mut request);
+        #[cfg(feature = "rustls")]
+        let (alerts, uri) = (extras.alerts.clone(), request.uri().clone());
         let response = client.request(request);
         Box::pin(async move {
-            let response = response.await.map_err(BoxError::from)?;
+            let response = match response.await {
+                Ok(response) => response,
+                Err(error) => {
+                    #[cfg(feature = "rustls")]
+                    if let Some(alert) = alerts.take(&uri) {
+                        return Err(ServerAlert::new(alert, error.into()).into());
+                    }
+                    return Err(error.into());
+                }
+            };
+            // A plain-http request the proxy refused: its error, naming the
+            // proxy, rather than a status the server never sent.
+            #[cfg(feature = "proxy")]
+            if let Some(proxy) = via {
+                if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                    return Err(proxy.auth_required().into());
+                }
+            }
             Ok::<_, BoxError>(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))
         })
     })
 }
 
+/// The TCP connector of an owned client: through a proxy or direct.
+#[cfg(feature = "proxy")]
+type Tcp = ProxyConnector;
+/// The TCP connector of an owned client.
+#[cfg(not(feature = "proxy"))]
+type Tcp = QuickAckConnector;
+
 /// The connector of an owned client.
 #[cfg(feature = "rustls")]
-pub(crate) type Connector = hyper_rustls::HttpsConnector<QuickAckConnector>;
+pub(crate) type Connector = AlertConnector<hyper_rustls::HttpsConnector<Tcp>>;
 /// The connector of an owned client.
 #[cfg(not(feature = "rustls"))]
-pub(crate) type Connector = QuickAckConnector;
+pub(crate) type Connector = Tcp;
 
 /// What only an owned client has.
 pub(super) struct OwnedParts {
@@ -321,6 +524,16 @@ mod tests {
             HttpClientBuilder::new().add_root_certificate(vec![1, 2, 3]),
             #[cfg(feature = "rustls")]
             HttpClientBuilder::new().built_in_roots(false),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().system_roots(false),
+            #[cfg(feature = "rustls")]
+            HttpClientBuilder::new().client_identity("cert", "key"),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().proxy("http://proxy:3128"),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().no_proxy(),
+            #[cfg(feature = "proxy")]
+            HttpClientBuilder::new().proxy_bypass("localhost"),
         ];
         let mut seen = HashSet::from([HttpClientBuilder::new()]);
         for variant in &variants {
@@ -336,5 +549,22 @@ mod tests {
             assert_ne!(root(vec![1, 2, 3]), root(vec![1, 2, 4]));
             assert!(seen.contains(&root(vec![1, 2, 3])));
         }
+    }
+}
+
+#[cfg(all(test, feature = "proxy"))]
+mod proxy_tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_a_proxy_without_its_credentials() {
+        let builder = HttpClientBuilder::new().proxy("http://USER:PASSWORD@proxy.example:3128");
+        for shown in [format!("{builder:?}"), format!("{builder:#?}")] {
+            assert!(!shown.contains("USER"), "{shown}");
+            assert!(!shown.contains("PASSWORD"), "{shown}");
+            assert!(shown.contains("proxy.example:3128"), "{shown}");
+        }
+        let client = builder.build().unwrap();
+        assert!(!format!("{client:?}").contains("PASSWORD"));
     }
 }

@@ -107,7 +107,11 @@ impl Future for QuickAckConnecting {
         // hyper-util's connect future is `Unpin` (it boxes its state).
         Pin::new(&mut self.inner)
             .poll(cx)
-            .map_ok(|io| QuickAckStream { io, quickack })
+            .map_ok(|io| QuickAckStream {
+                io,
+                quickack,
+                proxied: false,
+            })
     }
 }
 
@@ -116,9 +120,19 @@ impl Future for QuickAckConnecting {
 pub struct QuickAckStream {
     io: TokioIo<TcpStream>,
     quickack: bool,
+    /// Connected to an HTTP proxy (not tunnelled): hyper-util then sends
+    /// requests in absolute form.
+    proxied: bool,
 }
 
 impl QuickAckStream {
+    /// This connection goes to an HTTP proxy for its requests.
+    #[cfg(feature = "proxy")]
+    pub(super) fn into_proxied(mut self) -> Self {
+        self.proxied = true;
+        self
+    }
+
     fn acknowledge_now(&mut self) {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if self.quickack {
@@ -180,6 +194,6 @@ impl Write for QuickAckStream {
 
 impl Connection for QuickAckStream {
     fn connected(&self) -> Connected {
-        self.io.connected()
+        self.io.connected().proxy(self.proxied)
     }
 }

@@ -452,6 +452,10 @@ pub struct ServerConfig {
     pub delete_status: u16,
     /// Serve `https://` with this identity. Default `None` (plain HTTP).
     pub tls: Option<TlsIdentity>,
+    /// With [`tls`](Self::tls): require a client certificate issued by this
+    /// CA (DER), as an mTLS server does. Default `None` (no client
+    /// certificate asked for).
+    pub tls_client_ca: Option<Vec<u8>>,
     /// Scripted faults, matched in order. Default empty.
     pub faults: Vec<Fault>,
     /// Whether every request is kept for [`TestServer::requests`](super::TestServer::requests).
@@ -510,6 +514,7 @@ impl Default for ServerConfig {
             priming_event: true,
             delete_status: 200,
             tls: None,
+            tls_client_ca: None,
             faults: Vec::new(),
             record_requests: true,
             eras: Eras::Streamable2025,
@@ -614,6 +619,13 @@ impl ServerConfig {
     #[must_use]
     pub fn with_tls(mut self, tls: TlsIdentity) -> Self {
         self.tls = Some(tls);
+        self
+    }
+    /// Requires a client certificate issued by the CA `ca_der` (mTLS); with
+    /// [`with_tls`](Self::with_tls) only.
+    #[must_use]
+    pub fn with_client_ca(mut self, ca_der: Vec<u8>) -> Self {
+        self.tls_client_ca = Some(ca_der);
         self
     }
     /// Sets whether requests are recorded.

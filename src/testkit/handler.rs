@@ -52,8 +52,9 @@ const SERVER_REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// JSON-RPC error code of a server request left unanswered.
 const NO_ANSWER: i64 = -32000;
 
-/// Builds the TLS acceptor for `id` (ring provider, h2 and http/1.1 ALPN).
-pub(super) fn tls_acceptor(id: &TlsIdentity) -> TlsAcceptor {
+/// Builds the TLS acceptor for `id` (ring provider, h2 and http/1.1 ALPN),
+/// requiring a client certificate issued by `client_ca` when given.
+pub(super) fn tls_acceptor(id: &TlsIdentity, client_ca: Option<&[u8]>) -> TlsAcceptor {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = id
@@ -62,10 +63,26 @@ pub(super) fn tls_acceptor(id: &TlsIdentity) -> TlsAcceptor {
         .map(|c| CertificateDer::from(c.clone()))
         .collect();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(id.key_der.clone()));
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+    let cfg = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .expect("testkit: TLS protocol versions")
-        .with_no_client_auth()
+        .expect("testkit: TLS protocol versions");
+    let cfg = match client_ca {
+        None => cfg.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from(ca.to_vec()))
+                .expect("testkit: invalid client CA");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .expect("testkit: client certificate verifier");
+            cfg.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = cfg
         .with_single_cert(certs, key)
         .expect("testkit: invalid TLS identity");
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

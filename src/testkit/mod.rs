@@ -503,7 +503,10 @@ impl TestServer {
     /// identity is invalid.
     pub fn start(mut config: ServerConfig) -> TestServer {
         let (std_listener, addr) = serve::bind_loopback();
-        let tls = config.tls.as_ref().map(handler::tls_acceptor);
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|id| handler::tls_acceptor(id, config.tls_client_ca.as_deref()));
         let scheme = if tls.is_some() { "https" } else { "http" };
         let faults = std::mem::take(&mut config.faults)
             .into_iter()
