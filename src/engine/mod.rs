@@ -679,6 +679,8 @@ impl<F: Front> Engine<F> {
             let result = jsonrpc::result_value(&result, "initialize")?;
             let version = negotiated(&result, generation.era)?;
             generation.wire.set_protocol_version(version);
+            // Run in the call's span: the revision is known only now.
+            tracing::Span::current().record("mcp.protocol.version", version.as_str());
             Ok(result)
         };
         let result = call.run(read).await?;
