@@ -1,9 +1,9 @@
 //! Telemetry per OpenTelemetry's semantic conventions for MCP (status:
 //! development), through `tracing`.
 //!
-//! Each request the crate sends as a client (`initialize`, the discovery
-//! pages, every request of a [`Session`](crate::Session)) runs in an `INFO`
-//! span whose fields a `tracing-opentelemetry` layer exports as the
+//! Each request the crate sends as a client (`initialize` and
+//! `notifications/initialized`, the discovery pages, every request of a
+//! [`Session`](crate::Session)) runs in an `INFO` span whose fields a `tracing-opentelemetry` layer exports as the
 //! convention's client span:
 //!
 //! - its name, `otel.name`: `{mcp.method.name} {target}`, the target being
@@ -11,8 +11,9 @@
 //!   method alone. A resource URI is never part of the name (unbounded
 //!   cardinality, as the convention says); it is in `mcp.resource.uri`.
 //! - `otel.kind = "client"`;
-//! - the attributes [`METHOD_NAME`], [`SESSION_ID`] (only where the server
-//!   issued one: never in 2026-07-28), [`PROTOCOL_VERSION`] (once
+//! - the attributes [`METHOD_NAME`], [`SESSION_ID`] (only after
+//!   [`record_session_ids`], and where the server issued one: never in
+//!   2026-07-28), [`PROTOCOL_VERSION`] (once
 //!   negotiated), [`REQUEST_ID`], [`TOOL_NAME`], [`PROMPT_NAME`],
 //!   [`RESOURCE_URI`], [`OPERATION_NAME`] (`execute_tool` on a tool call),
 //!   [`NETWORK_TRANSPORT`] (`tcp`), [`NETWORK_PROTOCOL_NAME`] (`http`),
@@ -33,6 +34,8 @@
 //! [`OPERATION_DURATION`] and [`SESSION_DURATION`] histograms (unit `s`)
 //! are recorded on the global meter provider, under the meter named
 //! [`SCOPE`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -82,6 +85,22 @@ pub const SESSION_DURATION: &str = "mcp.client.session.duration";
 pub const TRACEPARENT: &str = "traceparent";
 /// The `_meta` key of the W3C trace state.
 pub const TRACESTATE: &str = "tracestate";
+
+/// Whether spans carry [`SESSION_ID`]: see [`record_session_ids`].
+static RECORD_SESSION_IDS: AtomicBool = AtomicBool::new(false);
+
+/// Puts the server's session id on each span as [`SESSION_ID`] (for this
+/// whole process, from now on), as the convention recommends. Off by
+/// default: a session id is a credential (whoever holds it speaks in the
+/// session), and the crate keeps it out of `tracing` (as out of `Debug`)
+/// unless the host says its telemetry may hold it.
+pub fn record_session_ids(on: bool) {
+    RECORD_SESSION_IDS.store(on, Ordering::Relaxed);
+}
+
+fn session_ids_recorded() -> bool {
+    RECORD_SESSION_IDS.load(Ordering::Relaxed)
+}
 
 /// `error.type` of a tool result with `isError: true`.
 const TOOL_ERROR: &str = "tool_error";
@@ -250,7 +269,7 @@ impl Call {
                 }
                 Target::None => {}
             }
-            if let Some(session_id) = &peer.session_id {
+            if let Some(session_id) = peer.session_id.as_ref().filter(|_| session_ids_recorded()) {
                 span.record("mcp.session.id", session_id.expose());
             }
             if let Some(version) = peer.protocol_version {
@@ -272,17 +291,14 @@ impl Call {
         }
     }
 
-    /// Records the session the request went to, once known (the
-    /// session id `initialize` got, the revision negotiated).
+    /// Records the session id `initialize` got, once its answer's head
+    /// is in (where [`record_session_ids`] allows it).
     pub(crate) fn session(&self, generation: &crate::engine::Generation) {
-        if self.span.is_disabled() {
+        if self.span.is_disabled() || !session_ids_recorded() {
             return;
         }
         if let Some(id) = generation.session_id() {
             self.span.record("mcp.session.id", id.expose());
-        }
-        if let Some(version) = generation.wire().protocol_version() {
-            self.span.record("mcp.protocol.version", version.as_str());
         }
     }
 
@@ -381,6 +397,13 @@ pub(crate) fn record_request_id(span: &Span, id: &RequestId) {
 pub(crate) trait Outcome {
     /// Whether it is a tool result with `isError: true`.
     fn is_tool_error(&self) -> bool;
+}
+
+/// A notification's: sent, or not.
+impl Outcome for () {
+    fn is_tool_error(&self) -> bool {
+        false
+    }
 }
 
 impl Outcome for Value {
@@ -552,10 +575,12 @@ mod otel {
     // (session/shared.rs, `request_meta`) is the one merge of extra `_meta`
     // fields; once it lands, these fields can go through it.
     pub(super) fn inject(span: &Span, params: Option<Value>) -> Option<Value> {
-        if span.is_disabled() {
-            return params;
-        }
-        let context = span.context();
+        // A request span filtered out still carries its caller's trace.
+        let context = if span.is_disabled() {
+            Span::current().context()
+        } else {
+            span.context()
+        };
         let mut fields = Map::new();
         opentelemetry::global::get_text_map_propagator(|propagator| {
             propagator.inject_context(&context, &mut Meta(&mut fields));

@@ -125,10 +125,8 @@ async fn connect(server: &TestServer) -> Session {
 #[test]
 fn a_tool_call_is_a_client_span_named_per_the_conventions() {
     let server = TestServer::start(ServerConfig::default());
-    let mut session_id = None;
     let capture = captured(async |_| {
         let session = connect(&server).await;
-        session_id = session.session_id().map(|id| id.expose().to_owned());
         let result = session
             .call_tool("tool-000", json!({"text": "hi"}))
             .await
@@ -141,8 +139,8 @@ fn a_tool_call_is_a_client_span_named_per_the_conventions() {
     assert_eq!(span.get("mcp.method.name"), Some("tools/call"));
     assert_eq!(span.get("gen_ai.tool.name"), Some("tool-000"));
     assert_eq!(span.get("gen_ai.operation.name"), Some("execute_tool"));
-    assert!(session_id.is_some());
-    assert_eq!(span.get("mcp.session.id"), session_id.as_deref());
+    // A credential: kept out of tracing unless the host opts in.
+    assert_eq!(span.get("mcp.session.id"), None);
     assert_eq!(
         span.get("mcp.protocol.version"),
         Some(ProtocolVersion::LATEST.as_str())
@@ -169,14 +167,38 @@ fn initialize_and_discovery_are_client_spans_too() {
     assert_eq!(initialize.get("otel.kind"), Some("client"));
     let id = request_id(&server, "initialize");
     assert_eq!(initialize.get("jsonrpc.request.id"), Some(id.as_str()));
-    assert!(initialize.get("mcp.session.id").is_some(), "{initialize:?}");
     assert_eq!(
         initialize.get("mcp.protocol.version"),
         Some(ProtocolVersion::LATEST.as_str())
     );
+    let initialized = capture.one("notifications/initialized");
+    assert_eq!(initialized.get("otel.kind"), Some("client"));
+    assert_eq!(initialized.get("jsonrpc.request.id"), None);
     let list = capture.one("tools/list");
     assert_eq!(list.get("mcp.method.name"), Some("tools/list"));
     assert_eq!(list.get("gen_ai.tool.name"), None);
+}
+
+/// The only test that opts in (the setting is the process's, and
+/// scenarios run one at a time).
+#[test]
+fn the_session_id_is_recorded_once_the_host_opts_in() {
+    let server = TestServer::start(ServerConfig::default());
+    let mut session_id = None;
+    let capture = captured(async |_| {
+        // Within the scenario's lock: no other test's session sees it.
+        mcp_scoped_http::telemetry::record_session_ids(true);
+        let session = connect(&server).await;
+        session_id = session.session_id().map(|id| id.expose().to_owned());
+        session.call_tool("tool-000", json!({})).await.unwrap();
+        session.close().await;
+        mcp_scoped_http::telemetry::record_session_ids(false);
+    });
+    assert!(session_id.is_some());
+    let span = capture.one("tools/call tool-000");
+    assert_eq!(span.get("mcp.session.id"), session_id.as_deref());
+    let initialize = capture.one("initialize");
+    assert_eq!(initialize.get("mcp.session.id"), session_id.as_deref());
 }
 
 #[test]

@@ -689,8 +689,8 @@ impl<F: Front> Engine<F> {
                 method: "notifications/initialized".into(),
                 params: None,
             };
-            self.notify(&generation, &initialized, deadline)
-                .instrument(tracing::debug_span!("mcp.initialized"))
+            let call = self.telemetry(Some(&generation), &initialized.method, None, None);
+            call.run(self.notify(&generation, &initialized, deadline))
                 .await?;
         }
         started.opening.established();
