@@ -307,6 +307,7 @@ mod queue;
 mod scope;
 mod session;
 mod sync;
+pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod transport;

@@ -29,6 +29,16 @@ impl Origin {
         })
     }
 
+    /// The host, lowercased (an IPv6 address in brackets).
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port, the scheme's default when the URL named none.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Parses a URL and takes its origin.
     pub(crate) fn parse(url: &str) -> Option<Origin> {
         Origin::of(&url.parse().ok()?)

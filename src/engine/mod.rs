@@ -52,9 +52,11 @@ use tracing::Instrument;
 pub(crate) use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{self, Message, Notification, Request, RequestId, Response};
+use crate::origin::Origin;
 pub(crate) use crate::scope::Opening;
 use crate::scope::{SessionsHandle, Spawner};
 use crate::sync::lock;
+use crate::telemetry::{Call, Peer};
 use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
 
 /// How a generation talks to its server.
@@ -328,6 +330,35 @@ impl<F: Front> Engine<F> {
         }
     }
 
+    /// The client span (and, with `otel`, the metric) of a request on
+    /// `generation`, or on the session in use when `None`; looked up only
+    /// if someone observes it.
+    pub(crate) fn telemetry(
+        &self,
+        generation: Option<&Arc<Generation>>,
+        method: &str,
+        params: Option<&Value>,
+        id: Option<&RequestId>,
+    ) -> Call {
+        Call::start(method, params, id, || {
+            let generation = generation.cloned().or_else(|| self.generation());
+            let wire = generation
+                .as_ref()
+                .map(|g| g.wire.clone())
+                .or_else(|| lock(&self.template).clone());
+            let origin = wire.as_ref().map(|wire| wire.origin());
+            Peer {
+                address: origin.map_or_else(String::new, |o| o.host().to_owned()),
+                port: origin.map(Origin::port),
+                session_id: generation.as_ref().and_then(|g| g.session_id()),
+                protocol_version: generation
+                    .as_ref()
+                    .and_then(|g| g.wire.protocol_version())
+                    .map(ProtocolVersion::as_str),
+            }
+        })
+    }
+
     /// The token cancelled when the front end closes.
     pub(crate) fn closing(&self) -> &tokio_util::sync::CancellationToken {
         self.spawner.token()
@@ -431,11 +462,20 @@ impl<F: Front> Engine<F> {
         send_initialized: bool,
         deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
+        // No generation yet: the endpoint's origin, no session id.
+        let call = self.telemetry(
+            None,
+            &request.method,
+            request.params.as_ref(),
+            Some(&request.id),
+        );
         let started = self
             .begin_open(request, deadline)
-            .instrument(tracing::debug_span!("mcp.initialize"))
-            .await?;
-        self.finish_open(started, send_initialized, deadline).await
+            .instrument(call.span().clone())
+            .await;
+        let started = call.unless_failed(started)?;
+        self.finish_open(started, call, send_initialized, deadline)
+            .await
     }
 
     /// Opens an HTTP+SSE (2024-11-05) session: the event stream first (the
@@ -471,12 +511,19 @@ impl<F: Front> Engine<F> {
             self.unend();
         });
         self.start_sse_reader(&generation, stream, stop);
+        let call = self.telemetry(
+            Some(&generation),
+            &request.method,
+            request.params.as_ref(),
+            Some(&request.id),
+        );
         let started = self
             .begin_open_on(generation, request, deadline)
-            .instrument(tracing::debug_span!("mcp.initialize"))
-            .await?;
+            .instrument(call.span().clone())
+            .await;
+        let started = call.unless_failed(started)?;
         let opened = self
-            .finish_open(started, send_initialized, deadline)
+            .finish_open(started, call, send_initialized, deadline)
             .await?;
         scopeguard::ScopeGuard::into_inner(attempt);
         Ok(opened)
@@ -566,27 +613,36 @@ impl<F: Front> Engine<F> {
         lock(&self.pending).clear();
     }
 
+    /// Reads the answer to `initialize` (in `call`'s span, which ends
+    /// with it) and sends `notifications/initialized`.
     async fn finish_open(
         self: &Arc<Self>,
         started: Started<F>,
+        call: Call,
         send_initialized: bool,
         deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let generation = started.generation;
-        let result = deadline
-            .run(started.waiter.read(&generation, started.answer))
-            .instrument(tracing::debug_span!("mcp.initialize"))
-            .await?;
-        let result = jsonrpc::result_value(&result, "initialize")?;
-        let version = negotiated(&result, generation.era)?;
-        generation.wire.set_protocol_version(version);
+        call.session(&generation);
+        let read = async {
+            let result = deadline
+                .run(started.waiter.read(&generation, started.answer))
+                .await?;
+            let result = jsonrpc::result_value(&result, "initialize")?;
+            let version = negotiated(&result, generation.era)?;
+            generation.wire.set_protocol_version(version);
+            // Run in the call's span: the revision is known only now.
+            tracing::Span::current().record("mcp.protocol.version", version.as_str());
+            Ok(result)
+        };
+        let result = call.run(read).await?;
         if send_initialized {
             let initialized = Notification {
                 method: "notifications/initialized".into(),
                 params: None,
             };
-            self.notify(&generation, &initialized, deadline)
-                .instrument(tracing::debug_span!("mcp.initialized"))
+            let call = self.telemetry(Some(&generation), &initialized.method, None, None);
+            call.run(self.notify(&generation, &initialized, deadline))
                 .await?;
         }
         started.opening.established();

@@ -457,13 +457,19 @@ impl<'a, F: Front> Lister<'a, F> {
         let account = self.account;
         for page in 1..=self.discovery.max_pages {
             let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+            let id = self.engine.next_id();
+            let call = self
+                .engine
+                .telemetry(None, kind.method(), params.as_ref(), Some(&id));
+            let params = call.inject(params);
             let request = Request {
-                id: self.engine.next_id(),
+                id,
                 method: kind.method().into(),
                 params,
             };
             let deadline = Deadline::after(self.page_timeout);
-            let result = match self.engine.call(&request, deadline, self.renew).await {
+            let page_call = call.run(self.engine.call(&request, deadline, self.renew));
+            let result = match page_call.await {
                 Ok(result) => result,
                 Err(e)
                     if self.probing

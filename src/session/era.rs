@@ -351,9 +351,8 @@ async fn initialize<F: Front>(
         method: "notifications/initialized".into(),
         params: None,
     };
-    engine
-        .notify(&generation, &initialized, plan.exchange())
-        .instrument(tracing::debug_span!("mcp.initialized"))
+    let call = engine.telemetry(Some(&generation), &initialized.method, None, None);
+    call.run(engine.notify(&generation, &initialized, plan.exchange()))
         .await
         .map_err(|e| e.in_phase(ConnectPhase::Initialized))?;
     Ok(Opened {

@@ -35,10 +35,11 @@ pub use options::{Progress, RequestOptions, ResumptionToken};
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{self, Message, Notification, Request, result_value};
+use crate::jsonrpc::{self, Message, Notification, Request, RequestId, result_value};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
+use crate::telemetry::Call;
 use crate::transport::{ProtocolVersion, SessionId, TransportKind};
 use discovery::ListKind;
 use front::SessionFront;
@@ -130,6 +131,9 @@ pub struct Session {
     request_timeout: Option<Duration>,
     // Only ever shown as an origin: a path or query may carry secrets.
     origin: String,
+    /// `mcp.client.session.duration`, recorded at close or drop.
+    #[cfg(feature = "otel")]
+    clock: crate::telemetry::SessionClock,
 }
 
 /// The `_meta` key of a request's progress token.
@@ -157,8 +161,15 @@ fn refuse_lifecycle(method: &str) -> Result<()> {
 impl Session {
     fn new(established: connect::Established, stack: GuardStack) -> Self {
         let counters = stack.counters().clone();
+        #[cfg(feature = "otel")]
+        let clock = crate::telemetry::SessionClock::start(
+            &established.origin,
+            Some(established.info.protocol_version.as_str()),
+        );
         established.engine.front.set_info(established.info);
         Session {
+            #[cfg(feature = "otel")]
+            clock,
             engine: established.engine,
             stack: Mutex::new(Some(stack)),
             notifications: Mutex::new(Some(established.notifications)),
@@ -387,15 +398,27 @@ impl Session {
         let progress_token = progress_route.as_ref().map(|(_, token)| token.clone());
         let params = shared::request_meta(params, extra)?;
         if self.engine.generation().is_some_and(|g| g.is_stateless()) {
+            // Its ids are made per round, and recorded there.
+            let call = self.telemetry(method, params.as_ref(), None);
+            let params = call.inject(params);
             // Read whole: its resultType decides what comes next. No
             // resumption tokens: 2026-07-28 has no resumption.
-            return stateless::request(&self.engine, method, params, Deadline::after(timeout))
-                .instrument(tracing::debug_span!("mcp.request", method))
+            return call
+                .run(stateless::request(
+                    &self.engine,
+                    method,
+                    params,
+                    Deadline::after(timeout),
+                ))
                 .await
                 .map(Answer::Read);
         }
+        let id = self.engine.next_id();
+        let call = self.telemetry(method, params.as_ref(), Some(&id));
+        // Trace context into `params._meta` (feature `otel`).
+        let params = call.inject(params);
         let request = Request {
-            id: self.engine.next_id(),
+            id,
             method: method.into(),
             params,
         };
@@ -404,11 +427,14 @@ impl Session {
         // One deadline for the whole request: its exchanges and a new
         // session it waits for.
         let deadline = Deadline::after(timeout);
-        self.engine
-            .call(&request, deadline, true)
-            .instrument(tracing::debug_span!("mcp.request", method))
+        call.run(self.engine.call(&request, deadline, true))
             .await
             .map(Answer::Raw)
+    }
+
+    /// The client span (and metric) of one request on this session.
+    fn telemetry(&self, method: &str, params: Option<&Value>, id: Option<&RequestId>) -> Call {
+        self.engine.telemetry(None, method, params, id)
     }
 
     /// Sends a notification, within the session's default timeout. Like a
@@ -637,6 +663,8 @@ impl Session {
                 ..Released::default()
             };
         }
+        #[cfg(feature = "otel")]
+        self.clock.stop();
         let span = tracing::info_span!("mcp.close", endpoint = %self.origin);
         stack.unwind().instrument(span).await
     }
@@ -646,6 +674,8 @@ impl Drop for Session {
     fn drop(&mut self) {
         // Requests still waiting for a session fail, the notification
         // receiver ends; the stack's own drop (next) releases the rest.
+        #[cfg(feature = "otel")]
+        self.clock.stop();
         self.engine.close();
         self.engine.front.close_sink();
         self.engine.front.events.close();

@@ -48,6 +48,7 @@ pub(super) async fn request(
             method: method.into(),
             params: params.clone(),
         };
+        crate::telemetry::record_request_id(&tracing::Span::current(), &request.id);
         let result = match engine.call_with(&request, &extra, deadline, false).await {
             Ok(result) => result_value(&result, method)?,
             Err(error)
