@@ -835,6 +835,7 @@ impl<F: Front> Engine<F> {
     /// The `clientInfo` and capabilities every later session's 2026-07-28
     /// requests carry in `_meta`: for a front end that learns them only
     /// from its caller's own `initialize` (the rmcp adapter).
+    #[cfg(feature = "rmcp")]
     pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
         let mut template = lock(&self.template);
         if let Some(current) = template.as_mut() {
@@ -843,6 +844,7 @@ impl<F: Front> Engine<F> {
     }
 
     /// The client new sessions go through, until close.
+    #[cfg(feature = "rmcp")]
     pub(crate) fn http_client(&self) -> Option<crate::client::HttpClient> {
         lock(&self.template)
             .as_ref()
