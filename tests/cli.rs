@@ -648,3 +648,26 @@ fn each_command_s_help_shows_only_the_options_it_uses() {
         );
     }
 }
+
+/// A server's text with DEL or C1 controls (a lone U+009B is a CSI to many
+/// terminals) stays one valid JSON line with --json, escaped the JSON way.
+#[test]
+fn json_output_with_c1_controls_stays_valid_json() {
+    let server = TestServer::start(ServerConfig::default());
+    // The test kit's tools echo their arguments in the result.
+    let output = cli(&[
+        "call",
+        &server.url(),
+        "tool-000",
+        r#"{"text":"csi \u009b[2J del \u007f"}"#,
+        "--json",
+    ]);
+    assert_exit(&output, 0);
+    let out = stdout(&output);
+    assert!(!out.contains(['\u{9b}', '\u{7f}']), "raw controls: {out:?}");
+    let result: Value = serde_json::from_str(out.trim()).expect("one JSON value");
+    assert_eq!(
+        result["structuredContent"]["arguments"]["text"], "csi \u{9b}[2J del \u{7f}",
+        "{out}"
+    );
+}

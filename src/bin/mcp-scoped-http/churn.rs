@@ -203,7 +203,7 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
             report["exchangesPerCycle"] = json!(recording.len());
             report["perCycleOverFloor"] = json!(ratio);
         }
-        out!("{report}");
+        crate::out_json(&report);
     } else {
         out!("{ours}");
         if let Some((floor, recording)) = &floor {

@@ -172,7 +172,7 @@ pub(crate) async fn probe(url: Option<String>, common: &Common) -> Outcome {
             "released": released_json(&released),
             "ledger": after,
         });
-        out!("{out}");
+        crate::out_json(&out);
     } else {
         out!("closed: {}", released_text(&released));
         out!(
@@ -236,7 +236,7 @@ pub(crate) async fn call(url: &str, tool: &str, args: Option<&str>, common: &Com
     let released = session.close().await;
     let result = outcome?;
     if common.json {
-        out!("{result}");
+        crate::out_json(&result);
     } else {
         print_result(&result);
     }

@@ -42,32 +42,10 @@ const MAX_IN_FLIGHT: usize = 64;
 /// One line on stdout: the JSON object with --json, else readable text.
 fn emit(json_mode: bool, line: &Value) {
     if json_mode {
-        emit_json(line);
+        crate::out_json(line);
     } else {
         out!("{}", readable(line));
     }
-}
-
-/// One JSON object on one line. serde_json escapes C0 controls; DEL and the
-/// C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to many
-/// terminals) it leaves raw, so they are escaped here, the JSON way: the
-/// line stays valid JSON and safe to show.
-fn emit_json(line: &Value) {
-    let text = line.to_string();
-    let safe = if text.contains(char::is_control) {
-        let mut safe = String::with_capacity(text.len() + 16);
-        for c in text.chars() {
-            if c.is_control() {
-                safe.push_str(&format!("\\u{:04x}", u32::from(c)));
-            } else {
-                safe.push(c);
-            }
-        }
-        safe
-    } else {
-        text
-    };
-    out!("{safe}");
 }
 
 /// `key=value` pairs, strings unquoted: who and what first, then the rest.
@@ -461,7 +439,7 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 Some(Input::Line(line)) => {
                     commands.spawn(command(fleet.clone(), unsupported.clone(), line));
                 }
-                Some(Input::TooLong) => emit_json(&json!({
+                Some(Input::TooLong) => crate::out_json(&json!({
                     "error": format!("a command line is at most {MAX_COMMAND_LINE} bytes")
                 })),
                 Some(Input::End) | None => {
@@ -470,8 +448,8 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 }
             },
             Some(joined) = commands.join_next() => match joined {
-                Ok(answer) => emit_json(&answer),
-                Err(_) => emit_json(&json!({"error": "the command failed"})),
+                Ok(answer) => crate::out_json(&answer),
+                Err(_) => crate::out_json(&json!({"error": "the command failed"})),
             },
             _ = hangup.recv() => reload = true,
             _ = watch.tick() => {
@@ -506,8 +484,8 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let report = fleet.shutdown().await;
     while let Some(joined) = commands.join_next().await {
         match joined {
-            Ok(answer) => emit_json(&answer),
-            Err(_) => emit_json(&json!({"error": "the command failed"})),
+            Ok(answer) => crate::out_json(&answer),
+            Err(_) => crate::out_json(&json!({"error": "the command failed"})),
         }
     }
     drop(events);

@@ -17,6 +17,30 @@ macro_rules! out {
     }};
 }
 
+/// One JSON value on one line of stdout. serde_json escapes C0 controls;
+/// DEL and the C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to
+/// many terminals) it leaves raw, so they are escaped here, the JSON way:
+/// the line stays valid JSON and safe to show (`out!` would escape them
+/// Rust's way, `\u{9b}`, which no JSON parser reads).
+pub(crate) fn out_json(value: &serde_json::Value) {
+    use std::io::Write as _;
+    let text = value.to_string();
+    let safe = if text.contains(char::is_control) {
+        let mut safe = String::with_capacity(text.len() + 16);
+        for c in text.chars() {
+            if c.is_control() {
+                safe.push_str(&format!("\\u{:04x}", u32::from(c)));
+            } else {
+                safe.push(c);
+            }
+        }
+        safe
+    } else {
+        text
+    };
+    let _ = writeln!(std::io::stdout().lock(), "{safe}");
+}
+
 /// `text` with every control character but newline and tab written as a
 /// visible `\u{..}` escape: names, results and error messages come from
 /// the server, and a hostile one could otherwise send escape sequences to
