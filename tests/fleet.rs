@@ -10,29 +10,9 @@ use std::time::{Duration, Instant};
 use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerShutdown, ServerSpec, SlotState};
 use serde_json::json;
 use support::baseline::World;
+use support::fleet::*;
 use support::*;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-
-const MS: Duration = Duration::from_millis(1);
-const SETTLE: Duration = Duration::from_secs(5);
-
-/// Short backoff (5 ms doubling to 50 ms), no health pings unless a test
-/// asks for them.
-fn fleet() -> Fleet {
-    Fleet::builder()
-        .backoff(Backoff::new(5 * MS, 50 * MS))
-        .health_interval(None)
-        .shutdown_timeout(SETTLE)
-        .build()
-}
-
-fn spec(server: &TestServer) -> ServerSpec {
-    ServerSpec::new(server.url())
-        .bearer("fleet-token")
-        .connect_timeout(SETTLE)
-        .request_timeout(SETTLE)
-        .delete_timeout(500 * MS)
-}
 
 /// A URL on which nothing listens: connections are refused.
 fn refused_url() -> String {
@@ -47,12 +27,6 @@ fn attempt(fleet: &Fleet, server: &str) -> u32 {
         .state(server)
         .and_then(|state| state.attempt())
         .unwrap_or(0)
-}
-
-fn is(fleet: &Fleet, server: &str, name: &str) -> bool {
-    fleet
-        .state(server)
-        .is_some_and(|state| state.name() == name)
 }
 
 /// POSTs to `server` fail below HTTP (the connection closes): the server
@@ -71,23 +45,6 @@ fn ours(server: &TestServer) -> Vec<RecordedRequest> {
         .into_iter()
         .filter(|r| r.header("x-caller") != Some("own"))
         .collect()
-}
-
-/// Shuts the fleet down, lets the reaper finish, and checks the baseline
-/// against `server` (and that every session of the `others` was DELETEd
-/// once).
-async fn finish(fleet: Fleet, world: &World, others: &[&TestServer], context: &str) {
-    fleet.shutdown().await;
-    drop(fleet);
-    mcp_scoped_http::shutdown().await;
-    for other in others {
-        assert_each_session_deleted_once(other, context).await;
-    }
-    let log = assert_each_session_deleted_once(&world.server, context).await;
-    world
-        .baseline
-        .check(&world.server, deletes_owed(&log))
-        .await;
 }
 
 #[test]

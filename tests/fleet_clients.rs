@@ -9,33 +9,13 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec, SlotState};
+use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerSpec, SlotState};
 use mcp_scoped_http::{Connector, HeaderHook, HttpClient, HttpClientBuilder};
 use serde_json::json;
 use support::baseline::World;
+use support::fleet::*;
 use support::*;
-
-const MS: Duration = Duration::from_millis(1);
-const SETTLE: Duration = Duration::from_secs(5);
-
-/// Short backoff, no health pings.
-fn fleet() -> Fleet {
-    Fleet::builder()
-        .backoff(Backoff::new(5 * MS, 50 * MS))
-        .health_interval(None)
-        .shutdown_timeout(SETTLE)
-        .build()
-}
-
-fn spec(server: &TestServer) -> ServerSpec {
-    ServerSpec::new(server.url())
-        .bearer("fleet-token")
-        .connect_timeout(SETTLE)
-        .request_timeout(SETTLE)
-        .delete_timeout(500 * MS)
-}
 
 /// Client settings other than the defaults (a value built anew each time:
 /// equal settings, never the same value).
@@ -49,29 +29,6 @@ fn owned_clients() -> usize {
 
 fn all_ready(fleet: &Fleet) -> bool {
     fleet.states().values().all(SlotState::is_ready)
-}
-
-fn is(fleet: &Fleet, server: &str, name: &str) -> bool {
-    fleet
-        .state(server)
-        .is_some_and(|state| state.name() == name)
-}
-
-/// Shuts the fleet down, lets the reaper finish, and checks the baseline
-/// against the world's server (and that every session of the `others` was
-/// DELETEd once).
-async fn finish(fleet: Fleet, world: &World, others: &[&TestServer], context: &str) {
-    fleet.shutdown().await;
-    drop(fleet);
-    mcp_scoped_http::shutdown().await;
-    for other in others {
-        assert_each_session_deleted_once(other, context).await;
-    }
-    let log = assert_each_session_deleted_once(&world.server, context).await;
-    world
-        .baseline
-        .check(&world.server, deletes_owed(&log))
-        .await;
 }
 
 #[test]

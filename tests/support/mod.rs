@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod baseline;
+pub mod fleet;
 pub mod oauth;
 pub mod server_process;
 
