@@ -429,20 +429,7 @@ fn child(target: &TestServer, vars: &[(&str, &str)]) -> (bool, String) {
         command.env_remove(name);
     }
     command.envs(vars.iter().copied());
-    let mut child = command.spawn().unwrap();
-    let deadline = Instant::now() + CHILD_RUN;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child ran longer than {CHILD_RUN:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text)
+    run_child(command, CHILD_RUN)
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcp_scoped_http::testkit::TlsIdentity;
 use mcp_scoped_http::wire::StreamableHttp;
@@ -214,20 +214,7 @@ fn child(server: &TestServer, vars: &[(&str, &Path)]) -> (bool, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command.envs(vars.iter().copied());
-    let mut child = command.spawn().unwrap();
-    let deadline = Instant::now() + CHILD_RUN;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child ran longer than {CHILD_RUN:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text)
+    run_child(command, CHILD_RUN)
 }
 
 /// A directory of this test's own, removed on drop.

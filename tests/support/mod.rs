@@ -208,3 +208,22 @@ pub async fn assert_each_session_deleted_once(
 pub fn deletes_owed(log: &[SessionRecord]) -> usize {
     log.iter().map(|r| r.deletes).sum()
 }
+
+/// Runs `command` (its output piped) to its end, killing it if it runs
+/// longer than `within`: whether it succeeded, and its stdout and stderr.
+pub fn run_child(mut command: std::process::Command, within: Duration) -> (bool, String) {
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child ran longer than {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
