@@ -70,22 +70,6 @@ fn readable(line: &Value) -> String {
         .join(" ")
 }
 
-/// An error with its causes ("HTTP transport failed: ... connection
-/// refused"), each said once.
-fn describe(error: &mcp_scoped_http::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
     let mut line = json!({"server": server, "state": state.name()});
     match state {
@@ -107,7 +91,7 @@ fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
         _ => {}
     }
     if let Some(error) = state.error() {
-        line["error"] = json!(describe(error));
+        line["error"] = json!(crate::with_causes(error));
     }
     line
 }
@@ -328,7 +312,9 @@ async fn answer(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, 
         };
         return match outcome {
             Ok(result) => json!({"server": server, "tool": tool, "result": result}),
-            Err(error) => json!({"server": server, "tool": tool, "error": describe(&error)}),
+            Err(error) => {
+                json!({"server": server, "tool": tool, "error": crate::with_causes(&error)})
+            }
         };
     }
     if let Some(server) = command.get("reconnect") {
@@ -337,7 +323,7 @@ async fn answer(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, 
         };
         return match fleet.reconnect(server) {
             Ok(()) => json!({"reconnect": server, "ok": true}),
-            Err(error) => json!({"reconnect": server, "error": describe(&error)}),
+            Err(error) => json!({"reconnect": server, "error": crate::with_causes(&error)}),
         };
     }
     if command.contains_key("status") {

@@ -97,19 +97,25 @@ impl Failure {
     /// A library error during `phase`, with what it says about the HTTP
     /// status or JSON-RPC code.
     pub(crate) fn at(phase: phase::Phase, error: &mcp_scoped_http::Error) -> Self {
-        let mut message = format!("{phase} failed: {error}");
-        // The causes below the library's own words ("connection refused").
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            let cause_text = cause.to_string();
-            if !message.contains(&cause_text) {
-                message.push_str(": ");
-                message.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
+        let message = format!("{phase} failed: {}", with_causes(error));
         Failure::Server(message)
     }
+}
+
+/// An error with the causes below the library's own words ("connection
+/// refused", an I/O error's text), each said once.
+pub(crate) fn with_causes(error: &mcp_scoped_http::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 pub(crate) type Outcome = Result<(), Failure>;
