@@ -245,3 +245,139 @@ fn ssl_cert_file_and_ssl_cert_dir_are_trusted_by_default() {
     assert!(ok, "SSL_CERT_DIR: {output}");
     assert_eq!(seen(&server, "initialize").len(), 2);
 }
+
+// The trust store's bounds (issue 26, item 9): `SSL_CERT_FILE` and
+// `SSL_CERT_DIR` are read only for `https`, never whatever they name to its
+// end, and a path that could block is refused without being read.
+
+/// How long a child whose trust store is hostile may run: it must be quick.
+const HOSTILE_RUN: Duration = Duration::from_secs(20);
+
+/// A FIFO in `dir`, with no writer (opening it to read blocks).
+fn fifo(dir: &TempDir) -> PathBuf {
+    let path = dir.0.join("fifo.pem");
+    let made = Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    path
+}
+
+fn temp_dir(name: &str) -> TempDir {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("mcp-scoped-http-tls-{name}-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    dir
+}
+
+/// [`child`], bounded by [`HOSTILE_RUN`].
+fn hostile_child(server: &TestServer, vars: &[(&str, &Path)]) -> (bool, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child_connects_with_the_defaults", "--nocapture"])
+        .env(CHILD_TARGET, server.url())
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.envs(vars.iter().copied());
+    run_child(command, HOSTILE_RUN)
+}
+
+#[test]
+fn an_http_client_never_reads_the_trust_store() {
+    let server = TestServer::start(ServerConfig::default());
+    let dir = temp_dir("http-fifo");
+    let fifo = fifo(&dir);
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_FILE", &fifo)]);
+    assert!(ok, "{output}");
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_FILE", Path::new("/dev/zero"))]);
+    assert!(ok, "{output}");
+    assert_eq!(seen(&server, "initialize").len(), 2);
+}
+
+#[test]
+fn a_trust_store_that_is_not_a_regular_file_is_refused_in_words() {
+    let (server, _) = tls_server_with(ServerConfig::default());
+    let dir = temp_dir("not-regular");
+    let fifo = fifo(&dir);
+    for path in [Path::new("/dev/zero"), &fifo, &dir.0] {
+        let (ok, output) = hostile_child(&server, &[("SSL_CERT_FILE", path)]);
+        assert!(!ok, "{output}");
+        let words = format!(
+            "SSL_CERT_FILE names {}, which is not a regular file",
+            path.display()
+        );
+        assert!(output.contains(&words), "{words}: {output}");
+    }
+    assert!(seen(&server, "initialize").is_empty());
+}
+
+#[test]
+fn a_trust_store_past_its_size_is_refused_naming_the_limit() {
+    let (server, cert) = tls_server_with(ServerConfig::default());
+    let dir = temp_dir("over-size");
+    let big = dir.0.join("big.pem");
+    // Sparse: the test costs no disk.
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(mcp_scoped_http::client::MAX_TRUST_STORE_BYTES + 1)
+        .unwrap();
+    drop(file);
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_FILE", &big)]);
+    assert!(!ok, "{output}");
+    assert!(output.contains("MAX_TRUST_STORE_BYTES"), "{output}");
+    assert!(output.contains(&big.display().to_string()), "{output}");
+
+    // Just under the limit, with the CA at its start, is read and trusted.
+    let mut pem = cert.pem().into_bytes();
+    pem.resize(
+        mcp_scoped_http::client::MAX_TRUST_STORE_BYTES as usize,
+        b'\n',
+    );
+    let at_limit = dir.0.join("at-limit.pem");
+    std::fs::write(&at_limit, pem).unwrap();
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_FILE", &at_limit)]);
+    assert!(ok, "{output}");
+    assert_eq!(seen(&server, "initialize").len(), 1);
+}
+
+#[test]
+fn a_certificate_directory_past_its_file_count_is_refused() {
+    let (server, cert) = tls_server_with(ServerConfig::default());
+    let dir = temp_dir("many-files");
+    let certs = dir.0.join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::write(certs.join("ca.pem"), cert.pem()).unwrap();
+    for i in 0..mcp_scoped_http::client::MAX_TRUST_STORE_FILES - 1 {
+        std::fs::write(certs.join(format!("filler-{i}.txt")), "").unwrap();
+    }
+    // At the limit: trusted.
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_DIR", &certs)]);
+    assert!(ok, "{output}");
+    // One past: refused, whatever order the directory lists.
+    std::fs::write(certs.join("one-more.txt"), "").unwrap();
+    let (ok, output) = hostile_child(&server, &[("SSL_CERT_DIR", &certs)]);
+    assert!(!ok, "{output}");
+    assert!(output.contains("MAX_TRUST_STORE_FILES"), "{output}");
+    assert!(output.contains(&certs.display().to_string()), "{output}");
+    assert_eq!(seen(&server, "initialize").len(), 1);
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn probe_of_an_http_url_returns_whatever_ssl_cert_file_names() {
+    let server = TestServer::start(ServerConfig::default());
+    let dir = temp_dir("cli-fifo");
+    let fifo = fifo(&dir);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command
+        .args(["probe", &server.url(), "--timeout", "2"])
+        .env("SSL_CERT_FILE", &fifo)
+        .env_remove("SSL_CERT_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (ok, output) = run_child(command, HOSTILE_RUN);
+    assert!(ok, "{output}");
+    assert_eq!(seen(&server, "initialize").len(), 1);
+}

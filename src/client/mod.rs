@@ -35,6 +35,8 @@ pub use hooks::{HeaderHook, HookHandle, HookId, HookInfo, HookOwner, ScopeId};
 pub use owned::HttpClientBuilder;
 use owned::OwnedParts;
 pub use quickack::{QuickAckConnecting, QuickAckConnector, QuickAckStream};
+#[cfg(feature = "rustls")]
+pub use tls::{MAX_TRUST_STORE_BYTES, MAX_TRUST_STORE_FILES, TrustStoreError};
 
 use crate::error::{BoxError, Error, Result};
 use crate::ledger::{Count, Counters, Field, Ledger};

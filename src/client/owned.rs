@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
 #[cfg(feature = "rustls")]
-use super::tls::{AlertConnector, Alerts, ClientIdentity, ServerAlert, Trust};
+use super::tls::{AlertConnector, Alerts, ClientIdentity, LazyHttps, LazyTls, ServerAlert};
 use super::{HttpClient, Ownership, RequestBody};
 use crate::error::{BoxError, Result};
 
@@ -37,6 +37,13 @@ use crate::error::{BoxError, Result};
 /// [`client_identity`](Self::client_identity). A lent client's TLS is its
 /// lender's business.
 ///
+/// The system's roots are read when a client makes its first `https`
+/// connection, inside that connection's deadline, never for `http://`
+/// targets; `SSL_CERT_FILE` and `SSL_CERT_DIR` within
+/// [`MAX_TRUST_STORE_BYTES`](crate::client::MAX_TRUST_STORE_BYTES) and
+/// [`MAX_TRUST_STORE_FILES`](crate::client::MAX_TRUST_STORE_FILES), and only
+/// regular files (see [`system_roots`](Self::system_roots)).
+///
 /// # Proxies
 ///
 /// With the `proxy` feature (a default one), the client goes through the
@@ -52,8 +59,14 @@ use crate::error::{BoxError, Result};
 /// `http://` proxies are spoken. Credentials in a proxy URL
 /// (`http://user:pass@proxy:3128`) go to the proxy alone, in
 /// `Proxy-Authorization`, and never show in `Debug`, errors or traces.
-/// A lent client ([`HttpClient::borrowed`]) never goes through these: its
-/// proxies are its lender's business.
+/// A proxy URL (from the builder or any of the variables) that does not
+/// parse, has an invalid port (past 65535, two of them) or no host, or a
+/// scheme other than `http`, fails [`build`](Self::build) with an error
+/// naming the variable (never its credentials): no request is sent, neither
+/// direct nor anywhere else. Proxy URLs are read with the parser targets
+/// are read with (WHATWG), so where a request goes is where that parser
+/// says. A lent client ([`HttpClient::borrowed`]) never goes through these:
+/// its proxies are its lender's business.
 ///
 /// Behind a corporate proxy and a private CA, with a client certificate:
 ///
@@ -91,7 +104,7 @@ pub struct HttpClientBuilder {
     /// The TLS configuration, built once for every client this builder (or
     /// a clone of it) builds; a TLS setter starts a new one.
     #[cfg(feature = "rustls")]
-    tls: std::sync::Arc<std::sync::OnceLock<rustls::ClientConfig>>,
+    tls: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<LazyTls>>>,
 }
 
 /// Every setting of a builder, and nothing else: equality and hashing
@@ -244,9 +257,18 @@ impl HttpClientBuilder {
     /// where a corporate TLS-inspecting gateway's root is usually
     /// installed). Default: true.
     ///
-    /// They are read when the process builds its first client, and again
-    /// when either variable has changed since; a root that cannot be read is
-    /// skipped with a `tracing` warning.
+    /// They are read when a client makes its first `https` connection
+    /// (never for `http://` targets), inside that connection's deadline,
+    /// once per process and again when either variable has changed since.
+    /// A root file that cannot be opened is skipped with a `tracing`
+    /// warning. A path that is not a regular file (a FIFO, a device, a
+    /// directory for `SSL_CERT_FILE`), or a trust store past
+    /// [`MAX_TRUST_STORE_BYTES`](crate::client::MAX_TRUST_STORE_BYTES) or
+    /// [`MAX_TRUST_STORE_FILES`](crate::client::MAX_TRUST_STORE_FILES), is
+    /// refused without being read: the client's `https` connections fail
+    /// with a [`TrustStoreError`](crate::client::TrustStoreError) naming the
+    /// variable and the path (the client keeps that outcome; build another
+    /// once it is fixed).
     #[cfg(feature = "rustls")]
     pub fn system_roots(mut self, enabled: bool) -> Self {
         self.settings.system_roots = enabled;
@@ -281,8 +303,9 @@ impl HttpClientBuilder {
     /// [`proxy_bypass`](Self::proxy_bypass) go direct. Default: the proxies
     /// the environment names (see [the type's docs](Self#proxies)).
     ///
-    /// An invalid URL, or a scheme other than `http`, fails
-    /// [`build`](Self::build) with an error that does not repeat the URL.
+    /// An invalid URL (an invalid port, no host), or a scheme other than
+    /// `http`, fails [`build`](Self::build) with an error that does not
+    /// repeat the URL.
     #[cfg(feature = "proxy")]
     pub fn proxy(mut self, url: impl Into<String>) -> Self {
         self.settings.proxy = ProxySetting::Explicit(ProxyUrl(url.into()));
@@ -308,8 +331,8 @@ impl HttpClientBuilder {
     }
 
     /// Builds the client. Fails only on an invalid setting: a TLS root
-    /// certificate or client identity that does not parse, a proxy URL this
-    /// client cannot use.
+    /// certificate or client identity that does not parse, a proxy URL (set
+    /// here or in the environment) this client cannot use.
     pub fn build(&self) -> Result<HttpClient> {
         let tasks = TaskTracker::new();
         let extras = self.extras()?;
@@ -366,12 +389,7 @@ impl HttpClientBuilder {
         let http = ProxyConnector::new(http, extras.proxies.clone());
 
         #[cfg(feature = "rustls")]
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(self.tls_config()?.clone())
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        let connector = LazyHttps::new(http, self.tls_config()?.clone());
         #[cfg(feature = "rustls")]
         let connector = AlertConnector::new(connector, extras.alerts.clone());
         #[cfg(not(feature = "rustls"))]
@@ -386,7 +404,7 @@ impl HttpClientBuilder {
     }
 
     #[cfg(feature = "rustls")]
-    fn tls_config(&self) -> Result<&rustls::ClientConfig> {
+    fn tls_config(&self) -> Result<&std::sync::Arc<LazyTls>> {
         if let Some(config) = self.tls.get() {
             return Ok(config);
         }
@@ -395,14 +413,14 @@ impl HttpClientBuilder {
     }
 
     #[cfg(feature = "rustls")]
-    fn new_tls_config(&self) -> Result<rustls::ClientConfig> {
-        Trust {
-            built_in_roots: self.settings.built_in_roots,
-            system_roots: self.settings.system_roots,
-            extra_roots: &self.settings.extra_roots,
-            identity: self.settings.client_identity.as_ref(),
-        }
-        .client_config()
+    fn new_tls_config(&self) -> Result<std::sync::Arc<LazyTls>> {
+        LazyTls::new(
+            self.settings.built_in_roots,
+            self.settings.system_roots,
+            self.settings.extra_roots.clone(),
+            self.settings.client_identity.clone(),
+        )
+        .map(std::sync::Arc::new)
     }
 }
 
@@ -464,7 +482,7 @@ type Tcp = QuickAckConnector;
 
 /// The connector of an owned client.
 #[cfg(feature = "rustls")]
-pub(crate) type Connector = AlertConnector<hyper_rustls::HttpsConnector<Tcp>>;
+pub(crate) type Connector = AlertConnector<LazyHttps<Tcp>>;
 /// The connector of an owned client.
 #[cfg(not(feature = "rustls"))]
 pub(crate) type Connector = Tcp;
