@@ -406,7 +406,11 @@ async fn child_connects_with_the_defaults() {
     let Ok(target) = std::env::var(CHILD_TARGET) else {
         return;
     };
-    let wire = StreamableHttp::new(HttpClient::owned().unwrap(), &target).unwrap();
+    let client = match HttpClient::owned() {
+        Ok(client) => client,
+        Err(error) => panic!("CHILD FAILED: {error}"),
+    };
+    let wire = StreamableHttp::new(client, &target).unwrap();
     if let Err(error) = wire.request(initialize_request(1, "2025-11-25")).await {
         panic!("CHILD FAILED: {error}");
     }
@@ -416,11 +420,16 @@ async fn child_connects_with_the_defaults() {
 /// Runs [`child_connects_with_the_defaults`] against `target` with `vars`
 /// (and no other proxy variable); its success and its output.
 fn child(target: &TestServer, vars: &[(&str, &str)]) -> (bool, String) {
+    child_to(&target.url(), vars)
+}
+
+/// [`child`], to the endpoint `url`.
+fn child_to(url: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args(["--exact", "child_connects_with_the_defaults"])
         .args(["--include-ignored", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_TARGET, target.url())
+        .env(CHILD_TARGET, url)
         .env_remove("REQUEST_METHOD")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -473,4 +482,136 @@ async fn no_proxy_in_the_environment_sends_a_destination_direct() {
         assert!(ok, "{no_proxy:?}: {output}");
     }
     assert_eq!(seen(&server, "initialize").len(), 2);
+}
+
+// Malformed proxy URLs: refused, never ignored nor misread. No proxy.py
+// needed: nothing may be sent at all.
+
+/// Proxy URLs no request may be sent through, each with the password
+/// `PASSWORD`: a port past 65535 (read as port 80 by `http::Uri`), two
+/// ports, an unclosed `[`, another scheme, no host.
+const MALFORMED: [&str; 6] = [
+    "http://agent:PROXY-PASSWORD-SECRET@127.0.0.1:99999",
+    "http://agent:PROXY-PASSWORD-SECRET@127.0.0.1:3128:1",
+    "http://agent:PROXY-PASSWORD-SECRET@[::1:3128",
+    "socks5://agent:PROXY-PASSWORD-SECRET@127.0.0.1:1080",
+    "http://agent:PROXY-PASSWORD-SECRET@:3128",
+    "http://agent:PROXY-PASSWORD-SECRET@",
+];
+
+/// A listener on `address` that accepts (and closes) connections on a
+/// thread of its own and counts them, until dropped.
+struct Watch {
+    address: std::net::SocketAddr,
+    accepted: std::sync::Arc<AtomicU32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn bind(address: &str) -> std::io::Result<Watch> {
+        let listener = std::net::TcpListener::bind(address)?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let accepted = std::sync::Arc::new(AtomicU32::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let (accepted, stop) = (accepted.clone(), stop.clone());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok(_) => drop(accepted.fetch_add(1, Ordering::Relaxed)),
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            }
+        });
+        Ok(Watch {
+            address,
+            accepted,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Connections accepted so far, counting those still in the backlog.
+    fn accepted(&self) -> u32 {
+        // One more turn of the accept loop picks up a pending connection.
+        let seen = self.accepted.load(Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline && self.accepted.load(Ordering::Relaxed) == seen {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.accepted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The error names `source`, and shows neither the password nor the URL.
+fn assert_names(text: &str, source: &str, url: &str) {
+    assert!(text.contains(source), "{url}: {text}");
+    assert!(
+        !text.contains(PASSWORD),
+        "{url}: the password shown: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_proxy_on_the_builder_fails_the_build_and_sends_nothing() {
+    let target = Watch::bind("127.0.0.1:0").unwrap();
+    // Where `:99999` was misread to; on a machine that lets us listen there.
+    let port_80 = Watch::bind("127.0.0.1:80").ok();
+    for url in MALFORMED {
+        let built = HttpClient::builder().proxy(url).build();
+        let error = match built {
+            Ok(client) => {
+                // Still nothing may leave: try, then count below.
+                let endpoint = format!("http://{}/mcp", target.address);
+                let wire = StreamableHttp::new(client, &endpoint).unwrap();
+                let sent = wire.request(initialize_request(1, "2025-11-25")).await;
+                panic!("{url}: built, and the request gave {sent:?}");
+            }
+            Err(error) => error,
+        };
+        assert!(error.is_builder(), "{url}: {error:?}");
+        assert_names(&format!("{error} {error:?}"), "proxy", url);
+    }
+    assert_eq!(target.accepted(), 0);
+    if let Some(port_80) = port_80 {
+        assert_eq!(port_80.accepted(), 0);
+    }
+}
+
+#[test]
+fn a_malformed_proxy_in_the_environment_fails_naming_the_variable_and_sends_nothing() {
+    let target = Watch::bind("127.0.0.1:0").unwrap();
+    let port_80 = Watch::bind("127.0.0.1:80").ok();
+    let endpoint = format!("http://{}/mcp", target.address);
+    for variable in &VARIABLES[..6] {
+        for url in MALFORMED {
+            let (ok, output) = child_to(&endpoint, &[(variable, url)]);
+            assert!(!ok, "{variable}={url}: {output}");
+            assert!(
+                output.contains("CHILD FAILED"),
+                "{variable}={url}: {output}"
+            );
+            assert_names(&output, &format!("{variable} "), url);
+            assert!(
+                output.contains("not a valid URL") || output.contains("not supported"),
+                "{variable}={url}: {output}"
+            );
+        }
+    }
+    assert_eq!(target.accepted(), 0);
+    if let Some(port_80) = port_80 {
+        assert_eq!(port_80.accepted(), 0);
+    }
 }

@@ -64,75 +64,120 @@ pub(super) type Proxies = Option<Arc<Matcher>>;
 
 /// The rules for `setting`, with `bypass` (`NO_PROXY` syntax) in place of
 /// the environment's `NO_PROXY` when given.
+///
+/// Every proxy URL is checked here, when the client is built: one that does
+/// not parse, has an invalid port or no host, or a scheme other than
+/// `http`, fails the build with an error naming where it came from (the
+/// variable, or the builder), so no request is sent anywhere, neither
+/// direct nor to a host the URL did not mean.
 pub(super) fn proxies(setting: &ProxySetting, bypass: Option<&str>) -> Result<Proxies> {
     Ok(match setting {
         ProxySetting::Off => None,
-        ProxySetting::Environment => from_variables(|name| std::env::var(name).ok(), bypass),
-        ProxySetting::Explicit(url) => {
-            check(&url.0)?;
-            Some(
-                Matcher::builder()
-                    .all(url.0.clone())
-                    .no(bypass.unwrap_or_default().to_owned())
-                    .build(),
-            )
-        }
+        ProxySetting::Environment => from_variables(|name| std::env::var(name).ok(), bypass)?,
+        ProxySetting::Explicit(url) => Some(
+            Matcher::builder()
+                .all(canonical("the proxy URL", &url.0)?)
+                .no(bypass.unwrap_or_default().to_owned())
+                .build(),
+        ),
     }
     .map(Arc::new))
 }
 
 /// The rules the variables `var` reads give: hyper-util's `from_env`, with
-/// the lookup and `NO_PROXY` replaceable (tests, `proxy_bypass`).
-fn from_variables(var: impl Fn(&str) -> Option<String>, bypass: Option<&str>) -> Option<Matcher> {
+/// the lookup and `NO_PROXY` replaceable (tests, `proxy_bypass`), and each
+/// proxy URL checked and rewritten by [`canonical`].
+fn from_variables(
+    var: impl Fn(&str) -> Option<String>,
+    bypass: Option<&str>,
+) -> Result<Option<Matcher>> {
     // In a CGI program `HTTP_PROXY` can come from a request's `Proxy:`
     // header ("httpoxy"): hyper-util and curl ignore the variables there.
     if var("REQUEST_METHOD").is_some() {
-        return None;
+        return Ok(None);
     }
-    let first = |names: [&str; 2]| {
-        names
-            .iter()
-            .find_map(|name| var(name).filter(|value| !value.is_empty()))
-            .unwrap_or_default()
+    let first = |names: [&'static str; 2]| {
+        names.iter().find_map(|name| {
+            var(name)
+                .filter(|value| !value.is_empty())
+                .map(|value| (*name, value))
+        })
     };
-    let all = first(["ALL_PROXY", "all_proxy"]);
-    let http = first(["HTTP_PROXY", "http_proxy"]);
-    let https = first(["HTTPS_PROXY", "https_proxy"]);
+    let proxy = |names| match first(names) {
+        Some((name, value)) => canonical(name, &value),
+        None => Ok(String::new()),
+    };
+    let all = proxy(["ALL_PROXY", "all_proxy"])?;
+    let http = proxy(["HTTP_PROXY", "http_proxy"])?;
+    let https = proxy(["HTTPS_PROXY", "https_proxy"])?;
     if all.is_empty() && http.is_empty() && https.is_empty() {
-        return None;
+        return Ok(None);
     }
     let no = match bypass {
         Some(bypass) => bypass.to_owned(),
-        None => first(["NO_PROXY", "no_proxy"]),
+        None => first(["NO_PROXY", "no_proxy"])
+            .map(|(_, value)| value)
+            .unwrap_or_default(),
     };
-    Some(
+    Ok(Some(
         Matcher::builder()
             .all(all)
             .http(http)
             .https(https)
             .no(no)
             .build(),
-    )
+    ))
 }
 
-/// A builder error for a proxy URL this client cannot use. The message
-/// never repeats the URL: it may hold credentials.
-fn check(url: &str) -> Result<()> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|_| Error::builder("the proxy URL is not a valid URL"))?;
-    match uri.scheme_str() {
-        None | Some("http") => {}
-        Some(other) => {
-            return Err(Error::builder(format!(
-                "proxy scheme {other}:// is not supported (only http:// proxies)"
-            )));
-        }
+/// The proxy URL `text` (from `source`: a variable's name, or "the proxy
+/// URL"), read with the parser targets are read with (the `url` crate,
+/// WHATWG: `crate::url_target`), written back as
+/// `http://[user[:password]@]host:port` with the port explicit, which
+/// hyper-util's matcher (`http::Uri`) reads the same way: where the bytes
+/// go is what this parser decided. A URL without a scheme is `http://`, as
+/// curl reads it.
+///
+/// Errors name `source` and why, never the URL: it may hold credentials
+/// (the `url` crate's reasons quote nothing).
+fn canonical(source: &str, text: &str) -> Result<String> {
+    use crate::url_target::{NotATarget, Target};
+
+    let text = text.trim();
+    let with_scheme;
+    let text = if text.contains("://") {
+        text
+    } else {
+        with_scheme = format!("http://{text}");
+        &with_scheme
+    };
+    let invalid = |why: &dyn fmt::Display| {
+        Error::builder(format!(
+            "{source} is not a valid URL ({why}): no request is sent"
+        ))
+    };
+    let url = url::Url::parse(text).map_err(|e| invalid(&e))?;
+    if url.scheme() != "http" {
+        return Err(Error::builder(format!(
+            "{source} uses the proxy scheme {}://, which is not supported (only http:// proxies)",
+            url.scheme()
+        )));
     }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(Error::builder("the proxy URL has no host"));
-    }
-    Ok(())
+    // The same parse, checked the way a target is: `http::Uri` must read
+    // the host and port the `url` crate read.
+    let target = Target::parse(text).map_err(|e| match e {
+        NotATarget::Unparsable => invalid(&"no host"),
+        other => invalid(&other),
+    })?;
+    let host = url.host_str().filter(|host| !host.is_empty());
+    let Some(host) = host else {
+        return Err(invalid(&"no host"));
+    };
+    let userinfo = match (url.username(), url.password()) {
+        ("", None) => String::new(),
+        (user, None) => format!("{user}@"),
+        (user, Some(password)) => format!("{user}:{password}@"),
+    };
+    Ok(format!("http://{userinfo}{host}:{}", target.port()))
 }
 
 /// The proxy a plain-`http` request goes through, if any, with its
@@ -386,7 +431,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        from_variables(|name| vars.get(name).cloned(), bypass)
+        from_variables(|name| vars.get(name).cloned(), bypass).unwrap()
     }
 
     /// The proxy `url` goes through, as `host:port`, or `None` for direct.
@@ -487,6 +532,25 @@ mod tests {
             assert!(text.contains(words), "{url}: {text}");
             assert!(!text.contains("SECRET"), "{url}: {text}");
         }
+    }
+
+    #[test]
+    fn a_proxy_url_is_sent_to_where_the_url_parser_read_it() {
+        let explicit = |url: &str| {
+            let setting = ProxySetting::Explicit(ProxyUrl(url.into()));
+            let rules = proxies(&setting, None).unwrap().unwrap();
+            let proxy = rules.intercept(&"http://x/".parse().unwrap()).unwrap();
+            proxy.uri().authority().map(|a| a.to_string())
+        };
+        // The port explicit, the default one too; no scheme is http://.
+        assert_eq!(explicit("http://u:p@proxy").as_deref(), Some("proxy:80"));
+        assert_eq!(explicit("proxy:3128").as_deref(), Some("proxy:3128"));
+        assert_eq!(explicit("http://[::1]:3/x").as_deref(), Some("[::1]:3"));
+        // Credentials the URL parser percent-encoded reach the proxy as given.
+        let setting = ProxySetting::Explicit(ProxyUrl("http://us er:p@ss@proxy:1".into()));
+        let rules = proxies(&setting, None).unwrap().unwrap();
+        let proxy = rules.intercept(&"http://x/".parse().unwrap()).unwrap();
+        assert_eq!(proxy.basic_auth().unwrap(), "Basic dXMgZXI6cEBzcw==");
     }
 
     #[test]
