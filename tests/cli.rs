@@ -671,3 +671,62 @@ fn json_output_with_c1_controls_stays_valid_json() {
         "{out}"
     );
 }
+
+/// What Python's `str.splitlines()` treats as a line end: a consumer that
+/// splits output that way must see one line per JSON value.
+fn split_lines_like_python(text: &str) -> Vec<&str> {
+    text.split([
+        '\n', '\r', '\u{b}', '\u{c}', '\u{1c}', '\u{1d}', '\u{1e}', '\u{85}', '\u{2028}',
+        '\u{2029}',
+    ])
+    .filter(|line| !line.is_empty())
+    .collect()
+}
+
+/// Server text with U+2028, U+2029 (line breaks to JavaScript and Python)
+/// and U+202E (reverses the rest of a terminal line) stays one valid JSON
+/// line with --json, under a `str.splitlines()`-like split too.
+#[test]
+fn json_output_escapes_unicode_line_separators_and_format_characters() {
+    let server = TestServer::start(ServerConfig::default());
+    let output = cli(&[
+        "call",
+        &server.url(),
+        "tool-000",
+        r#"{"text":"a\u2028b\u2029c\u202ed\u200be"}"#,
+        "--json",
+    ]);
+    assert_exit(&output, 0);
+    let out = stdout(&output);
+    assert!(
+        !out.contains(['\u{2028}', '\u{2029}', '\u{202e}', '\u{200b}']),
+        "raw separators or format characters: {out:?}"
+    );
+    let lines = split_lines_like_python(&out);
+    assert_eq!(lines.len(), 1, "{out:?}");
+    let result: Value = serde_json::from_str(lines[0]).expect("one JSON value");
+    assert_eq!(
+        result["structuredContent"]["arguments"]["text"], "a\u{2028}b\u{2029}c\u{202e}d\u{200b}e",
+        "{out}"
+    );
+}
+
+/// In readable output, Unicode format characters (category Cf: bidi
+/// overrides, zero-width spaces, the soft hyphen) and the line and
+/// paragraph separators reach the terminal escaped.
+#[test]
+fn readable_output_escapes_unicode_format_characters() {
+    let server = TestServer::start(ServerConfig::default());
+    let hostile = "a\u{2028}b\u{2029}c\u{202e}d\u{200b}e\u{ad}f\u{2066}g\u{feff}h\u{e0041}i";
+    let arguments = serde_json::json!({ "text": hostile }).to_string();
+    let output = cli(&["call", &server.url(), "tool-000", &arguments]);
+    assert_exit(&output, 0);
+    let out = stdout(&output);
+    for c in hostile.chars().filter(|c| !c.is_ascii()) {
+        assert!(!out.contains(c), "raw U+{:04X} in {out:?}", u32::from(c));
+    }
+    assert!(
+        out.contains(r"\u{202e}") && out.contains(r"\u{2028}"),
+        "{out}"
+    );
+}

@@ -21,15 +21,22 @@ macro_rules! out {
 /// DEL and the C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to
 /// many terminals) it leaves raw, so they are escaped here, the JSON way:
 /// the line stays valid JSON and safe to show (`out!` would escape them
-/// Rust's way, `\u{9b}`, which no JSON parser reads).
+/// Rust's way, `\u{9b}`, which no JSON parser reads). U+2028, U+2029 and
+/// the format characters are escaped too (see `is_line_separator`,
+/// `is_format`).
 pub(crate) fn out_json(value: &serde_json::Value) {
     use std::io::Write as _;
     let text = value.to_string();
-    let safe = if text.contains(char::is_control) {
+    let escaped = |c: char| c.is_control() || is_line_separator(c) || is_format(c);
+    let safe = if text.contains(escaped) {
         let mut safe = String::with_capacity(text.len() + 16);
         for c in text.chars() {
-            if c.is_control() {
-                safe.push_str(&format!("\\u{:04x}", u32::from(c)));
+            if escaped(c) {
+                // Astral format characters (tags) as a surrogate pair, the
+                // only way JSON writes them as an escape.
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    safe.push_str(&format!("\\u{unit:04x}"));
+                }
             } else {
                 safe.push(c);
             }
@@ -41,13 +48,53 @@ pub(crate) fn out_json(value: &serde_json::Value) {
     let _ = writeln!(std::io::stdout().lock(), "{safe}");
 }
 
-/// `text` with every control character but newline and tab written as a
+/// U+2028 and U+2029: line ends to JavaScript and to Python's
+/// `str.splitlines()`, so a raw one splits a JSON line in two for them.
+fn is_line_separator(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// Unicode format characters (general category Cf, Unicode 16): invisible,
+/// and some reorder what follows on a terminal line (U+202E shows the rest
+/// reversed). A table rather than a crate: the set is small and changes
+/// rarely; a character added to Cf later is shown raw, as before.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{600}'..='\u{605}'
+            | '\u{61c}'
+            | '\u{6dd}'
+            | '\u{70f}'
+            | '\u{890}'..='\u{891}'
+            | '\u{8e2}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+    )
+}
+
+/// `text` with every control character but newline and tab, the Unicode
+/// line and paragraph separators and every format character written as a
 /// visible `\u{..}` escape: names, results and error messages come from
 /// the server, and a hostile one could otherwise send escape sequences to
 /// the user's terminal (ESC ] 52 writes the clipboard, ESC [ 2J clears the
 /// screen, a bare CR overwrites the line).
 pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || is_line_separator(c) || is_format(c)
+    };
     if !text.contains(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
