@@ -13,7 +13,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::{Connector, Session};
@@ -22,11 +22,6 @@ use support::baseline::Caller;
 use support::*;
 
 const PROMPT: Duration = Duration::from_secs(5);
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -69,7 +64,7 @@ async fn open(server: &TestServer, caller: &Caller, borrowed: bool) -> Session {
 
 #[test]
 fn dropping_a_request_future_after_its_runtime_returned_does_not_panic() {
-    let _one = serial();
+    let _one = support::serial();
     for borrowed in [false, true] {
         let what = if borrowed { "borrowed" } else { "owned" };
         let runtime = runtime();
@@ -109,7 +104,7 @@ fn dropping_a_request_future_after_its_runtime_returned_does_not_panic() {
 
 #[test]
 fn dropping_a_request_future_on_a_thread_without_a_runtime_does_not_panic() {
-    let _one = serial();
+    let _one = support::serial();
     for borrowed in [false, true] {
         let what = if borrowed { "borrowed" } else { "owned" };
         let runtime = runtime();

@@ -112,137 +112,145 @@ fn every_request_carries_its_metadata_in_meta_and_headers() {
     });
 }
 
-#[tokio::test]
-async fn tools_with_an_invalid_x_mcp_header_are_left_out() {
-    let mut config = ServerConfig::default().with_tool(TestTool::header_param("ok", "r", "R"));
-    for kind in InvalidHeader::ALL {
-        config = config.with_tool(TestTool::invalid_header(kind));
-    }
-    let server = modern(config);
-    let session = connect(Connector::new(server.url()).listen(false)).await;
-    let names: Vec<String> = session.catalog().tool_names().map(str::to_owned).collect();
-    assert_eq!(names, ["tool-000", "tool-001", "tool-002", "ok"]);
-    let page = session.list_tools(None).await.expect("tools/list");
-    assert_eq!(page.items.len(), 4, "the page API leaves them out too");
-    session.close().await;
-}
-
-#[tokio::test]
-async fn a_header_mismatch_relists_the_tools_and_retries_once() {
-    let server = modern(
-        ServerConfig::default().with_tool(TestTool::header_param("route", "region", "Region")),
-    );
-    server.push_fault(
-        Fault::on_rpc("tools/call", FaultAction::HeaderMismatch)
-            .name("route")
-            .times(1),
-    );
-    let session = connect(Connector::new(server.url()).listen(false)).await;
-    let lists_before = posts(&server, "tools/list").len();
-    session
-        .call_tool("route", json!({"region": "eu"}))
-        .await
-        .expect("retried after re-listing");
-    assert_eq!(posts(&server, "tools/call").len(), 2);
-    assert_eq!(posts(&server, "tools/list").len(), lists_before + 1);
-
-    // Refused every time: one recovery, then the server's error.
-    server.push_fault(Fault::on_rpc("tools/call", FaultAction::HeaderMismatch).name("route"));
-    let error = session
-        .call_tool("route", json!({"region": "eu"}))
-        .await
-        .expect_err("refused again");
-    assert_eq!(error.rpc_code(), Some(-32020), "{error}");
-    assert_eq!(posts(&server, "tools/call").len(), 4);
-    session.close().await;
-}
-
-#[tokio::test]
-async fn an_unsupported_version_is_retried_once_with_one_the_server_lists() {
-    for pinned in [false, true] {
-        let server = modern(ServerConfig::default());
-        server.push_fault(
-            Fault::any(FaultAction::UnsupportedVersion {
-                supported: vec!["2026-07-28".into()],
-            })
-            .times(1),
-        );
-        let mut connector = Connector::new(server.url()).listen(false);
-        if pinned {
-            connector = connector.protocol_version(ProtocolVersion::V2026_07_28);
+#[test]
+fn tools_with_an_invalid_x_mcp_header_are_left_out() {
+    scenario(async {
+        let mut config = ServerConfig::default().with_tool(TestTool::header_param("ok", "r", "R"));
+        for kind in InvalidHeader::ALL {
+            config = config.with_tool(TestTool::invalid_header(kind));
         }
-        let session = connect(connector).await;
-        assert_eq!(
-            posts(&server, "server/discover").len(),
-            2,
-            "pinned {pinned}"
-        );
-        assert!(posts(&server, "initialize").is_empty(), "never falls back");
+        let server = modern(config);
+        let session = connect(Connector::new(server.url()).listen(false)).await;
+        let names: Vec<String> = session.catalog().tool_names().map(str::to_owned).collect();
+        assert_eq!(names, ["tool-000", "tool-001", "tool-002", "ok"]);
+        let page = session.list_tools(None).await.expect("tools/list");
+        assert_eq!(page.items.len(), 4, "the page API leaves them out too");
         session.close().await;
-    }
+    });
 }
 
-#[tokio::test]
-async fn input_requests_are_answered_by_the_handlers_and_the_request_sent_again() {
-    let server = modern(
-        ServerConfig::default()
-            .with_tool(TestTool::input_required(
-                "ask",
-                InputRequest::Elicitation,
-                2,
-            ))
-            .with_tool(TestTool::input_required_forever(
-                "nag",
-                InputRequest::Elicitation,
-            )),
-    );
-    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = asked.clone();
-    let connector =
-        Connector::new(server.url())
-            .listen(false)
-            .on_elicitation(move |params: Value| {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                async move {
-                    assert!(params["message"].as_str().is_some(), "{params}");
-                    Ok(json!({"action": "accept", "content": {"ok": true}}))
-                }
-            });
-    let session = connect(connector).await;
-    let result = session
-        .call_tool("ask", json!({"text": "go"}))
-        .await
-        .expect("completes after two rounds");
-    assert_ne!(result["isError"], true, "{result}");
-    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
-    let calls = posts(&server, "tools/call");
-    assert_eq!(calls.len(), 3);
-    let ids: std::collections::HashSet<String> = calls
-        .iter()
-        .map(|r| r.body.as_ref().unwrap()["id"].to_string())
-        .collect();
-    assert_eq!(ids.len(), 3, "each round is a new request");
-    assert!(calls[0].params().unwrap().get("inputResponses").is_none());
-    for retry in &calls[1..] {
-        let params = retry.params().unwrap();
-        assert_eq!(params["inputResponses"]["confirm"]["action"], "accept");
-        assert!(params["requestState"].is_string(), "{params}");
-        assert_eq!(params["arguments"]["text"], "go", "the original params");
-    }
-    assert_eq!(
-        calls[0].body.as_ref().unwrap()["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
-            ["elicitation"],
-        json!({}),
-        "the capability is declared"
-    );
+#[test]
+fn a_header_mismatch_relists_the_tools_and_retries_once() {
+    scenario(async {
+        let server = modern(
+            ServerConfig::default().with_tool(TestTool::header_param("route", "region", "Region")),
+        );
+        server.push_fault(
+            Fault::on_rpc("tools/call", FaultAction::HeaderMismatch)
+                .name("route")
+                .times(1),
+        );
+        let session = connect(Connector::new(server.url()).listen(false)).await;
+        let lists_before = posts(&server, "tools/list").len();
+        session
+            .call_tool("route", json!({"region": "eu"}))
+            .await
+            .expect("retried after re-listing");
+        assert_eq!(posts(&server, "tools/call").len(), 2);
+        assert_eq!(posts(&server, "tools/list").len(), lists_before + 1);
 
-    let error = session
-        .call_tool("nag", json!({}))
-        .await
-        .expect_err("a server that asks forever is cut off");
-    assert!(error.is_limit(), "{error:?}");
-    assert_eq!(posts(&server, "tools/call").len(), 3 + 9, "1 + 8 rounds");
-    session.close().await;
+        // Refused every time: one recovery, then the server's error.
+        server.push_fault(Fault::on_rpc("tools/call", FaultAction::HeaderMismatch).name("route"));
+        let error = session
+            .call_tool("route", json!({"region": "eu"}))
+            .await
+            .expect_err("refused again");
+        assert_eq!(error.rpc_code(), Some(-32020), "{error}");
+        assert_eq!(posts(&server, "tools/call").len(), 4);
+        session.close().await;
+    });
+}
+
+#[test]
+fn an_unsupported_version_is_retried_once_with_one_the_server_lists() {
+    scenario(async {
+        for pinned in [false, true] {
+            let server = modern(ServerConfig::default());
+            server.push_fault(
+                Fault::any(FaultAction::UnsupportedVersion {
+                    supported: vec!["2026-07-28".into()],
+                })
+                .times(1),
+            );
+            let mut connector = Connector::new(server.url()).listen(false);
+            if pinned {
+                connector = connector.protocol_version(ProtocolVersion::V2026_07_28);
+            }
+            let session = connect(connector).await;
+            assert_eq!(
+                posts(&server, "server/discover").len(),
+                2,
+                "pinned {pinned}"
+            );
+            assert!(posts(&server, "initialize").is_empty(), "never falls back");
+            session.close().await;
+        }
+    });
+}
+
+#[test]
+fn input_requests_are_answered_by_the_handlers_and_the_request_sent_again() {
+    scenario(async {
+        let server = modern(
+            ServerConfig::default()
+                .with_tool(TestTool::input_required(
+                    "ask",
+                    InputRequest::Elicitation,
+                    2,
+                ))
+                .with_tool(TestTool::input_required_forever(
+                    "nag",
+                    InputRequest::Elicitation,
+                )),
+        );
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = asked.clone();
+        let connector =
+            Connector::new(server.url())
+                .listen(false)
+                .on_elicitation(move |params: Value| {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async move {
+                        assert!(params["message"].as_str().is_some(), "{params}");
+                        Ok(json!({"action": "accept", "content": {"ok": true}}))
+                    }
+                });
+        let session = connect(connector).await;
+        let result = session
+            .call_tool("ask", json!({"text": "go"}))
+            .await
+            .expect("completes after two rounds");
+        assert_ne!(result["isError"], true, "{result}");
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let calls = posts(&server, "tools/call");
+        assert_eq!(calls.len(), 3);
+        let ids: std::collections::HashSet<String> = calls
+            .iter()
+            .map(|r| r.body.as_ref().unwrap()["id"].to_string())
+            .collect();
+        assert_eq!(ids.len(), 3, "each round is a new request");
+        assert!(calls[0].params().unwrap().get("inputResponses").is_none());
+        for retry in &calls[1..] {
+            let params = retry.params().unwrap();
+            assert_eq!(params["inputResponses"]["confirm"]["action"], "accept");
+            assert!(params["requestState"].is_string(), "{params}");
+            assert_eq!(params["arguments"]["text"], "go", "the original params");
+        }
+        assert_eq!(
+            calls[0].body.as_ref().unwrap()["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+                ["elicitation"],
+            json!({}),
+            "the capability is declared"
+        );
+
+        let error = session
+            .call_tool("nag", json!({}))
+            .await
+            .expect_err("a server that asks forever is cut off");
+        assert!(error.is_limit(), "{error:?}");
+        assert_eq!(posts(&server, "tools/call").len(), 3 + 9, "1 + 8 rounds");
+        session.close().await;
+    });
 }
 
 #[test]
@@ -280,26 +288,28 @@ fn list_changes_come_on_subscriptions_listen_and_close_ends_it() {
     });
 }
 
-#[tokio::test]
-async fn a_server_of_both_eras_is_spoken_to_in_the_newest() {
-    let server = TestServer::start(ServerConfig::default().with_eras(Eras::ModernAnd2025));
-    let session = connect(Connector::new(server.url()).listen(false)).await;
-    session
-        .call_tool("tool-000", json!({"text": "x"}))
-        .await
-        .expect("call");
-    session.close().await;
-    assert!(posts(&server, "initialize").is_empty());
-    // Pinned to 2025, the same endpoint serves its handshake.
-    let session = Connector::new(server.url())
-        .listen(false)
-        .protocol_version(ProtocolVersion::V2025_11_25)
-        .connect()
-        .await
-        .expect("the 2025 handshake");
-    assert!(session.info().session_id_issued);
-    session.close().await;
-    assert_eq!(server.stats().deletes, 1);
+#[test]
+fn a_server_of_both_eras_is_spoken_to_in_the_newest() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default().with_eras(Eras::ModernAnd2025));
+        let session = connect(Connector::new(server.url()).listen(false)).await;
+        session
+            .call_tool("tool-000", json!({"text": "x"}))
+            .await
+            .expect("call");
+        session.close().await;
+        assert!(posts(&server, "initialize").is_empty());
+        // Pinned to 2025, the same endpoint serves its handshake.
+        let session = Connector::new(server.url())
+            .listen(false)
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect()
+            .await
+            .expect("the 2025 handshake");
+        assert!(session.info().session_id_issued);
+        session.close().await;
+        assert_eq!(server.stats().deletes, 1);
+    });
 }
 
 /// 2026-07-28 has no GET: an answer stream that breaks off after an event

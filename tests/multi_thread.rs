@@ -21,14 +21,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// One scenario at a time in this binary (the baseline counts descriptors
-/// process-wide).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn who(borrowed: bool) -> &'static str {
     if borrowed { "borrowed" } else { "owned" }
 }
@@ -61,7 +53,7 @@ enum End {
 
 #[test]
 fn renewals_closes_and_drops_racing_on_two_workers_leak_no_session() {
-    let _one = serial();
+    let _one = support::serial();
     runtime().block_on(async {
         for borrowed in [false, true] {
             let (server, caller, baseline) = support::baseline::scene(TestServer::start(
@@ -150,7 +142,7 @@ const WAVES: usize = 60;
 /// every request goes through on the new session.
 #[test]
 fn concurrent_404s_on_two_workers_start_one_renewal() {
-    let _one = serial();
+    let _one = support::serial();
     runtime().block_on(async {
         for borrowed in [false, true] {
             let (server, caller, baseline) =
@@ -210,7 +202,7 @@ fn rmcp_renewals_cancels_and_drops_racing_on_two_workers_leak_no_session() {
     use rmcp::model::CallToolRequestParams;
 
     const RMCP_ROUNDS: u64 = 24;
-    let _one = serial();
+    let _one = support::serial();
     runtime().block_on(async {
         for borrowed in [false, true] {
             let (server, caller, baseline) = support::baseline::scene(TestServer::start(

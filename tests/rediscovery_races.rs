@@ -53,14 +53,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-/// One scenario at a time in this binary (the baseline counts descriptors
-/// process-wide).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 async fn open(server: &TestServer, caller: &Caller, borrowed: bool) -> Session {
     // Re-listings back to back: the races below need many rounds, not
     // the 1 s pacing a session has by default.
@@ -113,7 +105,7 @@ const ROUNDS: usize = 100;
 
 #[test]
 fn rediscoveries_of_different_lists_at_once_never_undo_each_other() {
-    let _one = serial();
+    let _one = support::serial();
     runtime().block_on(async {
         for borrowed in [false, true] {
             let what = if borrowed { "borrowed" } else { "owned" };
@@ -178,7 +170,7 @@ fn next(state: &mut u64) -> u64 {
 
 #[test]
 fn a_list_changed_flood_never_leaves_rediscovery_stopped_for_good() {
-    let _one = serial();
+    let _one = support::serial();
     runtime().block_on(async {
         for borrowed in [false, true] {
             let what = if borrowed { "borrowed" } else { "owned" };

@@ -120,6 +120,12 @@ impl Baseline {
     /// Takes the baseline. Call it with the caller's client warm (after one
     /// request of its own), so its first pooled connection is already there.
     pub fn take(caller: Option<&Caller>) -> Baseline {
+        // The numbers are the whole process's: a baseline taken while
+        // another test of this binary runs counts that test's resources.
+        assert!(
+            super::holds_serial(),
+            "a baseline is taken under support::serial() or support::scenario()"
+        );
         Baseline {
             tasks: alive_tasks(),
             fds: open_fds(),

@@ -128,11 +128,6 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
     }
 }
 
-/// Runs one scenario of this binary at a time, on a current-thread runtime
-/// built only once it holds the lock: the baseline counts process-wide
-/// descriptors, and a test building its runtime in the middle of another's
-/// scenario would add to them. Every test that checks the baseline runs
-/// through this.
 /// Polls `future` at most `polls` times; `None` if it was still pending
 /// (and has now been dropped): a drop after exactly `polls` polls.
 pub async fn poll_at_most<F: std::future::Future>(future: F, polls: usize) -> Option<F::Output> {
@@ -148,11 +143,49 @@ pub async fn poll_at_most<F: std::future::Future>(future: F, polls: usize) -> Op
     .await
 }
 
-pub fn scenario(test: impl std::future::Future<Output = ()>) {
+thread_local! {
+    static HOLDS_SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The one lock of this test binary, held for the whole of a test that
+/// reads process-wide numbers (the ledger, descriptors) or makes what they
+/// count (servers, clients, sessions): a test starting a server or holding
+/// a client in the middle of another's scenario would move that one's
+/// baseline. [`Baseline::take`](baseline::Baseline::take) refuses to run
+/// without it. Not reentrant: [`scenario`] takes it itself.
+pub struct Serial {
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Takes this binary's [`Serial`] lock, waiting for the test that holds it.
+pub fn serial() -> Serial {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = LOCK
+    let guard = LOCK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    HOLDS_SERIAL.with(|holds| holds.set(true));
+    Serial { _guard: guard }
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        HOLDS_SERIAL.with(|holds| holds.set(false));
+    }
+}
+
+/// Whether this thread holds the [`Serial`] lock.
+pub fn holds_serial() -> bool {
+    HOLDS_SERIAL.with(std::cell::Cell::get)
+}
+
+/// Runs one scenario of this binary at a time, under [`serial`], on a
+/// current-thread runtime built only once it holds the lock: the baseline
+/// counts process-wide descriptors, and a test building its runtime in the
+/// middle of another's scenario would add to them. Every test that checks
+/// the baseline, or makes anything the baseline counts, runs through this
+/// (or holds [`serial`] itself).
+pub fn scenario(test: impl std::future::Future<Output = ()>) {
+    let _one = serial();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
