@@ -1,20 +1,26 @@
 //! The memory account of a session: what it keeps of a server's catalog
 //! (the text of its list pages, the entries read from them, and every
-//! value parsed from them) is charged here, against one budget, and
+//! value parsed from them) and every message while it reads it is charged
+//! here, against one budget, and
 //! released when it is dropped. A leaf, below the session and the engine,
 //! so that every path that reads a catalog takes the same account instead
 //! of bounding memory its own way: a page's text can only be kept through
 //! a [`Charge`], and an entry only made from a charged page.
 
 use std::fmt;
+use std::mem::size_of;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const MIB: usize = 1024 * 1024;
 
-/// Bounds on what one session keeps of its server's catalog: discovery at
-/// connect, each re-discovery, and each page of `Session::list_*` are
-/// charged to one account per session, and so is every value parsed from
+/// Bounds on what one session keeps of what its server sends: discovery at
+/// connect, each re-discovery, each page of `Session::list_*`, and every
+/// message read (see [`max_bytes`](Self::max_bytes)) are charged to one
+/// account per session, and so is every value parsed from
 /// an entry (through `Entry`'s `Deref`, or by the 2026-07-28 `x-mcp-header`
 /// check), each for as long as it is held, by the session or by the caller
 /// (a page's text lives as long as any entry of it).
@@ -34,7 +40,11 @@ pub struct MemoryBudget {
     /// The most bytes kept at once: the text of every page an entry still
     /// comes from, 192 bytes per entry (three times its size, for the
     /// lists that hold it and the spotting of duplicates), and every
-    /// parsed value kept (estimated from its text before it is built).
+    /// parsed value kept (estimated from its text before it is built);
+    /// and every message the session reads (answers, notifications, server
+    /// requests), from its first byte until it is handed on, by its bytes
+    /// and then by what parsing it builds (estimated first), and a result
+    /// read whole while its value is built. Concurrent requests share it.
     /// Default: 64 MiB.
     pub max_bytes: usize,
     /// The most entries kept at once (tools, prompts, resources and
@@ -120,7 +130,7 @@ impl fmt::Display for Spent {
                 wanted,
             } => write!(
                 f,
-                "the session's catalog memory budget of {} (MemoryBudget::max_bytes) is spent: \
+                "the session's memory budget of {} (MemoryBudget::max_bytes) is spent: \
                  {} held, {wanted} more bytes wanted",
                 show(limit),
                 show(held),
@@ -134,6 +144,13 @@ impl fmt::Display for Spent {
                 "a nextCursor of {len} bytes, over the cap of {limit} (MemoryBudget::max_cursor_len)"
             ),
         }
+    }
+}
+
+impl Spent {
+    /// The limit error for a charge refused while reading `what`.
+    pub(crate) fn reading(&self, what: &str) -> crate::Error {
+        crate::Error::limit(format!("{self}, reading {what}"))
     }
 }
 
@@ -180,13 +197,18 @@ impl Account {
 
     /// Charges `bytes` and `entries`, held until the charge is dropped.
     pub(crate) fn charge(&self, bytes: usize, entries: usize) -> Result<Charge, Spent> {
-        let charge = Charge {
+        let charge = self.holding();
+        charge.grow(bytes, entries)?;
+        Ok(charge)
+    }
+
+    /// A charge of nothing yet, to grow and shrink with what it covers.
+    pub(crate) fn holding(&self) -> Charge {
+        Charge {
             account: self.clone(),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
-        };
-        charge.grow(bytes, entries)?;
-        Ok(charge)
+        }
     }
 
     /// Adds to `counter` unless that passes `limit`; all or nothing.
@@ -244,6 +266,21 @@ impl Charge {
         Ok(())
     }
 
+    /// Holds `bytes` from now on, growing or shrinking what is held; on
+    /// growth over the budget, nothing changes.
+    pub(crate) fn resize(&self, bytes: usize) -> Result<(), Spent> {
+        let now = self.bytes.load(Ordering::Acquire);
+        if bytes > now {
+            return self.grow(bytes - now, 0);
+        }
+        self.account
+            .0
+            .bytes
+            .fetch_sub(now - bytes, Ordering::AcqRel);
+        self.bytes.fetch_sub(now - bytes, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// The account charged.
     pub(crate) fn account(&self) -> &Account {
         &self.account
@@ -257,6 +294,222 @@ impl Drop for Charge {
             .fetch_sub(*self.bytes.get_mut(), Ordering::AcqRel);
         held.entries
             .fetch_sub(*self.entries.get_mut(), Ordering::AcqRel);
+    }
+}
+
+/// The bytes a [`Value`] read from `text` takes, about and at most: each
+/// node, each string's bytes, each array element twice (a `Vec` grows by
+/// doubling), each object member with room for its map. Read without
+/// building anything; an error where a `Value` could not be read either.
+pub(crate) fn value_cost(text: &str) -> serde_json::Result<usize> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let cost = Cost.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(cost)
+}
+
+/// Counts what [`value_cost`] counts.
+struct Cost;
+
+const NODE: usize = size_of::<Value>();
+/// A member of a map: its key (a `String`) and its value, twice over for
+/// the map's nodes and slack.
+const MEMBER: usize = 2 * (size_of::<String>() + size_of::<Value>());
+
+impl<'de> DeserializeSeed<'de> for Cost {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Cost {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
+        Ok(NODE + v.len())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
+        while let Some(element) = seq.next_element_seed(Cost)? {
+            total = total.saturating_add(element + NODE);
+        }
+        Ok(total)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
+        while let Some(key) = map.next_key_seed(KeyLen)? {
+            let value = map.next_value_seed(Cost)?;
+            total = total.saturating_add(MEMBER + key + value);
+        }
+        Ok(total)
+    }
+}
+
+/// What parsing JSON text into [`Message`](crate::jsonrpc::Message)s (one,
+/// or a batch) builds, about and at most: a result is kept as text (its
+/// bytes), `params` and an `error` are built as values ([`value_cost`]),
+/// the rest is small text. Read without building anything; an error where
+/// the messages could not be read either. (A field the message does not
+/// keep is counted as if it did: a bound, not an exact figure.)
+///
+/// A batch of more than `max_batch` messages is an error here too, found
+/// as soon as its message `max_batch + 1` is reached: the parse that
+/// follows refuses it with the error that says so.
+pub(crate) fn messages_cost(bytes: &[u8], max_batch: usize) -> serde_json::Result<usize> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let cost = Messages { max_batch }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(cost)
+}
+
+/// The size of a message, beside what its fields hold.
+const MESSAGE: usize = size_of::<crate::jsonrpc::Message>();
+
+/// Counts what [`messages_cost`] counts: a message, or an array of them.
+struct Messages {
+    max_batch: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Messages {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Messages {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC message or batch")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = 0usize;
+        let mut count = 0usize;
+        while let Some(message) = seq.next_element_seed(OneMessage)? {
+            count += 1;
+            if count > self.max_batch {
+                return Err(de::Error::custom("a batch over its limit"));
+            }
+            total = total.saturating_add(message);
+        }
+        Ok(total)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<usize, A::Error> {
+        OneMessage.visit_map(map)
+    }
+}
+
+/// One message's cost.
+struct OneMessage;
+
+impl<'de> DeserializeSeed<'de> for OneMessage {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OneMessage {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut total = MESSAGE;
+        while let Some(is_result) = map.next_key_seed(IsResult)? {
+            let cost = if is_result {
+                // Kept as the server's text.
+                map.next_value::<&'de serde_json::value::RawValue>()?
+                    .get()
+                    .len()
+            } else {
+                map.next_value_seed(Cost)?
+            };
+            total = total.saturating_add(cost);
+        }
+        Ok(total)
+    }
+}
+
+/// Whether a key is `result` (kept as text; every other field is built,
+/// or counted as if it were).
+struct IsResult;
+
+impl<'de> DeserializeSeed<'de> for IsResult {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsResult {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(v == "result")
+    }
+}
+
+/// A map key's length, read without keeping it.
+struct KeyLen;
+
+impl<'de> DeserializeSeed<'de> for KeyLen {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeyLen {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
+        Ok(v.len())
     }
 }
 
@@ -295,6 +548,16 @@ mod tests {
         drop(other);
         assert_eq!((account.bytes(), account.entries()), (0, 0));
         assert!(account.charge(usize::MAX, 0).is_err());
+        // Resized: up within the budget, down at will, all or nothing.
+        let message = account.charge(10, 0).unwrap();
+        message.resize(60).unwrap();
+        assert_eq!(account.bytes(), 60);
+        assert!(message.resize(101).is_err());
+        assert_eq!(account.bytes(), 60);
+        message.resize(5).unwrap();
+        assert_eq!(account.bytes(), 5);
+        drop(message);
+        assert_eq!(account.bytes(), 0);
         assert!(account.check_cursor(4096).is_ok() && account.check_cursor(4097).is_err());
         assert_eq!(show(64 * MIB), "64 MiB");
     }

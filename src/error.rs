@@ -185,7 +185,6 @@ impl Error {
 
     /// Puts `context` before the message, keeping the kind, the status and
     /// the codes (the fleet names the server and what became of a call).
-    #[cfg(feature = "fleet")]
     pub(crate) fn context(mut self, context: impl Into<String>) -> Self {
         let context = context.into();
         self.inner.message = Some(match self.inner.message.take() {

@@ -311,7 +311,9 @@ pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod transport;
-#[cfg(feature = "oauth")]
+// The one URL parser: OAuth's secret-carrying targets, and proxy URLs.
+#[cfg(any(feature = "oauth", feature = "proxy"))]
+#[cfg_attr(not(feature = "oauth"), allow(dead_code))]
 mod url_target;
 mod version;
 

@@ -1967,3 +1967,55 @@ fn an_unbounded_shutdown_timeout_does_not_overflow() {
             .await;
     });
 }
+
+/// Issue 26 (3): an HTTP+SSE answer over the event limit fails its call
+/// with a limit error (it read "the HTTP+SSE stream ended before the
+/// response came") and ends the session, which the slot notices at once,
+/// with no health checks: it used to stay `ready` with every call failing.
+/// A new session replaces it and calls work again.
+#[test]
+fn an_http_sse_answer_over_the_limit_fails_its_call_and_the_slot_reconnects() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_eras(Eras::HttpSse)).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let huge = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
+            "x".repeat(8 * 1024 * 1024)
+        );
+        world
+            .server
+            .push_fault(Fault::on_rpc("tools/call", FaultAction::StreamRaw(huge.into())).times(1));
+        let error = fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .expect_err("over the SSE event limit");
+        assert!(error.is_limit(), "{error}");
+        assert!(
+            eventually(SETTLE, || world.server.stats().sessions_created >= 2
+                && is(&fleet, "a", "ready"))
+            .await,
+            "{:?}",
+            fleet.states()
+        );
+        fleet
+            .call_tool("a", "tool-000", json!({}))
+            .await
+            .expect("the new session answers");
+        fleet.shutdown().await;
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        // An HTTP+SSE session ends when its stream closes (no DELETE).
+        let ended = || {
+            let log = world.server.session_log();
+            log.len() == 2 && log.iter().all(|r| !r.live && r.stream_closed)
+        };
+        assert!(
+            eventually(SETTLE, ended).await,
+            "{:?}",
+            world.server.session_log()
+        );
+        world.baseline.check(&world.server, 0).await;
+    });
+}

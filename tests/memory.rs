@@ -611,7 +611,9 @@ fn i20_pages_of_big_tools_fill_the_budget() {
 /// wire size for an array of `0`s). A caller that has taken the receiver
 /// but is busy elsewhere let a server park 10 notifications of 2 MiB each
 /// (`params.data = [0,0,...]`, 32 MiB each once parsed) on the GET stream:
-/// 322 MiB held. What waits is now bounded in bytes
+/// 322 MiB held. (Such a notification is now refused before it is parsed,
+/// over the session's budget: see `i26_notifications_...`; these are of
+/// 1 MiB, which the budget lets through to the queue.) What waits is now bounded in bytes
 /// (`MemoryBudget::max_queued_bytes`, 16 MiB): later notifications are
 /// dropped, and a small one after them still arrives.
 #[test]
@@ -629,7 +631,7 @@ fn queued_notifications() {
 
     scenario(async {
         let big = {
-            let zeros = "0,".repeat(MIB - 1);
+            let zeros = "0,".repeat(MIB / 2 - 1);
             let text = format!(
                 "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\
                  \"params\":{{\"level\":\"info\",\"data\":[{zeros}0]}}}}"
@@ -703,14 +705,14 @@ fn queued_notifications() {
         let queued = notifications.len();
         let peak = meter.peak();
         eprintln!(
-            "10 notifications of 2 MiB: {queued} queued, peak resident {:.1} MiB (from {:.1} MiB)",
+            "10 notifications of 1 MiB: {queued} queued, peak resident {:.1} MiB (from {:.1} MiB)",
             peak as f64 / MIB as f64,
             before as f64 / MIB as f64,
         );
         assert!(read_all, "the client never read the stream to its end");
         assert!(
             peak < PEAK_LIMIT,
-            "{queued} queued notifications (20 MiB on the wire): peak resident memory {} MiB, over {} MiB",
+            "{queued} queued notifications (10 MiB on the wire): peak resident memory {} MiB, over {} MiB",
             peak / MIB,
             PEAK_LIMIT / MIB
         );
@@ -725,4 +727,177 @@ fn queued_notifications() {
         );
         session.close().await;
     });
+}
+
+/// How many calls the answer attacks make at once.
+const CALLS: usize = 16;
+
+/// Issue 26 (1): answers are charged to the session's budget. `CALLS`
+/// `tools/call`s at once, each answered (as `content_type`, `body`) with
+/// about 8 MiB of bare `0`s, which parse to 16 times that: every call fails
+/// with a limit error naming the budget, and the process's peak stays
+/// within the budget (64 MiB) above where it started, plus what each
+/// connection holds and two answers' copies (112 MiB in all; measured
+/// 47-57 MiB over JSON and 87-102 MiB over SSE). Before the fix: 4 calls,
+/// 558 MiB; 16, over 1 GiB.
+fn concurrent_answers_attack(name: &'static str, content_type: &str, body: String) {
+    scenario(async move {
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: content_type.into(),
+                        body: Bytes::from(body),
+                    },
+                ))
+                .with_record_requests(false),
+        );
+        let session = Arc::new(
+            Connector::new(server.url())
+                .listen(false)
+                .connect()
+                .await
+                .unwrap(),
+        );
+        // Warm: the runtime's, the client's and the allocator's first use.
+        session.request("ping", None).await.unwrap();
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let started = Instant::now();
+        let outcomes = tokio::time::timeout(DEADLINE, calls_at_once(&session, CALLS))
+            .await
+            .unwrap_or_else(|_| panic!("{name}: no end within {DEADLINE:?}"));
+        let took = started.elapsed();
+        let peak = meter.peak();
+        eprintln!(
+            "{name}: peak resident {:.1} MiB (from {:.1} MiB), {took:?}",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+        );
+        for outcome in outcomes {
+            let error = outcome.expect_err("an answer over the budget");
+            assert!(
+                error.is_limit() && error.to_string().contains("MemoryBudget::max_bytes"),
+                "{name}: {error}"
+            );
+        }
+        // What is charged, and what no budget sees: each connection's
+        // buffers, at both ends (the server is in this process), measured
+        // at about 2 MiB a call, and the allocator's slack.
+        let allowed =
+            before + MemoryBudget::default().max_bytes + CALLS * 2 * MIB + 2 * EVENT_LIMIT;
+        assert!(
+            peak < allowed,
+            "{name}: peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            allowed / MIB
+        );
+        // The session works on: the budget is all given back.
+        session.request("ping", None).await.unwrap();
+        Arc::into_inner(session)
+            .expect("the calls are done")
+            .close()
+            .await;
+    });
+}
+
+/// An answer of about `bytes` of bare `0`s, `{id}` where its id goes.
+fn zeros_answer(bytes: usize) -> String {
+    let result = bare_zeros(bytes, "").replacen("tools", "content", 1);
+    format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#)
+}
+
+#[test]
+fn i26_concurrent_answers_of_bare_zeros_json() {
+    isolated("i26_concurrent_answers_of_bare_zeros_json", || {
+        concurrent_answers_attack(
+            "16 answers of 8 MiB of 0s at once, JSON",
+            "application/json",
+            zeros_answer(PAGE),
+        );
+    });
+}
+
+#[test]
+fn i26_concurrent_answers_of_bare_zeros_sse() {
+    isolated("i26_concurrent_answers_of_bare_zeros_sse", || {
+        concurrent_answers_attack(
+            "16 answers of 8 MiB of 0s at once, SSE",
+            "text/event-stream",
+            format!("data: {}\n\n", zeros_answer(PAGE)),
+        );
+    });
+}
+
+/// Issue 26 (12): a notification is charged before it is parsed: one of
+/// 8 MiB of bare `0`s ahead of each answer fails the call with a limit
+/// error, within the same peak. Before the fix, one took 148 MiB.
+#[test]
+fn i26_notifications_of_bare_zeros_ahead_of_answers() {
+    isolated("i26_notifications_of_bare_zeros_ahead_of_answers", || {
+        let params = bare_zeros(PAGE, "").replacen("tools", "data", 1);
+        let notification =
+            format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{params}}}"#);
+        let answer = r#"{"jsonrpc":"2.0","id":{id},"result":{"content":[]}}"#;
+        concurrent_answers_attack(
+            "16 answers behind 8 MiB notifications of 0s, SSE",
+            "text/event-stream",
+            format!("data: {notification}\n\ndata: {answer}\n\n"),
+        );
+    });
+}
+
+/// What the budget allows still comes through: answers that parse to
+/// about their size (text), several at once, within the budget together.
+#[test]
+fn i26_answers_within_the_budget_come_through() {
+    scenario(async {
+        let text = "x".repeat(4 * MIB);
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+        );
+        let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::Raw {
+                status: 200,
+                content_type: "application/json".into(),
+                body: Bytes::from(body),
+            },
+        )));
+        let session = Arc::new(
+            Connector::new(server.url())
+                .listen(false)
+                .connect()
+                .await
+                .unwrap(),
+        );
+        for _ in 0..3 {
+            for outcome in calls_at_once(&session, 4).await {
+                let result = outcome.expect("an answer the budget holds");
+                assert_eq!(
+                    result["content"][0]["text"].as_str().map(str::len),
+                    Some(4 * MIB)
+                );
+            }
+        }
+        Arc::into_inner(session)
+            .expect("the calls are done")
+            .close()
+            .await;
+    });
+}
+
+/// `n` `tools/call`s at once on `session`, their outcomes.
+async fn calls_at_once(
+    session: &Arc<mcp_scoped_http::Session>,
+    n: usize,
+) -> Vec<mcp_scoped_http::Result<serde_json::Value>> {
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let session = session.clone();
+        calls.spawn(async move { session.call_tool("tool-000", json!({})).await });
+    }
+    calls.join_all().await
 }

@@ -365,7 +365,9 @@ impl ScopedTransportBuilder {
         // If a step below fails, dropping the stack releases what is on it
         // (no DELETE is owed yet).
         let mut stack = GuardStack::new(self.endpoint.counters());
-        let (template, _) = self.endpoint.acquire(&mut stack, None)?;
+        // What the wire reads is charged as a session's is, by default.
+        let account = crate::budget::Account::new(crate::MemoryBudget::default());
+        let (template, _) = self.endpoint.acquire(&mut stack, None, &account)?;
         let attached = self.attach.is_some();
         let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
         let spawner = stack.push_background();

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::budget::Account;
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
 use crate::error::{Error, Result};
 use crate::origin::Origin;
@@ -69,6 +70,7 @@ impl Endpoint {
         &self,
         stack: &mut GuardStack,
         client_meta: Option<(&serde_json::Value, &serde_json::Value)>,
+        account: &Account,
     ) -> Result<(Arc<StreamableHttp>, Ownership)> {
         let (client, ownership) = match &self.client {
             Some(client) => (client.clone(), Ownership::Borrowed),
@@ -86,7 +88,8 @@ impl Endpoint {
         }
         let mut template = StreamableHttp::new(client.clone(), &self.url)?
             .with_config(self.transport.clone())
-            .with_scope(scope);
+            .with_scope(scope)
+            .with_account(account.clone());
         if let Some((info, capabilities)) = client_meta {
             template = template.with_client_meta(info, capabilities);
         }

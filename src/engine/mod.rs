@@ -151,6 +151,11 @@ pub(crate) trait Front: Send + Sync + Sized + 'static {
     /// wait. Nothing by default.
     fn listener_changed(_engine: &Arc<Engine<Self>>, _change: ListenerChange) {}
 
+    /// The session is over and cannot be replaced (its HTTP+SSE stream
+    /// ended or broke): every request fails with `error` from now on. Must
+    /// not wait. Nothing by default.
+    fn ended(_engine: &Arc<Engine<Self>>, _error: &Error) {}
+
     /// The answer to request `id` on `generation` (2025 sessions only:
     /// the era with resumption) brought a new SSE event id: where a
     /// resumption would start. Must not wait. Nothing by default.
@@ -280,6 +285,9 @@ pub(crate) struct Engine<F> {
     /// Requests waiting for their response, which may arrive on another
     /// stream (the GET stream, or another request's answer).
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
+    /// Why the session ended (see [`ended`](Self::ended)), kept after a
+    /// close, so that the requests it cut off say so.
+    end_cause: Mutex<Option<Error>>,
     settings: Settings,
     /// The `initialize` params repeated to replace an expired session.
     initialize_params: Mutex<Option<Value>>,
@@ -308,6 +316,7 @@ impl<F: Front> Engine<F> {
             current: watch::Sender::new(Current::Unopened),
             spawner,
             pending: Mutex::default(),
+            end_cause: Mutex::default(),
             settings,
             initialize_params: Mutex::default(),
             renewals: Mutex::new(Renewals {
@@ -595,12 +604,15 @@ impl<F: Front> Engine<F> {
             }
             ended
         });
+        lock(&self.end_cause).take();
     }
 
     /// `generation`'s session is over and cannot be replaced: requests
     /// waiting for a response on it fail, later ones get `error`.
-    fn ended(&self, generation: &Generation, error: Error) {
-        self.current.send_if_modified(|current| match current {
+    fn ended(self: &Arc<Self>, generation: &Generation, error: Error) {
+        let told = error.duplicate();
+        let cause = error.duplicate();
+        let ended = self.current.send_if_modified(|current| match current {
             Current::Ready(g) if g.number != generation.number => false,
             Current::Closed => false,
             _ => {
@@ -609,8 +621,25 @@ impl<F: Front> Engine<F> {
             }
         });
         // Their responses can no longer come: dropping the senders wakes
-        // the waiters.
+        // the waiters (each reads the error from `current`).
         lock(&self.pending).clear();
+        if ended {
+            *lock(&self.end_cause) = Some(cause);
+            F::ended(self, &told);
+        }
+    }
+
+    /// Why the session ended, for a request whose response can no longer
+    /// come; `None` while it has not.
+    fn end_error(&self) -> Option<Error> {
+        lock(&self.end_cause).as_ref().map(Error::duplicate)
+    }
+
+    /// The error for a request cut off by close: why the session ended,
+    /// when it had (a host closes an ended session while its requests are
+    /// still reading the error).
+    fn closed_error(&self) -> Error {
+        self.end_error().unwrap_or_else(Error::closed)
     }
 
     /// Reads the answer to `initialize` (in `call`'s span, which ends
@@ -956,7 +985,7 @@ impl<F: Front> Engine<F> {
         loop {
             let generation = tokio::select! {
                 biased;
-                _ = closing.cancelled() => return Err(Error::closed()),
+                _ = closing.cancelled() => return Err(self.closed_error()),
                 generation = deadline.run(self.current_or_renew(renew)) => generation?,
             };
             let mut cancel = CancelOnDrop {
@@ -970,7 +999,7 @@ impl<F: Front> Engine<F> {
                 biased;
                 _ = closing.cancelled() => {
                     cancel.disarm();
-                    return Err(Error::closed());
+                    return Err(self.closed_error());
                 }
                 outcome = self.exchange(&generation, request, extra, &accepted, deadline) => outcome,
             };
@@ -1217,22 +1246,25 @@ impl<F: Front> Waiter<F> {
         if generation.era == Era::HttpSse {
             // The POST is answered 202; the response comes on the stream.
             answer().await?;
-            let ended = matches!(&*self.engine.current.borrow(), Current::Ended(_));
-            if ended {
+            // The stream ended (or broke a limit) before the response
+            // came: the call fails with what ended it.
+            let unanswered = |engine: &Engine<F>| {
+                let error = engine.end_error().unwrap_or_else(|| {
+                    Error::protocol("the HTTP+SSE stream ended before the response came")
+                });
+                Err(error)
+            };
+            if self.engine.end_error().is_some() {
                 // The stream may have ended before this waiter was
                 // registered: then nothing would wake it.
                 return match self.delivered.try_recv() {
                     Ok(response) => response.outcome.map_err(Error::rpc),
-                    Err(_) => Err(Error::protocol(
-                        "the HTTP+SSE stream ended before the response came",
-                    )),
+                    Err(_) => unanswered(&self.engine),
                 };
             }
             return match (&mut self.delivered).await {
                 Ok(response) => response.outcome.map_err(Error::rpc),
-                Err(_) => Err(Error::protocol(
-                    "the HTTP+SSE stream ended before the response came",
-                )),
+                Err(_) => unanswered(&self.engine),
             };
         }
         let engine = &self.engine;

@@ -360,6 +360,13 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 | Err(RecvError::Lagged(_)) => {
                     hub.catalog_changed(&slot.name, slot.id, live.session.catalog());
                 }
+                // Every request fails from now on: lost at once, not at
+                // the next health check.
+                Ok(SessionEvent::Ended { reason }) => {
+                    return End::Lost(Arc::new(Error::protocol(format!(
+                        "the server ended the session: {reason}"
+                    ))));
+                }
                 Ok(_) => {}
                 // Closed: only the slot closes it, after this returns.
                 Err(RecvError::Closed) => events = None,

@@ -15,6 +15,7 @@ use super::front::SessionFront;
 use super::handlers::Handlers;
 use super::shared::{PhaseCell, SERVER_INFO_META};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
+use crate::budget::Account;
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
 use crate::deadline::Deadline;
 use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
@@ -396,9 +397,12 @@ impl Config {
     ) -> Result<Established> {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
-        let (template, client_ownership) = self
-            .endpoint
-            .acquire(stack, Some((&self.client_info, &capabilities)))?;
+        // One account for all the session reads: its catalog, and every
+        // message while the session holds it.
+        let account = Account::new(self.discovery.memory);
+        let (template, client_ownership) =
+            self.endpoint
+                .acquire(stack, Some((&self.client_info, &capabilities)), &account)?;
 
         let attached = self.attach.is_some();
         // Every server session we create is on the stack from before its
@@ -415,6 +419,7 @@ impl Config {
         let front = SessionFront::new(
             self.handlers.clone(),
             sink,
+            account,
             self.discovery.clone(),
             self.request_timeout,
         );

@@ -478,6 +478,10 @@ impl<'a, F: Front> Lister<'a, F> {
                 {
                     return Ok((Vec::new(), 0));
                 }
+                // Over the budget as it was read: which page says where.
+                Err(e) if e.is_limit() => {
+                    return Err(e.context(format!("the {} result (page {page})", kind.method())));
+                }
                 Err(e) => return Err(e),
             };
             let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());

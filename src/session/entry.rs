@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::budget::{Account, Charge, MemoryBudget, Spent};
+use crate::budget::{Account, Charge, MemoryBudget, Spent, value_cost};
 
 /// One entry of a list (a tool, prompt, resource or resource template):
 /// the server's JSON text, verbatim, with its name (or URI) read at
@@ -288,79 +288,6 @@ pub(crate) fn read_page(
     };
     seed.deserialize(&mut serde_json::Deserializer::from_str(&page.text))
         .map_err(|e| spent.take().map_or(PageError::Json(e), PageError::Spent))
-}
-
-/// The bytes a [`Value`] read from `text` takes, about and at most: each
-/// node, each string's bytes, each array element twice (a `Vec` grows by
-/// doubling), each object member with room for its map. Read without
-/// building anything; an error where a `Value` could not be read either.
-pub(crate) fn value_cost(text: &str) -> serde_json::Result<usize> {
-    Cost.deserialize(&mut serde_json::Deserializer::from_str(text))
-}
-
-/// Counts what [`value_cost`] counts.
-struct Cost;
-
-const NODE: usize = size_of::<Value>();
-/// A member of a map: its key (a `String`) and its value, twice over for
-/// the map's nodes and slack.
-const MEMBER: usize = 2 * (size_of::<String>() + size_of::<Value>());
-
-impl<'de> DeserializeSeed<'de> for Cost {
-    type Value = usize;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Cost {
-    type Value = usize;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
-        Ok(NODE)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
-        Ok(NODE)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
-        Ok(NODE)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
-        Ok(NODE)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
-        Ok(NODE + v.len())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
-        Ok(NODE)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
-        let mut total = NODE;
-        while let Some(element) = seq.next_element_seed(Cost)? {
-            total = total.saturating_add(element + NODE);
-        }
-        Ok(total)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
-        let mut total = NODE;
-        while let Some(key) = map.next_key::<CowStr<'de>>()? {
-            let value = map.next_value_seed(Cost)?;
-            total = total.saturating_add(MEMBER + key.0.len() + value);
-        }
-        Ok(total)
-    }
 }
 
 /// A string, borrowed from the input when it has no escapes.

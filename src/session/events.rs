@@ -97,6 +97,13 @@ pub enum SessionEvent {
         /// [`Session::is_listening`](super::Session::is_listening)).
         retrying: bool,
     },
+    /// The server ended the session and it cannot be replaced (an HTTP+SSE
+    /// stream that ended, or broke the protocol or a limit): every request
+    /// fails from now on, until the session is closed. A host reconnects.
+    Ended {
+        /// Why, for people (a log line, not a contract).
+        reason: String,
+    },
     /// The session is closing ([`Session::close`](super::Session::close) or
     /// drop): the last event; the stream ends after it.
     Closed,

@@ -16,7 +16,7 @@ use super::entry::Entry;
 use super::events::{Events, SessionEvent};
 use super::handlers::Handlers;
 use super::options::{Progress, ProgressFn, ResumptionToken, TokenFn, call_guarded};
-use crate::budget::Account;
+use crate::budget::{Account, value_cost};
 use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Message, Notification, RequestId, Response};
@@ -224,6 +224,7 @@ impl SessionFront {
     pub(crate) fn new(
         handlers: Handlers,
         sink: queue::Sender<Message>,
+        account: Account,
         discovery: Discovery,
         request_timeout: Option<Duration>,
     ) -> Self {
@@ -232,7 +233,7 @@ impl SessionFront {
             sink,
             info: Mutex::default(),
             lists: Mutex::default(),
-            account: Account::new(discovery.memory),
+            account,
             discovery,
             request_timeout,
             rediscovery: Default::default(),
@@ -243,6 +244,24 @@ impl SessionFront {
 
     pub(crate) fn account(&self) -> &Account {
         &self.account
+    }
+
+    /// A result read whole, charged to the session's account while it is
+    /// built (by its parsed size, estimated from its text first): a result
+    /// the budget cannot hold is a limit error, never an allocation the
+    /// budget did not allow. The value is the caller's once returned.
+    pub(crate) fn result_value(
+        &self,
+        result: &serde_json::value::RawValue,
+        method: &str,
+    ) -> crate::Result<serde_json::Value> {
+        let text = result.get();
+        let cost = value_cost(text).unwrap_or(0);
+        let _building = self
+            .account
+            .charge(text.len().saturating_add(cost), 0)
+            .map_err(|spent| spent.reading(&format!("the {method} result")))?;
+        crate::jsonrpc::result_value(result, method)
     }
 
     /// Drops the notification sender: the caller's receiver ends once it
@@ -451,6 +470,12 @@ impl Front for SessionFront {
             .front
             .routes
             .report_token(generation, id, last_event_id);
+    }
+
+    fn ended(engine: &Arc<Engine<Self>>, error: &Error) {
+        engine.front.events.send(SessionEvent::Ended {
+            reason: error.to_string(),
+        });
     }
 
     fn listener_changed(engine: &Arc<Engine<Self>>, change: ListenerChange) {

@@ -35,7 +35,7 @@ pub use options::{Progress, RequestOptions, ResumptionToken};
 use crate::client::Ownership;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{self, Message, Notification, Request, RequestId, result_value};
+use crate::jsonrpc::{self, Message, Notification, Request, RequestId};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};
 use crate::sync::lock;
@@ -357,7 +357,7 @@ impl Session {
     ) -> Result<Value> {
         let result = self.request_raw(method, params, options).await?;
         match result {
-            Answer::Raw(result) => result_value(&result, method),
+            Answer::Raw(result) => self.engine.front.result_value(&result, method),
             Answer::Read(result) => Ok(result),
         }
     }
@@ -553,7 +553,7 @@ impl Session {
             .resume(id, token.last_event_id(), token.session_id(), deadline)
             .instrument(tracing::debug_span!("mcp.resume", %id))
             .await?;
-        result_value(&result, "resumed")
+        self.engine.front.result_value(&result, "resumed")
     }
 
     async fn page(&self, kind: ListKind, cursor: Option<&str>) -> Result<Page> {

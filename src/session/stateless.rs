@@ -14,7 +14,7 @@ use super::front::SessionFront;
 use super::shared::{HEADER_MISMATCH, result_type, supported_instead};
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Request, result_value};
+use crate::jsonrpc::Request;
 use crate::transport::metadata::{add_param_headers, param_headers};
 
 /// Rounds of input one request may ask for, at most.
@@ -50,7 +50,7 @@ pub(super) async fn request(
         };
         crate::telemetry::record_request_id(&tracing::Span::current(), &request.id);
         let result = match engine.call_with(&request, &extra, deadline, false).await {
-            Ok(result) => result_value(&result, method)?,
+            Ok(result) => engine.front.result_value(&result, method)?,
             Err(error)
                 if error.rpc_code() == Some(HEADER_MISMATCH)
                     && method == "tools/call"

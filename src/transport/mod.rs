@@ -60,7 +60,8 @@ pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
 pub use stream::MessageStream;
 
-use crate::body::read_limited;
+use crate::body::{read_limited, read_limited_charged};
+use crate::budget::{Account, messages_cost};
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, status_error};
@@ -208,6 +209,9 @@ pub struct StreamableHttp {
     /// the flow when one is refused.
     #[cfg(feature = "oauth")]
     auth: Option<Arc<crate::client::oauth::Authorizer>>,
+    /// The session's memory account, which every message read is charged
+    /// to while the transport holds it (none for a bare transport).
+    account: Option<Account>,
 }
 
 impl StreamableHttp {
@@ -229,7 +233,14 @@ impl StreamableHttp {
             client_meta: None,
             #[cfg(feature = "oauth")]
             auth: None,
+            account: None,
         })
+    }
+
+    /// Charges every message read to `account` (the session's).
+    pub(crate) fn with_account(mut self, account: Account) -> Self {
+        self.account = Some(account);
+        self
     }
 
     /// The client's `clientInfo` and `capabilities`, sent in `_meta` by
@@ -329,6 +340,7 @@ impl StreamableHttp {
             client_meta: self.client_meta.clone(),
             #[cfg(feature = "oauth")]
             auth: self.auth.clone(),
+            account: self.account.clone(),
         }
     }
 
@@ -588,11 +600,7 @@ impl StreamableHttp {
                 return Err(self.error_from(response, with_session).await);
             }
             match media_type(response.headers()) {
-                Some(Media::EventStream) => Ok(Some(MessageStream::from_sse(
-                    response.into_body(),
-                    self.config.max_sse_event,
-                    self.config.max_batch_messages,
-                ))),
+                Some(Media::EventStream) => Ok(Some(self.sse_stream(response.into_body()))),
                 _ => Err(Error::protocol(
                     "the GET stream was answered without Content-Type: text/event-stream",
                 )),
@@ -645,11 +653,7 @@ impl StreamableHttp {
                 )
                 .with_status(status));
             }
-            let mut stream = MessageStream::from_sse(
-                response.into_body(),
-                self.config.max_sse_event,
-                self.config.max_batch_messages,
-            );
+            let mut stream = self.sse_stream(response.into_body());
             let named = stream.endpoint_event().await?;
             found.store(true, std::sync::atomic::Ordering::Relaxed);
             // Relative to the URL that answered, after a same-origin
@@ -892,21 +896,46 @@ impl StreamableHttp {
         )))
     }
 
+    /// An SSE stream under this transport's limits, charged to its
+    /// session's memory account.
+    fn sse_stream(&self, body: ResponseBody) -> MessageStream {
+        MessageStream::from_sse(
+            body,
+            self.config.max_sse_event,
+            self.config.max_batch_messages,
+        )
+        .charged_to(self.account.as_ref())
+    }
+
     /// Reads the answer to a request: JSON (bounded) or an SSE stream.
     async fn read_answer(&self, response: http::Response<ResponseBody>) -> Result<MessageStream> {
         match media_type(response.headers()) {
             Some(Media::Json) => {
-                let bytes = read_limited(response, self.config.max_json_body, "JSON body").await?;
-                let messages =
-                    parse_messages_bounded(strip_bom(&bytes), self.config.max_batch_messages)
-                        .map_err(|e| stream::parse_error(e, "the JSON answer"))?;
-                Ok(MessageStream::from_messages(messages))
+                let charge = self.account.as_ref().map(Account::holding);
+                let bytes = read_limited_charged(
+                    response,
+                    self.config.max_json_body,
+                    "JSON body",
+                    charge.as_ref(),
+                )
+                .await?;
+                let text = strip_bom(&bytes);
+                // Charged before it is built, with the body still held.
+                let cost = if let Some(charge) = &charge {
+                    let cost = messages_cost(text, self.config.max_batch_messages).unwrap_or(0);
+                    charge
+                        .resize(bytes.len().saturating_add(cost))
+                        .map_err(|spent| spent.reading("the JSON answer"))?;
+                    cost
+                } else {
+                    0
+                };
+                let messages = parse_messages_bounded(text, self.config.max_batch_messages)
+                    .map_err(|e| stream::parse_error(e, "the JSON answer"))?;
+                drop(bytes);
+                Ok(MessageStream::from_messages(messages).with_charge(charge, cost))
             }
-            Some(Media::EventStream) => Ok(MessageStream::from_sse(
-                response.into_body(),
-                self.config.max_sse_event,
-                self.config.max_batch_messages,
-            )),
+            Some(Media::EventStream) => Ok(self.sse_stream(response.into_body())),
             Some(Media::Other) => Err(Error::protocol(format!(
                 "a request was answered HTTP {} with an unexpected Content-Type \
                  (neither application/json nor text/event-stream)",

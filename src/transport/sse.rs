@@ -323,6 +323,27 @@ impl SseDecoder {
     /// the unterminated line, the data, the event type, and an id the block
     /// set itself (an id carried over from an earlier event is shared, and
     /// counted once as the last event id).
+    /// What the decoder has allocated, which can be up to twice
+    /// [`buffered_len`](Self::buffered_len) (its buffers grow by doubling):
+    /// what a memory budget is charged.
+    pub(crate) fn allocated_len(&self) -> usize {
+        let ready = match &self.ready {
+            Some(Ok(event)) => {
+                event.data.capacity() + event.event.as_ref().map_or(0, String::capacity)
+            }
+            _ => 0,
+        };
+        // The input as a whole: the decoded part of a chunk is held until
+        // the chunk is all decoded.
+        self.input.len()
+            + self.line.capacity()
+            + self.data.capacity()
+            + self.event_type.capacity()
+            + self.id_buffer.as_ref().map_or(0, |id| id.len())
+            + self.last_event_id.as_ref().map_or(0, |id| id.len())
+            + ready
+    }
+
     fn held(&self) -> usize {
         let own_id = if self.block_id {
             self.id_buffer.as_ref().map_or(0, |id| id.len())

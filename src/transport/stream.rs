@@ -9,6 +9,7 @@ use http_body_util::BodyExt;
 
 use super::replay::ReplayKey;
 use super::sse::{SseDecoder, SseError};
+use crate::budget::{Account, Charge, messages_cost};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{Batch, Message, ParseError, parse_messages_bounded};
@@ -41,6 +42,12 @@ pub struct MessageStream {
     next_index: usize,
     /// Where the message `next` returned last came from.
     replay_key: Option<ReplayKey>,
+    /// What the stream holds, charged to the session's memory account
+    /// (when it has one): the decoder's bytes, an event's data while it is
+    /// parsed, and the messages queued, by their parsed size.
+    charge: Option<Charge>,
+    /// The parsed size of the messages queued (front included).
+    queued: usize,
 }
 
 impl MessageStream {
@@ -59,6 +66,8 @@ impl MessageStream {
             event_id: None,
             next_index: 0,
             replay_key: None,
+            charge: None,
+            queued: 0,
         }
     }
 
@@ -75,7 +84,39 @@ impl MessageStream {
             event_id: None,
             next_index: 0,
             replay_key: None,
+            charge: None,
+            queued: 0,
         }
+    }
+
+    /// Charges what the stream holds to `account` from now on (an SSE
+    /// stream, before its first read).
+    pub(crate) fn charged_to(mut self, account: Option<&Account>) -> Self {
+        self.charge = account.map(Account::holding);
+        self
+    }
+
+    /// A JSON answer read under `charge`, its messages costing `cost`
+    /// parsed.
+    pub(crate) fn with_charge(mut self, charge: Option<Charge>, cost: usize) -> Self {
+        self.charge = charge;
+        self.queued = cost;
+        self
+    }
+
+    /// Charges what the stream holds now, and `more` bytes about to be
+    /// built: the decoder's bytes and the messages still queued.
+    fn settle(&mut self, more: usize) -> Result<()> {
+        if self.front.is_none() && self.queue.is_empty() {
+            self.queued = 0;
+        }
+        let Some(charge) = &self.charge else {
+            return Ok(());
+        };
+        let buffered = self.decoder.as_ref().map_or(0, |d| d.allocated_len());
+        charge
+            .resize(buffered.saturating_add(self.queued).saturating_add(more))
+            .map_err(|spent| spent.reading("a server's message"))
     }
 
     /// Whether the server answered with an SSE stream.
@@ -126,6 +167,9 @@ impl MessageStream {
                     index: self.next_index,
                 });
                 self.next_index += 1;
+                // What is handed out is the caller's to charge: only what
+                // stays queued is held here. A shrink cannot fail.
+                let _ = self.settle(0);
                 return Some(Ok(message));
             }
             let decoder = self.decoder.as_mut()?;
@@ -133,6 +177,14 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
+                        // Charged before it is built (text that cannot be
+                        // read costs nothing: the parse refuses it).
+                        let cost =
+                            messages_cost(event.data.as_bytes(), self.max_batch).unwrap_or(0);
+                        if let Err(error) = self.settle(event.data.len().saturating_add(cost)) {
+                            return self.fail(error);
+                        }
+                        self.queued = cost;
                         match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
                             Ok(Batch::One(message)) => self.front = Some(message),
                             Ok(Batch::Many(messages)) => self.queue.extend(messages),
@@ -154,6 +206,9 @@ impl MessageStream {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         decoder.push_bytes(data);
+                        if let Err(error) = self.settle(0) {
+                            return self.fail(error);
+                        }
                     }
                 }
                 Some(Err(e)) => {
@@ -207,7 +262,11 @@ impl MessageStream {
         // or over-limit stream, and holding it would keep the server's
         // writes (and memory) coming.
         self.body = None;
+        self.front = None;
         self.queue.clear();
+        self.queued = 0;
+        // The decoder stays (for `last_event_id`), charged as it holds.
+        let _ = self.settle(0);
         self.failed = true;
         Some(Err(error))
     }
