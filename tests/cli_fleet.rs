@@ -838,7 +838,8 @@ fn a_config_replaced_by_a_fifo_neither_blocks_commands_nor_signals() {
 #[test]
 fn a_reload_stuck_on_a_delete_does_not_hold_commands() {
     let stuck = TestServer::start(
-        ServerConfig::default().with_fault(Fault::on_http(http::Method::DELETE, FaultAction::HangDeaf)),
+        ServerConfig::default()
+            .with_fault(Fault::on_http(http::Method::DELETE, FaultAction::HangDeaf)),
     );
     let config = ConfigFile::new(&json!({"stuck": {"url": stuck.url()}}));
     let mut fleet = Fleet::start(&["--json"], &config);
@@ -912,9 +913,10 @@ fn a_full_window_of_calls_still_answers_commands() {
     fleet.shutdown_event();
     for id in 0..64 {
         assert!(
-            fleet.seen.iter().any(|line| {
-                serde_json::from_str::<Value>(line).is_ok_and(|v| v["id"] == id)
-            }),
+            fleet
+                .seen
+                .iter()
+                .any(|line| serde_json::from_str::<Value>(line).is_ok_and(|v| v["id"] == id)),
             "call {id} unanswered\n{}",
             fleet.context()
         );
