@@ -134,7 +134,19 @@ impl Fleet {
     /// within [`WAIT`]; returns its index.
     #[track_caller]
     fn wait_from(&mut self, from: usize, what: &str, matches: impl Fn(&str) -> bool) -> usize {
-        let deadline = Instant::now() + WAIT;
+        self.wait_from_within(from, what, WAIT, matches)
+    }
+
+    /// [`wait_from`](Self::wait_from), within `within`.
+    #[track_caller]
+    fn wait_from_within(
+        &mut self,
+        from: usize,
+        what: &str,
+        within: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> usize {
+        let deadline = Instant::now() + within;
         let mut index = from;
         loop {
             while index < self.seen.len() {
@@ -147,7 +159,7 @@ impl Fleet {
             match self.lines.recv_timeout(left) {
                 Ok(line) => self.seen.push(line),
                 Err(RecvTimeoutError::Timeout) => {
-                    panic!("no {what} within {WAIT:?}\n{}", self.context())
+                    panic!("no {what} within {within:?}\n{}", self.context())
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.closed = true;
@@ -183,6 +195,20 @@ impl Fleet {
         self.wait_json(from, "an answer", |v| {
             v.get("event").is_none() && v.get("state").is_none()
         })
+    }
+
+    /// Sends one line and waits for the answer whose `id` is `id`, within
+    /// `within`; returns it and how long it took.
+    #[track_caller]
+    fn answer_within(&mut self, line: &[u8], id: u64, within: Duration) -> (Value, Duration) {
+        let from = self.seen.len();
+        let sent = Instant::now();
+        self.send(line);
+        let at = self.wait_from_within(from, &format!("the answer to {id}"), within, |line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|v| v["id"] == id)
+        });
+        let took = sent.elapsed();
+        (serde_json::from_str(&self.seen[at]).expect("JSON"), took)
     }
 
     fn send(&mut self, line: &[u8]) {
@@ -761,4 +787,138 @@ fn config_secrets_reach_no_output() {
             .iter()
             .all(|r| r.header("x-injected").is_none())
     );
+}
+
+/// How long a command may take to be answered whatever the fleet is doing:
+/// 100 ms is the promise; the margin is for 2 busy cores and a debug build.
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// The config file replaced by a named pipe no one writes to: the reload
+/// refuses it (not a regular file) instead of blocking in `open` for ever,
+/// a status is still answered at once and SIGTERM still ends the run.
+/// Before, the main loop hung in `open`: no command answered, SIGTERM
+/// ignored.
+#[test]
+fn a_config_replaced_by_a_fifo_neither_blocks_commands_nor_signals() {
+    let up = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("up", "ready");
+    let fifo = config.path().with_extension("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    std::fs::rename(&fifo, config.path()).expect("rename");
+
+    let error = fleet.wait_json(0, "a reload error", |v| {
+        v["event"] == "reload" && v["error"].is_string()
+    });
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a regular file"),
+        "{error}"
+    );
+    let (status, took) = fleet.answer_within(br#"{"id": 1, "status": true}"#, 1, PROMPT);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    eprintln!("status answered in {took:?} with the config a FIFO");
+
+    let signalled = Instant::now();
+    fleet.signal("TERM");
+    let shutdown = fleet.shutdown_event();
+    eprintln!("SIGTERM to exit: {:?}", signalled.elapsed());
+    assert_eq!(shutdown["servers"]["up"]["outcome"], "closed", "{shutdown}");
+    assert_eq!(deletes(&up), 1);
+}
+
+/// A reload that removes a server whose DELETE never answers runs aside:
+/// a status sent meanwhile is answered at once, not after the DELETE
+/// timeout (5 s). Before, the main loop awaited the reconcile: the status
+/// came after 5 s.
+#[test]
+fn a_reload_stuck_on_a_delete_does_not_hold_commands() {
+    let stuck = TestServer::start(
+        ServerConfig::default()
+            .with_fault(Fault::on_http(http::Method::DELETE, FaultAction::HangDeaf)),
+    );
+    let config = ConfigFile::new(&json!({"stuck": {"url": stuck.url()}}));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("stuck", "ready");
+    config.write(&json!({}));
+    // The DELETE has arrived (and hangs): the reload is under way.
+    let deadline = Instant::now() + WAIT;
+    while deletes(&stuck) == 0 {
+        assert!(Instant::now() < deadline, "no DELETE\n{}", fleet.context());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (status, took) = fleet.answer_within(br#"{"id": 1, "status": true}"#, 1, PROMPT);
+    assert!(status["status"].is_object(), "{status}");
+    eprintln!("status answered in {took:?} during a stuck DELETE");
+    // The reload ends within the DELETE timeout, and says so.
+    let reloaded = fleet.wait_json(0, "the reload", |v| v["event"] == "reloaded");
+    assert_eq!(reloaded["stopped"], json!(["stuck"]), "{reloaded}");
+}
+
+/// 64 calls in flight to a tool that never answers: a status is still
+/// answered at once, and a 65th call is refused at once with an error that
+/// says why. Before, standard input was not read until a call ended (60 s
+/// by default).
+#[test]
+fn a_full_window_of_calls_still_answers_commands() {
+    let slow = TestServer::start(
+        ServerConfig::default().with_fault(Fault::on_rpc("tools/call", FaultAction::Hang)),
+    );
+    let config = ConfigFile::new(&json!({"slow": {"url": slow.url()}}));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("slow", "ready");
+    for id in 0..64 {
+        fleet.send(
+            format!(r#"{{"id": {id}, "call": {{"server": "slow", "tool": "tool-000"}}}}"#)
+                .as_bytes(),
+        );
+    }
+    let calls = || {
+        slow.requests()
+            .iter()
+            .filter(|r| r.rpc_method.as_deref() == Some("tools/call"))
+            .count()
+    };
+    let deadline = Instant::now() + WAIT;
+    while calls() < 64 {
+        assert!(
+            Instant::now() < deadline,
+            "{} calls in flight\n{}",
+            calls(),
+            fleet.context()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let (status, took) = fleet.answer_within(br#"{"id": 100, "status": true}"#, 100, PROMPT);
+    assert_eq!(status["status"]["slow"]["state"], "ready", "{status}");
+    eprintln!("status answered in {took:?} with 64 calls in flight");
+    let (refused, took) = fleet.answer_within(
+        br#"{"id": 101, "call": {"server": "slow", "tool": "tool-000"}}"#,
+        101,
+        PROMPT,
+    );
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(error.contains("64 calls"), "{refused}");
+    assert_eq!(refused["server"], "slow", "{refused}");
+    eprintln!("65th call refused in {took:?}");
+    assert_eq!(calls(), 64, "the 65th call was sent");
+
+    // SIGTERM ends the run with every call in flight, each answered.
+    fleet.signal("TERM");
+    fleet.shutdown_event();
+    for id in 0..64 {
+        assert!(
+            fleet
+                .seen
+                .iter()
+                .any(|line| serde_json::from_str::<Value>(line).is_ok_and(|v| v["id"] == id)),
+            "call {id} unanswered\n{}",
+            fleet.context()
+        );
+    }
 }

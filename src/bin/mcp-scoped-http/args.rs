@@ -102,10 +102,13 @@ pub(crate) enum Command {
     /// reconciled by name. Commands on standard input, one JSON object a
     /// line, each answered by one JSON line (carrying the command's "id",
     /// if any): {"call": {"server", "tool", "arguments", "waitMs"}},
-    /// {"reconnect": NAME}, {"status": true}. Ends with a "shutdown" line
-    /// (each server's outcome, the ledger); exit status 0 when everything
-    /// was released. --timeout and --no-listen apply to every server;
-    /// headers and credentials come from the file only.
+    /// {"reconnect": NAME}, {"status": true}; at most 64 calls run at once
+    /// (one more is refused at once), and every other command is answered
+    /// at once, whatever runs. The file must be a regular file, read within
+    /// 5 s (else the reload fails and the running set stays). Ends with a
+    /// "shutdown" line (each server's outcome, the ledger); exit status 0
+    /// when everything was released. --timeout and --no-listen apply to
+    /// every server; headers and credentials come from the file only.
     Fleet(FleetArgs),
 }
 

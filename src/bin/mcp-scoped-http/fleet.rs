@@ -12,6 +12,7 @@ use std::io::BufRead;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use mcp_scoped_http::fleet::{
@@ -21,7 +22,7 @@ use mcp_scoped_http::fleet::{
 use serde_json::{Map, Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::args::FleetArgs;
@@ -35,9 +36,16 @@ const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// and skipped, never held in memory whole.
 const MAX_COMMAND_LINE: usize = 1 << 20;
 
-/// Commands answered at once at most; standard input is not read further
-/// until one of them is answered.
+/// Calls running at once at most. One more is refused at once with an
+/// error (standard input is always read: a status is answered whatever is
+/// in flight).
 const MAX_IN_FLIGHT: usize = 64;
+
+/// The bound on one read of the config file (or one look at its time and
+/// size), on a thread of its own: a file on a hung network mount makes the
+/// reload fail with an error after this long, and no other read starts
+/// until that one has returned.
+const READ_WITHIN: Duration = Duration::from_secs(5);
 
 /// One line on stdout: the JSON object with --json, else readable text.
 fn emit(json_mode: bool, line: &Value) {
@@ -134,13 +142,27 @@ impl Shared {
 /// refused, never read whole.
 const MAX_CONFIG: u64 = 4 << 20;
 
+/// Reads and parses the file. Blocking: run on the [`Reader`]'s thread.
 fn load(path: &Path) -> Result<LoadedConfig, String> {
+    use rustix::fs::{Mode, OFlags};
     use std::io::Read as _;
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    // O_NONBLOCK: opening a FIFO with no writer returns at once (it would
+    // wait for one for ever), and the check below refuses it; for a regular
+    // file the flag changes nothing. O_NOCTTY: a terminal named as the
+    // config never becomes ours.
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let file = rustix::fs::open(path, flags, Mode::empty())
+        .map(std::fs::File::from)
+        .map_err(|e| cannot(e.into()))?;
+    if !file.metadata().map_err(cannot)?.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a pipe or a device is never read)",
+            path.display()
+        ));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(cannot)?
-        .take(MAX_CONFIG + 1)
+    file.take(MAX_CONFIG + 1)
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
     if bytes.len() as u64 > MAX_CONFIG {
@@ -159,6 +181,7 @@ fn load(path: &Path) -> Result<LoadedConfig, String> {
 /// rename gives a new one).
 type Stamp = Option<(SystemTime, u64, u64)>;
 
+/// Blocking (a `stat`): run on the [`Reader`]'s thread.
 fn stamp(path: &Path) -> Stamp {
     let metadata = std::fs::metadata(path).ok()?;
     Some((metadata.modified().ok()?, metadata.len(), metadata.ino()))
@@ -168,13 +191,100 @@ fn stamp(path: &Path) -> Stamp {
 /// (stdio), by name, with why.
 type Unsupported = Arc<BTreeMap<String, String>>;
 
+/// Why a [`Reader`] gave no answer.
+#[derive(Debug, PartialEq)]
+enum Slow {
+    /// The job outlived its bound; it goes on, and the reader takes no new
+    /// job until it has returned.
+    Late,
+    /// A job that outlived its bound earlier has not returned yet.
+    Busy,
+    /// The reader's thread is gone (a job panicked).
+    Gone,
+}
+
+/// A thread of its own for the file system calls on the config file
+/// (`stat`, `open`, `read`), each awaited within a bound: a hung network
+/// mount blocks this thread, never the runtime's, and the thread dies with
+/// the process. One job at a time: while a late one has not returned, new
+/// ones are refused ([`Slow::Busy`]) rather than queued or given threads
+/// of their own.
+struct Reader {
+    jobs: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    busy: Arc<AtomicBool>,
+}
+
+impl Reader {
+    fn start() -> std::io::Result<Reader> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::Builder::new()
+            .name("fleet-config".into())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    job();
+                }
+            })?;
+        Ok(Reader {
+            jobs,
+            busy: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Runs `job` on the reader's thread and waits for it up to `within`.
+    /// Dropping the future stops the wait, not the job.
+    async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+        within: Duration,
+    ) -> Result<T, Slow> {
+        // Jobs are awaited one by one (`&self` of a single owner), so a job
+        // still running now is one that was given up on.
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err(Slow::Busy);
+        }
+        let (send, done) = oneshot::channel();
+        let busy = self.busy.clone();
+        let job = Box::new(move || {
+            let value = job();
+            // Cleared before the answer is sent: whoever has the answer
+            // may start the next job.
+            busy.store(false, Ordering::Release);
+            let _ = send.send(value);
+        });
+        if self.jobs.send(job).is_err() {
+            self.busy.store(false, Ordering::Release);
+            return Err(Slow::Gone);
+        }
+        match tokio::time::timeout(within, done).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_)) => Err(Slow::Gone),
+            Err(_) => Err(Slow::Late),
+        }
+    }
+}
+
+/// What a [`Slow`] read of `path` reads as, in a reload error.
+fn slow(path: &Path, what: &str, why: Slow) -> String {
+    match why {
+        Slow::Late => format!(
+            "{what} {} took longer than {READ_WITHIN:?}; the next read waits for this one",
+            path.display()
+        ),
+        Slow::Busy => format!(
+            "a read of {} that took longer than {READ_WITHIN:?} has not returned yet",
+            path.display()
+        ),
+        Slow::Gone => format!("cannot read {}: the reader failed", path.display()),
+    }
+}
+
 /// Reports a loaded file's warnings and newly skipped entries, and applies
 /// it.
 async fn apply(
     fleet: &Fleet,
     loaded: LoadedConfig,
     shared: Shared,
-    unsupported: &mut Unsupported,
+    unsupported: &watch::Sender<Unsupported>,
     json_mode: bool,
 ) -> Result<ApplyReport, String> {
     for warning in &loaded.warnings {
@@ -191,13 +301,89 @@ async fn apply(
         .into_iter()
         .map(|skipped| (skipped.server, skipped.reason))
         .collect();
+    let known = unsupported.borrow().clone();
     for (server, reason) in &skipped {
-        if unsupported.get(server) != Some(reason) {
+        if known.get(server) != Some(reason) {
             emit(json_mode, &unsupported_line(server, reason));
         }
     }
-    *unsupported = Arc::new(skipped);
+    unsupported.send_replace(Arc::new(skipped));
     Ok(report)
+}
+
+/// Reloads the config file when asked (SIGHUP) and when it changes, aside
+/// from the main loop: a read that blocks or a reconcile that waits for a
+/// DELETE holds no command and no signal. Reloads are serialized: one at a
+/// time, and what asks meanwhile (a SIGHUP, a change seen) makes one more.
+struct Reloader {
+    fleet: Arc<Fleet>,
+    config: PathBuf,
+    shared: Shared,
+    json_mode: bool,
+    reader: Reader,
+    unsupported: watch::Sender<Unsupported>,
+    last_stamp: Stamp,
+}
+
+impl Reloader {
+    async fn run(mut self, asked: Arc<Notify>) {
+        let mut watch = tokio::time::interval(WATCH_EVERY);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                // A SIGHUP during a reload left a permit: one more reload.
+                () = asked.notified() => {}
+                _ = watch.tick() => {
+                    let path = self.config.clone();
+                    match self.reader.run(move || stamp(&path), READ_WITHIN).await {
+                        Ok(now) if now != self.last_stamp => {}
+                        Ok(_) | Err(Slow::Busy) => continue,
+                        Err(why) => {
+                            let error = slow(&self.config, "looking at", why);
+                            emit(self.json_mode, &json!({"event": "reload", "error": error}));
+                            continue;
+                        }
+                    }
+                }
+            }
+            self.reload().await;
+        }
+    }
+
+    async fn reload(&mut self) {
+        let (stamped, loaded) = {
+            let path = self.config.clone();
+            self.reader
+                .run(move || (stamp(&path), load(&path)), READ_WITHIN)
+                .await
+                .map_err(|why| slow(&self.config, "reading", why))
+                .map(|(stamped, loaded)| (Some(stamped), loaded))
+                .unwrap_or_else(|error| (None, Err(error)))
+        };
+        // Stamped before the read: a change made while reading is seen at
+        // the next look.
+        if let Some(stamped) = stamped {
+            self.last_stamp = stamped;
+        }
+        let outcome = match loaded {
+            Ok(loaded) => {
+                apply(
+                    &self.fleet,
+                    loaded,
+                    self.shared,
+                    &self.unsupported,
+                    self.json_mode,
+                )
+                .await
+            }
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(report) => emit(self.json_mode, &report_line("reloaded", &report)),
+            // The running set stays as it was.
+            Err(error) => emit(self.json_mode, &json!({"event": "reload", "error": error})),
+        }
+    }
 }
 
 fn report_line(event: &str, report: &ApplyReport) -> Value {
@@ -269,62 +455,98 @@ fn read_line(reader: &mut impl BufRead, max: usize) -> std::io::Result<Option<Op
     }
 }
 
-/// One command from standard input, answered by one JSON object (with the
-/// command's `id`, when it has one).
-async fn command(fleet: Arc<Fleet>, unsupported: Unsupported, line: Vec<u8>) -> Value {
-    let Ok(Value::Object(command)) = serde_json::from_slice::<Value>(&line) else {
-        return json!({"error": "a command is one JSON object a line: {\"call\": {\"server\", \
-                               \"tool\", \"arguments\"}}, {\"reconnect\": NAME} or {\"status\": true}"});
-    };
-    let mut answer = answer(&fleet, &unsupported, &command).await;
-    if let (Some(id), Value::Object(fields)) = (command.get("id"), &mut answer) {
+/// A command read from standard input.
+enum Command {
+    /// Answered at once: a status, a reconnect, a malformed line.
+    Answer(Value),
+    /// A call, to run aside.
+    Call(Call),
+}
+
+/// A valid call command.
+struct Call {
+    id: Option<Value>,
+    server: String,
+    tool: String,
+    arguments: Value,
+    /// How long to wait for the server to be ready; `None`: fail at once.
+    wait: Option<Duration>,
+}
+
+/// `answer`, with the command's `id` when it has one.
+fn with_id(mut answer: Value, id: Option<&Value>) -> Value {
+    if let (Some(id), Value::Object(fields)) = (id, &mut answer) {
         fields.insert("id".into(), id.clone());
     }
     answer
 }
 
-async fn answer(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>) -> Value {
+/// One line of standard input, as a command. Everything but a call is
+/// answered here, at once: nothing in it waits.
+fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
+    let Ok(Value::Object(command)) = serde_json::from_slice::<Value>(line) else {
+        return Command::Answer(
+            json!({"error": "a command is one JSON object a line: {\"call\": {\"server\", \
+                             \"tool\", \"arguments\"}}, {\"reconnect\": NAME} or {\"status\": true}"}),
+        );
+    };
+    let id = command.get("id");
+    match parse(fleet, unsupported, &command) {
+        Command::Call(mut call) => {
+            call.id = id.cloned();
+            Command::Call(call)
+        }
+        Command::Answer(answer) => Command::Answer(with_id(answer, id)),
+    }
+}
+
+/// The command, its `id` aside.
+fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>) -> Command {
     if let Some(call) = command.get("call") {
         let (Some(server), Some(tool)) = (
             call.get("server").and_then(Value::as_str),
             call.get("tool").and_then(Value::as_str),
         ) else {
-            return json!({"error": "a call needs \"server\" and \"tool\", strings"});
+            return Command::Answer(
+                json!({"error": "a call needs \"server\" and \"tool\", strings"}),
+            );
         };
         let arguments = match call.get("arguments") {
             None => json!({}),
             Some(arguments @ Value::Object(_)) => arguments.clone(),
             Some(_) => {
-                return json!({"server": server, "tool": tool, "error": "\"arguments\" is not an object"});
+                return Command::Answer(
+                    json!({"server": server, "tool": tool, "error": "\"arguments\" is not an object"}),
+                );
             }
         };
         // The caller's choice: fail at once when the server is not ready
         // (the default), or wait for it up to `waitMs`.
-        let outcome = match call.get("waitMs").map(Value::as_u64) {
-            None => fleet.call_tool(server, tool, arguments).await,
-            Some(Some(wait)) => {
-                let wait = Duration::from_millis(wait);
-                fleet.call_tool_waiting(server, tool, arguments, wait).await
-            }
+        let wait = match call.get("waitMs").map(Value::as_u64) {
+            None => None,
+            Some(Some(wait)) => Some(Duration::from_millis(wait)),
             Some(None) => {
-                return json!({"server": server, "tool": tool, "error": "\"waitMs\" is not a number of milliseconds"});
+                return Command::Answer(
+                    json!({"server": server, "tool": tool, "error": "\"waitMs\" is not a number of milliseconds"}),
+                );
             }
         };
-        return match outcome {
-            Ok(result) => json!({"server": server, "tool": tool, "result": result}),
-            Err(error) => {
-                json!({"server": server, "tool": tool, "error": crate::with_causes(&error)})
-            }
-        };
+        return Command::Call(Call {
+            id: None,
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            arguments,
+            wait,
+        });
     }
     if let Some(server) = command.get("reconnect") {
         let Some(server) = server.as_str() else {
-            return json!({"error": "\"reconnect\" takes a server name"});
+            return Command::Answer(json!({"error": "\"reconnect\" takes a server name"}));
         };
-        return match fleet.reconnect(server) {
+        return Command::Answer(match fleet.reconnect(server) {
             Ok(()) => json!({"reconnect": server, "ok": true}),
             Err(error) => json!({"reconnect": server, "error": crate::with_causes(&error)}),
-        };
+        });
     }
     if command.contains_key("status") {
         let mut servers: Map<String, Value> = unsupported
@@ -338,13 +560,49 @@ async fn answer(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, 
                 .map(|(name, state)| (name.clone(), state_line(fleet, name, state))),
         );
         let catalog = fleet.catalog();
-        return json!({
+        return Command::Answer(json!({
             "status": servers,
             "generation": catalog.generation,
             "tools": catalog.tool_count(),
-        });
+        }));
     }
-    json!({"error": "unknown command: one of \"call\", \"reconnect\", \"status\""})
+    Command::Answer(json!({"error": "unknown command: one of \"call\", \"reconnect\", \"status\""}))
+}
+
+/// Runs a call; its answer.
+async fn call(fleet: Arc<Fleet>, call: Call) -> Value {
+    let Call {
+        id,
+        server,
+        tool,
+        arguments,
+        wait,
+    } = call;
+    let outcome = match wait {
+        None => fleet.call_tool(&server, &tool, arguments).await,
+        Some(wait) => {
+            fleet
+                .call_tool_waiting(&server, &tool, arguments, wait)
+                .await
+        }
+    };
+    let answer = match outcome {
+        Ok(result) => json!({"server": server, "tool": tool, "result": result}),
+        Err(error) => json!({"server": server, "tool": tool, "error": crate::with_causes(&error)}),
+    };
+    with_id(answer, id.as_ref())
+}
+
+/// The answer to a call over [`MAX_IN_FLIGHT`].
+fn refused(call: &Call) -> Value {
+    let error = format!(
+        "{MAX_IN_FLIGHT} calls are in flight, the most at once: this one was not sent; \
+         send it again once one is answered"
+    );
+    with_id(
+        json!({"server": call.server, "tool": call.tool, "error": error}),
+        call.id.as_ref(),
+    )
 }
 
 /// What became of one server at shutdown, as JSON.
@@ -371,7 +629,14 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let json_mode = options.json;
     let shared = Shared::from(&options);
     let config: PathBuf = options.config;
-    let loaded = load(&config).map_err(Failure::usage)?;
+    let reader = Reader::start()
+        .map_err(|e| Failure::server(format!("cannot start reading the config: {e}")))?;
+    let path = config.clone();
+    let (last_stamp, loaded) = reader
+        .run(move || (stamp(&path), load(&path)), READ_WITHIN)
+        .await
+        .map_err(|why| Failure::usage(slow(&config, "reading", why)))?;
+    let loaded = loaded.map_err(Failure::usage)?;
     let mut backoff = Backoff::default();
     if let Some(max) = options.max_backoff {
         backoff = Backoff::new(backoff.initial.min(max), max);
@@ -386,12 +651,25 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
 
     let fleet = Arc::new(Fleet::builder().backoff(backoff).build());
     let mut events = fleet.events();
-    let mut unsupported = Unsupported::default();
-    let mut last_stamp = stamp(&config);
-    let report = apply(&fleet, loaded, shared, &mut unsupported, json_mode)
+    let (unsupported, unsupported_now) = watch::channel(Unsupported::default());
+    // Nothing runs yet: this apply only starts slots, it waits for none.
+    let report = apply(&fleet, loaded, shared, &unsupported, json_mode)
         .await
         .map_err(Failure::usage)?;
     emit(json_mode, &report_line("applied", &report));
+    let reload = Arc::new(Notify::new());
+    let reloader = Reloader {
+        fleet: fleet.clone(),
+        config,
+        shared,
+        json_mode,
+        reader,
+        unsupported,
+        last_stamp,
+    };
+    // Aborted at shutdown: a reconcile cut there leaves its stopped slots
+    // to end on their own, still the fleet's, drained by `shutdown`.
+    let reloader = tokio::spawn(reloader.run(reload.clone()));
 
     let (send, mut input) = mpsc::channel(1);
     std::thread::Builder::new()
@@ -401,11 +679,10 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let mut reading = true;
     let mut draining = false;
     let mut commands: JoinSet<Value> = JoinSet::new();
-    let mut watch = tokio::time::interval(WATCH_EVERY);
-    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
+    // Nothing in this loop waits but `select!`: every branch is answered
+    // at once, whatever runs aside (calls, a reload).
     loop {
-        let mut reload = false;
         tokio::select! {
             event = events.recv() => match event {
                 Ok(FleetEvent::State { server, state }) => {
@@ -420,10 +697,19 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 }
                 Err(RecvError::Closed) => break,
             },
-            line = input.recv(), if reading && commands.len() < MAX_IN_FLIGHT => match line {
+            line = input.recv(), if reading => match line {
                 Some(Input::Line(line)) if line.trim_ascii().is_empty() => {}
                 Some(Input::Line(line)) => {
-                    commands.spawn(command(fleet.clone(), unsupported.clone(), line));
+                    let unsupported = unsupported_now.borrow().clone();
+                    match command(&fleet, &unsupported, &line) {
+                        Command::Answer(answer) => crate::out_json(&answer),
+                        Command::Call(call) if commands.len() >= MAX_IN_FLIGHT => {
+                            crate::out_json(&refused(&call));
+                        }
+                        Command::Call(call) => {
+                            commands.spawn(self::call(fleet.clone(), call));
+                        }
+                    }
                 }
                 Some(Input::TooLong) => crate::out_json(&json!({
                     "error": format!("a command line is at most {MAX_COMMAND_LINE} bytes")
@@ -437,34 +723,18 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 Ok(answer) => crate::out_json(&answer),
                 Err(_) => crate::out_json(&json!({"error": "the command failed"})),
             },
-            _ = hangup.recv() => reload = true,
-            _ = watch.tick() => {
-                let now = stamp(&config);
-                if now != last_stamp {
-                    last_stamp = now;
-                    reload = true;
-                }
-            }
+            // One permit at most: SIGHUPs during a reload make one more.
+            _ = hangup.recv() => reload.notify_one(),
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
-        }
-        if reload {
-            last_stamp = stamp(&config);
-            let outcome = match load(&config) {
-                Ok(loaded) => apply(&fleet, loaded, shared, &mut unsupported, json_mode).await,
-                Err(error) => Err(error),
-            };
-            match outcome {
-                Ok(report) => emit(json_mode, &report_line("reloaded", &report)),
-                // The running set stays as it was.
-                Err(error) => emit(json_mode, &json!({"event": "reload", "error": error})),
-            }
         }
         if draining && commands.is_empty() {
             break;
         }
     }
 
+    reloader.abort();
+    let _ = reloader.await;
     // Calls still running end with the shutdown (their sessions close),
     // each still answered.
     let report = fleet.shutdown().await;
@@ -493,5 +763,39 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
         Err(Failure::server(format!(
             "not everything was released: {ledger:?}"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that outlives its bound is given up on within it; the reader
+    /// then refuses new jobs at once until that one returns, and takes
+    /// them again afterwards.
+    #[tokio::test]
+    async fn a_late_read_is_given_up_on_and_refuses_the_next_until_it_returns() {
+        let reader = Reader::start().expect("a thread");
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let started = Instant::now();
+        let late = reader
+            .run(move || held.recv().is_ok(), Duration::from_millis(50))
+            .await;
+        assert_eq!(late, Err(Slow::Late));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            reader.run(|| 1, Duration::from_secs(5)).await,
+            Err(Slow::Busy)
+        );
+        release.send(()).expect("the job waits");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match reader.run(|| 2, Duration::from_secs(5)).await {
+                Ok(value) => break assert_eq!(value, 2),
+                Err(Slow::Busy) => assert!(Instant::now() < deadline, "still busy"),
+                Err(other) => panic!("{other:?}"),
+            }
+            tokio::task::yield_now().await;
+        }
     }
 }
