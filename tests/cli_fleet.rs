@@ -922,3 +922,35 @@ fn a_full_window_of_calls_still_answers_commands() {
         );
     }
 }
+
+/// More servers than the fleet's maximum (1000): refused at start with a
+/// usage error naming the bound, before any server is contacted (before,
+/// 20,000 were all started at once: 696 MiB in 10 s).
+#[test]
+fn a_config_over_the_server_maximum_is_refused() {
+    let servers: serde_json::Map<String, serde_json::Value> = (0..1001)
+        .map(|n| (format!("s{n}"), json!({"url": "http://127.0.0.1:9/mcp"})))
+        .collect();
+    let config = ConfigFile::new(&serde_json::Value::Object(servers));
+    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args([
+            "fleet",
+            config.path().to_str().unwrap(),
+            "--json",
+            "--exit-on-eof",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("1001 servers") && stderr.contains("maximum of 1000"),
+        "{stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}

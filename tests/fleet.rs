@@ -508,6 +508,7 @@ fn a_healthy_reconnect_resets_the_attempt_count() {
             .backoff(Backoff::new(5 * MS, 20 * MS))
             .health_interval(Some(10 * MS))
             .health_timeout(Duration::from_secs(1))
+            .stable_after(50 * MS)
             .build();
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
         assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
@@ -516,11 +517,12 @@ fn a_healthy_reconnect_resets_the_attempt_count() {
         take_down(&world.server);
         assert!(eventually(SETTLE, || attempt(&fleet, "a") >= 4).await);
 
-        // Back: the new session proves itself (its pings are answered).
+        // Back: the new session proves itself (its pings are answered) and
+        // stays up past `stable_after` (8 more pings, 10 ms apart).
         world.server.clear_faults();
         assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
         let pings = seen(&world.server, "ping").len();
-        assert!(eventually(SETTLE, || seen(&world.server, "ping").len() >= pings + 2).await);
+        assert!(eventually(SETTLE, || seen(&world.server, "ping").len() >= pings + 8).await);
 
         // Lost again: counting starts at 1, not where it was.
         let mut events = fleet.events();

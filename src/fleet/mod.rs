@@ -13,13 +13,20 @@
 //!   keeps its session; a changed one is replaced; a removed or disabled
 //!   one is stopped, whatever it was doing. Concurrent calls are
 //!   serialized.
-//! - **Start in parallel.** Every slot starts at once, each under its own
-//!   connect timeout; [`Fleet::ready`] waits only for the servers marked
+//! - **Start in parallel, bounded.** Every slot starts at once, each under
+//!   its own connect timeout, while at most
+//!   [`concurrent_connects`](FleetBuilder::concurrent_connects) connects
+//!   (64) run at the same time, the others waiting in line in
+//!   [`SlotState::Starting`]; a set of more than
+//!   [`max_servers`](FleetBuilder::max_servers) (1000) is refused.
+//!   [`Fleet::ready`] waits only for the servers marked
 //!   [`required`](ServerSpec::required).
 //! - **Reconnect forever, politely.** A failed connect or a lost session
 //!   is retried with capped exponential backoff and full jitter
-//!   ([`Backoff`]); the attempt count starts anew only once a new session
-//!   has answered a request. A 401 or 403 waits in
+//!   ([`Backoff`]); the attempt count starts anew only once a session has
+//!   answered a request and stayed up for
+//!   [`stable_after`](FleetBuilder::stable_after) (60 s), so a server that
+//!   answers once and drops backs off to the cap. A 401 or 403 waits in
 //!   [`SlotState::AuthRequired`], an error no retry can fix in
 //!   [`SlotState::Failed`] (see [`Error::is_retryable`](crate::Error::is_retryable)),
 //!   until [`Fleet::reconnect`] or a changed spec.
@@ -54,8 +61,9 @@
 //!
 //! # When a session counts as lost
 //!
-//! A ready slot sends a `ping` at once (its answer proves the session, and
-//! resets the attempt count), then one every
+//! A ready slot sends a `ping` at once (its answer proves the session: lost
+//! after [`stable_after`](FleetBuilder::stable_after), it resets the
+//! attempt count), then one every
 //! [`health_interval`](FleetBuilder::health_interval). The session is lost
 //! when a ping fails with anything but a JSON-RPC error (an answer is an
 //! answer, "method not found" included), or when a routed call fails with a transport error or finds
@@ -112,7 +120,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -137,6 +145,12 @@ type Tasks = JoinSet<(u64, ServerShutdown)>;
 /// capacity is cut to this.
 pub const MAX_EVENT_CAPACITY: usize = 1 << 16;
 
+/// The default of [`FleetBuilder::max_servers`].
+pub const DEFAULT_MAX_SERVERS: usize = 1000;
+
+/// The default of [`FleetBuilder::concurrent_connects`].
+pub const DEFAULT_CONCURRENT_CONNECTS: usize = 64;
+
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
 #[must_use]
@@ -144,6 +158,8 @@ pub struct FleetBuilder {
     policy: Policy,
     event_capacity: usize,
     shutdown_timeout: Duration,
+    max_servers: usize,
+    concurrent_connects: usize,
 }
 
 impl Default for FleetBuilder {
@@ -153,9 +169,12 @@ impl Default for FleetBuilder {
                 backoff: Backoff::default(),
                 health_interval: Some(Duration::from_secs(30)),
                 health_timeout: Duration::from_secs(10),
+                stable_after: Duration::from_secs(60),
             },
             event_capacity: 1024,
             shutdown_timeout: Duration::from_secs(10),
+            max_servers: DEFAULT_MAX_SERVERS,
+            concurrent_connects: DEFAULT_CONCURRENT_CONNECTS,
         }
     }
 }
@@ -180,6 +199,47 @@ impl FleetBuilder {
     /// lost. Default: 10 s.
     pub fn health_timeout(mut self, timeout: Duration) -> Self {
         self.policy.health_timeout = timeout;
+        self
+    }
+
+    /// How long a session must stay up (and have answered a request) for
+    /// its loss to start the attempt count anew. A session lost sooner
+    /// counts as one more failure, so a server that answers a `ping` and
+    /// then drops every session backs off to the cap like one that is
+    /// down, instead of being reconnected at the first backoff for ever.
+    /// Default: 60 s (the default backoff's cap: a slot whose sessions
+    /// keep failing opens at most about one a minute, whether they fail
+    /// at once or after a while).
+    pub fn stable_after(mut self, period: Duration) -> Self {
+        self.policy.stable_after = period;
+        self
+    }
+
+    /// The most servers (enabled ones: each is a slot, a task and a
+    /// session) the fleet runs: [`Fleet::apply`] refuses a larger set
+    /// whole, with [`Error::is_limit`], before anything changes. At
+    /// least one. Default: [`DEFAULT_MAX_SERVERS`] (1000: far above a
+    /// host's tens of servers, while each slot may hold a session with its
+    /// own memory budget, a connection and a health `ping` every
+    /// interval).
+    pub fn max_servers(mut self, max: usize) -> Self {
+        self.max_servers = max.max(1);
+        self
+    }
+
+    /// The most connects that run at once, across every slot: a slot
+    /// holds one of these permits from the start of a connect (the first
+    /// or a retry) until it is ready or has failed, and waits for one in
+    /// [`SlotState::Starting`] (in turn, first come first served). A slot
+    /// stopped meanwhile gives its permit back, or its place in the line,
+    /// at once. At least one. Default: [`DEFAULT_CONCURRENT_CONNECTS`]
+    /// (64).
+    ///
+    /// A server that never answers holds a permit until its
+    /// [`connect_timeout`](ServerSpec::connect_timeout): with many such
+    /// servers, a larger bound lets the others through sooner.
+    pub fn concurrent_connects(mut self, max: usize) -> Self {
+        self.concurrent_connects = max.max(1);
         self
     }
 
@@ -210,6 +270,10 @@ impl FleetBuilder {
             clients: ClientCache::default(),
             policy: self.policy,
             shutdown_timeout: self.shutdown_timeout,
+            max_servers: self.max_servers,
+            connects: Arc::new(Semaphore::new(
+                self.concurrent_connects.min(Semaphore::MAX_PERMITS),
+            )),
             slots: Mutex::new(Some(Slots::default())),
             apply: tokio::sync::Mutex::new(()),
             drained: CancellationToken::new(),
@@ -245,6 +309,10 @@ pub struct Fleet {
     clients: ClientCache,
     policy: Policy,
     shutdown_timeout: Duration,
+    /// The most enabled servers [`apply`](Self::apply) takes.
+    max_servers: usize,
+    /// One permit per connect that may run at once, shared by every slot.
+    connects: Arc<Semaphore>,
     /// `None` once shut down.
     slots: Mutex<Option<Slots>>,
     /// Serializes [`apply`](Self::apply).
@@ -292,7 +360,9 @@ impl Fleet {
     ///
     /// Concurrent calls are serialized, each applied whole. An invalid set
     /// (a bad name, a name twice; see [`qualify`]) is refused with
-    /// [`Error::is_builder`] before anything changes; after
+    /// [`Error::is_builder`], and one of more enabled servers than
+    /// [`max_servers`](FleetBuilder::max_servers) with [`Error::is_limit`]
+    /// naming the bound, before anything changes; after
     /// [`shutdown`](Self::shutdown), [`Error::is_closed`].
     ///
     /// # Cancellation
@@ -307,6 +377,14 @@ impl Fleet {
         N: Into<String>,
     {
         let desired = reconcile::desired(servers.into_iter().map(|(n, s)| (n.into(), s)))?;
+        let enabled = desired.values().filter(|spec| spec.is_enabled()).count();
+        if enabled > self.max_servers {
+            return Err(Error::limit(format!(
+                "{enabled} servers enabled, more than the fleet's maximum of {} \
+                 (FleetBuilder::max_servers); nothing was applied",
+                self.max_servers
+            )));
+        }
         let _turn = self.apply.lock().await;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::builder("Fleet::apply needs a tokio runtime"))?;
@@ -328,7 +406,12 @@ impl Fleet {
                 // are this slot's, not those of the slot it replaces.
                 self.hub.claim(&name, slot.id);
                 slots.tasks.spawn_on(
-                    slot::run(slot.clone(), self.hub.clone(), self.policy.clone()),
+                    slot::run(
+                        slot.clone(),
+                        self.hub.clone(),
+                        self.policy.clone(),
+                        self.connects.clone(),
+                    ),
                     &runtime,
                 );
                 slots.by_name.insert(name, slot);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::Backoff;
@@ -30,6 +30,9 @@ pub(crate) struct Policy {
     pub(crate) backoff: Backoff,
     pub(crate) health_interval: Option<Duration>,
     pub(crate) health_timeout: Duration,
+    /// How long a proven session must have been up for its loss to reset
+    /// the attempt count.
+    pub(crate) stable_after: Duration,
 }
 
 /// What became of one server's slot at shutdown.
@@ -64,8 +67,8 @@ impl Live {
         self.lost.cancel();
     }
 
-    /// The session answered a request: a later loss starts the attempt
-    /// count anew.
+    /// The session answered a request: a loss once it has been up for the
+    /// policy's `stable_after` starts the attempt count anew.
     pub(crate) fn prove(&self) {
         self.proven.store(true, Ordering::Release);
     }
@@ -154,20 +157,31 @@ enum End {
 }
 
 /// The owner task of `slot`: runs until the slot is stopped.
-pub(crate) async fn run(slot: Arc<Slot>, hub: Arc<Hub>, policy: Policy) -> (u64, ServerShutdown) {
+pub(crate) async fn run(
+    slot: Arc<Slot>,
+    hub: Arc<Hub>,
+    policy: Policy,
+    connects: Arc<Semaphore>,
+) -> (u64, ServerShutdown) {
     // Counted as one of the crate's tasks (see the ledger), and marked
     // finished however it ends, aborted included.
     let _task = Count::new(Field::Tasks, None);
     let _finished = slot.finished.clone().drop_guard();
-    let outcome = supervise(&slot, &hub, &policy).await;
+    let outcome = supervise(&slot, &hub, &policy, &connects).await;
     hub.set_catalog(&slot.name, slot.id, None);
     slot.set_state(&hub, SlotState::Stopped);
     hub.release(&slot.name, slot.id);
     (slot.id, outcome)
 }
 
-async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
-    // Failures in a row since the last session that answered a request.
+async fn supervise(
+    slot: &Slot,
+    hub: &Hub,
+    policy: &Policy,
+    connects: &Semaphore,
+) -> ServerShutdown {
+    // Failures in a row since the last session that answered a request
+    // and stayed up for `stable_after`.
     let mut failures: u32 = 0;
     // Got on the first connect and held until the task ends: the owned
     // client goes with the last slot holding it. One that cannot be built
@@ -184,7 +198,17 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
         // it created is released, a server session DELETEd by the reaper.
         // Boxed: the slot's future stays small while it is ready (a
         // connect future is about 8 KiB).
-        let mut connecting = Box::pin(connect(slot, &mut client));
+        //
+        // The fleet's connect permit is taken inside it: held from the
+        // start of the connect until it is ready or failed, and given back
+        // (or the place in line left) the moment the future is dropped,
+        // before the reap of what it created is waited for.
+        let mut connecting = Box::pin(async {
+            // The semaphore is never closed: `Err` cannot happen, and would
+            // only mean connecting without a permit.
+            let _permit = connects.acquire().await.ok();
+            connect(slot, &mut client).await
+        });
         let connected = tokio::select! {
             biased;
             () = slot.stop.cancelled() => None,
@@ -210,6 +234,7 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                 *lock(&slot.live) = Some(live.clone());
                 hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
                 slot.set_state(hub, SlotState::Ready);
+                let up_since = tokio::time::Instant::now();
                 let end = serve(slot, hub, policy, &live).await;
                 // No call reaches the session from here on: it leaves the
                 // slot, then the catalog, then is closed (in-flight calls
@@ -229,7 +254,12 @@ async fn supervise(slot: &Slot, hub: &Hub, policy: &Policy) -> ServerShutdown {
                         continue;
                     }
                     End::Lost(error) => {
-                        if live.proven.load(Ordering::Acquire) {
+                        // Answering once is not enough: a server that
+                        // answers the first ping and then fails would be
+                        // reconnected at the first backoff for ever.
+                        if live.proven.load(Ordering::Acquire)
+                            && up_since.elapsed() >= policy.stable_after
+                        {
                             failures = 0;
                         }
                         (error, Some(live))

@@ -30,8 +30,10 @@ pub enum SlotState {
     Ready,
     /// Waiting to connect again.
     Retrying {
-        /// Failed connects (and sessions lost before answering a request)
-        /// in a row, this one included: 1 after the first.
+        /// Failed connects (and sessions lost before they answered a
+        /// request and stayed up for
+        /// [`stable_after`](super::FleetBuilder::stable_after)) in a row,
+        /// this one included: 1 after the first.
         attempt: u32,
         /// When the next connect starts (earlier with
         /// [`Fleet::reconnect`](super::Fleet::reconnect)).
