@@ -561,4 +561,23 @@ mod tests {
         assert!(account.check_cursor(4096).is_ok() && account.check_cursor(4097).is_err());
         assert_eq!(show(64 * MIB), "64 MiB");
     }
+
+    /// A message serde reads from a JSON array (a struct's fields in order:
+    /// `id`, `method`, `params`, `result`, `error`) builds what it holds as
+    /// an object would: the estimate counts it too, never less than its
+    /// values, rather than failing (which charged nothing).
+    #[test]
+    fn a_message_written_as_an_array_costs_what_it_builds() {
+        let data = format!("[{}0]", "0,".repeat(999));
+        let built = value_cost(&data).unwrap();
+        for text in [
+            format!(r#"[[1,null,{data},{{}}]]"#),
+            format!(r#"[[null,"notifications/message",{data}]]"#),
+        ] {
+            // What the parse accepts, the estimate reads.
+            assert!(crate::jsonrpc::parse_messages_bounded(text.as_bytes(), 10).is_ok());
+            let cost = messages_cost(text.as_bytes(), 10).expect("read as the parse reads it");
+            assert!(cost >= built, "{cost} < {built}");
+        }
+    }
 }

@@ -561,6 +561,45 @@ mod tests {
         assert_eq!(redacted("proxy:3128"), "proxy:3128");
     }
 
+    /// Issue 26 review: `://` later in a scheme-less URL (in a query, or a
+    /// password) is no scheme: the user name was read as one and named in
+    /// the build error ("uses the proxy scheme agent://"), and `Debug`
+    /// showed the whole URL, password included. A `#`, `?` or `/` in a
+    /// password showed what came before it.
+    #[test]
+    fn credentials_stay_hidden_when_the_url_holds_a_later_scheme_or_a_delimiter() {
+        for url in [
+            "agent:SECRET@proxy:3128/?from=http://x",
+            "agent:SE://CRET@proxy:3128",
+            "http://agent:SE#CRET@proxy:3128",
+            "http://agent:SE?CRET@proxy:3128",
+            "http://agent:SE/CRET@proxy:3128",
+        ] {
+            let shown = format!("{:?}", ProxyUrl(url.into()));
+            assert!(
+                !shown.contains("SE") && !shown.contains("agent"),
+                "{url}: {shown}"
+            );
+            let setting = ProxySetting::Explicit(ProxyUrl(url.into()));
+            if let Err(error) = proxies(&setting, None) {
+                let text = format!("{error} {error:?}");
+                assert!(
+                    !text.contains("SE") && !text.contains("agent"),
+                    "{url}: {text}"
+                );
+            }
+        }
+        // Read as curl reads it: an http:// proxy with those credentials.
+        let setting =
+            ProxySetting::Explicit(ProxyUrl("agent:SECRET@proxy:3128/?from=http://x".into()));
+        let rules = proxies(&setting, None).unwrap().unwrap();
+        let proxy = rules.intercept(&"http://x/".parse().unwrap()).unwrap();
+        assert_eq!(
+            proxy.uri().authority().map(|a| a.to_string()).as_deref(),
+            Some("proxy:3128")
+        );
+    }
+
     #[test]
     fn plain_http_requests_carry_the_proxy_credentials_https_ones_do_not() {
         let explicit = ProxySetting::Explicit(ProxyUrl("http://user:pass@proxy:3128".into()));
