@@ -438,7 +438,9 @@ impl<'de> DeserializeSeed<'de> for OneMessage {
     type Value = usize;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
-        deserializer.deserialize_map(self)
+        // Not `deserialize_map`: the parse reads a message from an array
+        // too (see `visit_seq`), and what it reads must be counted here.
+        deserializer.deserialize_any(self)
     }
 }
 
@@ -460,6 +462,16 @@ impl<'de> Visitor<'de> for OneMessage {
             } else {
                 map.next_value_seed(Cost)?
             };
+            total = total.saturating_add(cost);
+        }
+        Ok(total)
+    }
+
+    /// A message as an array, which serde reads a struct from too (`[id,
+    /// method, params, result, error]`): each field counted as a value.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = MESSAGE;
+        while let Some(cost) = seq.next_element_seed(Cost)? {
             total = total.saturating_add(cost);
         }
         Ok(total)
