@@ -47,15 +47,29 @@ impl fmt::Debug for ProxyUrl {
 
 /// `url` with its credentials, path and query left out.
 fn redacted(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
+    let (scheme, rest) = match scheme_of(url) {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}<credentials>@{host}"),
-        None => format!("{scheme}{authority}"),
-    }
+    // All up to the last `@` may be credentials, whatever it holds: a `#`,
+    // `?` or `/` in a password ends nothing here.
+    let (credentials, host) = match rest.rsplit_once('@') {
+        Some((_, host)) => ("<credentials>@", host),
+        None => ("", rest),
+    };
+    let host = &host[..host.find(['/', '?', '#']).unwrap_or(host.len())];
+    format!("{scheme}{credentials}{host}")
+}
+
+/// The scheme `text` starts with (letters, digits, `+`, `-`, `.`, then
+/// `://`) and what follows it; `None` when it starts with none: a `://`
+/// later on (in a password, a query) is no scheme.
+fn scheme_of(text: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    is_scheme.then_some((scheme, rest))
 }
 
 /// The proxy rules of a built client; `None` when nothing goes through a
@@ -144,7 +158,7 @@ fn canonical(source: &str, text: &str) -> Result<String> {
 
     let text = text.trim();
     let with_scheme;
-    let text = if text.contains("://") {
+    let text = if scheme_of(text).is_some() {
         text
     } else {
         with_scheme = format!("http://{text}");
