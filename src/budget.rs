@@ -438,7 +438,9 @@ impl<'de> DeserializeSeed<'de> for OneMessage {
     type Value = usize;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
-        deserializer.deserialize_map(self)
+        // Not `deserialize_map`: the parse reads a message from an array
+        // too (see `visit_seq`), and what it reads must be counted here.
+        deserializer.deserialize_any(self)
     }
 }
 
@@ -460,6 +462,16 @@ impl<'de> Visitor<'de> for OneMessage {
             } else {
                 map.next_value_seed(Cost)?
             };
+            total = total.saturating_add(cost);
+        }
+        Ok(total)
+    }
+
+    /// A message as an array, which serde reads a struct from too (`[id,
+    /// method, params, result, error]`): each field counted as a value.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = MESSAGE;
+        while let Some(cost) = seq.next_element_seed(Cost)? {
             total = total.saturating_add(cost);
         }
         Ok(total)
@@ -560,5 +572,24 @@ mod tests {
         assert_eq!(account.bytes(), 0);
         assert!(account.check_cursor(4096).is_ok() && account.check_cursor(4097).is_err());
         assert_eq!(show(64 * MIB), "64 MiB");
+    }
+
+    /// A message serde reads from a JSON array (a struct's fields in order:
+    /// `id`, `method`, `params`, `result`, `error`) builds what it holds as
+    /// an object would: the estimate counts it too, never less than its
+    /// values, rather than failing (which charged nothing).
+    #[test]
+    fn a_message_written_as_an_array_costs_what_it_builds() {
+        let data = format!("[{}0]", "0,".repeat(999));
+        let built = value_cost(&data).unwrap();
+        for text in [
+            format!(r#"[[1,null,{data},{{}}]]"#),
+            format!(r#"[[null,"notifications/message",{data}]]"#),
+        ] {
+            // What the parse accepts, the estimate reads.
+            assert!(crate::jsonrpc::parse_messages_bounded(text.as_bytes(), 10).is_ok());
+            let cost = messages_cost(text.as_bytes(), 10).expect("read as the parse reads it");
+            assert!(cost >= built, "{cost} < {built}");
+        }
     }
 }

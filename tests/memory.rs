@@ -901,3 +901,129 @@ async fn calls_at_once(
     }
     calls.join_all().await
 }
+
+/// Issue 26 review: a message written as a JSON array (serde reads a
+/// struct from an array too: `[id, method, params, result, error]`) was
+/// not counted by the estimate made before the parse (which read objects
+/// only, so it charged nothing), and the parse built its fields whole: an
+/// answer whose `params` held 256 Ki `0`s, 512 KiB on the wire, built some
+/// 16 MiB through a budget of 4 MiB, and the call succeeded. Both forms
+/// are now refused over the budget, before either is built.
+#[test]
+fn i26_review_a_message_written_as_an_array_is_charged_too() {
+    scenario(async {
+        let zeros = format!("{}0", "0,".repeat(256 * 1024 - 1));
+        for (form, body) in [
+            (
+                "object",
+                format!(
+                    r#"[{{"jsonrpc":"2.0","id":{{id}},"params":[{zeros}],"result":{{"content":[]}}}}]"#
+                ),
+            ),
+            (
+                "array",
+                format!(r#"[[{{id}},null,[{zeros}],{{"content":[]}}]]"#),
+            ),
+        ] {
+            let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+                "tools/call",
+                FaultAction::Raw {
+                    status: 200,
+                    content_type: "application/json".into(),
+                    body: Bytes::from(body),
+                },
+            )));
+            let session = Connector::new(server.url())
+                .listen(false)
+                .discovery(
+                    mcp_scoped_http::Discovery::default()
+                        .memory(MemoryBudget::default().max_bytes(4 * MIB)),
+                )
+                .connect()
+                .await
+                .unwrap();
+            let error = session
+                .call_tool("tool-000", json!({}))
+                .await
+                .expect_err("an answer over the budget");
+            assert!(
+                error.is_limit() && error.to_string().contains("MemoryBudget::max_bytes"),
+                "{form}: {error}"
+            );
+            session.close().await;
+        }
+    });
+}
+
+/// Issue 26 review: a call dropped at any point of reading its answer (the
+/// body half read, its messages parsed, its result being built; JSON, SSE,
+/// and an SSE event that never ends) gives back all it charged: after 60
+/// calls dropped at 0 to 30 ms, the largest answer, which needs most of the
+/// budget (16 MiB; an SSE answer of 3 MiB of text holds about 10 MiB while
+/// it is read), still comes through, as does every other.
+#[test]
+fn i26_review_calls_dropped_midway_give_their_charge_back() {
+    scenario(async {
+        let text = "x".repeat(3 * MIB);
+        let answer = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+        );
+        let raw = |content_type: &str, body: String| FaultAction::Raw {
+            status: 200,
+            content_type: content_type.into(),
+            body: Bytes::from(body),
+        };
+        let endless = FaultAction::SseFlood {
+            prefix: Bytes::from_static(
+                br#"data: {"jsonrpc":"2.0","id":0,"result":{"content":[{"type":"text","text":""#,
+            ),
+            unit: Bytes::from("x".repeat(4096)),
+            repeat: 1024,
+            suffix: Bytes::from_static(b"\"}]}}\n\n"),
+            frame: 4096,
+        };
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_fault(
+                    Fault::on_rpc("tools/call", raw("application/json", answer.clone()))
+                        .name("json"),
+                )
+                .with_fault(
+                    Fault::on_rpc(
+                        "tools/call",
+                        raw("text/event-stream", format!("data: {answer}\n\n")),
+                    )
+                    .name("sse"),
+                )
+                .with_fault(Fault::on_rpc("tools/call", endless).name("endless"))
+                .with_record_requests(false),
+        );
+        let session = Connector::new(server.url())
+            .listen(false)
+            .discovery(
+                mcp_scoped_http::Discovery::default()
+                    .memory(MemoryBudget::default().max_bytes(16 * MIB)),
+            )
+            .connect()
+            .await
+            .unwrap();
+        let tools = ["json", "sse", "endless"];
+        for round in 0..60u64 {
+            let tool = tools[round as usize % tools.len()];
+            let call = session.call_tool(tool, json!({}));
+            // Dropped wherever it is after this long (or done, if quicker).
+            let _ = tokio::time::timeout(Duration::from_micros(round * 500), call).await;
+        }
+        for tool in ["sse", "json", "sse"] {
+            let result = tokio::time::timeout(DEADLINE, session.call_tool(tool, json!({})))
+                .await
+                .expect("an answer within the deadline")
+                .unwrap_or_else(|e| panic!("{tool} after the dropped calls: {e}"));
+            assert_eq!(
+                result["content"][0]["text"].as_str().map(str::len),
+                Some(3 * MIB)
+            );
+        }
+        session.close().await;
+    });
+}

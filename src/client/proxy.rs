@@ -47,15 +47,29 @@ impl fmt::Debug for ProxyUrl {
 
 /// `url` with its credentials, path and query left out.
 fn redacted(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
+    let (scheme, rest) = match scheme_of(url) {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}<credentials>@{host}"),
-        None => format!("{scheme}{authority}"),
-    }
+    // All up to the last `@` may be credentials, whatever it holds: a `#`,
+    // `?` or `/` in a password ends nothing here.
+    let (credentials, host) = match rest.rsplit_once('@') {
+        Some((_, host)) => ("<credentials>@", host),
+        None => ("", rest),
+    };
+    let host = &host[..host.find(['/', '?', '#']).unwrap_or(host.len())];
+    format!("{scheme}{credentials}{host}")
+}
+
+/// The scheme `text` starts with (letters, digits, `+`, `-`, `.`, then
+/// `://`) and what follows it; `None` when it starts with none: a `://`
+/// later on (in a password, a query) is no scheme.
+fn scheme_of(text: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let is_scheme = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    is_scheme.then_some((scheme, rest))
 }
 
 /// The proxy rules of a built client; `None` when nothing goes through a
@@ -144,7 +158,7 @@ fn canonical(source: &str, text: &str) -> Result<String> {
 
     let text = text.trim();
     let with_scheme;
-    let text = if text.contains("://") {
+    let text = if scheme_of(text).is_some() {
         text
     } else {
         with_scheme = format!("http://{text}");
@@ -559,6 +573,45 @@ mod tests {
         let shown = format!("{url:?}");
         assert_eq!(shown, r#"ProxyUrl("http://<credentials>@proxy:3128")"#);
         assert_eq!(redacted("proxy:3128"), "proxy:3128");
+    }
+
+    /// Issue 26 review: `://` later in a scheme-less URL (in a query, or a
+    /// password) is no scheme: the user name was read as one and named in
+    /// the build error ("uses the proxy scheme agent://"), and `Debug`
+    /// showed the whole URL, password included. A `#`, `?` or `/` in a
+    /// password showed what came before it.
+    #[test]
+    fn credentials_stay_hidden_when_the_url_holds_a_later_scheme_or_a_delimiter() {
+        for url in [
+            "agent:SECRET@proxy:3128/?from=http://x",
+            "agent:SE://CRET@proxy:3128",
+            "http://agent:SE#CRET@proxy:3128",
+            "http://agent:SE?CRET@proxy:3128",
+            "http://agent:SE/CRET@proxy:3128",
+        ] {
+            let shown = format!("{:?}", ProxyUrl(url.into()));
+            assert!(
+                !shown.contains("SE") && !shown.contains("agent"),
+                "{url}: {shown}"
+            );
+            let setting = ProxySetting::Explicit(ProxyUrl(url.into()));
+            if let Err(error) = proxies(&setting, None) {
+                let text = format!("{error} {error:?}");
+                assert!(
+                    !text.contains("SE") && !text.contains("agent"),
+                    "{url}: {text}"
+                );
+            }
+        }
+        // Read as curl reads it: an http:// proxy with those credentials.
+        let setting =
+            ProxySetting::Explicit(ProxyUrl("agent:SECRET@proxy:3128/?from=http://x".into()));
+        let rules = proxies(&setting, None).unwrap().unwrap();
+        let proxy = rules.intercept(&"http://x/".parse().unwrap()).unwrap();
+        assert_eq!(
+            proxy.uri().authority().map(|a| a.to_string()).as_deref(),
+            Some("proxy:3128")
+        );
     }
 
     #[test]
