@@ -1027,3 +1027,51 @@ fn i26_review_calls_dropped_midway_give_their_charge_back() {
         session.close().await;
     });
 }
+
+/// Issue 26 review: an error status's JSON body (at most
+/// `TransportConfig::max_error_body`, 64 KiB) was parsed uncharged, its
+/// `error.data` building some 32 times its text per request. It is now
+/// charged as an answer is: over the budget, the status error comes back
+/// without the body's JSON-RPC error, nothing of it is built, and the
+/// budget is all given back (a later error body within it is read whole).
+#[test]
+fn i26_review_an_error_body_is_charged_too() {
+    scenario(async {
+        let zeros = format!("{}0", "0,".repeat(30 * 1024 - 1));
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"error":{{"code":-32000,"message":"no","data":[{zeros}]}}}}"#
+        );
+        let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::Raw {
+                status: 500,
+                content_type: "application/json".into(),
+                body: Bytes::from(body),
+            },
+        )));
+        for (budget, parsed) in [(256 * 1024, false), (4 * MIB, true)] {
+            let session = Connector::new(server.url())
+                .listen(false)
+                .discovery(
+                    mcp_scoped_http::Discovery::default()
+                        .memory(MemoryBudget::default().max_bytes(budget)),
+                )
+                .connect()
+                .await
+                .unwrap();
+            for _ in 0..3 {
+                let error = session
+                    .call_tool("tool-000", json!({}))
+                    .await
+                    .expect_err("an error status");
+                assert_eq!(error.status().map(|s| s.as_u16()), Some(500), "{error}");
+                assert_eq!(
+                    error.rpc_code().is_some(),
+                    parsed,
+                    "a budget of {budget} bytes: {error}"
+                );
+            }
+            session.close().await;
+        }
+    });
+}

@@ -620,11 +620,15 @@ impl<F: Front> Engine<F> {
                 true
             }
         });
+        // The cause first: a waiter woken below reads it at once (on
+        // another worker, maybe before this function returns).
+        if ended {
+            *lock(&self.end_cause) = Some(cause);
+        }
         // Their responses can no longer come: dropping the senders wakes
         // the waiters (each reads the error from `current`).
         lock(&self.pending).clear();
         if ended {
-            *lock(&self.end_cause) = Some(cause);
             F::ended(self, &told);
         }
     }

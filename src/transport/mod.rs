@@ -60,13 +60,13 @@ pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
 pub use stream::MessageStream;
 
-use crate::body::{read_limited, read_limited_charged};
-use crate::budget::{Account, messages_cost};
+use crate::body::read_limited_charged;
+use crate::budget::{Account, Charge, messages_cost};
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result, status_error};
 use crate::jsonrpc::{
-    Batch, Message, Notification, Request, Response, encode, parse_messages, parse_messages_bounded,
+    Batch, Message, Notification, Request, Response, encode, parse_messages_bounded,
 };
 use crate::origin::Origin;
 use crate::sync::lock;
@@ -911,28 +911,14 @@ impl StreamableHttp {
     async fn read_answer(&self, response: http::Response<ResponseBody>) -> Result<MessageStream> {
         match media_type(response.headers()) {
             Some(Media::Json) => {
-                let charge = self.account.as_ref().map(Account::holding);
-                let bytes = read_limited_charged(
-                    response,
-                    self.config.max_json_body,
-                    "JSON body",
-                    charge.as_ref(),
-                )
-                .await?;
-                let text = strip_bom(&bytes);
-                // Charged before it is built, with the body still held.
-                let cost = if let Some(charge) = &charge {
-                    let cost = messages_cost(text, self.config.max_batch_messages).unwrap_or(0);
-                    charge
-                        .resize(bytes.len().saturating_add(cost))
-                        .map_err(|spent| spent.reading("the JSON answer"))?;
-                    cost
-                } else {
-                    0
-                };
-                let messages = parse_messages_bounded(text, self.config.max_batch_messages)
-                    .map_err(|e| stream::parse_error(e, "the JSON answer"))?;
-                drop(bytes);
+                let (messages, charge, cost) = self
+                    .read_json(
+                        response,
+                        self.config.max_json_body,
+                        "JSON body",
+                        "the JSON answer",
+                    )
+                    .await?;
                 Ok(MessageStream::from_messages(messages).with_charge(charge, cost))
             }
             Some(Media::EventStream) => Ok(self.sse_stream(response.into_body())),
@@ -949,6 +935,37 @@ impl StreamableHttp {
         }
     }
 
+    /// Reads a JSON body of at most `limit` bytes and parses its messages,
+    /// charged to the session's account (when it has one) as its bytes
+    /// arrive and, before anything is built, by what parsing builds: the
+    /// one way a JSON body becomes messages, so none is read uncharged.
+    /// The charge is returned, with the messages' cost, for whoever holds
+    /// them.
+    async fn read_json(
+        &self,
+        response: http::Response<ResponseBody>,
+        limit: usize,
+        body: &str,
+        what: &str,
+    ) -> Result<(Batch, Option<Charge>, usize)> {
+        let charge = self.account.as_ref().map(Account::holding);
+        let bytes = read_limited_charged(response, limit, body, charge.as_ref()).await?;
+        let text = strip_bom(&bytes);
+        // Charged before it is built, with the body still held.
+        let cost = if let Some(charge) = &charge {
+            let cost = messages_cost(text, self.config.max_batch_messages).unwrap_or(0);
+            charge
+                .resize(bytes.len().saturating_add(cost))
+                .map_err(|spent| spent.reading(what))?;
+            cost
+        } else {
+            0
+        };
+        let messages = parse_messages_bounded(text, self.config.max_batch_messages)
+            .map_err(|e| stream::parse_error(e, what))?;
+        Ok((messages, charge, cost))
+    }
+
     /// Turns an error status into an [`Error`], keeping the challenge and any
     /// JSON-RPC error in a bounded read of the body.
     async fn error_from(
@@ -963,11 +980,22 @@ impl StreamableHttp {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let rpc = match media_type(response.headers()) {
-            Some(Media::Json) => read_limited(response, self.config.max_error_body, "error body")
+            // Charged as an answer is while it is read and parsed; the
+            // error object kept is the caller's.
+            Some(Media::Json) => self
+                .read_json(
+                    response,
+                    self.config.max_error_body,
+                    "error body",
+                    "the error body",
+                )
                 .await
                 .ok()
-                .and_then(|bytes| parse_messages(strip_bom(&bytes)).ok())
-                .and_then(|messages| {
+                .and_then(|(batch, _charge, _)| {
+                    let messages = match batch {
+                        Batch::One(message) => vec![message],
+                        Batch::Many(messages) => messages,
+                    };
                     messages.into_iter().find_map(|m| match m {
                         Message::Response(r) => r.outcome.err(),
                         _ => None,
