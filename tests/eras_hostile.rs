@@ -1306,7 +1306,8 @@ fn a_slow_handler_does_not_hold_up_other_answers_on_the_http_sse_stream() {
 }
 
 /// HTTP+SSE: a flood of server requests is answered with a bounded number
-/// of tasks at once, and the session keeps working.
+/// of tasks at once (what the backlog cannot hold is dropped), and the
+/// session keeps working.
 #[test]
 fn a_flood_of_http_sse_server_requests_stays_bounded() {
     const FLOOD: usize = 1000;
@@ -1349,17 +1350,20 @@ fn a_flood_of_http_sse_server_requests_stays_bounded() {
         };
         outcome.expect("answered after the flood");
         assert!(most <= 1 + 16 + 1, "{most} tasks at once");
-        let answered = eventually(Duration::from_secs(30), || {
+        // 16 answered at once and 256 waiting (issue 26, item 11): past
+        // that, pings are dropped unanswered rather than hold up the
+        // stream; every one accepted is answered.
+        let answered = || {
             server
                 .state
                 .seen()
                 .iter()
                 .filter(|s| s.is_response())
                 .count()
-                == FLOOD
-        })
-        .await;
-        assert!(answered, "every ping answered");
+        };
+        let enough = eventually(Duration::from_secs(30), || answered() >= 16 + 256).await;
+        assert!(enough, "{} pings answered", answered());
+        assert!(answered() <= FLOOD);
         session.close().await;
         before.check(None, &server, "flood").await;
     });

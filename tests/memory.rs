@@ -92,7 +92,7 @@ fn isolated(test: &str, attack: impl FnOnce()) {
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
     // The attack bounds itself; this bounds a process that would not end.
-    let deadline = Instant::now() + DEADLINE + Duration::from_secs(30);
+    let deadline = Instant::now() + 4 * DEADLINE + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = child.try_wait().expect("the attack's process") {
             break Some(status);
@@ -1073,5 +1073,106 @@ fn i26_review_an_error_body_is_charged_too() {
             }
             session.close().await;
         }
+    });
+}
+
+/// Issue 26 (1), the rmcp adapter: `CALLS` `tools/call`s at once through
+/// `ScopedTransport`, each answered with about 8 MiB of bare `0`s (which
+/// parse to 16 times that): each call ends (with an error: rmcp cannot
+/// read such a result, or the budget refuses it) and the peak stays
+/// within the same bound as a `Session`'s.
+#[cfg(feature = "rmcp")]
+fn rmcp_answers_attack(name: &'static str, content_type: &str, body: String) {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    scenario(async move {
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::Raw {
+                        status: 200,
+                        content_type: content_type.into(),
+                        body: Bytes::from(body),
+                    },
+                ))
+                .with_record_requests(false),
+        );
+        let mut transport = ScopedTransport::builder(server.url())
+            .listen(false)
+            .build()
+            .unwrap();
+        let report = transport.release_report();
+        let client = ().serve(transport).await.expect("rmcp initializes");
+        // Warm: the runtime's, the client's and the allocator's first use.
+        client.peer().list_tools(None).await.unwrap();
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let started = Instant::now();
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..CALLS {
+            let peer = client.peer().clone();
+            calls.spawn(async move {
+                peer.call_tool(CallToolRequestParams::new("tool-000"))
+                    .await
+                    .map(drop)
+            });
+        }
+        // rmcp's calls are tasks, so this bound fires while they run (a
+        // `Session`'s calls end in the poll that reads them): four times
+        // the deadline, for a debug build on a loaded machine (measured:
+        // 38-41 s there, both for this and for a `Session`).
+        let outcomes = tokio::time::timeout(4 * DEADLINE, calls.join_all()).await;
+        let took = started.elapsed();
+        let peak = meter.peak();
+        eprintln!(
+            "{name}: peak resident {:.1} MiB (from {:.1} MiB), {took:?}; first outcome: {:?}",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+            outcomes.as_ref().map(|o| &o[0]),
+        );
+        let outcomes =
+            outcomes.unwrap_or_else(|_| panic!("{name}: no end within {:?}", 4 * DEADLINE));
+        assert!(
+            outcomes.iter().all(Result::is_err),
+            "{name}: a result from a flood"
+        );
+        let allowed =
+            before + MemoryBudget::default().max_bytes + CALLS * 2 * MIB + 2 * EVENT_LIMIT;
+        assert!(
+            peak < allowed,
+            "{name}: peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            allowed / MIB
+        );
+        // The transport works on: the budget is all given back.
+        client.peer().list_tools(None).await.unwrap();
+        client.cancel().await.unwrap();
+        drop(report);
+    });
+}
+
+#[cfg(feature = "rmcp")]
+#[test]
+fn i26_rmcp_concurrent_answers_of_bare_zeros_json() {
+    isolated("i26_rmcp_concurrent_answers_of_bare_zeros_json", || {
+        rmcp_answers_attack(
+            "rmcp: 16 answers of 8 MiB of 0s at once, JSON",
+            "application/json",
+            zeros_answer(PAGE),
+        );
+    });
+}
+
+#[cfg(feature = "rmcp")]
+#[test]
+fn i26_rmcp_concurrent_answers_of_bare_zeros_sse() {
+    isolated("i26_rmcp_concurrent_answers_of_bare_zeros_sse", || {
+        rmcp_answers_attack(
+            "rmcp: 16 answers of 8 MiB of 0s at once, SSE",
+            "text/event-stream",
+            format!("data: {}\n\n", zeros_answer(PAGE)),
+        );
     });
 }

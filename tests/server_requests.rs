@@ -4,6 +4,8 @@
 //! version headers; what has no handler gets "method not found"; the
 //! capabilities sent in `initialize` follow the handlers.
 
+#[path = "support/hostile_http.rs"]
+mod hostile_http;
 mod support;
 
 use std::sync::{Arc, OnceLock};
@@ -344,5 +346,175 @@ fn close_from_a_server_request_handler_returns_at_once() {
         mcp_scoped_http::shutdown().await;
         assert!(eventually(PROMPT, || server.stats().deletes == 1).await);
         assert!(eventually(PROMPT, || session.ledger().tasks == 0).await);
+    });
+}
+
+/// A server whose `tools/call` answer sends 200 `ping`s and then the
+/// result at once, and which holds every answer POST until released.
+struct Pinging {
+    server: hostile_http::Server,
+    /// Answer POSTs held now, and the most held at once.
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+const PINGS: usize = 200;
+
+impl Pinging {
+    fn start() -> Pinging {
+        use hostile_http::{Server, empty, json_response, message, result};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let held = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (h, p, g) = (held.clone(), peak.clone(), gate.clone());
+        let server = Server::start(move |seen, state| {
+            let (held, peak, gate) = (h.clone(), p.clone(), g.clone());
+            async move {
+                if seen.is_response() {
+                    let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    let _unheld = scopeguard::guard((), |()| {
+                        held.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    if let Ok(permit) = gate.acquire().await {
+                        permit.forget();
+                    }
+                    return empty(202);
+                }
+                match (&seen.method, seen.rpc()) {
+                    (&http::Method::POST, Some("initialize")) => {
+                        let mut r = json_response(
+                            200,
+                            &result(
+                                &seen.id(),
+                                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                       "serverInfo": {"name": "pinging", "version": "1"}}),
+                            ),
+                        );
+                        r.headers_mut()
+                            .insert("mcp-session-id", "pinging".parse().unwrap());
+                        r
+                    }
+                    (&http::Method::POST, Some("tools/call")) => {
+                        let (tx, response) = state.sse();
+                        for n in 0..PINGS {
+                            let ping = json!({"jsonrpc": "2.0", "id": format!("p{n}"),
+                                              "method": "ping"});
+                            tx.try_send(message(&ping)).unwrap();
+                        }
+                        let done = result(&seen.id(), json!({"content": [], "done": true}));
+                        tx.try_send(message(&done)).unwrap();
+                        // The stream stays open: the client ends it.
+                        response
+                    }
+                    (&http::Method::POST, _) => empty(202),
+                    (&http::Method::DELETE, _) => empty(200),
+                    _ => empty(405),
+                }
+            }
+        });
+        Pinging {
+            server,
+            held,
+            peak,
+            gate,
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The ids the client's answers carried, in the order they came.
+    fn answered(&self) -> Vec<String> {
+        self.server
+            .state
+            .seen()
+            .iter()
+            .filter(|s| s.is_response())
+            .map(|s| s.id().as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Pinging {
+    fn drop(&mut self) {
+        self.gate.close();
+    }
+}
+
+/// Issue 26, item 11: server requests on a `tools/call` answer are answered
+/// aside, at most 16 at once, so the result the server sent right behind
+/// 200 `ping`s is read at once, however long the answer POSTs take; the
+/// rest wait their turn in arrival order; close with answers in flight
+/// leaves no task. Before: answered one at a time inline, the call waited
+/// for every answer POST in turn (timed out here, one answer in flight).
+#[test]
+fn server_requests_on_an_answer_are_answered_aside_and_never_delay_its_result() {
+    scenario(async {
+        let server = Pinging::start();
+        let before = (mcp_scoped_http::ledger(), support::baseline::alive_tasks());
+        let session = Connector::new(server.server.url("/mcp"))
+            .protocol_version(mcp_scoped_http::ProtocolVersion::V2025_11_25)
+            .listen(false)
+            .request_timeout(Duration::from_secs(20))
+            .connect()
+            .await
+            .expect("connects");
+        let result = tokio::time::timeout(PROMPT, session.call_tool("slow", json!({})))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the result waited for the answers: {} answered, {} at once at most",
+                    server.answered().len(),
+                    server.peak.load(std::sync::atomic::Ordering::SeqCst)
+                )
+            })
+            .unwrap();
+        assert_eq!(result["done"], true);
+        // The answers are still held by the server: none delayed the result.
+        assert!(server.held() > 0, "answers were in flight");
+        assert!(
+            eventually(PROMPT, || server.held() == 16).await,
+            "{} in flight",
+            server.held()
+        );
+        // The first 16 (in any order), then, as room frees up, in order.
+        let mut first = server.answered();
+        first.sort_by_key(|id| id[1..].parse::<usize>().unwrap());
+        let expected: Vec<String> = (0..16).map(|n| format!("p{n}")).collect();
+        assert_eq!(first, expected);
+        server.gate.add_permits(8);
+        assert!(
+            eventually(PROMPT, || server.answered().len() == 24
+                && server.held() == 16)
+            .await
+        );
+        let next: Vec<String> = server.answered()[16..].to_vec();
+        let expected: Vec<String> = (16..24).map(|n| format!("p{n}")).collect();
+        assert_eq!(next, expected, "the backlog is answered in arrival order");
+        let peak = server.peak.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(peak > 1 && peak <= 16, "{peak} answers at once");
+        // Closed with 16 answers in flight and 176 waiting: nothing stays.
+        session.close().await;
+        drop(session);
+        let back = eventually(PROMPT, || {
+            mcp_scoped_http::ledger() == before.0 && support::baseline::alive_tasks() <= before.1
+        })
+        .await;
+        assert!(
+            back,
+            "ledger {:?} (before {:?}), tasks {} (before {})",
+            mcp_scoped_http::ledger(),
+            before.0,
+            support::baseline::alive_tasks(),
+            before.1
+        );
+        assert!(
+            server.answered().len() < PINGS,
+            "nothing answered after close"
+        );
     });
 }

@@ -184,6 +184,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::budget::{Account, Charge, value_cost};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::engine::{
     Deadline, Endpoint, Engine, Era, Front, Generation, Opening, Resumption, ServerMessage,
@@ -193,7 +194,7 @@ use crate::error::{Error, Result};
 use crate::jsonrpc::{
     ErrorObject, Message, Notification, Request, RequestId, Response, codes, result_value,
 };
-use crate::queue;
+use crate::queue::{self, Weigh};
 use crate::scope::{GuardStack, Released};
 use crate::session::era::{self, Plan, Probe};
 use crate::session::shared::SERVER_INFO_META;
@@ -366,7 +367,7 @@ impl ScopedTransportBuilder {
         // (no DELETE is owed yet).
         let mut stack = GuardStack::new(self.endpoint.counters());
         // What the wire reads is charged as a session's is, by default.
-        let account = crate::budget::Account::new(crate::MemoryBudget::default());
+        let account = Account::new(crate::MemoryBudget::default());
         let (template, _) = self.endpoint.acquire(&mut stack, None, &account)?;
         let attached = self.attach.is_some();
         let sessions = (!attached).then(|| stack.push_server_sessions(self.delete_timeout));
@@ -378,6 +379,7 @@ impl ScopedTransportBuilder {
         );
         let front = RmcpFront {
             tx,
+            account: account.clone(),
             url: self.endpoint.url().to_owned(),
             pinned: self.pinned,
             revisions: self
@@ -427,7 +429,7 @@ pub struct ScopedTransport {
     engine: Arc<Engine<RmcpFront>>,
     /// The guard stack: unwound by `close`, handed to the reaper on drop.
     stack: Option<GuardStack>,
-    incoming: mpsc::Receiver<Message>,
+    incoming: mpsc::Receiver<Incoming>,
     report: Option<oneshot::Sender<Released>>,
     report_receiver: Option<oneshot::Receiver<Released>>,
 }
@@ -436,7 +438,11 @@ pub struct ScopedTransport {
 /// to rmcp.
 struct RmcpFront {
     /// Messages for rmcp's `receive`, bounded in count and bytes.
-    tx: queue::Sender<Message>,
+    tx: queue::Sender<Incoming>,
+    /// The transport's memory account (the wire's): a response is charged
+    /// to it from when it is handed on until rmcp has it, by its text and
+    /// what rmcp's parse of it builds.
+    account: Account,
     /// The endpoint, the key of the era remembered for it.
     url: String,
     pinned: Option<ProtocolVersion>,
@@ -621,9 +627,50 @@ impl RmcpFront {
     }
 
     /// Hands a response to rmcp, which waits for it: it waits for room
-    /// in count (what rmcp asked for bounds these), never dropped.
+    /// in count (what rmcp asked for bounds these), never dropped. It is
+    /// charged to the account meanwhile, by its text and twice what parsing
+    /// it builds (rmcp's types read a result through serde's buffered
+    /// form, then build their own): one the budget cannot hold reaches
+    /// rmcp as an error naming the limit instead, and is never built.
     async fn give(&self, message: Message) {
-        if !self.tx.send(message).await {
+        let (message, charge) = match message {
+            Message::Response(Response {
+                id,
+                outcome: Ok(result),
+            }) => {
+                let text = result.get();
+                let cost = value_cost(text)
+                    .unwrap_or(0)
+                    .saturating_mul(2)
+                    .saturating_add(text.len());
+                match self.account.charge(cost, 0) {
+                    Ok(charge) => (
+                        Message::Response(Response {
+                            id,
+                            outcome: Ok(result),
+                        }),
+                        Some(charge),
+                    ),
+                    Err(spent) => {
+                        drop(result);
+                        let error = spent.reading("the result");
+                        (
+                            Message::Response(Response {
+                                id,
+                                outcome: Err(ErrorObject {
+                                    code: codes::INTERNAL_ERROR,
+                                    message: error.to_string(),
+                                    data: Some(json!({"transport": "mcp-scoped-http"})),
+                                }),
+                            }),
+                            None,
+                        )
+                    }
+                }
+            }
+            other => (other, None),
+        };
+        if !self.tx.send(Incoming { message, charge }).await {
             tracing::debug!("dropped a server message: the transport is gone");
         }
     }
@@ -632,7 +679,11 @@ impl RmcpFront {
     /// bounds it is dropped (and logged), never waited for, so the stream
     /// that brought it is read on.
     fn offer(&self, message: Message) {
-        if self.tx.offer(message) == queue::Offered::Closed {
+        let incoming = Incoming {
+            message,
+            charge: None,
+        };
+        if self.tx.offer(incoming) == queue::Offered::Closed {
             tracing::debug!("dropped a server message: the transport is gone");
         }
     }
@@ -1266,6 +1317,19 @@ fn cancelled_request(notification: &Notification) -> Option<RequestId> {
     serde_json::from_value(id.clone()).ok()
 }
 
+/// A message for rmcp's `receive`, with what it is charged (a response).
+struct Incoming {
+    message: Message,
+    /// Released once rmcp has the message.
+    charge: Option<Charge>,
+}
+
+impl Weigh for Incoming {
+    fn weight(&self) -> usize {
+        self.message.weight()
+    }
+}
+
 /// rmcp's message as ours.
 fn from_rmcp(message: TxJsonRpcMessage<RoleClient>) -> Result<Message> {
     serde_json::to_value(&message)
@@ -1277,7 +1341,10 @@ fn from_rmcp(message: TxJsonRpcMessage<RoleClient>) -> Result<Message> {
 /// as an error; so does one whose result is JSON no `Value` can hold (a
 /// number beyond `f64`, a lone surrogate: the engine keeps results as text).
 fn to_rmcp(message: Message) -> Option<RxJsonRpcMessage<RoleClient>> {
-    match serde_json::to_value(&message).and_then(serde_json::from_value) {
+    // Read from its text, as rmcp's own transports do: no `Value` of the
+    // whole message is built on the way (a result is text until here).
+    let read = serde_json::to_string(&message).and_then(|text| serde_json::from_str(&text));
+    match read {
         Ok(message) => Some(message),
         Err(error) => match message {
             Message::Response(Response { id: Some(id), .. }) => {
@@ -1338,9 +1405,12 @@ impl Transport<RoleClient> for ScopedTransport {
             let message = tokio::select! {
                 biased;
                 _ = self.engine.closing().cancelled() => return None,
-                message = self.incoming.recv() => message?,
+                incoming = self.incoming.recv() => incoming?,
             };
-            if let Some(message) = to_rmcp(message) {
+            let Incoming { message, charge } = message;
+            let message = to_rmcp(message);
+            drop(charge);
+            if let Some(message) = message {
                 return Some(message);
             }
         }

@@ -31,6 +31,7 @@
 //! [`Session`]: crate::Session
 
 mod answer;
+mod aside;
 mod endpoint;
 mod listener;
 
@@ -267,9 +268,6 @@ pub(crate) struct Settings {
 /// How long a `notifications/cancelled` may take.
 const CANCEL_NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Server requests of an HTTP+SSE stream answered at once, at most.
-const SSE_REQUESTS_IN_FLIGHT: usize = 16;
-
 /// The engine of one front end: see the module docs.
 pub(crate) struct Engine<F> {
     pub(crate) front: F,
@@ -285,6 +283,8 @@ pub(crate) struct Engine<F> {
     /// Requests waiting for their response, which may arrive on another
     /// stream (the GET stream, or another request's answer).
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
+    /// Server requests being answered, and those waiting (see [`aside`]).
+    answering: aside::Answering,
     /// Why the session ended (see [`ended`](Self::ended)), kept after a
     /// close, so that the requests it cut off say so.
     end_cause: Mutex<Option<Error>>,
@@ -316,6 +316,7 @@ impl<F: Front> Engine<F> {
             current: watch::Sender::new(Current::Unopened),
             spawner,
             pending: Mutex::default(),
+            answering: aside::Answering::default(),
             end_cause: Mutex::default(),
             settings,
             initialize_params: Mutex::default(),
@@ -551,29 +552,12 @@ impl<F: Front> Engine<F> {
         let generation = generation.clone();
         let spawned = self.spawner.spawn(move |_closing| async move {
             let cancel = stop;
-            let answering = Arc::new(tokio::sync::Semaphore::new(SSE_REQUESTS_IN_FLIGHT));
             let read = async {
                 while let Some(message) = stream.next().await {
                     match message {
                         // Every response of the session comes on this one
-                        // stream: a server request whose handler takes its
-                        // time (a person answering an elicitation) must not
-                        // hold up the ones behind it. Answered aside, a
-                        // bounded number at once (past it, the reader waits).
-                        Ok(message @ Message::Request(_)) => {
-                            let Ok(permit) = answering.clone().acquire_owned().await else {
-                                continue;
-                            };
-                            let task_engine = engine.clone();
-                            let task_generation = generation.clone();
-                            engine.spawner.spawn(move |closing| async move {
-                                let _permit = permit;
-                                tokio::select! {
-                                    _ = closing.cancelled() => {}
-                                    _ = task_engine.route(&task_generation, message) => {}
-                                }
-                            });
-                        }
+                        // stream: server requests are answered aside (see
+                        // `aside`), never holding up the ones behind them.
                         Ok(message) => engine.route(&generation, message).await,
                         Err(error) => {
                             tracing::debug!(%error, "the HTTP+SSE stream failed");
@@ -898,6 +882,7 @@ impl<F: Front> Engine<F> {
     pub(crate) fn close(&self) {
         self.spawner.token().cancel();
         self.current.send_replace(Current::Closed);
+        self.answering.clear();
         drop(lock(&self.template).take());
     }
 
@@ -1113,7 +1098,7 @@ impl<F: Front> Engine<F> {
     /// Routes one message from `generation`: a response to the request
     /// waiting for it, anything else to the front end.
     pub(crate) async fn route(self: &Arc<Self>, generation: &Arc<Generation>, message: Message) {
-        let message = match message {
+        let notification = match message {
             Message::Response(response) => {
                 let waiting = response
                     .id
@@ -1134,10 +1119,15 @@ impl<F: Front> Engine<F> {
                 tracing::debug!(method = %request.method, "ignored a server request in 2026-07-28");
                 return;
             }
-            Message::Request(request) => ServerMessage::Request(request),
-            Message::Notification(notification) => ServerMessage::Notification(notification),
+            // Answered aside, a bounded number at once: the stream is read
+            // on, and the response a call waits for is never held up.
+            Message::Request(request) => {
+                self.answer_aside(generation, request);
+                return;
+            }
+            Message::Notification(notification) => notification,
         };
-        F::deliver(self, generation, message).await;
+        F::deliver(self, generation, ServerMessage::Notification(notification)).await;
     }
 
     /// Starts the GET listener of `generation` (one per session), kept

@@ -243,6 +243,11 @@ impl StreamableHttp {
         self
     }
 
+    /// The session's memory account, if this transport charges one.
+    pub(crate) fn account(&self) -> Option<&Account> {
+        self.account.as_ref()
+    }
+
     /// The client's `clientInfo` and `capabilities`, sent in `_meta` by
     /// every request of 2026-07-28.
     pub(crate) fn with_client_meta(mut self, client_info: &Value, capabilities: &Value) -> Self {
