@@ -23,7 +23,9 @@ const MIB: usize = 1024 * 1024;
 /// account per session, and so is every value parsed from
 /// an entry (through `Entry`'s `Deref`, or by the 2026-07-28 `x-mcp-header`
 /// check), each for as long as it is held, by the session or by the caller
-/// (a page's text lives as long as any entry of it).
+/// (a page's text lives as long as any entry of it). In a fleet (feature
+/// `fleet`), this is each session's share: every byte is also drawn from
+/// the fleet's budget (`FleetBuilder::memory`), all or nothing.
 ///
 /// The notifications waiting in `Session::notifications` for the caller
 /// have a bound of their own, [`max_queued_bytes`](Self::max_queued_bytes):
@@ -110,6 +112,7 @@ impl MemoryBudget {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Whose {
     Session,
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     Fleet,
 }
 
@@ -225,6 +228,7 @@ impl Account {
 
     /// A fleet's account: `max_bytes` for all its sessions together, the
     /// parent of each of their accounts. Only bytes are charged to it.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub(crate) fn fleet(max_bytes: usize) -> Self {
         Account(Arc::new(Held {
             whose: Whose::Fleet,
@@ -239,6 +243,7 @@ impl Account {
     /// How many charges this account refused over its bytes so far: a
     /// fleet's slot compares it across a connect to tell a refusal of the
     /// fleet's budget (which another slot may lift) from its own.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub(crate) fn refusals(&self) -> u64 {
         self.0.refused.load(Ordering::Acquire)
     }
@@ -680,7 +685,14 @@ mod tests {
         // Over a's own share: the session's bound says so, the fleet's
         // account is left as it was.
         let spent = page.grow(30, 0).unwrap_err();
-        assert!(matches!(spent, Spent::Bytes { whose: Whose::Session, limit: 80, .. }));
+        assert!(matches!(
+            spent,
+            Spent::Bytes {
+                whose: Whose::Session,
+                limit: 80,
+                ..
+            }
+        ));
         assert_eq!((a.bytes(), fleet.bytes(), fleet.refusals()), (60, 60, 1));
         // Growth, resizing and release reach both, counted once.
         let held = b.holding();
