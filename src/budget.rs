@@ -13,7 +13,7 @@ use std::mem::size_of;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 const MIB: usize = 1024 * 1024;
 
@@ -23,7 +23,9 @@ const MIB: usize = 1024 * 1024;
 /// account per session, and so is every value parsed from
 /// an entry (through `Entry`'s `Deref`, or by the 2026-07-28 `x-mcp-header`
 /// check), each for as long as it is held, by the session or by the caller
-/// (a page's text lives as long as any entry of it).
+/// (a page's text lives as long as any entry of it). In a fleet (feature
+/// `fleet`), this is each session's share: every byte is also drawn from
+/// the fleet's budget (`FleetBuilder::memory`), all or nothing.
 ///
 /// The notifications waiting in `Session::notifications` for the caller
 /// have a bound of their own, [`max_queued_bytes`](Self::max_queued_bytes):
@@ -105,12 +107,23 @@ impl MemoryBudget {
     }
 }
 
-/// A bound of [`MemoryBudget`] that a charge would have crossed; its
-/// `Display` names the bound and its value.
+/// Whose budget an account keeps: a session's (its [`MemoryBudget`]) or
+/// a fleet's (`FleetBuilder::memory`, shared by its sessions' accounts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Whose {
+    Session,
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    Fleet,
+}
+
+/// A bound of [`MemoryBudget`] (or of a fleet's budget) that a charge
+/// would have crossed; its `Display` names the bound and its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Spent {
-    /// `max_bytes`: `wanted` more bytes with `held` already held.
+    /// `max_bytes` (or the fleet's budget): `wanted` more bytes with `held`
+    /// already held.
     Bytes {
+        whose: Whose,
         limit: usize,
         held: usize,
         wanted: usize,
@@ -125,6 +138,19 @@ impl fmt::Display for Spent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Spent::Bytes {
+                whose: Whose::Fleet,
+                limit,
+                held,
+                wanted,
+            } => write!(
+                f,
+                "the fleet's memory budget of {} (FleetBuilder::memory) is spent: \
+                 {} held by its sessions, {wanted} more bytes wanted",
+                show(limit),
+                show(held),
+            ),
+            Spent::Bytes {
+                whose: Whose::Session,
                 limit,
                 held,
                 wanted,
@@ -164,23 +190,62 @@ fn show(bytes: usize) -> String {
 }
 
 /// One session's account: shared by everything that reads its catalog.
+/// A session of a fleet has a parent, the fleet's account: every byte
+/// charged here is charged there too, all or nothing, and released from
+/// both (entries, cursors and the notification queue stay the session's
+/// own bounds).
 #[derive(Clone, Debug)]
 pub(crate) struct Account(Arc<Held>);
 
 #[derive(Debug)]
 struct Held {
+    whose: Whose,
     budget: MemoryBudget,
     bytes: AtomicUsize,
     entries: AtomicUsize,
+    parent: Option<Account>,
+    /// Charges this account refused for its bytes, ever.
+    refused: AtomicU64,
 }
 
 impl Account {
     pub(crate) fn new(budget: MemoryBudget) -> Self {
+        Account::with_parent(budget, None)
+    }
+
+    /// A session's account whose bytes are also charged to `parent` (a
+    /// fleet's, see [`fleet`](Self::fleet)), if any.
+    pub(crate) fn with_parent(budget: MemoryBudget, parent: Option<Account>) -> Self {
         Account(Arc::new(Held {
+            whose: Whose::Session,
             budget,
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
+            parent,
+            refused: AtomicU64::new(0),
         }))
+    }
+
+    /// A fleet's account: `max_bytes` for all its sessions together, the
+    /// parent of each of their accounts. Only bytes are charged to it.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    pub(crate) fn fleet(max_bytes: usize) -> Self {
+        Account(Arc::new(Held {
+            whose: Whose::Fleet,
+            budget: MemoryBudget::default().max_bytes(max_bytes),
+            bytes: AtomicUsize::new(0),
+            entries: AtomicUsize::new(0),
+            parent: None,
+            refused: AtomicU64::new(0),
+        }))
+    }
+
+    /// How many charges this account refused over its bytes so far: a
+    /// fleet's slot compares it across a connect to tell a refusal of the
+    /// fleet's budget (which another slot may lift) from its own.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    pub(crate) fn refusals(&self) -> u64 {
+        self.0.refused.load(Ordering::Acquire)
     }
 
     /// Bytes held now.
@@ -208,6 +273,39 @@ impl Account {
             account: self.clone(),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `bytes` here and then from each parent up, all or nothing: a
+    /// parent's refusal gives this account's share back. (Between the two,
+    /// this account counts bytes its parent may still refuse: another
+    /// charge may then be refused a moment early, never let through.)
+    fn take_bytes(&self, bytes: usize) -> Result<(), Spent> {
+        let held = &self.0;
+        let limit = held.budget.max_bytes;
+        if let Err(now) = Account::take(&held.bytes, limit, bytes) {
+            held.refused.fetch_add(1, Ordering::AcqRel);
+            return Err(Spent::Bytes {
+                whose: held.whose,
+                limit,
+                held: now,
+                wanted: bytes,
+            });
+        }
+        if let Some(parent) = &held.parent {
+            if let Err(spent) = parent.take_bytes(bytes) {
+                held.bytes.fetch_sub(bytes, Ordering::AcqRel);
+                return Err(spent);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `bytes` back here and to each parent up.
+    fn release_bytes(&self, bytes: usize) {
+        self.0.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(parent) = &self.0.parent {
+            parent.release_bytes(bytes);
         }
     }
 
@@ -252,15 +350,11 @@ impl Charge {
             })?;
             self.entries.fetch_add(entries, Ordering::AcqRel);
         }
-        if let Err(now) = Account::take(&held.bytes, budget.max_bytes, bytes) {
+        if let Err(spent) = self.account.take_bytes(bytes) {
             // All or nothing: the entries of this step go back.
             held.entries.fetch_sub(entries, Ordering::AcqRel);
             self.entries.fetch_sub(entries, Ordering::AcqRel);
-            return Err(Spent::Bytes {
-                limit: budget.max_bytes,
-                held: now,
-                wanted: bytes,
-            });
+            return Err(spent);
         }
         self.bytes.fetch_add(bytes, Ordering::AcqRel);
         Ok(())
@@ -273,10 +367,7 @@ impl Charge {
         if bytes > now {
             return self.grow(bytes - now, 0);
         }
-        self.account
-            .0
-            .bytes
-            .fetch_sub(now - bytes, Ordering::AcqRel);
+        self.account.release_bytes(now - bytes);
         self.bytes.fetch_sub(now - bytes, Ordering::AcqRel);
         Ok(())
     }
@@ -289,10 +380,10 @@ impl Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        let held = &self.account.0;
-        held.bytes
-            .fetch_sub(*self.bytes.get_mut(), Ordering::AcqRel);
-        held.entries
+        self.account.release_bytes(*self.bytes.get_mut());
+        self.account
+            .0
+            .entries
             .fetch_sub(*self.entries.get_mut(), Ordering::AcqRel);
     }
 }
@@ -544,6 +635,7 @@ mod tests {
         assert!(matches!(
             spent,
             Spent::Bytes {
+                whose: Whose::Session,
                 limit: 100,
                 held: 50,
                 wanted: 51
@@ -591,5 +683,60 @@ mod tests {
             let cost = messages_cost(text.as_bytes(), 10).expect("read as the parse reads it");
             assert!(cost >= built, "{cost} < {built}");
         }
+    }
+
+    #[test]
+    fn a_fleet_account_bounds_its_sessions_together_all_or_nothing() {
+        let fleet = Account::fleet(100);
+        let budget = MemoryBudget::default().max_bytes(80).max_entries(2);
+        let a = Account::with_parent(budget, Some(fleet.clone()));
+        let b = Account::with_parent(budget, Some(fleet.clone()));
+        let page = a.charge(60, 1).unwrap();
+        assert_eq!((a.bytes(), fleet.bytes(), fleet.entries()), (60, 60, 0));
+        // Within b's own share, over the fleet's: refused, nothing kept in
+        // either account, the entries of the step included.
+        let spent = b.charge(50, 1).unwrap_err();
+        assert_eq!(
+            spent,
+            Spent::Bytes {
+                whose: Whose::Fleet,
+                limit: 100,
+                held: 60,
+                wanted: 50
+            }
+        );
+        assert!(
+            spent.to_string().starts_with(
+                "the fleet's memory budget of 100 bytes (FleetBuilder::memory) is spent"
+            ),
+            "{spent}"
+        );
+        assert_eq!((b.bytes(), b.entries(), fleet.bytes()), (0, 0, 60));
+        assert_eq!(fleet.refusals(), 1);
+        // Over a's own share: the session's bound says so, the fleet's
+        // account is left as it was.
+        let spent = page.grow(30, 0).unwrap_err();
+        assert!(matches!(
+            spent,
+            Spent::Bytes {
+                whose: Whose::Session,
+                limit: 80,
+                ..
+            }
+        ));
+        assert_eq!((a.bytes(), fleet.bytes(), fleet.refusals()), (60, 60, 1));
+        // Growth, resizing and release reach both, counted once.
+        let held = b.holding();
+        held.grow(40, 1).unwrap();
+        assert_eq!((b.bytes(), fleet.bytes()), (40, 100));
+        assert!(held.resize(41).is_err());
+        assert_eq!((b.bytes(), fleet.bytes()), (40, 100));
+        held.resize(10).unwrap();
+        assert_eq!((b.bytes(), fleet.bytes()), (10, 70));
+        drop(page);
+        assert_eq!((a.bytes(), a.entries(), fleet.bytes()), (0, 0, 10));
+        b.charge(80 - 10, 0).map(drop).unwrap();
+        drop(held);
+        assert_eq!((b.bytes(), b.entries(), fleet.bytes()), (0, 0, 0));
     }
 }

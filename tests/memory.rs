@@ -577,28 +577,148 @@ fn i20_huge_cursors() {
 #[test]
 fn i20_pages_of_big_tools_fill_the_budget() {
     isolated("i20_pages_of_big_tools_fill_the_budget", || {
-        let fault = {
-            let description = "d".repeat(8 * 1024);
-            let mut page = String::from(r#"{"tools":["#);
-            let mut i = 0;
-            while page.len() < PAGE - 16 * 1024 {
-                if i > 0 {
-                    page.push(',');
-                }
-                page.push_str(&format!(
-                    r#"{{"name":"t-{{id}}-{i}","description":"{description}"}}"#
-                ));
-                i += 1;
-            }
-            page.push_str(r#"],"nextCursor":"c-{id}"}"#);
-            Fault::on_rpc("tools/list", raw_result(&page))
-        };
         catalog_attack(
             "8 MiB pages of big tools, endless",
             Eras::Streamable2025,
-            vec![fault],
+            vec![pages_of_big_tools()],
             Connects::Limit("MemoryBudget::max_bytes"),
             PEAK_LIMIT + MemoryBudget::default().max_bytes + 2 * PAGE,
+        );
+    });
+}
+
+/// Endless `tools/list` pages of ordinary, named tools (8 KiB descriptions),
+/// each near the body limit, each with a new cursor.
+fn pages_of_big_tools() -> Fault {
+    let description = "d".repeat(8 * 1024);
+    let mut page = String::from(r#"{"tools":["#);
+    let mut i = 0;
+    while page.len() < PAGE - 16 * 1024 {
+        if i > 0 {
+            page.push(',');
+        }
+        page.push_str(&format!(
+            r#"{{"name":"t-{{id}}-{i}","description":"{description}"}}"#
+        ));
+        i += 1;
+    }
+    page.push_str(r#"],"nextCursor":"c-{id}"}"#);
+    Fault::on_rpc("tools/list", raw_result(&page))
+}
+
+// ------------------------------------------------------------- the fleet
+
+/// Hostile servers in [`i26_a_fleet_of_hostile_servers_shares_one_budget`].
+const FLEET_SERVERS: usize = 8;
+/// Its fleet's memory budget: small, for a quick test (each slot's first
+/// page takes about 8 MiB of it: a few hold one, the others are refused).
+const FLEET_BUDGET: usize = 32 * MIB;
+
+/// Issue 26 (2): a fleet of eight servers, each sending endless pages of
+/// big tools near the body limit. Each session stopped at its own budget
+/// (64 MiB), so eight cost eight budgets: 536 MiB measured. Now they draw
+/// from the fleet's ([`FLEET_BUDGET`]), and what they hold together is
+/// that; the rest is transient, per slot: the page being sent (the test
+/// server is in this process and formats each page anew) and the
+/// connection's buffers. A slot the fleet's budget refused tries again
+/// after its backoff; the test ends once each was refused at least once.
+#[test]
+fn i26_a_fleet_of_hostile_servers_shares_one_budget() {
+    isolated(
+        "i26_a_fleet_of_hostile_servers_shares_one_budget",
+        fleet_of_hostile_servers,
+    );
+}
+
+fn fleet_of_hostile_servers() {
+    use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
+
+    scenario(async {
+        // One page template, shared by every server.
+        let fault = pages_of_big_tools();
+        let servers: Vec<TestServer> = (0..FLEET_SERVERS)
+            .map(|_| {
+                TestServer::start(
+                    ServerConfig::default()
+                        .with_faults(vec![fault.clone()])
+                        .with_record_requests(false),
+                )
+            })
+            .collect();
+        drop(fault);
+        // Warm: the runtime's, the client's and the allocator's first use.
+        Connector::new(servers[0].url())
+            .listen(false)
+            .discovery(mcp_scoped_http::Discovery::none())
+            .connect()
+            .await
+            .unwrap()
+            .close()
+            .await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(500),
+            ))
+            .health_interval(None)
+            .memory(FLEET_BUDGET)
+            .build();
+        let mut events = fleet.events();
+        let before = status_bytes("VmRSS").unwrap_or(0);
+        let meter = PeakMeter::start();
+        let started = Instant::now();
+        fleet
+            .apply(
+                servers.iter().enumerate().map(|(i, server)| {
+                    (format!("s{i}"), ServerSpec::new(server.url()).listen(false))
+                }),
+            )
+            .await
+            .unwrap();
+        // Until every slot's connect has ended over a budget (at least
+        // once: a slot the fleet's budget refused tries again).
+        let mut refused = std::collections::BTreeMap::new();
+        let ended = hostile_http::eventually(DEADLINE, || {
+            while let Ok(event) = events.try_recv() {
+                if let FleetEvent::State { server, state } = event {
+                    if let Some(error) = state.error().filter(|error| error.is_limit()) {
+                        refused.insert(server, error.to_string());
+                    }
+                }
+            }
+            refused.len() == FLEET_SERVERS
+        })
+        .await;
+        let took = started.elapsed();
+        let peak = meter.peak();
+        fleet.shutdown().await;
+        eprintln!(
+            "{FLEET_SERVERS} hostile servers in a fleet: peak resident {:.1} MiB (from {:.1} MiB), {took:?}",
+            peak as f64 / MIB as f64,
+            before as f64 / MIB as f64,
+        );
+        assert!(
+            ended,
+            "not all over a budget within {DEADLINE:?}: {refused:?}"
+        );
+        assert!(
+            refused
+                .values()
+                .any(|error| error.contains("FleetBuilder::memory")),
+            "{refused:?}"
+        );
+        // What the sessions hold is the fleet's budget (a body is charged
+        // before it is read); beside it, transient, a page per slot, which
+        // the in-process server formats anew for each answer. Measured:
+        // 37 MiB above the start (78 MiB with a fleet budget of 64 MiB);
+        // before, 370 MiB after 30 s and still growing, 536 MiB in the
+        // issue.
+        let allowed = before + FLEET_BUDGET + FLEET_SERVERS * PAGE;
+        assert!(
+            peak < allowed,
+            "peak resident memory {} MiB, over {} MiB",
+            peak / MIB,
+            allowed / MIB
         );
     });
 }

@@ -132,6 +132,7 @@ pub use slot::ServerShutdown;
 pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};
 pub use state::{FleetEvent, SlotState};
 
+use crate::budget::Account;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use catalog::Hub;
@@ -151,6 +152,9 @@ pub const DEFAULT_MAX_SERVERS: usize = 1000;
 /// The default of [`FleetBuilder::concurrent_connects`].
 pub const DEFAULT_CONCURRENT_CONNECTS: usize = 64;
 
+/// The default of [`FleetBuilder::memory`]: 256 MiB.
+pub const DEFAULT_FLEET_MEMORY: usize = 256 * 1024 * 1024;
+
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
 #[must_use]
@@ -160,6 +164,7 @@ pub struct FleetBuilder {
     shutdown_timeout: Duration,
     max_servers: usize,
     concurrent_connects: usize,
+    memory: usize,
 }
 
 impl Default for FleetBuilder {
@@ -175,6 +180,7 @@ impl Default for FleetBuilder {
             shutdown_timeout: Duration::from_secs(10),
             max_servers: DEFAULT_MAX_SERVERS,
             concurrent_connects: DEFAULT_CONCURRENT_CONNECTS,
+            memory: DEFAULT_FLEET_MEMORY,
         }
     }
 }
@@ -263,9 +269,28 @@ impl FleetBuilder {
         self
     }
 
+    /// The most bytes all the fleet's sessions hold together, counted as
+    /// each session counts against its own
+    /// [`MemoryBudget::max_bytes`](crate::MemoryBudget::max_bytes) (its
+    /// catalog, and every message while it reads and holds it): each
+    /// session draws from this budget and from its own share at once, all
+    /// or nothing, and gives back to both. A session whose charge the
+    /// fleet's budget refuses fails as over its own would, with
+    /// [`Error::is_limit`] naming "the fleet's memory budget" and the
+    /// server: a connect so refused is retried after the backoff (the
+    /// others may have given memory back by then), a routed call fails,
+    /// and the other servers keep what they hold. Default:
+    /// [`DEFAULT_FLEET_MEMORY`] (256 MiB, four sessions at their default
+    /// 64 MiB share; far above what real catalogs take).
+    pub fn memory(mut self, max_bytes: usize) -> Self {
+        self.memory = max_bytes;
+        self
+    }
+
     /// The fleet, with no server yet (see [`Fleet::apply`]).
     pub fn build(self) -> Fleet {
         Fleet {
+            memory: Account::fleet(self.memory),
             hub: Arc::new(Hub::new(self.event_capacity)),
             clients: ClientCache::default(),
             policy: self.policy,
@@ -305,6 +330,8 @@ pub struct ShutdownReport {
 /// a runtime, the slots' tasks are aborted and each session's own drop
 /// releases it).
 pub struct Fleet {
+    /// The account every slot's session account is a child of.
+    memory: Account,
     hub: Arc<Hub>,
     clients: ClientCache,
     policy: Policy,
@@ -401,7 +428,7 @@ impl Fleet {
                 finished.push(slot.finished.clone());
             }
             for (name, spec) in plan.start {
-                let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients));
+                let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients, &self.memory));
                 // Before it runs: from now on the name's events and lists
                 // are this slot's, not those of the slot it replaces.
                 self.hub.claim(&name, slot.id);
@@ -579,6 +606,9 @@ impl Fleet {
                      not have run; it is not sent again"
                 )))
             }
+            // Over a memory budget, the session's or the fleet's: which
+            // server's answer it was.
+            Err(error) if error.is_limit() => Err(error.context(format!("server `{server}`"))),
             Err(error) => {
                 if error.rpc_error().is_some() {
                     // The server answered: the session works.

@@ -18,6 +18,7 @@ use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
 use super::spec::ServerSpec;
 use super::state::SlotState;
+use crate::budget::Account;
 use crate::error::Error;
 use crate::ledger::{Count, Field};
 use crate::scope::Released;
@@ -86,6 +87,8 @@ pub(crate) struct Slot {
     /// Where the owner task gets its connector (and, with it, its hold on
     /// the fleet's owned client for the spec's settings).
     clients: ClientCache,
+    /// The fleet's memory account, the parent of each session's.
+    memory: Account,
     state: watch::Sender<SlotState>,
     live: Mutex<Option<Arc<Live>>>,
     /// Cancelled to stop the slot, whatever it is doing.
@@ -97,13 +100,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(name: Arc<str>, spec: ServerSpec, clients: &ClientCache) -> Slot {
+    pub(crate) fn new(
+        name: Arc<str>,
+        spec: ServerSpec,
+        clients: &ClientCache,
+        memory: &Account,
+    ) -> Slot {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Slot {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
             clients: clients.clone(),
+            memory: memory.clone(),
             spec,
             state: watch::Sender::new(SlotState::Starting),
             live: Mutex::new(None),
@@ -203,6 +212,7 @@ async fn supervise(
         // start of the connect until it is ready or failed, and given back
         // (or the place in line left) the moment the future is dropped,
         // before the reap of what it created is waited for.
+        let refusals = slot.memory.refusals();
         let mut connecting = Box::pin(async {
             // The semaphore is never closed: `Err` cannot happen, and would
             // only mean connecting without a permit.
@@ -266,10 +276,19 @@ async fn supervise(
                     }
                 }
             }
+            // Over a memory budget: named, as a routed call's is.
+            Err(error) if error.is_limit() => (
+                Arc::new(error.context(format!("server `{}`", slot.name))),
+                None,
+            ),
             Err(error) => (Arc::new(error), None),
         };
         failures = failures.saturating_add(1);
-        let state = classify(error, lost.is_some(), failures, policy);
+        // The fleet's budget refused a charge during this connect (this
+        // slot's or another's): the others may give memory back, so a
+        // limit error is retried then, where a session's own is not.
+        let fleet_refused = error.is_limit() && slot.memory.refusals() != refusals;
+        let state = classify(error, lost.is_some() || fleet_refused, failures, policy);
         // The new state is out before the lost session's close (bounded by
         // its DELETE timeout), so nobody sees a ready slot that is not.
         slot.set_state(hub, state.clone());
@@ -300,28 +319,31 @@ async fn supervise(
 
 /// Connects with the slot's connector, got first if the slot has none.
 async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<Session> {
-    let connect = match client {
-        Some(held) => held.connector.connect(),
-        None => client
-            .insert(slot.clients.slot_client(&slot.spec).await?)
-            .connector
-            .connect(),
+    let held = match client {
+        Some(held) => held,
+        None => {
+            let mut got = slot.clients.slot_client(&slot.spec).await?;
+            // Every session of the slot draws from the fleet's budget.
+            got.connector = got.connector.fleet_memory(slot.memory.clone());
+            client.insert(got)
+        }
     };
-    connect.await
+    held.connector.connect().await
 }
 
 /// What a failure makes of the slot. A 401 or 403 (or a failed
 /// authorization) waits for credentials. An error no retry can fix waits
 /// for a person, but only on connect: a session that was up proved the
-/// spec right, so whatever ends it is retried.
-fn classify(error: Arc<Error>, after_loss: bool, failures: u32, policy: &Policy) -> SlotState {
+/// spec right, so whatever ends it is retried (`retried`, as is a connect
+/// the fleet's memory budget refused).
+fn classify(error: Arc<Error>, retried: bool, failures: u32, policy: &Policy) -> SlotState {
     let refused = error.is_auth()
         || error.status().is_some_and(|s| {
             s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN
         });
     if refused {
         SlotState::AuthRequired { error }
-    } else if !after_loss && !error.is_retryable() {
+    } else if !retried && !error.is_retryable() {
         SlotState::Failed { error }
     } else {
         let next_at = std::time::Instant::now() + policy.backoff.delay(failures);

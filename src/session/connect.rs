@@ -87,6 +87,9 @@ struct Config {
     resumption: Resumption,
     handlers: Handlers,
     client_info: Value,
+    /// A fleet's account, the parent of each session's (see
+    /// `FleetBuilder::memory`); `None` outside a fleet.
+    fleet_memory: Option<Account>,
 }
 
 impl fmt::Debug for Connector {
@@ -135,6 +138,7 @@ impl Connector {
                 "name": env!("CARGO_PKG_NAME"),
                 "version": env!("CARGO_PKG_VERSION"),
             }),
+            fleet_memory: None,
         };
         Connector {
             config: Arc::new(config),
@@ -146,6 +150,14 @@ impl Connector {
     /// removed from it on every way out.
     pub fn client(mut self, client: HttpClient) -> Self {
         self.config_mut().endpoint.client = Some(client);
+        self
+    }
+
+    /// Charges every byte its sessions hold to `fleet`'s account too (a
+    /// fleet's slot connects so), on top of each session's own budget.
+    #[cfg(feature = "fleet")]
+    pub(crate) fn fleet_memory(mut self, fleet: Account) -> Self {
+        self.config_mut().fleet_memory = Some(fleet);
         self
     }
 
@@ -398,8 +410,9 @@ impl Config {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
         // One account for all the session reads: its catalog, and every
-        // message while the session holds it.
-        let account = Account::new(self.discovery.memory);
+        // message while the session holds it; in a fleet, charged to the
+        // fleet's account too.
+        let account = Account::with_parent(self.discovery.memory, self.fleet_memory.clone());
         let (template, client_ownership) =
             self.endpoint
                 .acquire(stack, Some((&self.client_info, &capabilities)), &account)?;
