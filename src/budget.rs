@@ -12,6 +12,8 @@ use std::mem::size_of;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+
+use crate::jsonrpc::ParseError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -474,22 +476,44 @@ impl<'de> Visitor<'de> for Cost {
 /// A batch of more than `max_batch` messages is an error here too, found
 /// as soon as its message `max_batch + 1` is reached: the parse that
 /// follows refuses it with the error that says so.
-pub(crate) fn messages_cost(bytes: &[u8], max_batch: usize) -> serde_json::Result<usize> {
+pub(crate) fn messages_cost(bytes: &[u8], max_batch: usize) -> Result<usize, ParseError> {
+    let mut too_many = false;
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let cost = Messages { max_batch }.deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(cost)
+    let cost = Messages {
+        max_batch,
+        too_many: &mut too_many,
+    }
+    .deserialize(&mut deserializer)
+    .and_then(|cost| deserializer.end().map(|()| cost));
+    match cost {
+        Err(_) if too_many => Err(ParseError::TooMany { max: max_batch }),
+        Err(error) => Err(ParseError::Json(error)),
+        Ok(cost) => Ok(cost),
+    }
+}
+
+/// What parsing `bytes` into JSON-RPC messages (one, or a batch) would
+/// build, estimated without building anything, as a session charges it to
+/// its memory budget before it parses; `None` where the text cannot be
+/// read so (it is then never parsed). For fuzzing (feature `wire`):
+/// wherever `jsonrpc::parse_messages` reads `bytes`, this reads them too,
+/// so nothing is built that was not charged.
+#[cfg(feature = "wire")]
+pub fn estimated_messages_cost(bytes: &[u8]) -> Option<usize> {
+    messages_cost(bytes, usize::MAX).ok()
 }
 
 /// The size of a message, beside what its fields hold.
 const MESSAGE: usize = size_of::<crate::jsonrpc::Message>();
 
 /// Counts what [`messages_cost`] counts: a message, or an array of them.
-struct Messages {
+struct Messages<'a> {
     max_batch: usize,
+    /// Set when the batch passed `max_batch`.
+    too_many: &'a mut bool,
 }
 
-impl<'de> DeserializeSeed<'de> for Messages {
+impl<'de> DeserializeSeed<'de> for Messages<'_> {
     type Value = usize;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
@@ -497,7 +521,7 @@ impl<'de> DeserializeSeed<'de> for Messages {
     }
 }
 
-impl<'de> Visitor<'de> for Messages {
+impl<'de> Visitor<'de> for Messages<'_> {
     type Value = usize;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -510,6 +534,7 @@ impl<'de> Visitor<'de> for Messages {
         while let Some(message) = seq.next_element_seed(OneMessage)? {
             count += 1;
             if count > self.max_batch {
+                *self.too_many = true;
                 return Err(de::Error::custom("a batch over its limit"));
             }
             total = total.saturating_add(message);
@@ -544,14 +569,22 @@ impl<'de> Visitor<'de> for OneMessage {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
         let mut total = MESSAGE;
-        while let Some(is_result) = map.next_key_seed(IsResult)? {
-            let cost = if is_result {
+        while let Some(field) = map.next_key_seed(FieldKind)? {
+            let cost = match field {
                 // Kept as the server's text.
-                map.next_value::<&'de serde_json::value::RawValue>()?
+                Field::Result => map
+                    .next_value::<&'de serde_json::value::RawValue>()?
                     .get()
-                    .len()
-            } else {
-                map.next_value_seed(Cost)?
+                    .len(),
+                Field::Built => map.next_value_seed(Cost)?,
+                Field::Error => map.next_value_seed(ErrorCost)?,
+                // Skipped by the parse as here: its syntax checked, nothing
+                // of it decoded (a value would refuse a lone surrogate the
+                // parse lets through) and nothing kept.
+                Field::Ignored => {
+                    map.next_value::<de::IgnoredAny>()?;
+                    0
+                }
             };
             total = total.saturating_add(cost);
         }
@@ -559,9 +592,66 @@ impl<'de> Visitor<'de> for OneMessage {
     }
 
     /// A message as an array, which serde reads a struct from too (`[id,
-    /// method, params, result, error]`): each field counted as a value.
+    /// method, params, result, error]`): each field read as the parse
+    /// reads it (more than five are counted as values; the parse refuses
+    /// them).
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
         let mut total = MESSAGE;
+        for field in 0.. {
+            let cost = match field {
+                3 => seq
+                    .next_element::<&'de serde_json::value::RawValue>()?
+                    .map(|raw| raw.get().len()),
+                4 => seq.next_element_seed(ErrorCost)?,
+                _ => seq.next_element_seed(Cost)?,
+            };
+            let Some(cost) = cost else { break };
+            total = total.saturating_add(cost);
+        }
+        Ok(total)
+    }
+}
+
+/// What an `error` field builds: an
+/// [`ErrorObject`](crate::jsonrpc::ErrorObject) (`code`, `message` and
+/// `data`, the rest skipped as its `Deserialize` skips them), or nothing
+/// for `null`.
+struct ErrorCost;
+
+impl<'de> DeserializeSeed<'de> for ErrorCost {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ErrorCost {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC error object")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Ok(0)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
+        while let Some(kept) = map.next_key_seed(ErrorField)? {
+            total = total.saturating_add(if kept {
+                map.next_value_seed(Cost)?
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+                0
+            });
+        }
+        Ok(total)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut total = NODE;
         while let Some(cost) = seq.next_element_seed(Cost)? {
             total = total.saturating_add(cost);
         }
@@ -569,11 +659,50 @@ impl<'de> Visitor<'de> for OneMessage {
     }
 }
 
-/// Whether a key is `result` (kept as text; every other field is built,
-/// or counted as if it were).
-struct IsResult;
+/// What a message does with a field: keeps `result` as text, builds `id`,
+/// `method` and `params`, builds `error` as an
+/// [`ErrorObject`](crate::jsonrpc::ErrorObject), skips the rest (as its
+/// `Deserialize` does).
+enum Field {
+    Result,
+    Built,
+    Error,
+    Ignored,
+}
 
-impl<'de> DeserializeSeed<'de> for IsResult {
+/// Reads a key as a [`Field`].
+struct FieldKind;
+
+impl<'de> DeserializeSeed<'de> for FieldKind {
+    type Value = Field;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Field, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for FieldKind {
+    type Value = Field;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+        Ok(match v {
+            "result" => Field::Result,
+            "id" | "method" | "params" => Field::Built,
+            "error" => Field::Error,
+            _ => Field::Ignored,
+        })
+    }
+}
+
+/// Whether an error object's key is one it keeps (`code`, `message`,
+/// `data`).
+struct ErrorField;
+
+impl<'de> DeserializeSeed<'de> for ErrorField {
     type Value = bool;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
@@ -581,7 +710,7 @@ impl<'de> DeserializeSeed<'de> for IsResult {
     }
 }
 
-impl Visitor<'_> for IsResult {
+impl Visitor<'_> for ErrorField {
     type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -589,7 +718,7 @@ impl Visitor<'_> for IsResult {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-        Ok(v == "result")
+        Ok(matches!(v, "code" | "message" | "data"))
     }
 }
 
@@ -619,6 +748,33 @@ impl Visitor<'_> for KeyLen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// serde skips a field a message does not keep (`jsonrpc`, unknown
+    /// ones) checking only its syntax, not a string's `\u` surrogates or a
+    /// number's range, where a value is refused: the estimate must read
+    /// such a field as the parse does, or it fails and a message whose
+    /// `params` it never counted is built whole.
+    #[test]
+    fn a_field_the_message_ignores_is_read_as_the_parse_reads_it() {
+        let data = format!("[{}0]", "0,".repeat(999));
+        let built = value_cost(&data).unwrap();
+        for ignored in [r#""\udc00""#, "1e400", r#"["\ud800"]"#] {
+            for text in [
+                format!(r#"{{"jsonrpc":{ignored},"method":"m","params":{data}}}"#),
+                format!(r#"[{{"id":1,"extra":{ignored},"params":{data},"result":{{}}}}]"#),
+                format!(r#"{{"id":1,"error":{{"code":1,"data":{data},"x":{ignored}}}}}"#),
+                // As an array: `result` is kept as text, never decoded.
+                format!(r#"[[1,null,{data},{ignored}]]"#),
+            ] {
+                assert!(
+                    crate::jsonrpc::parse_messages_bounded(text.as_bytes(), 10).is_ok(),
+                    "{text}"
+                );
+                let cost = messages_cost(text.as_bytes(), 10).expect("read as the parse reads it");
+                assert!(cost >= built, "{cost} < {built}");
+            }
+        }
+    }
 
     #[test]
     fn charges_are_bounded_all_or_nothing_and_released_on_drop() {

@@ -343,6 +343,7 @@ pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 /// tooling; a client wants [`Connector`].
 #[cfg(feature = "wire")]
 pub mod wire {
+    pub use crate::budget::estimated_messages_cost;
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
     pub use crate::session::entry::{ListResult, parse_page};
     pub use crate::transport::sse;

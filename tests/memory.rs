@@ -1044,6 +1044,15 @@ fn i26_review_a_message_written_as_an_array_is_charged_too() {
                 "array",
                 format!(r#"[[{{id}},null,[{zeros}],{{"content":[]}}]]"#),
             ),
+            // A field the message ignores, which serde skips without
+            // decoding its strings (a lone surrogate), was read by the
+            // estimate as a value: it failed and charged nothing.
+            (
+                "ignored field",
+                format!(
+                    r#"{{"jsonrpc":"\udc00","id":{{id}},"params":[{zeros}],"result":{{"content":[]}}}}"#
+                ),
+            ),
         ] {
             let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
                 "tools/call",

@@ -1,6 +1,8 @@
 //! `jsonrpc::parse_messages` on arbitrary bytes.
 //!
 //! Checked: it never panics; when it succeeds,
+//! - the memory estimate made before a parse (`wire::estimated_messages_cost`)
+//!   reads it too, so nothing parsed goes uncharged;
 //! - the batch is not empty, and a body that is not a JSON array gives
 //!   exactly one message;
 //! - each message serializes (`Message::to_vec`) to JSON that starts with
@@ -15,11 +17,18 @@
 
 use libfuzzer_sys::fuzz_target;
 use mcp_scoped_http::jsonrpc::{Message, parse_messages};
+use mcp_scoped_http::wire::estimated_messages_cost;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(messages) = parse_messages(data) else {
         return;
     };
+    // What is parsed was estimated first, to be charged to the budget: an
+    // estimate that cannot read it would leave it built uncharged.
+    assert!(
+        estimated_messages_cost(data).is_some(),
+        "parsed, but the memory estimate cannot read it"
+    );
     assert!(!messages.is_empty(), "an empty batch parsed");
     let first = data.iter().copied().find(|b| !b.is_ascii_whitespace());
     if first != Some(b'[') {

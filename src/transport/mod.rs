@@ -958,7 +958,10 @@ impl StreamableHttp {
         let text = strip_bom(&bytes);
         // Charged before it is built, with the body still held.
         let cost = if let Some(charge) = &charge {
-            let cost = messages_cost(text, self.config.max_batch_messages).unwrap_or(0);
+            // What the estimate cannot read is never parsed: nothing is
+            // built that was not charged first.
+            let cost = messages_cost(text, self.config.max_batch_messages)
+                .map_err(|e| stream::parse_error(e, what))?;
             charge
                 .resize(bytes.len().saturating_add(cost))
                 .map_err(|spent| spent.reading(what))?;

@@ -177,10 +177,12 @@ impl MessageStream {
                 Ok(Some(event)) => {
                     let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                     if is_message && event.has_data() {
-                        // Charged before it is built (text that cannot be
-                        // read costs nothing: the parse refuses it).
-                        let cost =
-                            messages_cost(event.data.as_bytes(), self.max_batch).unwrap_or(0);
+                        // Charged before it is built; what the estimate
+                        // cannot read is never parsed.
+                        let cost = match messages_cost(event.data.as_bytes(), self.max_batch) {
+                            Ok(cost) => cost,
+                            Err(e) => return self.fail(parse_error(e, "an SSE event")),
+                        };
                         if let Err(error) = self.settle(event.data.len().saturating_add(cost)) {
                             return self.fail(error);
                         }
