@@ -11,7 +11,9 @@ use crate::budget::Charge;
 use crate::error::{BoxError, Error, Result};
 
 /// Reads the whole body of `response`, refusing more than `limit` bytes
-/// with a limit error that names `what` and the limit.
+/// with a limit error that names `what` and the limit (OAuth's documents,
+/// which no session's budget covers).
+#[cfg(feature = "oauth")]
 pub(crate) async fn read_limited(
     response: http::Response<UnsyncBoxBody<Bytes, BoxError>>,
     limit: usize,
@@ -20,8 +22,10 @@ pub(crate) async fn read_limited(
     read_limited_charged(response, limit, what, None).await
 }
 
-/// [`read_limited`], every byte read charged to `charge` as it arrives
-/// (the body's bytes held, not yet what parsing them will cost).
+/// Reads the whole body of `response`, refusing more than `limit` bytes
+/// with a limit error that names `what` and the limit, every byte read
+/// charged to `charge` as it arrives (the body's bytes held, not yet what
+/// parsing them will cost).
 pub(crate) async fn read_limited_charged(
     response: http::Response<UnsyncBoxBody<Bytes, BoxError>>,
     limit: usize,
