@@ -1266,6 +1266,85 @@ fn what_waits_for_receive_is_bounded_in_bytes() {
     });
 }
 
+/// Issue 26 (review): server requests answered aside (at most 16 at once,
+/// so a slow answer never holds up its stream) overtook the notifications
+/// behind them through the rmcp adapter, whose front end only queues them
+/// for rmcp: a `notifications/cancelled` reached rmcp before the request it
+/// cancels, which rmcp then ran to the end. They reach `receive` in the
+/// order the server sent them.
+#[test]
+fn a_server_request_and_the_cancellation_behind_it_keep_their_order() {
+    use rmcp::service::TxJsonRpcMessage;
+    use rmcp::transport::Transport;
+    scenario(async {
+        // One body, so that both come in one read: nothing between them
+        // lets an answering task run first.
+        let body = concat!(
+            r#"data: {"jsonrpc":"2.0","id":"ask-1","method":"ping"}"#,
+            "\n\n",
+            r#"data: {"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"ask-1"}}"#,
+            "\n\n",
+            r#"data: {"jsonrpc":"2.0","id":{id},"result":{"content":[]}}"#,
+            "\n\n",
+        );
+        let world = World::new(ServerConfig::default().with_fault(Fault::on_rpc(
+            "tools/call",
+            FaultAction::Raw {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                body: body.into(),
+            },
+        )))
+        .await;
+        let (mut transport, report) = world.transport(false);
+        let message = |value: serde_json::Value| -> TxJsonRpcMessage<RoleClient> {
+            serde_json::from_value(value).expect("an rmcp message")
+        };
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "by-hand", "version": "1"}}}),
+            ))
+            .await
+            .expect("initialize sent");
+        let answer = tokio::time::timeout(HUNG, transport.receive()).await;
+        assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            ))
+            .await
+            .expect("initialized sent");
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                 "params": {"name": "tool-001"}}),
+            ))
+            .await
+            .expect("tools/call sent");
+        let mut order = Vec::new();
+        while order.len() < 3 {
+            let received = tokio::time::timeout(HUNG, transport.receive())
+                .await
+                .expect("all three reach receive")
+                .expect("the transport is open");
+            let text = serde_json::to_string(&received).unwrap();
+            order.push(if text.contains("cancelled") {
+                "cancel"
+            } else if text.contains("ask-1") {
+                "request"
+            } else {
+                "response"
+            });
+        }
+        assert_eq!(order, ["request", "cancel", "response"]);
+        transport.close().await.expect("closes");
+        deleted(&report.released().await.expect("closed"));
+        world.check(1).await;
+    });
+}
+
 // ------------------------------------------------------------- eras
 
 /// The revision rmcp was told the server speaks.

@@ -712,6 +712,10 @@ impl RmcpFront {
 }
 
 impl Front for RmcpFront {
+    // rmcp answers them, from the queue `deliver` offers them to without
+    // waiting: in order with the notifications around them.
+    const HANDS_REQUESTS_ON: bool = true;
+
     fn deliver<'a>(
         engine: &'a Arc<Engine<Self>>,
         generation: &'a Arc<Generation>,

@@ -148,6 +148,13 @@ pub(crate) trait Front: Send + Sync + Sized + 'static {
         initialize_result: &'a Value,
     ) -> impl Future<Output = ()> + Send + 'a;
 
+    /// Whether [`deliver`](Self::deliver) hands a server request on at
+    /// once (to a queue someone else answers from) instead of answering it:
+    /// then requests are delivered inline, in order with the notifications
+    /// around them (a `notifications/cancelled` never overtakes the request
+    /// it cancels), rather than answered aside. `false` by default.
+    const HANDS_REQUESTS_ON: bool = false;
+
     /// A listening stream opened or ended (see [`listener`]); must not
     /// wait. Nothing by default.
     fn listener_changed(_engine: &Arc<Engine<Self>>, _change: ListenerChange) {}
@@ -1098,7 +1105,7 @@ impl<F: Front> Engine<F> {
     /// Routes one message from `generation`: a response to the request
     /// waiting for it, anything else to the front end.
     pub(crate) async fn route(self: &Arc<Self>, generation: &Arc<Generation>, message: Message) {
-        let notification = match message {
+        let message = match message {
             Message::Response(response) => {
                 let waiting = response
                     .id
@@ -1121,13 +1128,14 @@ impl<F: Front> Engine<F> {
             }
             // Answered aside, a bounded number at once: the stream is read
             // on, and the response a call waits for is never held up.
-            Message::Request(request) => {
+            Message::Request(request) if !F::HANDS_REQUESTS_ON => {
                 self.answer_aside(generation, request);
                 return;
             }
-            Message::Notification(notification) => notification,
+            Message::Request(request) => ServerMessage::Request(request),
+            Message::Notification(notification) => ServerMessage::Notification(notification),
         };
-        F::deliver(self, generation, ServerMessage::Notification(notification)).await;
+        F::deliver(self, generation, message).await;
     }
 
     /// Starts the GET listener of `generation` (one per session), kept
