@@ -1474,6 +1474,72 @@ fn dropping_shutdown_after_any_number_of_polls_leaves_nothing_behind() {
     });
 }
 
+/// Issue 26 (review): a slot whose task a shutdown aborts at its deadline
+/// (here: its cancelled connect waits for a DELETE the server never
+/// answers) never says `stopped`; a `call_tool_waiting` with no bound, or
+/// a `ready` with none, waited on its state for ever. They end with the
+/// slot's task.
+#[test]
+fn an_unbounded_wait_ends_when_a_shutdown_aborts_the_slot() {
+    scenario(async {
+        let server = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc(
+                    "notifications/initialized",
+                    FaultAction::HangDeaf,
+                ))
+                .with_fault(Fault::on_http(http::Method::DELETE, FaultAction::HangDeaf)),
+        );
+        let fleet = std::sync::Arc::new(
+            Fleet::builder()
+                .backoff(Backoff::new(5 * MS, 50 * MS))
+                .health_interval(None)
+                .shutdown_timeout(100 * MS)
+                .build(),
+        );
+        fleet
+            .apply([(
+                "stuck",
+                spec(&server)
+                    .required(true)
+                    .delete_timeout(Duration::from_secs(2)),
+            )])
+            .await
+            .unwrap();
+        assert!(
+            eventually(SETTLE, || !seen(&server, "notifications/initialized")
+                .is_empty())
+            .await,
+            "the connect reaches its hanging step"
+        );
+        let waiting = {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                let call = fleet.call_tool_waiting("stuck", "tool-000", json!({}), Duration::MAX);
+                let ready = fleet.ready(Duration::MAX);
+                tokio::join!(call, ready)
+            })
+        };
+        // The runtime has one thread: a yield lets the waits start (and
+        // block on the slot) before the shutdown begins.
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        let report = fleet.shutdown().await;
+        assert!(
+            matches!(report.servers["stuck"], ServerShutdown::TimedOut),
+            "{report:?}"
+        );
+        // Long before the DELETE's own timeout would end the slot's wait.
+        let (call, ready) = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("the waits end with the aborted slot")
+            .unwrap();
+        assert!(call.is_err() && ready.is_err(), "{call:?} {ready:?}");
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+    });
+}
+
 // The CLI: `mcp-scoped-http fleet CONFIG`.
 
 mod cli {

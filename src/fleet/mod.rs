@@ -477,14 +477,7 @@ impl Fleet {
             for slot in &required {
                 let mut slot = slot.clone();
                 loop {
-                    let mut watch = slot.watch();
-                    let state = watch
-                        .wait_for(|state| {
-                            !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
-                        })
-                        .await
-                        .map(|state| state.clone())
-                        .unwrap_or(SlotState::Stopped);
+                    let state = slot.settled().await;
                     if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
                         // Replaced meanwhile (a reload changed its spec):
                         // the new slot is the one to wait for.
@@ -638,10 +631,7 @@ impl Fleet {
         let deadline = tokio::time::Instant::now().checked_add(wait);
         let mut slot = self.slot(server)?;
         loop {
-            let mut watch = slot.watch();
-            let settled = watch.wait_for(|state| {
-                !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
-            });
+            let settled = slot.settled();
             let timed_out = match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, settled).await.is_err(),
                 None => {

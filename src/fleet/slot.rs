@@ -130,6 +130,23 @@ impl Slot {
         self.state.subscribe()
     }
 
+    /// Waits until the slot has settled (neither starting nor retrying),
+    /// or its task has ended: a task aborted by a shutdown's deadline never
+    /// says [`SlotState::Stopped`], and would be waited for for ever. Its
+    /// state then (`Stopped` for an ended task).
+    pub(crate) async fn settled(&self) -> SlotState {
+        let mut watch = self.watch();
+        tokio::select! {
+            state = watch.wait_for(|state| {
+                !matches!(state, SlotState::Starting | SlotState::Retrying { .. })
+            }) => state.map(|state| state.clone()).unwrap_or(SlotState::Stopped),
+            () = self.finished.cancelled() => match self.state() {
+                SlotState::Starting | SlotState::Retrying { .. } => SlotState::Stopped,
+                state => state,
+            },
+        }
+    }
+
     /// The session calls go to, while ready.
     pub(crate) fn live(&self) -> Option<Arc<Live>> {
         lock(&self.live).clone()
