@@ -954,3 +954,70 @@ fn a_config_over_the_server_maximum_is_refused() {
         String::from_utf8_lossy(&output.stdout)
     );
 }
+
+/// Issue 26 (review): output was written in place, so a host that stopped
+/// reading the fleet's stdout blocked its loop on the full pipe: no signal,
+/// command or event was served again (SIGTERM waited for the host to read).
+/// Lines now go to stdout through a bounded queue of their own, and past it
+/// they are dropped and counted: with stdout never read and thousands of
+/// answers owed, SIGTERM still ends the process.
+#[test]
+fn a_host_that_stops_reading_stdout_does_not_make_the_fleet_deaf() {
+    let config = ConfigFile::new(&json!({"down": {"url": dead_url()}}));
+    let child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--json"])
+        .arg(config.path())
+        .env_remove("MCP_CONFORMANCE_SCENARIO")
+        .env_remove("MCP_SCOPED_HTTP_BEARER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run mcp-scoped-http fleet");
+    // Killed and reaped however the test ends.
+    let mut child = scopeguard::guard(child, |mut child| {
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+    // Held open and never read.
+    let _stdout = child.stdout.take().expect("stdout");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // Far more answers than a pipe holds (64 KiB): each is a status line.
+    // Written aside: a deaf fleet stops reading them too, and the writer
+    // ends with the process (a broken pipe).
+    let (wrote, written) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let status = b"{\"status\":true}\n".repeat(8000);
+        let _ = wrote.send(
+            stdin
+                .write_all(&status)
+                .and_then(|()| stdin.flush())
+                .is_ok(),
+        );
+    });
+    // All read: the fleet took every command while its stdout was full.
+    assert_eq!(
+        written.recv_timeout(WAIT),
+        Ok(true),
+        "the commands were not read"
+    );
+    let kill = Command::new("kill")
+        .args(["-s", "TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let deadline = Instant::now() + WAIT;
+    let exited = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        exited.is_some(),
+        "SIGTERM not served within {WAIT:?} while stdout was not read"
+    );
+}

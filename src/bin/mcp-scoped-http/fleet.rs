@@ -627,6 +627,10 @@ fn shutdown_json(outcome: &ServerShutdown) -> Value {
 /// once every command read is answered), then shuts down and reports.
 pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let json_mode = options.json;
+    // Never waits on stdout: a host that stops reading it still gets its
+    // signals and commands served.
+    crate::output::aside(json_mode)
+        .map_err(|e| Failure::server(format!("cannot start writing: {e}")))?;
     let shared = Shared::from(&options);
     let config: PathBuf = options.config;
     let reader = Reader::start()
@@ -733,36 +737,47 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
         }
     }
 
-    reloader.abort();
-    let _ = reloader.await;
-    // Calls still running end with the shutdown (their sessions close),
-    // each still answered.
-    let report = fleet.shutdown().await;
-    while let Some(joined) = commands.join_next().await {
-        match joined {
-            Ok(answer) => crate::out_json(&answer),
-            Err(_) => crate::out_json(&json!({"error": "the command failed"})),
+    // The shutdown, until a second SIGTERM or SIGINT: that cuts the drain
+    // short (the fleet is dropped, its slots aborted; the DELETEs of their
+    // sessions go to the reaper, which the exit waits for within the
+    // DELETE timeout).
+    let finishing = async move {
+        reloader.abort();
+        let _ = reloader.await;
+        // Calls still running end with the shutdown (their sessions close),
+        // each still answered.
+        let report = fleet.shutdown().await;
+        while let Some(joined) = commands.join_next().await {
+            match joined {
+                Ok(answer) => crate::out_json(&answer),
+                Err(_) => crate::out_json(&json!({"error": "the command failed"})),
+            }
         }
-    }
-    drop(events);
-    drop(fleet);
-    mcp_scoped_http::shutdown().await;
-    let ledger = mcp_scoped_http::ledger();
-    let servers: Map<String, Value> = report
-        .servers
-        .iter()
-        .map(|(name, outcome)| (name.clone(), shutdown_json(outcome)))
-        .collect();
-    emit(
-        json_mode,
-        &json!({"event": "shutdown", "servers": servers, "ledger": ledger}),
-    );
-    if ledger.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::server(format!(
-            "not everything was released: {ledger:?}"
-        )))
+        drop(events);
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        let ledger = mcp_scoped_http::ledger();
+        let servers: Map<String, Value> = report
+            .servers
+            .iter()
+            .map(|(name, outcome)| (name.clone(), shutdown_json(outcome)))
+            .collect();
+        emit(
+            json_mode,
+            &json!({"event": "shutdown", "servers": servers, "ledger": ledger}),
+        );
+        if ledger.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure::server(format!(
+                "not everything was released: {ledger:?}"
+            )))
+        }
+    };
+    tokio::select! {
+        outcome = finishing => outcome,
+        _ = terminate.recv() => Err(Failure::server("stopped by a second signal during the shutdown")),
+        _ = interrupt.recv() => Err(Failure::server("stopped by a second signal during the shutdown")),
     }
 }
 

@@ -11,11 +11,12 @@
 /// [`terminal_safe`]: much of it is server text.
 macro_rules! out {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
         let line = $crate::terminal_safe(&format!($($arg)*)).into_owned();
-        let _ = writeln!(std::io::stdout().lock(), "{line}");
+        $crate::output::write_line(line);
     }};
 }
+
+mod output;
 
 /// One JSON value on one line of stdout. serde_json escapes C0 controls;
 /// DEL and the C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to
@@ -25,7 +26,6 @@ macro_rules! out {
 /// the format characters are escaped too (see `is_line_separator`,
 /// `is_format`).
 pub(crate) fn out_json(value: &serde_json::Value) {
-    use std::io::Write as _;
     let text = value.to_string();
     let escaped = |c: char| c.is_control() || is_line_separator(c) || is_format(c);
     let safe = if text.contains(escaped) {
@@ -45,7 +45,7 @@ pub(crate) fn out_json(value: &serde_json::Value) {
     } else {
         text
     };
-    let _ = writeln!(std::io::stdout().lock(), "{safe}");
+    output::write_line(safe);
 }
 
 /// U+2028 and U+2029: line ends to JavaScript and to Python's
@@ -238,6 +238,8 @@ fn main() -> ExitCode {
         outcome
     });
     drop(runtime);
+    // What waits to be written, if stdout takes it within a bound.
+    output::finish(std::time::Duration::from_secs(5));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {
