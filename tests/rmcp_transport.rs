@@ -1192,6 +1192,33 @@ fn a_call_rmcp_gives_up_on_before_its_answer_began_is_sent_no_more() {
     });
 }
 
+/// `value` as a message rmcp's client sends.
+fn rmcp_message(value: serde_json::Value) -> rmcp::service::TxJsonRpcMessage<RoleClient> {
+    serde_json::from_value(value).expect("an rmcp message")
+}
+
+/// What rmcp's client does first, by hand on `transport` (rmcp's loop not
+/// running): `initialize`, its answer, `notifications/initialized`.
+async fn initialize_by_hand(transport: &mut ScopedTransport) {
+    use rmcp::transport::Transport;
+    transport
+        .send(rmcp_message(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "by-hand", "version": "1"}}}),
+        ))
+        .await
+        .expect("initialize sent");
+    let answer = tokio::time::timeout(HUNG, transport.receive()).await;
+    assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
+    transport
+        .send(rmcp_message(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ))
+        .await
+        .expect("initialized sent");
+}
+
 /// Issue 20 (hostile review): what waits for rmcp's `receive` was bounded
 /// by count only (64), each message kept parsed. Driven by hand (rmcp's
 /// loop, busy elsewhere, has not called `receive`), the GET stream brings
@@ -1201,30 +1228,11 @@ fn a_call_rmcp_gives_up_on_before_its_answer_began_is_sent_no_more() {
 /// and the small one still arrives.
 #[test]
 fn what_waits_for_receive_is_bounded_in_bytes() {
-    use rmcp::service::TxJsonRpcMessage;
     use rmcp::transport::Transport;
     scenario(async {
         let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
         let (mut transport, report) = world.transport(false);
-        let message = |value: serde_json::Value| -> TxJsonRpcMessage<RoleClient> {
-            serde_json::from_value(value).expect("an rmcp message")
-        };
-        transport
-            .send(message(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                           "clientInfo": {"name": "by-hand", "version": "1"}}}),
-            ))
-            .await
-            .expect("initialize sent");
-        let answer = tokio::time::timeout(HUNG, transport.receive()).await;
-        assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
-        transport
-            .send(message(
-                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            ))
-            .await
-            .expect("initialized sent");
+        initialize_by_hand(&mut transport).await;
         let probe = json!({"jsonrpc": "2.0", "method": "notifications/message",
                            "params": {"level": "info", "data": "probe"}});
         assert!(
@@ -1274,7 +1282,6 @@ fn what_waits_for_receive_is_bounded_in_bytes() {
 /// order the server sent them.
 #[test]
 fn a_server_request_and_the_cancellation_behind_it_keep_their_order() {
-    use rmcp::service::TxJsonRpcMessage;
     use rmcp::transport::Transport;
     scenario(async {
         // One body, so that both come in one read: nothing between them
@@ -1297,27 +1304,9 @@ fn a_server_request_and_the_cancellation_behind_it_keep_their_order() {
         )))
         .await;
         let (mut transport, report) = world.transport(false);
-        let message = |value: serde_json::Value| -> TxJsonRpcMessage<RoleClient> {
-            serde_json::from_value(value).expect("an rmcp message")
-        };
+        initialize_by_hand(&mut transport).await;
         transport
-            .send(message(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                           "clientInfo": {"name": "by-hand", "version": "1"}}}),
-            ))
-            .await
-            .expect("initialize sent");
-        let answer = tokio::time::timeout(HUNG, transport.receive()).await;
-        assert!(matches!(answer, Ok(Some(_))), "{answer:?}");
-        transport
-            .send(message(
-                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            ))
-            .await
-            .expect("initialized sent");
-        transport
-            .send(message(
+            .send(rmcp_message(
                 json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                                  "params": {"name": "tool-001"}}),
             ))
