@@ -94,6 +94,10 @@ impl Proxy {
         if let Some(credentials) = basic_auth {
             command.args(["--basic-auth", credentials]);
         }
+        // A group of its own: proxy.py forks its acceptor and worker, which
+        // outlived a kill of the parent alone (reparented to init); the
+        // whole group is killed on drop.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let child = command.spawn().expect("proxy.py starts");
         // The guard exists from here on: a panic below kills the process.
         let mut proxy = Proxy {
@@ -147,6 +151,11 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        // The group (its id is the child's pid), then the child for sure.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
