@@ -348,11 +348,26 @@ enum Connects {
 /// result's text, with `{id}` (the request's id) where the caller put it.
 fn raw_result(result: &str) -> FaultAction {
     let body = format!(r#"{{"jsonrpc":"2.0","id":{{id}},"result":{result}}}"#);
+    raw(200, "application/json", body)
+}
+
+/// A server's answer given as it is: `status`, `content_type`, `body`
+/// (`{id}` where the request's id goes).
+fn raw(status: u16, content_type: &str, body: impl Into<Bytes>) -> FaultAction {
     FaultAction::Raw {
-        status: 200,
-        content_type: "application/json".into(),
-        body: Bytes::from(body),
+        status,
+        content_type: content_type.into(),
+        body: body.into(),
     }
+}
+
+/// A test server answering every `tools/call` with `raw(200, ...)`.
+fn calls_answered_with(content_type: &str, body: String, record: bool) -> TestServer {
+    TestServer::start(
+        ServerConfig::default()
+            .with_fault(Fault::on_rpc("tools/call", raw(200, content_type, body)))
+            .with_record_requests(record),
+    )
 }
 
 /// `{"tools":[0,0,...]}` of about `bytes` bytes, and `tail` after the array.
@@ -862,18 +877,7 @@ const CALLS: usize = 16;
 /// 558 MiB; 16, over 1 GiB.
 fn concurrent_answers_attack(name: &'static str, content_type: &str, body: String) {
     scenario(async move {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_fault(Fault::on_rpc(
-                    "tools/call",
-                    FaultAction::Raw {
-                        status: 200,
-                        content_type: content_type.into(),
-                        body: Bytes::from(body),
-                    },
-                ))
-                .with_record_requests(false),
-        );
+        let server = calls_answered_with(content_type, body, false);
         let session = Arc::new(
             Connector::new(server.url())
                 .listen(false)
@@ -978,14 +982,7 @@ fn i26_answers_within_the_budget_come_through() {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
         );
-        let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
-            "tools/call",
-            FaultAction::Raw {
-                status: 200,
-                content_type: "application/json".into(),
-                body: Bytes::from(body),
-            },
-        )));
+        let server = calls_answered_with("application/json", body, true);
         let session = Arc::new(
             Connector::new(server.url())
                 .listen(false)
@@ -1054,14 +1051,7 @@ fn i26_review_a_message_written_as_an_array_is_charged_too() {
                 ),
             ),
         ] {
-            let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
-                "tools/call",
-                FaultAction::Raw {
-                    status: 200,
-                    content_type: "application/json".into(),
-                    body: Bytes::from(body),
-                },
-            )));
+            let server = calls_answered_with("application/json", body, true);
             let session = Connector::new(server.url())
                 .listen(false)
                 .discovery(
@@ -1097,11 +1087,6 @@ fn i26_review_calls_dropped_midway_give_their_charge_back() {
         let answer = format!(
             r#"{{"jsonrpc":"2.0","id":{{id}},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
         );
-        let raw = |content_type: &str, body: String| FaultAction::Raw {
-            status: 200,
-            content_type: content_type.into(),
-            body: Bytes::from(body),
-        };
         let endless = FaultAction::SseFlood {
             prefix: Bytes::from_static(
                 br#"data: {"jsonrpc":"2.0","id":0,"result":{"content":[{"type":"text","text":""#,
@@ -1114,13 +1099,13 @@ fn i26_review_calls_dropped_midway_give_their_charge_back() {
         let server = TestServer::start(
             ServerConfig::default()
                 .with_fault(
-                    Fault::on_rpc("tools/call", raw("application/json", answer.clone()))
+                    Fault::on_rpc("tools/call", raw(200, "application/json", answer.clone()))
                         .name("json"),
                 )
                 .with_fault(
                     Fault::on_rpc(
                         "tools/call",
-                        raw("text/event-stream", format!("data: {answer}\n\n")),
+                        raw(200, "text/event-stream", format!("data: {answer}\n\n")),
                     )
                     .name("sse"),
                 )
@@ -1172,11 +1157,7 @@ fn i26_review_an_error_body_is_charged_too() {
         );
         let server = TestServer::start(ServerConfig::default().with_fault(Fault::on_rpc(
             "tools/call",
-            FaultAction::Raw {
-                status: 500,
-                content_type: "application/json".into(),
-                body: Bytes::from(body),
-            },
+            raw(500, "application/json", body),
         )));
         for (budget, parsed) in [(256 * 1024, false), (4 * MIB, true)] {
             let session = Connector::new(server.url())
@@ -1216,18 +1197,7 @@ fn rmcp_answers_attack(name: &'static str, content_type: &str, body: String) {
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     scenario(async move {
-        let server = TestServer::start(
-            ServerConfig::default()
-                .with_fault(Fault::on_rpc(
-                    "tools/call",
-                    FaultAction::Raw {
-                        status: 200,
-                        content_type: content_type.into(),
-                        body: Bytes::from(body),
-                    },
-                ))
-                .with_record_requests(false),
-        );
+        let server = calls_answered_with(content_type, body, false);
         let mut transport = ScopedTransport::builder(server.url())
             .listen(false)
             .build()
