@@ -306,6 +306,8 @@ mod origin;
 mod queue;
 mod scope;
 mod session;
+#[cfg(all(feature = "stdio", unix))]
+pub mod stdio;
 mod sync;
 pub mod telemetry;
 #[cfg(feature = "testkit")]

@@ -1,0 +1,7 @@
+//! stdio servers: an MCP server run as a child process, spoken to over its
+//! standard streams (newline-delimited JSON-RPC), under the same guard
+//! stack as an HTTP session.
+
+// Filled in by the next commits: the process tree (`process`), the
+// environment and `PATH` (`env`), the line framing of stdout (`framing`)
+// and the drain of stderr (`stderr`).
