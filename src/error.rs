@@ -251,6 +251,13 @@ impl Error {
         Error::new(Kind::Timeout).with_message(format!("no response within {after:?}"))
     }
 
+    /// A stdio server's process ended, or closed its stdout: the pipe,
+    /// which is that transport, is gone (a new process may work).
+    #[cfg(all(feature = "stdio", unix))]
+    pub(crate) fn server_exited(message: impl Into<String>) -> Self {
+        Error::new(Kind::Transport).with_message(message)
+    }
+
     pub(crate) fn closed() -> Self {
         Error::new(Kind::Closed)
     }

@@ -282,7 +282,7 @@
 //!   created. rmcp 3.11 needs Rust 1.88.
 
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::jsonrpc::Request;
 use crate::ledger::{self, Count, Counters, Field};
 use crate::sync::lock;
-use crate::transport::{MessageStream, SessionEnd, StreamableHttp};
+use crate::transport::{MessageStream, SessionEnd, StreamableHttp, Wire};
 
 /// A release that cannot fail and needs no waiting.
 type SyncGuard = ScopeGuard<(), Box<dyn FnOnce(()) + Send>>;
@@ -93,6 +93,10 @@ pub struct Released {
     pub hooks_removed: usize,
     /// Whether the session's own (owned) HTTP client was released.
     pub owned_client_released: bool,
+    /// How a stdio server's process (its whole tree) ended; `None` for an
+    /// HTTP session.
+    #[cfg(all(feature = "stdio", unix))]
+    pub process: Option<crate::stdio::ProcessEnd>,
     /// True when an earlier close had already released everything.
     pub already_closed: bool,
     /// True when close was called from one of the session's own tasks (a
@@ -329,12 +333,7 @@ impl SessionsHandle {
     /// Starts server session `number` on `wire` (a transport of its own, with
     /// no session yet): its task sends `initialize` now. Fails once the
     /// stack is releasing.
-    pub(crate) fn open(
-        &self,
-        number: u64,
-        wire: Arc<StreamableHttp>,
-        initialize: Request,
-    ) -> Result<Opening> {
+    pub(crate) fn open(&self, number: u64, wire: Wire, initialize: Request) -> Result<Opening> {
         let registry = self.registry.upgrade().ok_or_else(Error::closed)?;
         let mut registry = lock(&registry);
         if registry.closed {
@@ -422,7 +421,7 @@ impl SessionsHandle {
 /// `initialize` has not answered (the server may have created it) or once
 /// the server issued an id.
 struct Owed {
-    wire: Arc<StreamableHttp>,
+    wire: Wire,
     /// The `initialize` POST has ended (its head arrived, or it failed).
     answered: AtomicBool,
     /// Deleted, expired, or known never to have existed.
@@ -501,10 +500,10 @@ async fn run_session(
         // The stack went without ending it (never on the orderly paths).
         Err(_) => deadline_after(timeout),
     };
-    if wire.session_id().is_none() {
+    let Some(http) = wire.http().filter(|_| wire.session_id().is_some()) else {
         return settle(SessionRelease::NoSessionId);
-    }
-    let delete = wire
+    };
+    let delete = http
         .delete_session_within(Deadline::delete(deadline, timeout))
         .instrument(tracing::debug_span!("mcp.close.delete"));
     settle(match delete.await {
@@ -608,6 +607,12 @@ enum Entry {
         _release: SyncGuard,
     },
     ServerSessions(ServerSessions),
+    /// A stdio server's process tree, released by the spec's sequence.
+    #[cfg(all(feature = "stdio", unix))]
+    Process {
+        tree: crate::stdio::ProcessTree,
+        grace: crate::stdio::Grace,
+    },
     Background(Background),
 }
 
@@ -666,6 +671,18 @@ impl GuardStack {
         handle
     }
 
+    /// Pushes a stdio server's process tree, the moment it is spawned:
+    /// released by closing stdin (the I/O tasks above it stop first),
+    /// `grace`, SIGTERM, SIGKILL, reap.
+    #[cfg(all(feature = "stdio", unix))]
+    pub(crate) fn push_process(
+        &mut self,
+        tree: crate::stdio::ProcessTree,
+        grace: crate::stdio::Grace,
+    ) {
+        self.entries.push(Entry::Process { tree, grace });
+    }
+
     /// Pushes a session's background set; returns its spawner.
     pub(crate) fn push_background(&mut self) -> Spawner {
         let (background, spawner) = Background::new(self.counters.clone());
@@ -692,6 +709,10 @@ impl GuardStack {
                         released.session = newest;
                     }
                     released.earlier_sessions.append(&mut ended);
+                }
+                #[cfg(all(feature = "stdio", unix))]
+                Entry::Process { tree, grace } => {
+                    released.process = Some(tree.release(*grace).await);
                 }
                 Entry::Sync { kind, .. } => match kind {
                     SyncKind::Hook => released.hooks_removed += 1,
@@ -724,10 +745,15 @@ impl GuardStack {
         reap(rest);
     }
 
+    /// Whether releasing what is left takes waiting: a DELETE owed, or a
+    /// process to end by the spec's sequence.
     fn owes_delete(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| matches!(e, Entry::ServerSessions(s) if s.owes_delete()))
+        self.entries.iter().any(|e| match e {
+            Entry::ServerSessions(s) => s.owes_delete(),
+            #[cfg(all(feature = "stdio", unix))]
+            Entry::Process { .. } => true,
+            _ => false,
+        })
     }
 
     /// When a reap of this stack will have finished, at the latest.
@@ -736,6 +762,8 @@ impl GuardStack {
             .iter()
             .filter_map(|e| match e {
                 Entry::ServerSessions(s) => Some(s.deadline()),
+                #[cfg(all(feature = "stdio", unix))]
+                Entry::Process { grace, .. } => Some(deadline_after(grace.bound())),
                 _ => None,
             })
             .max()
@@ -784,6 +812,8 @@ impl fmt::Debug for GuardStack {
                     SyncKind::Transport => "transport",
                 },
                 Entry::ServerSessions(_) => "server sessions",
+                #[cfg(all(feature = "stdio", unix))]
+                Entry::Process { .. } => "process tree",
                 Entry::Background(_) => "background tasks",
             })
             .collect();

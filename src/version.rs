@@ -83,7 +83,7 @@ impl ProtocolVersion {
     }
 }
 
-/// The HTTP transport a session speaks.
+/// The transport a session speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TransportKind {
@@ -91,14 +91,17 @@ pub enum TransportKind {
     StreamableHttp,
     /// The deprecated HTTP+SSE transport of 2024-11-05.
     HttpSse,
+    /// A child process's standard streams (newline-delimited JSON-RPC).
+    Stdio,
 }
 
 impl TransportKind {
-    /// Its name: `streamable-http` or `http+sse`.
+    /// Its name: `streamable-http`, `http+sse` or `stdio`.
     pub fn as_str(self) -> &'static str {
         match self {
             TransportKind::StreamableHttp => "streamable-http",
             TransportKind::HttpSse => "http+sse",
+            TransportKind::Stdio => "stdio",
         }
     }
 }

@@ -203,7 +203,7 @@ use crate::transport::metadata::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, ParamHeader,
     add_param_headers, param_headers,
 };
-use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind, Wire};
 
 /// Server messages waiting for rmcp's `receive`, in count.
 const INCOMING_BUFFER: usize = 64;
@@ -405,7 +405,7 @@ impl ScopedTransportBuilder {
             // rmcp numbers its own requests: ours must not collide.
             id_prefix: Some("mcp-scoped-http-"),
         };
-        let engine = Engine::new(front, template, sessions, spawner, settings);
+        let engine = Engine::new(front, Wire::Http(template), sessions, spawner, settings);
         if let Some((id, version)) = &self.attach {
             engine.attach(id.clone(), *version);
         }
@@ -857,6 +857,7 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         request_timeout: None,
         deadline: engine.exchange_deadline(),
         sse_found: AtomicBool::new(false),
+        stdio: false,
     };
     let known = plan.pinned.or_else(|| plan.memory.get(plan.url));
     let opened = async {

@@ -107,8 +107,10 @@ pub(super) async fn read<F: Front>(
         // Nothing of the old stream is held while waiting.
         drop(stream);
         tokio::time::sleep(wait).await;
-        stream = match generation
-            .wire()
+        let Some(http) = generation.wire().http() else {
+            return Err(cause);
+        };
+        stream = match http
             .open_get_stream_within(Some(&last_event_id), engine.exchange_deadline())
             .await
         {
@@ -194,8 +196,10 @@ impl<F: Front> Engine<F> {
             reason: "the caller abandoned the request",
         };
         let resumed = async {
-            let stream = generation
-                .wire()
+            let http = generation.wire().http().ok_or_else(|| {
+                Error::protocol("an answer cannot be resumed over stdio: send the request again")
+            })?;
+            let stream = http
                 .open_get_stream_within(Some(last_event_id), deadline)
                 .await
                 .inspect_err(|error| self.check_expiry(&generation, error))?

@@ -57,6 +57,12 @@ impl Endpoint {
         self.hooks.push(hook.map_err(Deferred));
     }
 
+    /// Whether header hooks (or the errors of building them) were added.
+    #[cfg(all(feature = "stdio", unix))]
+    pub(crate) fn has_hooks(&self) -> bool {
+        !self.hooks.is_empty()
+    }
+
     /// The endpoint's origin, the only part of it ever shown.
     pub(crate) fn origin(&self) -> Result<Origin> {
         Origin::parse(&self.url)

@@ -298,8 +298,10 @@ impl<F: Front> Source<F> for GetStream {
         marker: &mut Opened,
     ) -> Attempt {
         // Opening is bounded like a request; the stream, once open, is not.
-        let opened = generation
-            .wire()
+        let Some(http) = generation.wire().http() else {
+            return Attempt::Refused("a stdio server has no GET stream".into());
+        };
+        let opened = http
             .open_get_stream_within(self.last_event_id.as_deref(), engine.exchange_deadline())
             .await;
         let mut stream = match opened {

@@ -34,7 +34,10 @@ mod answer;
 mod aside;
 mod endpoint;
 mod listener;
+#[cfg(all(feature = "stdio", unix))]
+mod stdio;
 
+pub(crate) use crate::transport::Wire;
 pub(crate) use endpoint::Endpoint;
 pub(crate) use listener::ListenerChange;
 
@@ -53,12 +56,11 @@ use tracing::Instrument;
 pub(crate) use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::jsonrpc::{self, Message, Notification, Request, RequestId, Response};
-use crate::origin::Origin;
 pub(crate) use crate::scope::Opening;
 use crate::scope::{SessionsHandle, Spawner};
 use crate::sync::lock;
 use crate::telemetry::{Call, Peer};
-use crate::transport::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
+use crate::transport::{MessageStream, ProtocolVersion, SessionId};
 
 /// How a generation talks to its server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,14 +78,14 @@ pub(crate) enum Era {
 /// its place in the line of sessions a front end has had.
 pub(crate) struct Generation {
     number: u64,
-    wire: Arc<StreamableHttp>,
+    wire: Wire,
     /// Whether we created it: only those are ever replaced.
     owned: bool,
     era: Era,
 }
 
 impl Generation {
-    pub(crate) fn wire(&self) -> &StreamableHttp {
+    pub(crate) fn wire(&self) -> &Wire {
         &self.wire
     }
 
@@ -281,7 +283,7 @@ pub(crate) struct Engine<F> {
     /// The transport each new session starts from (endpoint, client,
     /// limits, scope); dropped at close, so that the engine, which may
     /// outlive its stack, holds no client.
-    template: Mutex<Option<Arc<StreamableHttp>>>,
+    template: Mutex<Option<Wire>>,
     /// Opens server sessions; `None` for an attached session, which is
     /// never initialized or replaced.
     sessions: Option<SessionsHandle>,
@@ -311,7 +313,7 @@ pub(crate) struct Engine<F> {
 impl<F: Front> Engine<F> {
     pub(crate) fn new(
         front: F,
-        template: Arc<StreamableHttp>,
+        template: Wire,
         sessions: Option<SessionsHandle>,
         spawner: Spawner,
         settings: Settings,
@@ -363,10 +365,12 @@ impl<F: Front> Engine<F> {
                 .as_ref()
                 .map(|g| g.wire.clone())
                 .or_else(|| lock(&self.template).clone());
-            let origin = wire.as_ref().map(|wire| wire.origin());
+            let (address, port) = wire
+                .as_ref()
+                .map_or_else(|| (String::new(), None), Wire::peer_address);
             Peer {
-                address: origin.map_or_else(String::new, |o| o.host().to_owned()),
-                port: origin.map(Origin::port),
+                address,
+                port,
                 session_id: generation.as_ref().and_then(|g| g.session_id()),
                 protocol_version: generation
                     .as_ref()
@@ -388,11 +392,12 @@ impl<F: Front> Engine<F> {
     /// Uses a session the caller owns: never initialized, replaced or
     /// DELETEd.
     pub(crate) fn attach(&self, id: SessionId, version: ProtocolVersion) -> Arc<Generation> {
-        let wire = Arc::new(
-            self.fresh_wire()
-                .expect("attached before anything can close"),
-        );
-        wire.attach(id, version);
+        let wire = self
+            .fresh_wire()
+            .expect("attached before anything can close");
+        wire.http()
+            .expect("only an HTTP connector attaches")
+            .attach(id, version);
         let generation = Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -408,7 +413,7 @@ impl<F: Front> Engine<F> {
     ///
     /// [`set_ready`]: Self::set_ready
     pub(crate) fn stateless(&self, version: ProtocolVersion) -> Result<Arc<Generation>> {
-        let wire = Arc::new(self.fresh_wire()?);
+        let wire = self.fresh_wire()?;
         wire.set_protocol_version(version);
         Ok(Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
@@ -431,7 +436,7 @@ impl<F: Front> Engine<F> {
         request: Request,
         deadline: Deadline,
     ) -> Result<Started<F>> {
-        let wire = Arc::new(self.fresh_wire()?);
+        let wire = self.fresh_wire()?;
         let number = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let generation = Arc::new(Generation {
             number,
@@ -509,8 +514,11 @@ impl<F: Front> Engine<F> {
         found: &AtomicBool,
         deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
-        let wire = Arc::new(self.fresh_wire()?);
-        let stream = wire.open_sse_session(deadline, found).await?;
+        let wire = self.fresh_wire()?;
+        let http = wire
+            .http()
+            .ok_or_else(|| Error::builder("HTTP+SSE is an HTTP transport"))?;
+        let stream = http.open_sse_session(deadline, found).await?;
         let generation = Arc::new(Generation {
             number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -600,7 +608,7 @@ impl<F: Front> Engine<F> {
 
     /// `generation`'s session is over and cannot be replaced: requests
     /// waiting for a response on it fail, later ones get `error`.
-    fn ended(self: &Arc<Self>, generation: &Generation, error: Error) {
+    pub(crate) fn ended(self: &Arc<Self>, generation: &Generation, error: Error) {
         let told = error.duplicate();
         let cause = error.duplicate();
         let ended = self.current.send_if_modified(|current| match current {
@@ -862,7 +870,7 @@ impl<F: Front> Engine<F> {
     #[cfg(feature = "rmcp")]
     pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
         let mut template = lock(&self.template);
-        if let Some(current) = template.as_mut() {
+        if let Some(Wire::Http(current)) = template.as_mut() {
             *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
         }
     }
@@ -872,11 +880,12 @@ impl<F: Front> Engine<F> {
     pub(crate) fn http_client(&self) -> Option<crate::client::HttpClient> {
         lock(&self.template)
             .as_ref()
+            .and_then(Wire::http)
             .map(|template| template.http_client().clone())
     }
 
     /// A transport for a new session, until close.
-    fn fresh_wire(&self) -> Result<StreamableHttp> {
+    fn fresh_wire(&self) -> Result<Wire> {
         lock(&self.template)
             .as_ref()
             .map(|template| template.fresh())
@@ -1082,9 +1091,11 @@ impl<F: Front> Engine<F> {
         id: RequestId,
         reason: &'static str,
     ) {
-        // 2026-07-28: closing the answer's stream (dropping it) is the
-        // cancellation; there is no notice to send.
-        if generation.era == Era::Stateless || !self.is_current(generation) {
+        // 2026-07-28 over HTTP: closing the answer's stream (dropping it)
+        // is the cancellation; there is no notice to send. Over stdio, one
+        // shared stream, the notice is the only way.
+        let stream_closes = generation.era == Era::Stateless && !generation.wire.is_stdio();
+        if stream_closes || !self.is_current(generation) {
             return;
         }
         let engine = self.clone();
@@ -1143,6 +1154,7 @@ impl<F: Front> Engine<F> {
     /// listens.
     pub(crate) fn start_listener(self: &Arc<Self>, generation: &Arc<Generation>) {
         if generation.era != Era::Sessions
+            || generation.wire.is_stdio()
             || !self.settings.listen
             || self
                 .listening
@@ -1194,7 +1206,7 @@ impl<F: Front> Engine<F> {
         generation: &Arc<Generation>,
         filter: Value,
     ) {
-        if generation.era != Era::Stateless || !self.settings.listen {
+        if generation.era != Era::Stateless || generation.wire.is_stdio() || !self.settings.listen {
             return;
         }
         self.spawn_listening(
@@ -1245,14 +1257,15 @@ impl<F: Front> Waiter<F> {
         generation: &Arc<Generation>,
         answer: impl FnOnce() -> A,
     ) -> Result<Box<RawValue>> {
-        if generation.era == Era::HttpSse {
-            // The POST is answered 202; the response comes on the stream.
+        if generation.wire.shares_one_stream() {
+            // Over HTTP+SSE the POST is answered 202, over stdio the line
+            // is written; the response comes on the one shared stream.
             answer().await?;
             // The stream ended (or broke a limit) before the response
             // came: the call fails with what ended it.
             let unanswered = |engine: &Engine<F>| {
                 let error = engine.end_error().unwrap_or_else(|| {
-                    Error::protocol("the HTTP+SSE stream ended before the response came")
+                    Error::protocol("the server's stream ended before the response came")
                 });
                 Err(error)
             };
@@ -1353,7 +1366,9 @@ mod tests {
         let client = HttpClient::borrowed(tower::service_fn(|_: http::Request<_>| async {
             Err::<http::Response<crate::client::RequestBody>, _>(std::io::Error::other("offline"))
         }));
-        let template = Arc::new(StreamableHttp::new(client, "http://127.0.0.1:9/mcp").unwrap());
+        let template = Wire::Http(Arc::new(
+            crate::transport::StreamableHttp::new(client, "http://127.0.0.1:9/mcp").unwrap(),
+        ));
         let sessions = stack.push_server_sessions(Duration::from_secs(1));
         let spawner = stack.push_background();
         let counters = stack.counters().clone();

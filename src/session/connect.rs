@@ -22,7 +22,7 @@ use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings}
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message};
 use crate::scope::{GuardStack, cleanup_errors};
-use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
+use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind, Wire};
 
 /// Room for server messages waiting to be taken from
 /// [`Session::notifications`], in count; in bytes, it is
@@ -90,6 +90,9 @@ struct Config {
     /// A fleet's account, the parent of each session's (see
     /// `FleetBuilder::memory`); `None` outside a fleet.
     fleet_memory: Option<Account>,
+    /// A stdio server to start instead of an HTTP endpoint.
+    #[cfg(all(feature = "stdio", unix))]
+    command: Option<crate::stdio::StdioCommand>,
 }
 
 impl fmt::Debug for Connector {
@@ -139,10 +142,35 @@ impl Connector {
                 "version": env!("CARGO_PKG_VERSION"),
             }),
             fleet_memory: None,
+            #[cfg(all(feature = "stdio", unix))]
+            command: None,
         };
         Connector {
             config: Arc::new(config),
         }
+    }
+
+    /// A connector for a stdio server: each connect starts `command` as a
+    /// child process (its whole tree released with the session; see
+    /// [`crate::stdio`]) and speaks MCP over its stdin and stdout.
+    ///
+    /// What is HTTP's only (a lent client, hooks, headers, a bearer,
+    /// OAuth, an attached session, the GET listening stream) does not
+    /// apply: a connect with any of them set fails with
+    /// [`Error::is_builder`](crate::Error::is_builder). Everything else
+    /// (timeouts, discovery, handlers, the memory budget, the transport's
+    /// limits) applies as it does over HTTP.
+    #[cfg(all(feature = "stdio", unix))]
+    pub fn stdio(command: crate::stdio::StdioCommand) -> Self {
+        let mut connector = Connector::new(String::new());
+        connector.config_mut().command = Some(command);
+        connector
+    }
+
+    /// The stdio server this connector starts, if it is one.
+    #[cfg(all(feature = "stdio", unix))]
+    pub fn get_stdio(&self) -> Option<&crate::stdio::StdioCommand> {
+        self.config.command.as_ref()
     }
 
     /// Sends through the caller's client, which the session only borrows:
@@ -370,8 +398,69 @@ impl Config {
         self.request_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT)
     }
 
+    /// Where the server is, as spans show it: the endpoint's origin, or
+    /// `stdio:` and the program's name.
+    fn label(&self) -> Result<String> {
+        #[cfg(all(feature = "stdio", unix))]
+        if let Some(command) = &self.command {
+            return Ok(format!("stdio:{}", command.name()));
+        }
+        Ok(self.endpoint.origin()?.to_string())
+    }
+
+    /// The stdio server to start, if this connects to one.
+    #[cfg(all(feature = "stdio", unix))]
+    fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
+        self.command.as_ref()
+    }
+
+    /// Never a stdio server without the feature.
+    #[cfg(not(all(feature = "stdio", unix)))]
+    fn stdio_command(&self) -> Option<std::convert::Infallible> {
+        None
+    }
+
+    /// What the era found is remembered under: the endpoint's URL, or the
+    /// stdio command line (a key only, never shown).
+    fn era_key(&self) -> String {
+        #[cfg(all(feature = "stdio", unix))]
+        if let Some(command) = &self.command {
+            let mut key = String::from("stdio:");
+            for part in std::iter::once(command.get_program()).chain(command.get_args()) {
+                key.push_str(&part.to_string_lossy());
+                key.push('\0');
+            }
+            return key;
+        }
+        self.endpoint.url().to_owned()
+    }
+
+    /// What a stdio connector cannot do, refused before anything starts.
+    #[cfg(all(feature = "stdio", unix))]
+    fn check_stdio(&self) -> Result<()> {
+        let http_only = [
+            (
+                self.endpoint.client.is_some(),
+                "a lent HTTP client (client)",
+            ),
+            (
+                self.endpoint.has_hooks(),
+                "header hooks (hook, header, bearer)",
+            ),
+            (self.attach.is_some(), "an attached session (attach)"),
+            #[cfg(feature = "oauth")]
+            (self.endpoint.oauth.is_some(), "OAuth (oauth)"),
+        ];
+        match http_only.iter().find(|(set, _)| *set) {
+            Some((_, what)) => Err(Error::builder(format!(
+                "a stdio server takes no {what}: that is for HTTP servers"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     async fn connect(&self) -> Result<Session> {
-        let origin = self.endpoint.origin()?;
+        let origin = self.label()?;
         let span = tracing::info_span!("mcp.connect", endpoint = %origin);
         async move {
             // Declared first so that it is dropped last, after every handle
@@ -413,9 +502,36 @@ impl Config {
         // message while the session holds it; in a fleet, charged to the
         // fleet's account too.
         let account = Account::with_parent(self.discovery.memory, self.fleet_memory.clone());
-        let (template, client_ownership) =
-            self.endpoint
-                .acquire(stack, Some((&self.client_info, &capabilities)), &account)?;
+        #[cfg(all(feature = "stdio", unix))]
+        let mut stdio_io = None;
+        let (template, client_ownership, lent) = match self.stdio_command() {
+            #[cfg(all(feature = "stdio", unix))]
+            Some(command) => {
+                self.check_stdio()?;
+                phase.set(ConnectPhase::Connect);
+                let started = crate::stdio::start(
+                    command,
+                    &account,
+                    &self.endpoint.transport,
+                    (&self.client_info, &capabilities),
+                )
+                .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
+                // On the stack the moment it exists.
+                stack.push_process(started.tree, command.get_grace());
+                stdio_io = Some(started.io);
+                (Wire::Stdio(Arc::new(started.wire)), Ownership::Owned, None)
+            }
+            _ => {
+                let (template, ownership) = self.endpoint.acquire(
+                    stack,
+                    Some((&self.client_info, &capabilities)),
+                    &account,
+                )?;
+                let lent =
+                    (ownership == Ownership::Borrowed).then(|| template.http_client().clone());
+                (Wire::Http(template), ownership, lent)
+            }
+        };
 
         let attached = self.attach.is_some();
         // Every server session we create is on the stack from before its
@@ -447,8 +563,13 @@ impl Config {
             exchange_timeout: self.exchange_timeout(),
             id_prefix: None,
         };
-        let client = template.http_client().clone();
         let engine = Engine::new(front, template, sessions, spawner, settings);
+        #[cfg(all(feature = "stdio", unix))]
+        if let Some(io) = stdio_io {
+            if !engine.start_stdio(io) {
+                return Err(Error::closed());
+            }
+        }
 
         let (generation, opened) = match &self.attach {
             Some((id, version)) => {
@@ -463,12 +584,14 @@ impl Config {
             None => {
                 phase.set(ConnectPhase::Initialize);
                 let started = Instant::now();
+                let key = self.era_key();
+                let generation_is_stdio = self.stdio_command().is_some();
                 let plan = Plan {
-                    memory: match client_ownership {
-                        Ownership::Borrowed => client.revisions(),
-                        _ => &self.revisions,
-                    },
-                    url: self.endpoint.url(),
+                    memory: lent
+                        .as_ref()
+                        .map_or(&*self.revisions, HttpClient::revisions),
+                    url: &key,
+                    stdio: generation_is_stdio,
                     pinned: self.pinned,
                     capabilities: &capabilities,
                     client_info: &self.client_info,
@@ -531,7 +654,9 @@ impl Config {
                 .wire()
                 .protocol_version()
                 .unwrap_or(ProtocolVersion::LATEST),
-            transport: if generation.era() == Era::HttpSse {
+            transport: if generation.wire().is_stdio() {
+                TransportKind::Stdio
+            } else if generation.era() == Era::HttpSse {
                 TransportKind::HttpSse
             } else {
                 TransportKind::StreamableHttp
@@ -543,7 +668,7 @@ impl Config {
             timings,
         };
         Ok(Established {
-            origin: generation.wire().origin().to_string(),
+            origin: generation.wire().label(),
             engine,
             info,
             notifications,

@@ -47,13 +47,40 @@ pub(crate) struct Plan<'a> {
     /// Set once an HTTP+SSE stream named its endpoint: the server speaks
     /// that transport, and a failure after it is the real cause.
     pub(crate) sse_found: AtomicBool,
+    /// A stdio server: detection as the stdio page has it (the probe
+    /// within [`STDIO_PROBE_TIMEOUT`], any other answer or none means
+    /// `initialize`, and no HTTP+SSE).
+    pub(crate) stdio: bool,
 }
+
+/// How long a stdio server gets to answer `server/discover` before it is
+/// taken for a 2025 server (some never answer a request that comes before
+/// `initialize`). A verdict is remembered per command line, so a
+/// reconnect does not wait again.
+pub(crate) const STDIO_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Plan<'_> {
     /// The deadline of one exchange: the connect's, and the request
     /// timeout from now, whichever comes first.
     fn exchange(&self) -> Deadline {
         self.deadline.within(self.request_timeout)
+    }
+
+    /// The deadline of the `server/discover` probe: an exchange's, and
+    /// over stdio [`STDIO_PROBE_TIMEOUT`] at most.
+    fn probe(&self) -> Deadline {
+        if self.stdio {
+            self.exchange().within(Some(STDIO_PROBE_TIMEOUT))
+        } else {
+            self.exchange()
+        }
+    }
+
+    /// Whether the connect's own deadline has passed.
+    fn deadline_passed(&self) -> bool {
+        self.deadline
+            .instant()
+            .is_some_and(|at| at <= tokio::time::Instant::now())
     }
 }
 
@@ -131,6 +158,13 @@ async fn detect<F: Front>(
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
+    if plan.stdio {
+        let mut opened = detect_stdio(engine, plan, phase)
+            .instrument(tracing::debug_span!("mcp.detect"))
+            .await?;
+        opened.probed = true;
+        return Ok(remember(plan, opened));
+    }
     let found = async {
         let proposed = match discover(engine, plan, ProtocolVersion::MODERN).await {
             Ok(Probe::Opened(opened)) => return Ok(opened),
@@ -172,13 +206,44 @@ async fn detect<F: Front>(
     };
     let mut opened = found.instrument(tracing::debug_span!("mcp.detect")).await?;
     opened.probed = true;
+    Ok(remember(plan, opened))
+}
+
+/// Remembers the revision `opened` speaks, for the next connect.
+fn remember(plan: &Plan<'_>, opened: Opened) -> Opened {
     let version = opened
         .generation
         .wire()
         .protocol_version()
         .unwrap_or(ProtocolVersion::LATEST);
     plan.memory.remember(plan.url, version);
-    Ok(opened)
+    opened
+}
+
+/// The stdio page's detection: `server/discover` (a discover result is
+/// 2026-07-28; a modern error names the revision to use and is never
+/// fallen back from); any other error, or no answer within
+/// [`STDIO_PROBE_TIMEOUT`]: `initialize`, on the same process.
+async fn detect_stdio<F: Front>(
+    engine: &Arc<Engine<F>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+) -> Result<Opened> {
+    let proposed = match discover(engine, plan, ProtocolVersion::MODERN).await {
+        Ok(Probe::Opened(opened)) => return Ok(opened),
+        Ok(Probe::Prefers(instead)) => instead,
+        Ok(Probe::Legacy(error)) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            ProtocolVersion::LATEST
+        }
+        Err(error) if modern_error(&error) => return Err(error),
+        Err(error) if error.is_rpc() || (error.is_timeout() && !plan.deadline_passed()) => {
+            tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
+            ProtocolVersion::LATEST
+        }
+        Err(error) => return Err(error),
+    };
+    initialize(engine, plan, phase, proposed).await
 }
 
 /// Whether `error` shows the server does not speak the era tried (a modern
@@ -240,7 +305,7 @@ pub(crate) async fn discover<F: Front>(
             params: None,
         };
         let outcome = engine
-            .request_on(&generation, &request, plan.exchange())
+            .request_on(&generation, &request, plan.probe())
             .instrument(tracing::debug_span!("mcp.discover_server", %version))
             .await
             .and_then(|result| result_value(&result, "server/discover"))

@@ -1,7 +1,318 @@
 //! stdio servers: an MCP server run as a child process, spoken to over its
 //! standard streams (newline-delimited JSON-RPC), under the same guard
-//! stack as an HTTP session.
+//! stack and the same [`Session`](crate::Session) as an HTTP server.
+//!
+//! ```no_run
+//! # async fn run() -> mcp_scoped_http::Result<()> {
+//! use mcp_scoped_http::Connector;
+//! use mcp_scoped_http::stdio::StdioCommand;
+//!
+//! let server = StdioCommand::new("npx")
+//!     .args(["-y", "@modelcontextprotocol/server-everything"])
+//!     .env("API_KEY", "only this server sees it");
+//! let session = Connector::stdio(server).connect().await?;
+//! println!("{} tools", session.catalog().tools.len());
+//! let released = session.close().await;
+//! println!("the server {:?}", released.process); // e.g. Some(Exited(0))
+//! # Ok(()) }
+//! ```
+//!
+//! # What the process is given
+//!
+//! - **The environment:** only the host's variables named in
+//!   [`DEFAULT_ENV_ALLOWLIST`] (as both official SDKs do), then the
+//!   command's own [`env`](StdioCommand::env) over them; everything else
+//!   of the host's (its API keys) stays in the host unless
+//!   [`inherit_env`](StdioCommand::inherit_env) says otherwise.
+//! - **The program** is found on the `PATH` the child gets, as a shell
+//!   would; a missing one fails the connect with an error naming it
+//!   ([`Error::is_builder`](crate::Error::is_builder): not retried).
+//! - **Its own session and process group**, under a watchdog (see
+//!   `process`): the whole tree is released together, and on Linux it
+//!   does not outlive the host even when the host is killed with SIGKILL.
+//!
+//! # How it ends
+//!
+//! On every way out (close, a failed connect, a dropped future, the
+//! session dropped): stdin closed, [`Grace::stdin`] for it to exit by
+//! itself, SIGTERM to the whole group, [`Grace::terminate`], SIGKILL to the
+//! whole group, reaped. [`Released::process`](crate::Released::process)
+//! says how it ended. A server that exits on its own ends the session:
+//! requests fail with its exit status and the last lines of its stderr.
+//!
+//! # What is read
+//!
+//! stdout, one message per line, charged to the session's
+//! [`MemoryBudget`](crate::MemoryBudget); a line longer than
+//! [`TransportConfig::max_json_body`] fails the session without being
+//! buffered; lines that are not JSON-RPC (logs) are skipped with a
+//! rate-limited warning. stderr is always drained (a chatty server never
+//! blocks), each line a `tracing` record (target
+//! `mcp_scoped_http::stdio::stderr`), the last
+//! [`stderr_tail`](StdioCommand::stderr_tail) bytes kept for errors.
+//!
+//! Windows is not supported yet: the module is compiled on Unix only.
 
-// Filled in by the next commits: the process tree (`process`), the
-// environment and `PATH` (`env`), the line framing of stdout (`framing`)
-// and the drain of stderr (`stderr`).
+mod env;
+mod framing;
+mod process;
+mod stderr;
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::{mpsc, watch};
+
+pub use env::DEFAULT_ENV_ALLOWLIST;
+pub(crate) use framing::Lines;
+pub(crate) use process::ProcessTree;
+pub use process::{Grace, ProcessEnd};
+pub(crate) use stderr::{StderrTail, drain as drain_stderr};
+
+use crate::budget::Account;
+use crate::error::Result;
+use crate::transport::{StdioWire, TransportConfig};
+
+/// The default of [`StdioCommand::stderr_tail`]: 8 KiB.
+pub const DEFAULT_STDERR_TAIL: usize = 8 * 1024;
+
+/// A stdio server to start: its program, arguments, environment and
+/// working directory, and how it is ended. Give it to
+/// [`Connector::stdio`](crate::Connector::stdio).
+///
+/// Defaults: no arguments; the environment is the host's variables in
+/// [`DEFAULT_ENV_ALLOWLIST`] and nothing else; the host's working
+/// directory; [`Grace::default`]; a stderr tail of
+/// [`DEFAULT_STDERR_TAIL`].
+#[derive(Clone, PartialEq, Eq)]
+#[must_use]
+pub struct StdioCommand {
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    cwd: Option<PathBuf>,
+    inherit_env: bool,
+    allow_env: Vec<OsString>,
+    grace: Grace,
+    stderr_tail: usize,
+}
+
+impl StdioCommand {
+    /// A command running `program`: a path, or a name found on the `PATH`
+    /// the child gets.
+    pub fn new(program: impl Into<OsString>) -> Self {
+        StdioCommand {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            inherit_env: false,
+            allow_env: DEFAULT_ENV_ALLOWLIST.iter().map(OsString::from).collect(),
+            grace: Grace::default(),
+            stderr_tail: DEFAULT_STDERR_TAIL,
+        }
+    }
+
+    /// Adds an argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets a variable of the server's environment (over the host's
+    /// allowlisted ones); the last one set for a name wins.
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        let name = name.into();
+        self.env.retain(|(n, _)| *n != name);
+        self.env.push((name, value.into()));
+        self
+    }
+
+    /// Sets variables of the server's environment, as [`env`](Self::env).
+    pub fn envs<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<OsString>,
+        V: Into<OsString>,
+    {
+        for (name, value) in vars {
+            self = self.env(name, value);
+        }
+        self
+    }
+
+    /// The server's working directory. Default: the host's.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Passes the host's whole environment to the server (its secrets
+    /// included), not only the allowlisted variables. Default: false.
+    pub fn inherit_env(mut self, inherit: bool) -> Self {
+        self.inherit_env = inherit;
+        self
+    }
+
+    /// Passes the host's variable `name`, if set, beside
+    /// [`DEFAULT_ENV_ALLOWLIST`].
+    pub fn allow_env(mut self, name: impl Into<OsString>) -> Self {
+        self.allow_env.push(name.into());
+        self
+    }
+
+    /// How long each step of ending the server may take. Default:
+    /// [`Grace::default`].
+    pub fn grace(mut self, grace: Grace) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Bytes of the server's last stderr lines kept for errors. Default:
+    /// [`DEFAULT_STDERR_TAIL`] (8 KiB).
+    pub fn stderr_tail(mut self, bytes: usize) -> Self {
+        self.stderr_tail = bytes;
+        self
+    }
+
+    /// The program, as given.
+    pub fn get_program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments.
+    pub fn get_args(&self) -> impl Iterator<Item = &OsStr> {
+        self.args.iter().map(OsString::as_os_str)
+    }
+
+    /// The variables set for the server (names and values).
+    pub fn get_envs(&self) -> impl Iterator<Item = (&OsStr, &OsStr)> {
+        self.env.iter().map(|(n, v)| (n.as_os_str(), v.as_os_str()))
+    }
+
+    /// The working directory, if set.
+    pub fn get_current_dir(&self) -> Option<&Path> {
+        self.cwd.as_deref()
+    }
+
+    /// The grace periods of its release.
+    pub fn get_grace(&self) -> Grace {
+        self.grace
+    }
+
+    /// The program's name, for spans and errors: its last path component.
+    pub(crate) fn name(&self) -> Arc<str> {
+        let name = Path::new(&self.program)
+            .file_name()
+            .unwrap_or(&self.program)
+            .to_string_lossy();
+        Arc::from(name.as_ref())
+    }
+}
+
+impl fmt::Debug for StdioCommand {
+    // Values of the environment and the arguments may hold secrets (a
+    // token on the command line is common): names and counts only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
+        f.debug_struct("StdioCommand")
+            .field("program", &self.program)
+            .field("args", &self.args.len())
+            .field("env", &env)
+            .field("cwd", &self.cwd)
+            .field("inherit_env", &self.inherit_env)
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A started server, before its pipes are read: the tree (for the guard
+/// stack, at once), the wire its generations send on, and its pipes.
+pub(crate) struct Started {
+    pub(crate) tree: ProcessTree,
+    pub(crate) wire: StdioWire,
+    pub(crate) io: Io,
+}
+
+/// A started server's pipes and what its reader needs.
+pub(crate) struct Io {
+    pub(crate) stdin: tokio::process::ChildStdin,
+    pub(crate) stdout: tokio::process::ChildStdout,
+    pub(crate) stderr: tokio::process::ChildStderr,
+    /// The writer's lines, from the wire.
+    pub(crate) outgoing: mpsc::Receiver<Vec<u8>>,
+    pub(crate) tail: StderrTail,
+    pub(crate) exit: watch::Receiver<Option<std::process::ExitStatus>>,
+    pub(crate) program: Arc<str>,
+    pub(crate) max_line: usize,
+    pub(crate) max_batch: usize,
+    pub(crate) account: Account,
+}
+
+/// Starts `command`'s process: the environment it gets, its program found
+/// on that `PATH`, spawned in a group of its own under its watchdog.
+/// Nothing is read or written yet.
+pub(crate) fn start(
+    command: &StdioCommand,
+    account: &Account,
+    config: &TransportConfig,
+    client_meta: (&Value, &Value),
+) -> Result<Started> {
+    let env = env::child_env(command.inherit_env, &command.allow_env, &command.env);
+    let path = env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_os_str());
+    let program = env::resolve_program(&command.program, path, command.cwd.as_deref())?;
+    let spawned = process::spawn(&program, &command.args, &env, command.cwd.as_deref())?;
+    let name = command.name();
+    let (outgoing_tx, outgoing) = mpsc::channel(crate::transport::OUTGOING_LINES);
+    let wire = StdioWire::new(outgoing_tx, account.clone(), name.clone())
+        .with_client_meta(client_meta.0, client_meta.1);
+    let exit = spawned.tree.exit();
+    Ok(Started {
+        tree: spawned.tree,
+        wire,
+        io: Io {
+            stdin: spawned.stdin,
+            stdout: spawned.stdout,
+            stderr: spawned.stderr,
+            outgoing,
+            tail: StderrTail::new(command.stderr_tail),
+            exit,
+            program: name,
+            max_line: config.max_json_body,
+            max_batch: config.max_batch_messages,
+            account: account.clone(),
+        },
+    })
+}
+
+/// Writes the lines handed over to the child's stdin, whole, until the
+/// wire is gone or the child stops reading; then drops stdin, which
+/// closes it (the server's signal to exit).
+pub(crate) async fn write_lines(
+    mut stdin: tokio::process::ChildStdin,
+    mut outgoing: mpsc::Receiver<Vec<u8>>,
+) {
+    while let Some(line) = outgoing.recv().await {
+        if let Err(error) = stdin.write_all(&line).await {
+            tracing::debug!(%error, "a stdio server's stdin is closed");
+            return;
+        }
+    }
+}

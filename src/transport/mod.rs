@@ -43,7 +43,10 @@ pub mod sse;
 pub(crate) mod metadata;
 mod replay;
 mod session;
+#[cfg(all(feature = "stdio", unix))]
+mod stdio;
 mod stream;
+mod wire;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -58,7 +61,10 @@ use tracing::Instrument;
 pub use crate::version::{ProtocolVersion, TransportKind};
 pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
+#[cfg(all(feature = "stdio", unix))]
+pub(crate) use stdio::{OUTGOING_LINES, StdioWire};
 pub use stream::MessageStream;
+pub(crate) use wire::Wire;
 
 use crate::body::read_limited_charged;
 use crate::budget::{Account, Charge, messages_cost};

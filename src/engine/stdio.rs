@@ -1,0 +1,125 @@
+//! A stdio server's pipes, read and written by tasks of the session: the
+//! writer (the only one that touches stdin), the stderr drain, and the
+//! reader of stdout, which routes every message as the HTTP+SSE reader
+//! does and, when stdout ends, ends the session with why.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Engine, Era, Front, Generation};
+use crate::error::Error;
+use crate::stdio::{Io, Lines, drain_stderr, write_lines};
+
+/// How long, after stdout ended, the reader waits for the process to
+/// exit and for the rest of its stderr, to say why in the error.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+impl<F: Front> Engine<F> {
+    /// Starts the tasks of a stdio server's pipes. Returns false when the
+    /// session is already closing (nothing was started; the pipes are
+    /// dropped, which closes them).
+    pub(crate) fn start_stdio(self: &Arc<Self>, io: Io) -> bool {
+        let Ok(wire) = self.fresh_wire() else {
+            return false;
+        };
+        // What messages are routed as while no generation is in use (the
+        // probe, `initialize`): server requests over stdio are answered
+        // the same way whatever the revision.
+        let base = Arc::new(Generation {
+            number: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+            wire,
+            owned: false,
+            era: Era::Sessions,
+        });
+        let Io {
+            stdin,
+            stdout,
+            stderr,
+            outgoing,
+            tail,
+            exit,
+            program,
+            max_line,
+            max_batch,
+            account,
+        } = io;
+        let writer = self.spawner.spawn(move |closing| async move {
+            tokio::select! {
+                _ = closing.cancelled() => {}
+                () = write_lines(stdin, outgoing) => {}
+            }
+        });
+        let drain_tail = tail.clone();
+        let name = program.clone();
+        let drain = self.spawner.spawn(move |closing| async move {
+            tokio::select! {
+                _ = closing.cancelled() => {}
+                () = drain_stderr(stderr, drain_tail, name) => {}
+            }
+        });
+        let engine = self.clone();
+        let reader = self.spawner.spawn(move |closing| async move {
+            let mut lines = Lines::new(stdout, max_line, max_batch, Some(account));
+            let read = async {
+                loop {
+                    match lines.next().await {
+                        Ok(Some(message)) => {
+                            let generation = engine.generation().unwrap_or_else(|| base.clone());
+                            engine.route(&generation, message).await;
+                        }
+                        Ok(None) => return None,
+                        Err(error) => return Some(error),
+                    }
+                }
+            };
+            let failed = tokio::select! {
+                _ = closing.cancelled() => return,
+                failed = read => failed,
+            };
+            let error = match failed {
+                Some(error) => error,
+                None => tokio::select! {
+                    _ = closing.cancelled() => return,
+                    error = why_it_ended(&program, exit, &tail) => error,
+                },
+            };
+            tracing::debug!(%error, "a stdio server's stdout ended");
+            let generation = engine.generation().unwrap_or(base);
+            engine.ended(&generation, error);
+        });
+        if !(writer && drain && reader) {
+            self.current.send_replace(super::Current::Closed);
+            return false;
+        }
+        true
+    }
+}
+
+/// The error of a session whose server closed its stdout: its exit status
+/// when it exits soon after, and the last lines of its stderr.
+async fn why_it_ended(
+    program: &str,
+    mut exit: tokio::sync::watch::Receiver<Option<std::process::ExitStatus>>,
+    tail: &crate::stdio::StderrTail,
+) -> Error {
+    let exited = tokio::time::timeout(EXIT_WAIT, exit.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|status| status.ok().and_then(|status| *status));
+    // Its stderr ends with it: the last lines are what a user needs.
+    if exited.is_some() {
+        let _ = tokio::time::timeout(EXIT_WAIT, tail.closed()).await;
+    }
+    let what = match exited {
+        Some(status) => format!("the stdio server `{program}` exited ({status})"),
+        None => format!("the stdio server `{program}` closed its stdout"),
+    };
+    let stderr = tail.text();
+    let message = if stderr.trim().is_empty() {
+        what
+    } else {
+        format!("{what}; the end of its stderr: {}", stderr.trim_end())
+    };
+    Error::server_exited(message)
+}

@@ -1,0 +1,184 @@
+//! How a generation's messages travel: Streamable HTTP (and HTTP+SSE), or
+//! a stdio server's pipes. The engine sends through this one seam and
+//! never learns which; what only HTTP has (GET streams, DELETE,
+//! resumption) is reached through [`Wire::http`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+#[cfg(not(all(feature = "stdio", unix)))]
+use futures_util::future::Either;
+use futures_util::future::Either::Left;
+#[cfg(all(feature = "stdio", unix))]
+use futures_util::future::Either::Right;
+
+use http::HeaderMap;
+
+#[cfg(all(feature = "stdio", unix))]
+use super::stdio::StdioWire;
+use super::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
+use crate::budget::Account;
+use crate::deadline::Deadline;
+use crate::error::Result;
+use crate::jsonrpc::{Notification, Request, Response};
+
+/// One server session's transport.
+#[derive(Clone)]
+pub(crate) enum Wire {
+    /// Streamable HTTP, or the HTTP+SSE transport of 2024-11-05.
+    Http(Arc<StreamableHttp>),
+    /// A child process's stdin and stdout: every answer comes on the one
+    /// shared stdout, read by the session's reader task.
+    #[cfg(all(feature = "stdio", unix))]
+    Stdio(Arc<StdioWire>),
+}
+
+impl Wire {
+    /// The HTTP transport, for what only HTTP has.
+    pub(crate) fn http(&self) -> Option<&Arc<StreamableHttp>> {
+        match self {
+            Wire::Http(http) => Some(http),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(_) => None,
+        }
+    }
+
+    /// Whether answers come on one shared stream rather than on each
+    /// request's own: then a waiter takes its response from the reader of
+    /// that stream. Over stdio always; over HTTP, the HTTP+SSE transport.
+    pub(crate) fn shares_one_stream(&self) -> bool {
+        match self {
+            Wire::Http(http) => http.is_http_sse(),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(_) => true,
+        }
+    }
+
+    /// Whether this is a stdio server's pipe.
+    pub(crate) fn is_stdio(&self) -> bool {
+        !matches!(self, Wire::Http(_))
+    }
+
+    /// The session id the server assigned, if any (never over stdio).
+    pub(crate) fn session_id(&self) -> Option<SessionId> {
+        match self {
+            Wire::Http(http) => http.session_id(),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(_) => None,
+        }
+    }
+
+    /// The negotiated revision, once set.
+    pub(crate) fn protocol_version(&self) -> Option<ProtocolVersion> {
+        match self {
+            Wire::Http(http) => http.protocol_version(),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => stdio.protocol_version(),
+        }
+    }
+
+    /// Records the negotiated revision.
+    pub(crate) fn set_protocol_version(&self, version: ProtocolVersion) {
+        match self {
+            Wire::Http(http) => http.set_protocol_version(version),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => stdio.set_protocol_version(version),
+        }
+    }
+
+    /// The session's memory account, if this transport charges one.
+    pub(crate) fn account(&self) -> Option<&Account> {
+        match self {
+            Wire::Http(http) => http.account(),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Some(stdio.account()),
+        }
+    }
+
+    /// A transport for a new server session: no session id and no
+    /// revision yet (over stdio, the same process).
+    pub(crate) fn fresh(&self) -> Wire {
+        match self {
+            Wire::Http(http) => Wire::Http(Arc::new(http.fresh())),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Wire::Stdio(Arc::new(stdio.fresh())),
+        }
+    }
+
+    /// Where the server is, as shown in spans and errors: an HTTP origin
+    /// (never a path or query), or `stdio:` and the program's name.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Wire::Http(http) => http.origin().to_string(),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => format!("stdio:{}", stdio.program()),
+        }
+    }
+
+    /// The peer's address and port, for telemetry (the program's name
+    /// and no port over stdio).
+    pub(crate) fn peer_address(&self) -> (String, Option<u16>) {
+        match self {
+            Wire::Http(http) => (http.origin().host().to_owned(), Some(http.origin().port())),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => (stdio.program().to_owned(), None),
+        }
+    }
+
+    /// Sends a request, up to its answer's head (over HTTP; a JSON answer:
+    /// its body too), within `deadline`. Over stdio (and HTTP+SSE) the
+    /// stream returned is empty: the response comes on the shared stream.
+    ///
+    /// A combinator, not an `async fn`, as the two below: every request's
+    /// future embeds it, and an `async fn` around the transport's would
+    /// add a layer (and its state) to each.
+    pub(crate) fn post_request_with<'a>(
+        &'a self,
+        request: &'a Request,
+        extra: &'a HeaderMap,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<MessageStream>> + Send + 'a {
+        match self {
+            Wire::Http(http) => Left(http.post_request_with(request, extra, deadline)),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Right(stdio.send_request(request, deadline)),
+        }
+    }
+
+    /// Sends a notification, within `deadline`.
+    pub(crate) fn post_notification_within<'a>(
+        &'a self,
+        notification: &'a Notification,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        match self {
+            Wire::Http(http) => Left(http.post_notification_within(notification, deadline)),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Right(stdio.send_notification(notification, deadline)),
+        }
+    }
+
+    /// Sends the answer to a server request, within `deadline`.
+    pub(crate) fn post_response_within<'a>(
+        &'a self,
+        response: &'a Response,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        match self {
+            Wire::Http(http) => Left(http.post_response_within(response, deadline)),
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Right(stdio.send_response(response, deadline)),
+        }
+    }
+}
+
+/// The right side of a [`Wire`] future: stdio's, or (without the
+/// feature) one that never exists.
+#[cfg(not(all(feature = "stdio", unix)))]
+#[allow(non_snake_case)]
+fn Right<T>(never: std::convert::Infallible) -> Either<T, std::future::Pending<T::Output>>
+where
+    T: Future,
+{
+    match never {}
+}

@@ -1,0 +1,254 @@
+"""A scriptable MCP server over stdio, standard library only: the fixture of
+tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
+
+    python3 stdio_server.py [--era legacy|modern|both] [--probe error|silent]
+        [--tools N] [--ignore-eof] [--ignore-term] [--grandchild]
+        [--stderr-flood BYTES] [--crash-at-start] [--exit-after-init]
+        [--noise] [--no-read-after-init] [--wrap]
+
+- era: `legacy` answers `initialize` only (2025-11-25 and older); `modern`
+  answers `server/discover` and every request with `_meta` only
+  (2026-07-28); `both` does both.
+- probe: what a legacy server does with a request before `initialize`:
+  answer a JSON-RPC error (-32600), or say nothing.
+- ignore-eof: keeps running when stdin closes; ignore-term: SIGTERM is
+  ignored (so only SIGKILL ends it).
+- grandchild: starts `sleep 1000` as a child of its own (a wrapper's
+  grandchild, as `npx` leaves).
+- wrap: runs this same script (without --wrap) as a child, and waits for
+  it, forwarding no signal: the shape of `npx -y` and `uvx`.
+
+Tools: `echo` (text), `env` (the value of the variable `name`, or null),
+`slow` (answers after `seconds`; progress every 0.1 s when asked),
+`cancelled` (the ids of the requests cancelled so far), `big` (a text of
+`bytes` bytes), `roots` (asks the client `roots/list`, 2025 only, and
+answers with what it said), `crash` (exits 3 at once).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+MODERN = "2026-07-28"
+LEGACY = ["2025-11-25", "2025-06-18", "2025-03-26"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--era", default="both", choices=["legacy", "modern", "both"])
+    p.add_argument("--probe", default="error", choices=["error", "silent"])
+    p.add_argument("--tools", type=int, default=3)
+    p.add_argument("--ignore-eof", action="store_true")
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--grandchild", action="store_true")
+    p.add_argument("--stderr-flood", type=int, default=0)
+    p.add_argument("--crash-at-start", action="store_true")
+    p.add_argument("--exit-after-init", action="store_true")
+    p.add_argument("--noise", action="store_true")
+    p.add_argument("--no-read-after-init", action="store_true")
+    p.add_argument("--wrap", action="store_true")
+    args, _ = p.parse_known_args()
+
+    if args.wrap:
+        argv = [a for a in sys.argv[1:] if a != "--wrap"]
+        child = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__)] + argv)
+        # No signal is forwarded: a SIGTERM to this process alone leaves the
+        # child running, as npx and uvx do.
+        sys.exit(child.wait())
+
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.grandchild:
+        subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.crash_at_start:
+        sys.stderr.write("starting up\nfatal: bad config (no API key)\n")
+        sys.stderr.flush()
+        sys.exit(1)
+    if args.stderr_flood:
+        line = "x" * 99 + "\n"
+        for _ in range(args.stderr_flood // 100):
+            sys.stderr.write(line)
+        sys.stderr.flush()
+    if args.noise:
+        out("this is a log line, not JSON-RPC")
+        out('{"level": "info", "msg": "a JSON log line"}')
+
+    Server(args).run()
+
+
+lock = threading.Lock()
+
+
+def out(line):
+    with lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def send(message):
+    out(json.dumps(message, separators=(",", ":")))
+
+
+class Server:
+    def __init__(self, args):
+        self.args = args
+        self.initialized = False
+        self.cancelled = []
+        self.waiting = {}  # id of our request to the client -> event, answer
+        self.next_id = 0
+
+    def run(self):
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                send({"jsonrpc": "2.0", "id": None,
+                      "error": {"code": -32700, "message": "Parse error"}})
+                continue
+            if "method" not in msg:
+                self.on_response(msg)
+                continue
+            if "id" not in msg:
+                self.on_notification(msg)
+                continue
+            threading.Thread(target=self.on_request, args=(msg,), daemon=True).start()
+            if self.initialized and self.args.no_read_after_init:
+                # Stops reading its stdin for good.
+                while True:
+                    time.sleep(1000)
+        if self.args.ignore_eof:
+            while True:
+                time.sleep(1000)
+        sys.stderr.write("stdin closed; exiting\n")
+        sys.stderr.flush()
+
+    def on_response(self, msg):
+        waiting = self.waiting.pop(msg.get("id"), None)
+        if waiting:
+            waiting[1].append(msg)
+            waiting[0].set()
+
+    def on_notification(self, msg):
+        if msg["method"] == "notifications/cancelled":
+            self.cancelled.append(msg.get("params", {}).get("requestId"))
+
+    def modern(self, msg):
+        meta = (msg.get("params") or {}).get("_meta") or {}
+        return meta.get("io.modelcontextprotocol/protocolVersion") == MODERN
+
+    def on_request(self, msg):
+        rid, method = msg["id"], msg["method"]
+        params = msg.get("params") or {}
+        era = self.args.era
+        if self.modern(msg):
+            if era == "legacy":
+                return self.before_initialize(rid)
+            return self.answer_modern(rid, method, params)
+        if method != "initialize" and not self.initialized:
+            return self.before_initialize(rid)
+        if method == "initialize":
+            if era == "modern":
+                return self.error(rid, -32022, "Unsupported protocol version",
+                                  {"supported": [MODERN], "requested": params.get("protocolVersion")})
+            proposed = params.get("protocolVersion")
+            version = proposed if proposed in LEGACY else LEGACY[0]
+            self.initialized = True
+            self.result(rid, {"protocolVersion": version,
+                              "capabilities": {"tools": {"listChanged": True}},
+                              "serverInfo": {"name": "stdio-fixture", "version": "1.0"}})
+            if self.args.exit_after_init:
+                sys.stderr.write("initialized; now failing on purpose\n")
+                sys.stderr.flush()
+                os._exit(1)
+            return
+        self.answer_common(rid, method, params, False)
+
+    def before_initialize(self, rid):
+        if self.args.probe == "error":
+            self.error(rid, -32600, "Received request before initialization was complete")
+
+    def answer_modern(self, rid, method, params):
+        if method == "server/discover":
+            return self.result(rid, {"supportedVersions": [MODERN],
+                                     "capabilities": {"tools": {}},
+                                     "ttlMs": 0, "cacheScope": "public",
+                                     "resultType": "complete",
+                                     "_meta": {"io.modelcontextprotocol/serverInfo":
+                                               {"name": "stdio-fixture", "version": "1.0"}}})
+        self.answer_common(rid, method, params, True)
+
+    def answer_common(self, rid, method, params, modern):
+        if method == "ping":
+            return self.result(rid, {})
+        if method == "tools/list":
+            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
+                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash"]]
+            tools += [{"name": "tool-%03d" % i, "inputSchema": {"type": "object"}}
+                      for i in range(self.args.tools)]
+            return self.result(rid, {"tools": tools}, modern)
+        if method != "tools/call":
+            return self.error(rid, -32601, "Method not found: " + method)
+        name = params.get("name")
+        a = params.get("arguments") or {}
+        if name == "echo":
+            text = a.get("text", "")
+        elif name == "env":
+            text = os.environ.get(a.get("name", ""))
+        elif name == "slow":
+            token = (params.get("_meta") or {}).get("progressToken")
+            end = time.time() + float(a.get("seconds", 1))
+            step = 0
+            while time.time() < end:
+                if rid in self.cancelled:
+                    return
+                time.sleep(0.1)
+                step += 1
+                if token is not None:
+                    send({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": token, "progress": step}})
+            text = "slept"
+        elif name == "cancelled":
+            text = json.dumps(self.cancelled)
+        elif name == "big":
+            text = "x" * int(a.get("bytes", 0))
+        elif name == "roots":
+            self.next_id += 1
+            qid = "s%d" % self.next_id
+            event, answer = threading.Event(), []
+            self.waiting[qid] = (event, answer)
+            send({"jsonrpc": "2.0", "id": qid, "method": "roots/list"})
+            event.wait(10)
+            text = json.dumps(answer[0].get("result") if answer else None)
+        elif name == "crash":
+            sys.stderr.write("crashing on purpose\n")
+            sys.stderr.flush()
+            os._exit(3)
+        elif name and name.startswith("tool-"):
+            text = name
+        else:
+            return self.error(rid, -32602, "Unknown tool: %s" % name)
+        self.result(rid, {"content": [{"type": "text", "text": text}]}, modern)
+
+    def result(self, rid, result, modern=False):
+        if modern:
+            result = dict(result, resultType="complete")
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    def error(self, rid, code, message, data=None):
+        error = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        send({"jsonrpc": "2.0", "id": rid, "error": error})
+
+
+if __name__ == "__main__":
+    main()
