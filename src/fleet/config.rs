@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct LoadedConfig {
-    /// The HTTP servers, by name, ready for [`Fleet::apply`](super::Fleet::apply).
+    /// The servers, by name, ready for [`Fleet::apply`](super::Fleet::apply).
     pub servers: BTreeMap<String, ServerSpec>,
-    /// Entries left out, and why (a stdio server, which this crate does
-    /// not run).
+    /// Entries left out, and why (a stdio server, when the crate is built
+    /// without its `stdio` feature).
     pub skipped: Vec<Skipped>,
     /// Keys that were ignored, each naming the entry and the key.
     pub warnings: Vec<String>,
@@ -34,6 +34,12 @@ pub struct Skipped {
 /// The keys of an HTTP entry this loader reads.
 const KNOWN: [&str; 6] = ["url", "type", "headers", "disabled", "enabled", "required"];
 
+/// The keys of a stdio entry this loader reads.
+#[cfg(all(feature = "stdio", unix))]
+const KNOWN_STDIO: [&str; 8] = [
+    "command", "args", "env", "cwd", "type", "disabled", "enabled", "required",
+];
+
 /// Reads the common `mcpServers` shape:
 ///
 /// ```json
@@ -44,13 +50,19 @@ const KNOWN: [&str; 6] = ["url", "type", "headers", "disabled", "enabled", "requ
 /// }}
 /// ```
 ///
-/// Per entry: `url` (required), `type` (`"http"`, `"streamable-http"` or
-/// `"streamableHttp"`: the era is detected; `"sse"`: the HTTP+SSE
-/// transport of 2024-11-05; `"stdio"`: skipped), `headers` (an object of
-/// strings), `disabled` or `enabled`, and `required` (booleans). An entry
-/// with a `command` (or of type `stdio`) is a stdio server: it is listed
-/// in [`LoadedConfig::skipped`], never an error for the file. Other keys,
-/// in an entry or at the top, are ignored with a warning.
+/// Per HTTP entry: `url` (required), `type` (`"http"`,
+/// `"streamable-http"` or `"streamableHttp"`: the era is detected;
+/// `"sse"`: the HTTP+SSE transport of 2024-11-05), `headers` (an object of
+/// strings), `disabled` or `enabled`, and `required` (booleans).
+///
+/// An entry with a `command` (or of type `"stdio"`) is a stdio server
+/// ([`ServerSpec::stdio`]): `command` (a string, required), `args` (an
+/// array of strings), `env` (an object of strings, over the allowlisted
+/// host variables: see [`crate::stdio`]), `cwd` (a string), and the same
+/// flags. Built without the `stdio` feature, such an entry is listed in
+/// [`LoadedConfig::skipped`], never an error for the file.
+///
+/// Other keys, in an entry or at the top, are ignored with a warning.
 ///
 /// # Errors
 ///
@@ -112,11 +124,16 @@ fn entry_spec(
         Some(_) => return Err("`type` is not a string".into()),
     };
     if entry.contains_key("command") || kind == Some("stdio") {
-        loaded.skipped.push(Skipped {
-            server: name.to_owned(),
-            reason: "a stdio server (`command`): this crate runs MCP over HTTP only".into(),
-        });
-        return Ok(None);
+        #[cfg(all(feature = "stdio", unix))]
+        return stdio_spec(name, entry, loaded).map(Some);
+        #[cfg(not(all(feature = "stdio", unix)))]
+        {
+            loaded.skipped.push(Skipped {
+                server: name.to_owned(),
+                reason: "a stdio server (`command`): built without the `stdio` feature".into(),
+            });
+            return Ok(None);
+        }
     }
     if let Some(problem) = name_problem(name) {
         return Err(format!("the name {problem}"));
@@ -152,6 +169,13 @@ fn entry_spec(
         }
         Some(_) => return Err("`headers` is not an object".into()),
     }
+    let spec = flags(entry, spec)?;
+    warn_unknown(name, entry, &KNOWN, loaded);
+    Ok(Some(spec))
+}
+
+/// `disabled`, `enabled` and `required`, on `spec`.
+fn flags(entry: &Map<String, Value>, spec: ServerSpec) -> std::result::Result<ServerSpec, String> {
     let flag = |key: &str| match entry.get(key) {
         None => Ok(None),
         Some(Value::Bool(on)) => Ok(Some(*on)),
@@ -159,15 +183,66 @@ fn entry_spec(
     };
     let disabled = flag("disabled")?.unwrap_or(false);
     let enabled = flag("enabled")?.unwrap_or(true);
-    spec = spec
+    Ok(spec
         .enabled(enabled && !disabled)
-        .required(flag("required")?.unwrap_or(false));
-    warn_unknown(name, entry, loaded);
-    Ok(Some(spec))
+        .required(flag("required")?.unwrap_or(false)))
 }
 
-fn warn_unknown(name: &str, entry: &Map<String, Value>, loaded: &mut LoadedConfig) {
-    for key in entry.keys().filter(|key| !KNOWN.contains(&key.as_str())) {
+/// A stdio entry: `command`, `args`, `env`, `cwd` and the flags.
+#[cfg(all(feature = "stdio", unix))]
+fn stdio_spec(
+    name: &str,
+    entry: &Map<String, Value>,
+    loaded: &mut LoadedConfig,
+) -> std::result::Result<ServerSpec, String> {
+    if let Some(problem) = name_problem(name) {
+        return Err(format!("the name {problem}"));
+    }
+    let mut command = match entry.get("command") {
+        Some(Value::String(program)) if !program.is_empty() => {
+            crate::stdio::StdioCommand::new(program)
+        }
+        Some(Value::String(_)) => return Err("`command` is empty".into()),
+        Some(_) => return Err("`command` is not a string".into()),
+        None => return Err("`type` is \"stdio\" but there is no `command`".into()),
+    };
+    match entry.get("args") {
+        None => {}
+        Some(Value::Array(args)) => {
+            for (i, arg) in args.iter().enumerate() {
+                let Value::String(arg) = arg else {
+                    return Err(format!("`args[{i}]` is not a string"));
+                };
+                command = command.arg(arg);
+            }
+        }
+        Some(_) => return Err("`args` is not an array".into()),
+    }
+    match entry.get("env") {
+        None => {}
+        Some(Value::Object(vars)) => {
+            for (var, value) in vars {
+                let Value::String(value) = value else {
+                    // The name only: the value may be a secret.
+                    return Err(format!("`env` variable `{var}` is not a string"));
+                };
+                command = command.env(var, value);
+            }
+        }
+        Some(_) => return Err("`env` is not an object".into()),
+    }
+    match entry.get("cwd") {
+        None => {}
+        Some(Value::String(dir)) => command = command.current_dir(dir),
+        Some(_) => return Err("`cwd` is not a string".into()),
+    }
+    let spec = flags(entry, ServerSpec::stdio(command))?;
+    warn_unknown(name, entry, &KNOWN_STDIO, loaded);
+    Ok(spec)
+}
+
+fn warn_unknown(name: &str, entry: &Map<String, Value>, known: &[&str], loaded: &mut LoadedConfig) {
+    for key in entry.keys().filter(|key| !known.contains(&key.as_str())) {
         loaded
             .warnings
             .push(format!("server `{name}`: unknown key `{key}` ignored"));
@@ -191,14 +266,22 @@ mod tests {
             }, "globalShortcut": "x"}"#,
         )
         .unwrap();
+        #[cfg(all(feature = "stdio", unix))]
         assert_eq!(
             loaded.servers.keys().collect::<Vec<_>>(),
-            ["legacy", "off", "search"]
+            ["legacy", "local", "off", "search", "typed-stdio"]
         );
+        #[cfg(not(all(feature = "stdio", unix)))]
+        {
+            assert_eq!(
+                loaded.servers.keys().collect::<Vec<_>>(),
+                ["legacy", "off", "search"]
+            );
+            let skipped: Vec<&str> = loaded.skipped.iter().map(|s| s.server.as_str()).collect();
+            assert_eq!(skipped, ["local", "typed-stdio"]);
+        }
         assert!(loaded.servers["search"].is_required());
         assert!(!loaded.servers["off"].is_enabled());
-        let skipped: Vec<&str> = loaded.skipped.iter().map(|s| s.server.as_str()).collect();
-        assert_eq!(skipped, ["local", "typed-stdio"]);
         assert_eq!(
             loaded.warnings,
             [
@@ -207,6 +290,59 @@ mod tests {
             ]
         );
         // The header's value stays out of what is shown.
+        assert!(!format!("{loaded:?}").contains("s3cret"));
+    }
+
+    #[cfg(all(feature = "stdio", unix))]
+    #[test]
+    fn stdio_entries_are_read_with_args_env_and_cwd() {
+        let loaded = parse_mcp_servers(
+            r#"{"mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "server-files", "/tmp"],
+                          "env": {"API_KEY": "s3cret"}, "cwd": "/tmp", "required": true,
+                          "timeout": 5},
+                "bad-args": {"command": "x", "args": "not a list"},
+                "bad-env": {"command": "x", "env": {"K": 1}},
+                "no-command": {"type": "stdio"}
+            }}"#,
+        )
+        .unwrap_err();
+        let shown = loaded.to_string();
+        for part in [
+            "server `bad-args`: `args` is not an array",
+            "server `bad-env`: `env` variable `K` is not a string",
+            "server `no-command`: `type` is \"stdio\" but there is no `command`",
+        ] {
+            assert!(shown.contains(part), "{part} in {shown}");
+        }
+        let loaded = parse_mcp_servers(
+            r#"{"mcpServers": {"files": {"command": "npx", "args": ["-y", "server-files"],
+                "env": {"API_KEY": "s3cret"}, "cwd": "/tmp", "required": true, "timeout": 5}}}"#,
+        )
+        .unwrap();
+        let spec = &loaded.servers["files"];
+        assert!(spec.is_required());
+        let command = spec.get_stdio().expect("a stdio spec");
+        assert_eq!(command.get_program(), "npx");
+        assert_eq!(
+            command.get_args().collect::<Vec<_>>(),
+            ["-y", "server-files"]
+        );
+        assert_eq!(
+            command.get_envs().collect::<Vec<_>>(),
+            [(
+                std::ffi::OsStr::new("API_KEY"),
+                std::ffi::OsStr::new("s3cret")
+            )]
+        );
+        assert_eq!(
+            command.get_current_dir(),
+            Some(std::path::Path::new("/tmp"))
+        );
+        assert_eq!(
+            loaded.warnings,
+            ["server `files`: unknown key `timeout` ignored"]
+        );
         assert!(!format!("{loaded:?}").contains("s3cret"));
     }
 

@@ -111,6 +111,20 @@ enum Source {
     Pieces(Box<Pieces>),
     // Compared by identity: a connector's hooks and handlers cannot be.
     Connector(Arc<Connector>),
+    /// A stdio server: its command, compared by value (program, arguments,
+    /// environment, directory, grace periods).
+    #[cfg(all(feature = "stdio", unix))]
+    Stdio(Box<StdioPieces>),
+}
+
+/// A stdio server's spec: the command and the settings that apply to it.
+#[cfg(all(feature = "stdio", unix))]
+#[derive(Clone, PartialEq)]
+struct StdioPieces {
+    command: crate::stdio::StdioCommand,
+    protocol_version: Option<ProtocolVersion>,
+    connect_timeout: Duration,
+    request_timeout: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -201,10 +215,41 @@ impl ServerSpec {
         }
     }
 
+    /// A stdio server: the fleet starts `command` for the slot, and again
+    /// after each loss (with its backoff; see [`crate::stdio`]). What is
+    /// HTTP's only (headers, bearer, hooks, OAuth, clients, listening) is
+    /// ignored; the protocol version and the timeouts apply. The same
+    /// server as another spec when the commands are equal (program,
+    /// arguments, environment, directory, grace periods) and so are the
+    /// settings: then [`Fleet::apply`](super::Fleet::apply) keeps its
+    /// process.
+    #[cfg(all(feature = "stdio", unix))]
+    pub fn stdio(command: crate::stdio::StdioCommand) -> Self {
+        ServerSpec {
+            source: Source::Stdio(Box::new(StdioPieces {
+                command,
+                protocol_version: None,
+                connect_timeout: Duration::from_secs(30),
+                request_timeout: None,
+            })),
+            enabled: true,
+            required: false,
+        }
+    }
+
+    /// The stdio command, for a stdio server's spec.
+    #[cfg(all(feature = "stdio", unix))]
+    pub fn get_stdio(&self) -> Option<&crate::stdio::StdioCommand> {
+        match &self.source {
+            Source::Stdio(stdio) => Some(&stdio.command),
+            _ => None,
+        }
+    }
+
     fn pieces(&mut self) -> Option<&mut Pieces> {
         match &mut self.source {
             Source::Pieces(pieces) => Some(pieces),
-            Source::Connector(_) => None,
+            _ => None,
         }
     }
 
@@ -284,8 +329,11 @@ impl ServerSpec {
 
     /// Pins the revision (see [`Connector::protocol_version`]).
     pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
-        if let Some(pieces) = self.pieces() {
-            pieces.protocol_version = Some(version);
+        match &mut self.source {
+            Source::Pieces(pieces) => pieces.protocol_version = Some(version),
+            #[cfg(all(feature = "stdio", unix))]
+            Source::Stdio(stdio) => stdio.protocol_version = Some(version),
+            Source::Connector(_) => {}
         }
         self
     }
@@ -293,8 +341,11 @@ impl ServerSpec {
     /// The bound on each connect (see [`Connector::connect_timeout`]).
     /// Default: 30 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        if let Some(pieces) = self.pieces() {
-            pieces.connect_timeout = timeout;
+        match &mut self.source {
+            Source::Pieces(pieces) => pieces.connect_timeout = timeout,
+            #[cfg(all(feature = "stdio", unix))]
+            Source::Stdio(stdio) => stdio.connect_timeout = timeout,
+            Source::Connector(_) => {}
         }
         self
     }
@@ -302,8 +353,11 @@ impl ServerSpec {
     /// The default timeout of the session's requests (see
     /// [`Connector::request_timeout`]).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        if let Some(pieces) = self.pieces() {
-            pieces.request_timeout = Some(timeout);
+        match &mut self.source {
+            Source::Pieces(pieces) => pieces.request_timeout = Some(timeout),
+            #[cfg(all(feature = "stdio", unix))]
+            Source::Stdio(stdio) => stdio.request_timeout = Some(timeout),
+            Source::Connector(_) => {}
         }
         self
     }
@@ -354,6 +408,8 @@ impl ServerSpec {
         match (&self.source, &other.source) {
             (Source::Pieces(a), Source::Pieces(b)) => a == b,
             (Source::Connector(a), Source::Connector(b)) => Arc::ptr_eq(a, b),
+            #[cfg(all(feature = "stdio", unix))]
+            (Source::Stdio(a), Source::Stdio(b)) => a == b,
             _ => false,
         }
     }
@@ -375,6 +431,18 @@ impl ServerSpec {
     pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
         let pieces = match &self.source {
             Source::Connector(connector) => return Connector::clone(connector),
+            #[cfg(all(feature = "stdio", unix))]
+            Source::Stdio(stdio) => {
+                let mut connector =
+                    Connector::stdio(stdio.command.clone()).connect_timeout(stdio.connect_timeout);
+                if let Some(version) = stdio.protocol_version {
+                    connector = connector.protocol_version(version);
+                }
+                if let Some(timeout) = stdio.request_timeout {
+                    connector = connector.request_timeout(timeout);
+                }
+                return connector;
+            }
             Source::Pieces(pieces) => pieces,
         };
         let mut connector =
@@ -439,6 +507,13 @@ impl fmt::Debug for ServerSpec {
             }
             Source::Connector(connector) => {
                 d.field("connector", connector);
+            }
+            #[cfg(all(feature = "stdio", unix))]
+            Source::Stdio(stdio) => {
+                // The command's Debug shows no argument or variable value.
+                d.field("stdio", &stdio.command)
+                    .field("protocol_version", &stdio.protocol_version)
+                    .field("connect_timeout", &stdio.connect_timeout);
             }
         }
         d.field("enabled", &self.enabled)

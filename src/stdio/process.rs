@@ -133,3 +133,15 @@ impl Drop for ProcessTree {
         let _ = &self.task;
     }
 }
+impl Grace {
+    /// x
+    pub fn stdin(mut self, d: Duration) -> Self {
+        self.stdin = d;
+        self
+    }
+    /// x
+    pub fn terminate(mut self, d: Duration) -> Self {
+        self.terminate = d;
+        self
+    }
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::oauth::{ClientCredentials, LoopbackAgent, OAuth, TokenAuthMethod};
+use mcp_scoped_http::stdio::StdioCommand;
 use mcp_scoped_http::testkit::Eras;
 use mcp_scoped_http::{ProtocolVersion, SessionId};
 
@@ -22,21 +23,30 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Connect (initialize, discovery), show what the server offers and how
     /// long each phase took, then close and show what was released. With no
-    /// URL, probes the embedded test server on 127.0.0.1.
+    /// URL, probes the embedded test server on 127.0.0.1; with `--
+    /// COMMAND [ARGS..]`, starts that stdio server instead (its whole
+    /// process tree is released at the end).
     Probe {
         /// The MCP endpoint, e.g. http://127.0.0.1:8000/mcp.
         url: Option<String>,
+        /// A stdio server to start instead: `-- npx -y some-server`.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
-    /// Connect, call one tool, print its result, close.
+    /// Connect, call one tool, print its result, close: `call URL TOOL
+    /// [ARGS_JSON]`, or `call TOOL [ARGS_JSON] -- COMMAND [ARGS..]` for a
+    /// stdio server.
     Call {
-        /// The MCP endpoint.
-        url: String,
-        /// The tool's name.
-        tool: String,
-        /// The arguments, a JSON object (default `{}`).
-        args: Option<String>,
+        /// URL TOOL [ARGS_JSON]: the MCP endpoint (not with a stdio
+        /// COMMAND), the tool's name, and its arguments, a JSON object
+        /// (default `{}`).
+        #[arg(value_name = "URL TOOL [ARGS_JSON]", num_args = 1..=3, required = true)]
+        positional: Vec<String>,
+        /// A stdio server to start instead of a URL.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -94,10 +104,10 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Run a fleet of the HTTP servers of an `mcpServers` config file until
+    /// Run a fleet of the servers of an `mcpServers` config file (HTTP
+    /// entries, and stdio entries: `command`, `args`, `env`, `cwd`) until
     /// interrupted (SIGINT, SIGTERM): one line per state change (starting,
-    /// ready, retrying, auth_required, failed, stopped; unsupported for a
-    /// stdio entry) and per catalog change (with --json, one JSON object a
+    /// ready, retrying, auth_required, failed, stopped) and per catalog change (with --json, one JSON object a
     /// line); the file is read again on SIGHUP and when it changes, and
     /// reconciled by name. Commands on standard input, one JSON object a
     /// line, each answered by one JSON line (carrying the command's "id",
@@ -114,7 +124,8 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct FleetArgs {
-    /// The config file: {"mcpServers": {NAME: {"url", "headers", "type"}}}.
+    /// The config file: {"mcpServers": {NAME: {"url", "headers", "type"} or
+    /// {"command", "args", "env", "cwd"}}}.
     pub(crate) config: std::path::PathBuf,
     /// Caps the retry delay, in seconds (default 60; the first retry waits
     /// up to 0.5 s, or this cap if smaller).
@@ -266,6 +277,41 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 }
 
 impl Common {
+    /// A connector for the stdio server `command` (a program and its
+    /// arguments), with the options that apply to one: the revision, the
+    /// timeout. HTTP's own (headers, a bearer, OAuth, a session id) are
+    /// refused.
+    pub(crate) fn stdio_connector(&self, command: &[String]) -> Result<Connector, Failure> {
+        let http_only = [
+            (!self.headers.is_empty(), "--header"),
+            (
+                self.bearer.is_some() || self.bearer_file.is_some(),
+                "--bearer",
+            ),
+            (self.session_id.is_some(), "--session-id"),
+            (self.oauth, "--oauth"),
+        ];
+        if let Some((_, option)) = http_only.iter().find(|(set, _)| *set) {
+            return Err(Failure::usage(format!(
+                "{option} is for HTTP servers, not a stdio COMMAND"
+            )));
+        }
+        let Some((program, args)) = command.split_first() else {
+            return Err(Failure::usage("no COMMAND after `--`"));
+        };
+        let mut connector = Connector::stdio(StdioCommand::new(program).args(args));
+        if let Some(version) = &self.protocol_version {
+            let version = version
+                .parse::<ProtocolVersion>()
+                .map_err(|error| Failure::usage(format!("--protocol-version: {error}")))?;
+            connector = connector.protocol_version(version);
+        }
+        if let Some(timeout) = self.timeout {
+            connector = connector.request_timeout(timeout).connect_timeout(timeout);
+        }
+        Ok(connector)
+    }
+
     /// A connector for `url` with the common options applied.
     pub(crate) fn connector(&self, url: &str) -> Result<Connector, Failure> {
         let mut connector = Connector::new(url);

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use mcp_scoped_http::stdio::ProcessEnd;
 use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ListenMode, ServerConfig, TestServer};
 use mcp_scoped_http::{Catalog, Entry, Released, Session, SessionRelease, ledger};
 use serde_json::{Value, json};
@@ -43,7 +44,20 @@ pub(crate) fn released_json(released: &Released) -> Value {
     if let SessionRelease::DeleteFailed(error) = &released.session {
         value["deleteError"] = json!(error.to_string());
     }
+    if let Some(end) = &released.process {
+        value["process"] = json!(process_text(end));
+    }
     value
+}
+
+/// How a stdio server's process tree ended, in words.
+pub(crate) fn process_text(end: &ProcessEnd) -> String {
+    match end {
+        ProcessEnd::Exited(status) => format!("exited by itself ({status})"),
+        ProcessEnd::Terminated => "ended after SIGTERM to its group".to_owned(),
+        ProcessEnd::Killed => "killed (SIGKILL to its group)".to_owned(),
+        other => format!("{other:?}"),
+    }
 }
 
 /// What a close released, as one line of text.
@@ -59,6 +73,13 @@ pub(crate) fn released_text(released: &Released) -> String {
         SessionRelease::DeleteFailed(error) => format!("DELETE failed: {error}"),
         other => format!("{other:?}"),
     };
+    if let Some(end) = &released.process {
+        return format!(
+            "{} task(s) stopped, the stdio server {}",
+            released.tasks_stopped,
+            process_text(end)
+        );
+    }
     format!(
         "{} task(s) stopped, {session}, {} hook(s) removed, owned client released: {}",
         released.tasks_stopped,
@@ -110,7 +131,14 @@ fn print_catalog(catalog: &Catalog) {
 }
 
 /// `probe [URL]`.
-pub(crate) async fn probe(url: Option<String>, common: &Common) -> Outcome {
+pub(crate) async fn probe(url: Option<String>, command: &[String], common: &Common) -> Outcome {
+    if !command.is_empty() {
+        if url.is_some() {
+            return Err(Failure::usage("a URL or a stdio COMMAND, not both"));
+        }
+        let connector = common.stdio_connector(command)?;
+        return probe_with(connector, common).await;
+    }
     let server = match url {
         Some(_) => None,
         None => Some(embedded(5, 2)?),
@@ -123,7 +151,12 @@ pub(crate) async fn probe(url: Option<String>, common: &Common) -> Outcome {
     if server.is_some() && !common.json {
         out!("embedded test server at {url}");
     }
-    let session = phase::connect(common.connector(&url)?, common.timeout).await?;
+    probe_with(common.connector(&url)?, common).await
+}
+
+/// Probes the server `connector` reaches.
+async fn probe_with(connector: mcp_scoped_http::Connector, common: &Common) -> Outcome {
+    let session = phase::connect(connector, common.timeout).await?;
     let info = session.info().clone();
     let catalog = session.catalog();
     if !common.json {
@@ -227,10 +260,26 @@ pub(crate) async fn call_tool(
     }
 }
 
-/// `call URL TOOL [ARGS_JSON]`.
-pub(crate) async fn call(url: &str, tool: &str, args: Option<&str>, common: &Common) -> Outcome {
+/// `call URL TOOL [ARGS_JSON]`, or `call TOOL [ARGS_JSON] -- COMMAND`.
+pub(crate) async fn call(positional: &[String], command: &[String], common: &Common) -> Outcome {
+    let (connector, rest) = if command.is_empty() {
+        let Some((url, rest)) = positional.split_first() else {
+            return Err(Failure::usage("call wants URL TOOL [ARGS_JSON]"));
+        };
+        (common.connector(url)?, rest)
+    } else {
+        (common.stdio_connector(command)?, positional)
+    };
+    let (tool, args) = match rest {
+        [tool] => (tool.as_str(), None),
+        [tool, args] => (tool.as_str(), Some(args.as_str())),
+        _ => {
+            return Err(Failure::usage(
+                "call wants URL TOOL [ARGS_JSON], or TOOL [ARGS_JSON] -- COMMAND [ARGS..]",
+            ));
+        }
+    };
     let arguments = json_object("ARGS_JSON", args)?;
-    let connector = common.connector(url)?;
     let session = phase::connect(connector, common.timeout).await?;
     let outcome = call_tool(&session, tool, arguments, common.timeout).await;
     let released = session.close().await;

@@ -196,13 +196,16 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async move {
         let outcome = match cli.command {
-            Command::Probe { url, common } => commands::probe(url, &common).await,
-            Command::Call {
+            Command::Probe {
                 url,
-                tool,
-                args,
+                command,
                 common,
-            } => commands::call(&url, &tool, args.as_deref(), &common).await,
+            } => commands::probe(url, &command, &common).await,
+            Command::Call {
+                positional,
+                command,
+                common,
+            } => commands::call(&positional, &command, &common).await,
             Command::Churn(options) => {
                 let common = options.common.clone();
                 churn::run(options, &common).await
