@@ -22,7 +22,8 @@ Tools: `echo` (text), `env` (the value of the variable `name`, or null),
 `slow` (answers after `seconds`; progress every 0.1 s when asked),
 `cancelled` (the ids of the requests cancelled so far), `big` (a text of
 `bytes` bytes), `roots` (asks the client `roots/list`, 2025 only, and
-answers with what it said), `crash` (exits 3 at once).
+answers with what it said), `crash` (exits 3 at once), `pid` (its process
+id). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
 """
 
 import argparse
@@ -52,6 +53,7 @@ def main():
     p.add_argument("--noise", action="store_true")
     p.add_argument("--no-read-after-init", action="store_true")
     p.add_argument("--wrap", action="store_true")
+    p.add_argument("--log")
     args, _ = p.parse_known_args()
 
     if args.wrap:
@@ -191,7 +193,7 @@ class Server:
             return self.result(rid, {})
         if method == "tools/list":
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
-                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash"]]
+                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid"]]
             tools += [{"name": "tool-%03d" % i, "inputSchema": {"type": "object"}}
                       for i in range(self.args.tools)]
             return self.result(rid, {"tools": tools}, modern)
@@ -199,6 +201,9 @@ class Server:
             return self.error(rid, -32601, "Method not found: " + method)
         name = params.get("name")
         a = params.get("arguments") or {}
+        if self.args.log:
+            with open(self.args.log, "a") as log:
+                log.write("call %s\n" % name)
         if name == "echo":
             text = a.get("text", "")
         elif name == "env":
@@ -228,6 +233,8 @@ class Server:
             send({"jsonrpc": "2.0", "id": qid, "method": "roots/list"})
             event.wait(10)
             text = json.dumps(answer[0].get("result") if answer else None)
+        elif name == "pid":
+            text = str(os.getpid())
         elif name == "crash":
             sys.stderr.write("crashing on purpose\n")
             sys.stderr.flush()

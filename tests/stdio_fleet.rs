@@ -1,0 +1,177 @@
+//! stdio servers in a fleet: `command` entries of an `mcpServers` file run
+//! as slots, a process kept while its entry is unchanged, replaced when it
+//! changes, ended when removed; a crash loop backs off; a missing program
+//! fails for good; a call in flight when the process dies is never sent
+//! again.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use mcp_scoped_http::fleet::{Backoff, Fleet, SlotState, parse_mcp_servers};
+use serde_json::{Value, json};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/stdio_server.py");
+
+fn fleet() -> Fleet {
+    Fleet::builder()
+        .backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(400),
+        ))
+        .health_interval(None)
+        .shutdown_timeout(Duration::from_secs(10))
+        .build()
+}
+
+/// An `mcpServers` file of stdio entries: name, then fixture arguments.
+fn config(entries: &[(&str, &[&str])]) -> String {
+    let servers: serde_json::Map<String, Value> = entries
+        .iter()
+        .map(|(name, args)| {
+            let mut argv = vec![json!("-u"), json!(FIXTURE)];
+            argv.extend(args.iter().map(|a| json!(a)));
+            (
+                (*name).to_owned(),
+                json!({"command": "python3", "args": argv}),
+            )
+        })
+        .collect();
+    json!({ "mcpServers": servers }).to_string()
+}
+
+async fn apply(fleet: &Fleet, text: &str) {
+    let loaded = parse_mcp_servers(text).expect("config");
+    assert!(loaded.skipped.is_empty(), "{:?}", loaded.skipped);
+    fleet.apply(loaded.servers).await.expect("apply");
+}
+
+/// Polls until `server`'s state satisfies `check`, at most 20 s.
+async fn until(fleet: &Fleet, server: &str, check: impl Fn(&SlotState) -> bool) -> SlotState {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(state) = fleet.state(server).filter(|s| check(s)) {
+            return state;
+        }
+        assert!(
+            Instant::now() < end,
+            "{server}: still {:?}",
+            fleet.state(server)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn ready(state: &SlotState) -> bool {
+    matches!(state, SlotState::Ready)
+}
+
+async fn pid(fleet: &Fleet, server: &str) -> String {
+    let result = fleet
+        .call_tool(server, "pid", json!({}))
+        .await
+        .expect("pid");
+    result["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn stdio_entries_run_are_kept_while_unchanged_and_replaced_when_changed() {
+    let fleet = fleet();
+    let first = config(&[("old", &["--era", "legacy"]), ("new", &["--era", "modern"])]);
+    apply(&fleet, &first).await;
+    until(&fleet, "old", ready).await;
+    until(&fleet, "new", ready).await;
+    let result = fleet
+        .call_tool("new", "echo", json!({"text": "via the fleet"}))
+        .await
+        .expect("call");
+    assert_eq!(result["content"][0]["text"], "via the fleet");
+    let (old, new) = (pid(&fleet, "old").await, pid(&fleet, "new").await);
+
+    // The same file again: both processes stay.
+    apply(&fleet, &first).await;
+    assert_eq!(pid(&fleet, "old").await, old);
+    assert_eq!(pid(&fleet, "new").await, new);
+
+    // `new`'s arguments change: its process is replaced; `old` is removed.
+    apply(
+        &fleet,
+        &config(&[("new", &["--era", "modern", "--tools", "5"])]),
+    )
+    .await;
+    assert!(fleet.state("old").is_none());
+    until(&fleet, "new", ready).await;
+    assert_ne!(pid(&fleet, "new").await, new);
+
+    let report = fleet.shutdown().await;
+    let closed = &report.servers["new"];
+    assert!(format!("{closed:?}").contains("Exited"), "{closed:?}");
+    mcp_scoped_http::shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crash_loop_backs_off_and_a_missing_program_fails_for_good() {
+    let fleet = fleet();
+    let text = json!({"mcpServers": {
+        "crashy": {"command": "python3", "args": ["-u", FIXTURE, "--crash-at-start"]},
+        "missing": {"command": "no-such-mcp-server-here"}
+    }})
+    .to_string();
+    apply(&fleet, &text).await;
+    let failed = until(&fleet, "missing", |s| matches!(s, SlotState::Failed { .. })).await;
+    assert!(
+        format!("{failed:?}").contains("no-such-mcp-server-here"),
+        "{failed:?}"
+    );
+    // Attempt after attempt, each later than the last: at the cap, the
+    // wait is at least its lower half (200 ms).
+    let state = until(
+        &fleet,
+        "crashy",
+        |s| matches!(s, SlotState::Retrying { attempt, .. } if *attempt >= 4),
+    )
+    .await;
+    let SlotState::Retrying { next_at, error, .. } = state else {
+        unreachable!()
+    };
+    assert!(error.to_string().contains("fatal: bad config"), "{error}");
+    assert!(
+        next_at.saturating_duration_since(Instant::now()) > Duration::from_millis(100),
+        "not backing off"
+    );
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_in_flight_when_the_process_dies_is_never_sent_again() {
+    let log = std::env::temp_dir().join(format!("stdio-fleet-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let fleet = fleet();
+    let text = json!({"mcpServers": {
+        "fragile": {"command": "python3",
+                    "args": ["-u", FIXTURE, "--era", "legacy", "--log", log.to_str().unwrap()]}
+    }})
+    .to_string();
+    apply(&fleet, &text).await;
+    until(&fleet, "fragile", ready).await;
+    let error = fleet
+        .call_tool("fragile", "crash", json!({}))
+        .await
+        .expect_err("it crashed");
+    assert!(error.to_string().contains("exit status: 3"), "{error}");
+    // The slot starts a new process, which is never asked the call again.
+    until(&fleet, "fragile", ready).await;
+    fleet
+        .call_tool("fragile", "echo", json!({"text": "after"}))
+        .await
+        .expect("the new process answers");
+    let calls = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(calls.matches("call crash").count(), 1, "{calls}");
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+    let _ = std::fs::remove_file(&log);
+}
