@@ -730,3 +730,61 @@ fn readable_output_escapes_unicode_format_characters() {
         "{out}"
     );
 }
+
+const STDIO_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/stdio_server.py");
+
+#[test]
+fn probe_and_call_a_stdio_server_after_a_double_dash() {
+    let output = cli(&[
+        "probe",
+        "--json",
+        "--",
+        "python3",
+        "-u",
+        STDIO_FIXTURE,
+        "--era",
+        "legacy",
+    ]);
+    assert_exit(&output, 0);
+    let probed: Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(probed["transport"], "stdio");
+    assert_eq!(probed["protocolVersion"], "2025-11-25");
+    assert!(
+        probed["released"]["process"]
+            .as_str()
+            .is_some_and(|end| end.starts_with("exited by itself")),
+        "{probed}"
+    );
+
+    let output = cli(&[
+        "call",
+        "echo",
+        r#"{"text": "over stdio"}"#,
+        "--",
+        "python3",
+        "-u",
+        STDIO_FIXTURE,
+    ]);
+    assert_exit(&output, 0);
+    assert_eq!(stdout(&output).trim(), "over stdio");
+
+    // HTTP's own options are refused for a stdio command, naming them.
+    let output = cli(&["probe", "--bearer", "t", "--", "python3", STDIO_FIXTURE]);
+    assert_exit(&output, 2);
+    assert!(stderr(&output).contains("--bearer"), "{}", stderr(&output));
+    // A server that cannot start: its stderr is in the error.
+    let output = cli(&[
+        "probe",
+        "--",
+        "python3",
+        "-u",
+        STDIO_FIXTURE,
+        "--crash-at-start",
+    ]);
+    assert_exit(&output, 1);
+    assert!(
+        stderr(&output).contains("fatal: bad config"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -57,6 +57,9 @@ impl Drop for ConfigFile {
     }
 }
 
+/// The scriptable stdio server of the tests (Python's standard library).
+const STDIO_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/stdio_server.py");
+
 /// A URL on 127.0.0.1 where nothing listens.
 fn dead_url() -> String {
     let port = TcpListener::bind("127.0.0.1:0")
@@ -323,17 +326,28 @@ fn json_lines_commands_and_sigterm() {
         "down": {"url": dead_url()},
         "locked": {"url": locked.url()},
         "broken": {"url": "not a url"},
-        "local": {"command": "npx", "args": ["some-server"]},
+        "local": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
+        "gone": {"command": "no-such-mcp-server-here"},
     }));
     let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
 
-    let unsupported = fleet.wait_state("local", "unsupported");
-    assert!(unsupported["error"].as_str().unwrap().contains("stdio"));
     let applied = fleet.wait_json(0, "the applied event", |v| v["event"] == "applied");
     assert_eq!(
         applied["started"],
-        json!(["broken", "down", "locked", "up"]),
+        json!(["broken", "down", "gone", "local", "locked", "up"]),
         "{applied}"
+    );
+    // A stdio entry runs as a slot; a program that is not there fails for
+    // good, naming it.
+    let local = fleet.wait_state("local", "ready");
+    assert!(local["tools"].as_u64().unwrap() >= 8, "{local}");
+    let gone = fleet.wait_state("gone", "failed");
+    assert!(
+        gone["error"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-mcp-server-here"),
+        "{gone}"
     );
     fleet.wait_state("up", "starting");
     let ready = fleet.wait_state("up", "ready");
@@ -350,7 +364,7 @@ fn json_lines_commands_and_sigterm() {
     let failed = fleet.wait_state("broken", "failed");
     assert!(failed["error"].is_string(), "{failed}");
     let catalog = fleet.wait_json(0, "a catalog event", |v| {
-        v["event"] == "catalog" && v["tools"] == 3
+        v["event"] == "catalog" && v["tools"].as_u64() >= Some(3)
     });
     assert!(catalog["generation"].as_u64().unwrap() >= 1, "{catalog}");
 
@@ -414,15 +428,20 @@ fn json_lines_commands_and_sigterm() {
         status["status"]["locked"]["state"], "auth_required",
         "{status}"
     );
-    assert_eq!(
-        status["status"]["local"]["state"], "unsupported",
-        "{status}"
+    assert_eq!(status["status"]["local"]["state"], "ready", "{status}");
+    let answer = fleet.command(
+        br#"{"id": 8, "call": {"server": "local", "tool": "echo", "arguments": {"text": "piped"}}}"#,
     );
+    assert!(answer["result"].to_string().contains("piped"), "{answer}");
     assert!(
         ["retrying", "starting"].contains(&status["status"]["down"]["state"].as_str().unwrap()),
         "{status}"
     );
-    assert_eq!(status["tools"], 3, "{status}");
+    assert_eq!(
+        status["tools"],
+        3 + local["tools"].as_u64().unwrap(),
+        "{status}"
+    );
 
     fleet.signal("TERM");
     let shutdown = fleet.shutdown_event();
@@ -437,6 +456,13 @@ fn json_lines_commands_and_sigterm() {
     );
     assert_eq!(
         shutdown["servers"]["locked"]["outcome"], "no_session",
+        "{shutdown}"
+    );
+    // The stdio server exited when its stdin closed.
+    assert!(
+        shutdown["servers"]["local"]["process"]
+            .as_str()
+            .is_some_and(|end| end.starts_with("exited by itself")),
         "{shutdown}"
     );
     fleet.assert_all_json();
@@ -606,13 +632,15 @@ fn server_text_with_c1_controls_stays_one_json_line() {
 #[test]
 fn readable_lines_without_json() {
     let up = TestServer::start(ServerConfig::default());
-    let config = ConfigFile::new(&json!({"up": {"url": up.url()}, "local": {"command": "x"}}));
+    let config = ConfigFile::new(
+        &json!({"up": {"url": up.url()}, "local": {"command": "no-such-mcp-server-here"}}),
+    );
     let mut fleet = Fleet::start(&["--exit-on-eof"], &config);
     fleet.wait_from(0, "a readable ready line", |l| {
         l == "server=up state=ready tools=3"
     });
-    fleet.wait_from(0, "a readable unsupported line", |l| {
-        l.starts_with("server=local state=unsupported error=")
+    fleet.wait_from(0, "a readable failed line", |l| {
+        l.starts_with("server=local state=failed error=")
     });
     fleet.wait_from(0, "a readable catalog line", |l| {
         l.starts_with("event=catalog generation=") && l.ends_with("tools=3")
