@@ -369,6 +369,6 @@ pub mod wire {
 }
 
 // The README's examples compile, so they stay true.
-#[cfg(all(doctest, feature = "fleet"))]
+#[cfg(all(doctest, feature = "fleet", feature = "stdio"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
