@@ -313,3 +313,28 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A list change reaches the catalog in both eras: as a plain
+/// notification in 2025, on `subscriptions/listen` in 2026-07-28 (whose
+/// notifications share stdout with everything else).
+#[tokio::test]
+async fn a_list_change_updates_the_catalog_in_both_eras() {
+    for era in ["legacy", "modern"] {
+        let session = Connector::stdio(fixture(&["--era", era]))
+            .connect()
+            .await
+            .expect("connect");
+        let before = session.catalog().tools.len();
+        let changed = poll(Duration::from_secs(10), || async {
+            let result = session.call_tool("change", json!({})).await.ok()?;
+            (result["content"][0]["text"] == "changed").then_some(())
+        })
+        .await;
+        let () = changed;
+        poll(Duration::from_secs(10), || async {
+            (session.catalog().tools.len() > before).then_some(())
+        })
+        .await;
+        session.close().await;
+    }
+}

@@ -392,6 +392,9 @@ impl<F: Front> Source<F> for Subscription {
             method: "subscriptions/listen".into(),
             params: Some(serde_json::json!({ "notifications": self.filter })),
         };
+        if generation.wire().shares_one_stream() {
+            return listen_on_the_shared_stream(engine, generation, request, marker).await;
+        }
         let opened = engine
             .post_request(
                 generation,
@@ -439,6 +442,44 @@ impl<F: Front> Source<F> for Subscription {
             broken,
             retry: None,
         }
+    }
+}
+
+/// Over stdio, the subscription's notifications come on the one shared
+/// stdout (the reader routes them, tagged with the subscription id) and
+/// its response only when it ends: the request is sent, then its
+/// response waited for.
+async fn listen_on_the_shared_stream<F: Front>(
+    engine: &Arc<Engine<F>>,
+    generation: &Arc<Generation>,
+    request: Request,
+    marker: &mut Opened,
+) -> Attempt {
+    let waiter = engine.waiter(request.id.clone());
+    let sent = engine
+        .post_request(
+            generation,
+            &request,
+            &http::HeaderMap::new(),
+            engine.exchange_deadline(),
+        )
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(error) => return failed(&error, "subscriptions/listen failed"),
+    };
+    marker.up(engine);
+    match waiter.read(generation, answer).await {
+        Ok(_) => Attempt::Finished,
+        Err(error) if error.is_rpc() => {
+            Attempt::Refused(format!("subscriptions/listen was refused: {error}"))
+        }
+        // The server's stream ended: so did the session.
+        Err(_) => Attempt::Ended {
+            progress: false,
+            broken: false,
+            retry: None,
+        },
     }
 }
 

@@ -1206,7 +1206,7 @@ impl<F: Front> Engine<F> {
         generation: &Arc<Generation>,
         filter: Value,
     ) {
-        if generation.era != Era::Stateless || generation.wire.is_stdio() || !self.settings.listen {
+        if generation.era != Era::Stateless || !self.settings.listen {
             return;
         }
         self.spawn_listening(

@@ -23,7 +23,8 @@ Tools: `echo` (text), `env` (the value of the variable `name`, or null),
 `cancelled` (the ids of the requests cancelled so far), `big` (a text of
 `bytes` bytes), `roots` (asks the client `roots/list`, 2025 only, and
 answers with what it said), `crash` (exits 3 at once), `pid` (its process
-id). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
+id), `change` (one more tool, and `notifications/tools/list_changed`: in
+2026-07-28 on the client's `subscriptions/listen`). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
 """
 
 import argparse
@@ -104,6 +105,8 @@ class Server:
         self.cancelled = []
         self.waiting = {}  # id of our request to the client -> event, answer
         self.next_id = 0
+        self.subscription = None  # the id of a subscriptions/listen, 2026
+        self.extra_tools = 0
 
     def run(self):
         for line in sys.stdin:
@@ -179,9 +182,15 @@ class Server:
             self.error(rid, -32600, "Received request before initialization was complete")
 
     def answer_modern(self, rid, method, params):
+        if method == "subscriptions/listen":
+            # Answered only when it ends: here, never.
+            self.subscription = rid
+            return send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                         "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": rid},
+                                    "notifications": params.get("notifications")}})
         if method == "server/discover":
             return self.result(rid, {"supportedVersions": [MODERN],
-                                     "capabilities": {"tools": {}},
+                                     "capabilities": {"tools": {"listChanged": True}},
                                      "ttlMs": 0, "cacheScope": "public",
                                      "resultType": "complete",
                                      "_meta": {"io.modelcontextprotocol/serverInfo":
@@ -193,9 +202,9 @@ class Server:
             return self.result(rid, {})
         if method == "tools/list":
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
-                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid"]]
+                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid", "change"]]
             tools += [{"name": "tool-%03d" % i, "inputSchema": {"type": "object"}}
-                      for i in range(self.args.tools)]
+                      for i in range(self.args.tools + self.extra_tools)]
             return self.result(rid, {"tools": tools}, modern)
         if method != "tools/call":
             return self.error(rid, -32601, "Method not found: " + method)
@@ -233,6 +242,18 @@ class Server:
             send({"jsonrpc": "2.0", "id": qid, "method": "roots/list"})
             event.wait(10)
             text = json.dumps(answer[0].get("result") if answer else None)
+        elif name == "change":
+            # One more tool, and the notice: over a subscription in 2026.
+            self.extra_tools += 1
+            notice = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+            if modern and self.subscription is not None:
+                notice["params"] = {"_meta": {"io.modelcontextprotocol/subscriptionId":
+                                              self.subscription}}
+            if modern and self.subscription is None:
+                text = "no subscription"
+            else:
+                send(notice)
+                text = "changed"
         elif name == "pid":
             text = str(os.getpid())
         elif name == "crash":
