@@ -107,7 +107,7 @@ fn stat_lines_are_parsed_after_the_last_parenthesis() {
 fn a_tree_is_found_by_parentage_marker_and_group_and_killed_whole() {
     let _serial = serial();
     let marker = unique_marker();
-    let mut group = tree(&marker);
+    let group = tree(&marker);
     let leader = group.id();
     assert!(
         eventually(|| group.members().len() >= 2),

@@ -333,6 +333,19 @@ impl Group {
     }
 }
 
+/// `command.spawn_group()` where `command.spawn()` was: [`Group::spawn`] at
+/// the end of a builder chain.
+pub trait SpawnGroup {
+    /// Spawns it as the leader of a new process group: [`Group::spawn`].
+    fn spawn_group(&mut self) -> io::Result<Group>;
+}
+
+impl SpawnGroup for Command {
+    fn spawn_group(&mut self) -> io::Result<Group> {
+        Group::spawn(self)
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
