@@ -24,7 +24,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,10 @@ use mcp_scoped_http::jsonrpc::ErrorObject;
 use mcp_scoped_http::jsonrpc::Message;
 use mcp_scoped_http::{Connector, ProtocolVersion, Session, SessionRelease, TransportKind};
 use serde_json::{Value, json};
+
+#[path = "support/processes.rs"]
+mod processes;
+use processes::{Group, SpawnGroup};
 
 /// How long a peer gets to start listening (node on 2 busy cores is slow).
 const STARTUP: Duration = Duration::from_secs(60);
@@ -62,10 +66,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A peer server process, killed (and reaped) on drop.
+/// A peer server process, in a process group of its own: the group is
+/// killed (and the peer reaped) on drop, whatever the peer forked.
 struct Peer {
     name: &'static str,
-    child: Child,
+    child: Group,
     port: u16,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
@@ -78,18 +83,18 @@ impl Peer {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command
-            .spawn()
+            .spawn_group()
             .unwrap_or_else(|e| panic!("{name} did not start: {e}"));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
-        let out = child.stdout.take().expect("piped stdout");
+        let out = child.child().stdout.take().expect("piped stdout");
         let lines = stdout.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 lines.lock().unwrap().push(line);
             }
         });
-        let mut err = child.stderr.take().expect("piped stderr");
+        let mut err = child.child().stderr.take().expect("piped stderr");
         let text = stderr.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
@@ -115,7 +120,7 @@ impl Peer {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let deadline = Instant::now() + STARTUP;
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.child().try_wait() {
                 panic!(
                     "{} exited before listening ({status}):\n{}",
                     self.name,
@@ -189,13 +194,6 @@ impl Peer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.deletes()
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -22,12 +22,13 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::testkit::TlsIdentity;
 use mcp_scoped_http::wire::StreamableHttp;
+use support::processes::{Group, SpawnGroup};
 use support::*;
 
 /// How long proxy.py gets to start listening (Python on 2 busy cores).
@@ -54,9 +55,10 @@ fn proxy_py() -> PathBuf {
     path
 }
 
-/// A proxy.py process on 127.0.0.1, killed (and reaped) on drop.
+/// A proxy.py process on 127.0.0.1, in a process group of its own, killed
+/// whole (and reaped) on drop.
 struct Proxy {
-    child: Child,
+    child: Group,
     port: u16,
     dir: PathBuf,
 }
@@ -97,8 +99,7 @@ impl Proxy {
         // A group of its own: proxy.py forks its acceptor and worker, which
         // outlived a kill of the parent alone (reparented to init); the
         // whole group is killed on drop.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let child = command.spawn().expect("proxy.py starts");
+        let child = command.spawn_group().expect("proxy.py starts");
         // The guard exists from here on: a panic below kills the process.
         let mut proxy = Proxy {
             child,
@@ -107,7 +108,7 @@ impl Proxy {
         };
         let deadline = Instant::now() + STARTUP;
         loop {
-            if let Ok(Some(status)) = proxy.child.try_wait() {
+            if let Ok(Some(status)) = proxy.child.child().try_wait() {
                 panic!(
                     "proxy.py exited before listening ({status}):\n{}",
                     proxy.log()
@@ -151,13 +152,8 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        // The group (its id is the child's pid), then the child for sure.
-        let _ = Command::new("kill")
-            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The whole group, before its files go.
+        self.child.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -4,6 +4,7 @@
 pub mod baseline;
 pub mod fleet;
 pub mod oauth;
+pub mod processes;
 pub mod server_process;
 
 use std::time::{Duration, Instant};

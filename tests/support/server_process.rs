@@ -3,19 +3,22 @@
 //! going away, with its sessions, its connections and its port.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use mcp_scoped_http::testkit::Eras;
 
+use super::processes::{self, Group, SpawnGroup};
+
 /// How long a started process may take to listen.
 const STARTUP: Duration = Duration::from_secs(10);
 
-/// A `serve --port P --revision R` process, killed when dropped.
+/// A `serve --port P --revision R` process, in a process group of its own,
+/// killed whole when dropped.
 pub struct ServerProcess {
     port: u16,
     eras: Eras,
-    child: Option<Child>,
+    child: Option<Group>,
     /// Stopped with SIGSTOP (and not resumed yet).
     paused: bool,
     /// How many times it was started.
@@ -59,12 +62,11 @@ impl ServerProcess {
         self.paused
     }
 
-    /// Kills it (SIGKILL, paused or not) and reaps it: its sessions and
-    /// connections are gone, its port free.
+    /// Kills it (SIGKILL to its group, paused or not) and reaps it: its
+    /// sessions and connections are gone, its port free.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill();
         }
         self.paused = false;
     }
@@ -85,7 +87,7 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
+            .spawn_group()
             .expect("run mcp-scoped-http serve");
         self.child = Some(child);
         self.starts += 1;
@@ -100,7 +102,7 @@ impl ServerProcess {
             if let Some(status) = self
                 .child
                 .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
+                .and_then(|c| c.child().try_wait().ok().flatten())
             {
                 panic!("serve --port {} exited at start: {status}", self.port);
             }
@@ -116,29 +118,22 @@ impl ServerProcess {
     /// Stops it (SIGSTOP): connections stay open and nothing is answered,
     /// a server slowed to a halt.
     pub fn pause(&mut self) {
-        if !self.paused && self.signal("-STOP") {
+        if !self.paused && self.signal("STOP") {
             self.paused = true;
         }
     }
 
     /// Resumes a paused server (SIGCONT).
     pub fn resume(&mut self) {
-        if self.paused && self.signal("-CONT") {
+        if self.paused && self.signal("CONT") {
             self.paused = false;
         }
     }
 
     fn signal(&self, signal: &str) -> bool {
-        let Some(child) = &self.child else {
-            return false;
-        };
-        Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
+        self.child
+            .as_ref()
+            .is_some_and(|child| processes::signal(signal, child.id()))
     }
 }
 
