@@ -77,6 +77,9 @@ pub(crate) enum Kind {
     Builder,
     /// The HTTP exchange failed below the HTTP status: connect, TLS, reset.
     Transport,
+    /// A stdio server's pipe: its process ended, or closed its stdout.
+    #[cfg(all(feature = "stdio", unix))]
+    Stdio,
     /// The server answered with a non-success HTTP status.
     Status,
     /// The server answered with a JSON-RPC error object.
@@ -255,7 +258,7 @@ impl Error {
     /// which is that transport, is gone (a new process may work).
     #[cfg(all(feature = "stdio", unix))]
     pub(crate) fn server_exited(message: impl Into<String>) -> Self {
-        Error::new(Kind::Transport).with_message(message)
+        Error::new(Kind::Stdio).with_message(message)
     }
 
     pub(crate) fn closed() -> Self {
@@ -330,9 +333,15 @@ impl Error {
     }
 
     /// True when the HTTP exchange failed below the HTTP layer (refused,
-    /// reset, TLS) or the client could not be used.
+    /// reset, TLS) or the client could not be used; or a stdio server's
+    /// process ended (or closed its stdout) under the session.
     pub fn is_transport(&self) -> bool {
-        self.inner.kind == Kind::Transport
+        match self.inner.kind {
+            Kind::Transport => true,
+            #[cfg(all(feature = "stdio", unix))]
+            Kind::Stdio => true,
+            _ => false,
+        }
     }
 
     /// True when the failure is ours before anything was sent: an invalid URL
@@ -363,7 +372,8 @@ impl Error {
     /// cut) except a refused TLS handshake; a timeout; HTTP 404 to a
     /// session (it expired: a new one may work), 408, 425, 429 and every
     /// 5xx; a header provider that failed (a token refresh may work next
-    /// time); a closed session (a new one may work).
+    /// time); a closed session (a new one may work); a stdio server whose
+    /// process ended (a new one may work).
     ///
     /// Not retryable, since the same attempt would fail the same way until
     /// something changes: an invalid configuration
@@ -392,6 +402,9 @@ impl Error {
                 refused
             }),
             Kind::Timeout | Kind::Hook | Kind::Closed => true,
+            // A new process may work (a crash loop is the backoff's).
+            #[cfg(all(feature = "stdio", unix))]
+            Kind::Stdio => true,
             Kind::Status => {
                 self.inner.session_expired
                     || self.inner.status.is_some_and(|status| {
@@ -513,6 +526,8 @@ impl Error {
         match self.inner.kind {
             Kind::Builder => "invalid configuration",
             Kind::Transport => "HTTP transport failed",
+            #[cfg(all(feature = "stdio", unix))]
+            Kind::Stdio => "stdio transport failed",
             Kind::Status => "server answered with an error status",
             Kind::Rpc => "server answered with a JSON-RPC error",
             Kind::Protocol => "protocol violation",

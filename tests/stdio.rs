@@ -24,6 +24,7 @@ fn fixture(args: &[&str]) -> StdioCommand {
 
 #[tokio::test]
 async fn a_2025_server_over_stdio_connects_calls_and_exits_when_stdin_closes() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .connect()
         .await
@@ -46,6 +47,7 @@ async fn a_2025_server_over_stdio_connects_calls_and_exits_when_stdin_closes() {
 
 #[tokio::test]
 async fn a_2026_server_over_stdio_is_found_by_its_probe() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "modern"]))
         .connect()
         .await
@@ -66,6 +68,7 @@ async fn a_2026_server_over_stdio_is_found_by_its_probe() {
 
 #[tokio::test]
 async fn a_server_that_crashes_at_start_fails_the_connect_with_its_stderr() {
+    let _serial = support::serial();
     let error = Connector::stdio(fixture(&["--crash-at-start"]))
         .connect_timeout(Duration::from_secs(20))
         .connect()
@@ -78,6 +81,7 @@ async fn a_server_that_crashes_at_start_fails_the_connect_with_its_stderr() {
 
 #[tokio::test]
 async fn a_server_of_both_eras_speaks_2026_and_a_pinned_2025_skips_the_probe() {
+    let _serial = support::serial();
     let modern = Connector::stdio(fixture(&["--era", "both"]))
         .connect()
         .await
@@ -97,6 +101,7 @@ async fn a_server_of_both_eras_speaks_2026_and_a_pinned_2025_skips_the_probe() {
 
 #[tokio::test]
 async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeout() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "legacy", "--probe", "silent"]))
         .connect()
         .await
@@ -115,6 +120,7 @@ async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeou
 
 #[tokio::test]
 async fn a_2025_server_request_over_stdio_is_answered() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .roots(vec![json!({"uri": "file:///work", "name": "work"})])
         .connect()
@@ -131,6 +137,7 @@ async fn a_2025_server_request_over_stdio_is_answered() {
 /// era (there is no stream of the request's own to close).
 #[tokio::test]
 async fn an_abandoned_call_is_cancelled_with_a_notice_in_both_eras() {
+    let _serial = support::serial();
     for era in ["legacy", "modern"] {
         let session = Connector::stdio(fixture(&["--era", era]))
             .connect()
@@ -157,6 +164,7 @@ async fn an_abandoned_call_is_cancelled_with_a_notice_in_both_eras() {
 
 #[tokio::test]
 async fn a_call_in_flight_when_the_server_dies_fails_and_later_calls_say_why() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .connect()
         .await
@@ -183,6 +191,7 @@ async fn a_call_in_flight_when_the_server_dies_fails_and_later_calls_say_why() {
 
 #[tokio::test]
 async fn a_server_flooding_stderr_and_logging_on_stdout_still_connects() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&[
         "--era",
         "legacy",
@@ -203,6 +212,7 @@ async fn a_server_flooding_stderr_and_logging_on_stdout_still_connects() {
 
 #[tokio::test]
 async fn the_hosts_environment_stays_in_the_host_unless_asked() {
+    let _serial = support::serial();
     // Cargo sets CARGO_MANIFEST_DIR for the test process: a host variable
     // outside the allowlist.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
@@ -225,6 +235,7 @@ async fn the_hosts_environment_stays_in_the_host_unless_asked() {
 
 #[tokio::test]
 async fn a_missing_program_is_a_configuration_error_naming_it() {
+    let _serial = support::serial();
     let error = Connector::stdio(StdioCommand::new("no-such-mcp-server-here"))
         .connect()
         .await
@@ -239,6 +250,7 @@ async fn a_missing_program_is_a_configuration_error_naming_it() {
 
 #[tokio::test]
 async fn a_line_over_the_limit_ends_the_session_with_a_limit_error() {
+    let _serial = support::serial();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .transport_config(mcp_scoped_http::TransportConfig::default().max_json_body(64 * 1024))
         .connect()
@@ -255,6 +267,7 @@ async fn a_line_over_the_limit_ends_the_session_with_a_limit_error() {
 
 #[tokio::test]
 async fn a_server_that_ignores_eof_and_sigterm_is_killed_within_the_bound() {
+    let _serial = support::serial();
     let grace = mcp_scoped_http::stdio::Grace::default()
         .stdin(Duration::from_millis(200))
         .terminate(Duration::from_millis(200));
@@ -276,6 +289,7 @@ async fn a_server_that_ignores_eof_and_sigterm_is_killed_within_the_bound() {
 
 #[tokio::test]
 async fn a_server_that_ignores_eof_ends_on_sigterm() {
+    let _serial = support::serial();
     let grace = mcp_scoped_http::stdio::Grace::default().stdin(Duration::from_millis(200));
     let session = Connector::stdio(fixture(&["--era", "legacy", "--ignore-eof"]).grace(grace))
         .connect()
@@ -319,6 +333,7 @@ where
 /// notifications share stdout with everything else).
 #[tokio::test]
 async fn a_list_change_updates_the_catalog_in_both_eras() {
+    let _serial = support::serial();
     for era in ["legacy", "modern"] {
         let session = Connector::stdio(fixture(&["--era", era]))
             .connect()
@@ -337,4 +352,229 @@ async fn a_list_change_updates_the_catalog_in_both_eras() {
         .await;
         session.close().await;
     }
+}
+
+/// The variable every process of a test's tree carries (inherited from
+/// the server it starts), so a scan of `/proc` finds survivors.
+const MARKER: &str = "MCP_SCOPED_HTTP_TEST_MARKER";
+
+/// A fresh marker value for one test.
+fn marker() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("stdio-{}-{n}", std::process::id())
+}
+
+/// The fixture behind a wrapper that forwards no signal (the `npx`
+/// shape), with a grandchild of its own: a tree of three, all carrying
+/// `marker`.
+fn wrapped(marker: &str, args: &[&str]) -> StdioCommand {
+    let mut all = vec!["--wrap", "--grandchild"];
+    all.extend_from_slice(args);
+    fixture(&all).env(MARKER, marker)
+}
+
+/// No process of the tree marked `marker` is left (bounded).
+fn assert_tree_gone(marker: &str) {
+    support::processes::assert_no_marker(MARKER, marker, Duration::from_secs(10));
+}
+
+/// Polls until the tree marked `marker` has `n` live processes at least.
+async fn until_tree(marker: &str, n: usize) {
+    let marker = marker.to_owned();
+    poll(Duration::from_secs(20), || {
+        let marker = marker.clone();
+        async move { (support::processes::with_marker(MARKER, &marker).len() >= n).then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrappers_grandchild_is_gone_after_close() {
+    let _serial = support::serial();
+    let marker = marker();
+    let session = Connector::stdio(wrapped(&marker, &["--era", "legacy"]))
+        .connect()
+        .await
+        .expect("connect");
+    until_tree(&marker, 3).await;
+    let released = session.close().await;
+    assert!(released.process.is_some(), "{released:?}");
+    assert_tree_gone(&marker);
+    assert!(
+        mcp_scoped_http::ledger().is_empty(),
+        "{:?}",
+        mcp_scoped_http::ledger()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrappers_grandchild_is_gone_after_a_failed_connect() {
+    let _serial = support::serial();
+    let marker = marker();
+    // Silent to the probe, and a connect too short to wait it out.
+    let error = Connector::stdio(wrapped(&marker, &["--era", "legacy", "--probe", "silent"]))
+        .connect_timeout(Duration::from_millis(1500))
+        .connect()
+        .await
+        .expect_err("the probe outlasts the connect");
+    assert!(error.is_timeout(), "{error}");
+    assert_tree_gone(&marker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrappers_grandchild_is_gone_after_the_session_is_dropped() {
+    let _serial = support::serial();
+    let marker = marker();
+    let session = Connector::stdio(wrapped(&marker, &["--era", "legacy", "--ignore-term"]))
+        .connect()
+        .await
+        .expect("connect");
+    until_tree(&marker, 3).await;
+    drop(session);
+    // The release runs in the reaper, which `shutdown` waits for.
+    mcp_scoped_http::shutdown().await;
+    assert_tree_gone(&marker);
+}
+
+/// Dropping the connect future after K polls, for every K until it
+/// completes: each time, nothing of the tree is left once the reaper is
+/// done, and the ledger is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_dropped_at_every_await_leaves_no_process() {
+    let _serial = support::serial();
+    for era in ["legacy", "modern"] {
+        let mut completed = None;
+        for polls in 0..500 {
+            let marker = marker();
+            let connect = Connector::stdio(wrapped(&marker, &["--era", era])).connect();
+            match support::poll_at_most(connect, polls).await {
+                None => {
+                    mcp_scoped_http::shutdown().await;
+                    assert_tree_gone(&marker);
+                    let ledger = mcp_scoped_http::ledger();
+                    assert!(ledger.is_empty(), "{era}, K={polls}: {ledger:?}");
+                }
+                Some(session) => {
+                    session
+                        .expect("an undisturbed connect succeeds")
+                        .close()
+                        .await;
+                    assert_tree_gone(&marker);
+                    completed = Some(polls);
+                    break;
+                }
+            }
+        }
+        let completed = completed.expect("the connect completes");
+        assert!(completed >= 4, "{era}: {completed} polls");
+    }
+}
+
+/// The host killed with SIGKILL (no destructor runs): the watchdog ends
+/// the whole tree, a wrapper's grandchild included, though the server
+/// ignores both stdin's end and SIGTERM. The host is the CLI's `fleet`
+/// with one stdio server, killed once that server is ready.
+#[test]
+fn a_host_killed_with_sigkill_leaves_no_process() {
+    let _serial = support::serial();
+    let marker = marker();
+    let dir = std::env::temp_dir().join(format!("stdio-host-{marker}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("fleet.json");
+    let entry = json!({"mcpServers": {"tree": {
+        "command": "python3",
+        "args": ["-u", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/stdio_server.py"),
+                 "--wrap", "--grandchild", "--ignore-term", "--ignore-eof", "--era", "legacy"],
+        "env": {MARKER: &marker}
+    }}});
+    std::fs::write(&config, entry.to_string()).unwrap();
+    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--json"])
+        .arg(&config)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the host");
+    let stdout = host.stdout.take().unwrap();
+    let ready = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains(r#""state":"ready""#))
+    });
+    // Bounded: the host is killed below whatever happens.
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready.is_finished() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tree = support::processes::with_marker(MARKER, &marker);
+    host.kill().expect("SIGKILL the host");
+    host.wait().expect("reap the host");
+    assert!(ready.join().unwrap(), "the server never became ready");
+    assert!(tree.len() >= 3, "the tree: {tree:?}");
+    assert_tree_gone(&marker);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_server_that_closes_its_stdout_but_lives_ends_the_session_and_is_terminated() {
+    let _serial = support::serial();
+    let grace = mcp_scoped_http::stdio::Grace::default().stdin(Duration::from_millis(300));
+    let session = Connector::stdio(fixture(&["--era", "legacy", "--ignore-eof"]).grace(grace))
+        .connect()
+        .await
+        .expect("connect");
+    let error = session
+        .call_tool("close_stdout", json!({}))
+        .await
+        .expect_err("no answer can come");
+    assert!(error.to_string().contains("closed its stdout"), "{error}");
+    let released = session.close().await;
+    assert_eq!(
+        released.process,
+        Some(ProcessEnd::Terminated),
+        "{released:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_line_that_is_not_utf8_ends_the_session_with_a_clear_error() {
+    let _serial = support::serial();
+    let session = Connector::stdio(fixture(&["--era", "legacy"]))
+        .connect()
+        .await
+        .expect("connect");
+    let error = session
+        .call_tool("bad_utf8", json!({}))
+        .await
+        .expect_err("the stream is broken");
+    assert!(error.to_string().contains("UTF-8"), "{error}");
+    session.close().await;
+}
+
+#[tokio::test]
+async fn a_server_that_stops_reading_its_stdin_fails_calls_within_their_deadline() {
+    let _serial = support::serial();
+    let session = Connector::stdio(fixture(&["--era", "legacy", "--no-read-after-init"]))
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    // Enough to fill the pipe (64 KiB) and the writer's queue behind it.
+    let text = "x".repeat(256 * 1024);
+    let started = std::time::Instant::now();
+    let calls = (0..20).map(|_| session.call_tool("echo", json!({ "text": text })));
+    for outcome in futures_util::future::join_all(calls).await {
+        let error = outcome.map(drop).expect_err("nothing is read");
+        assert!(error.is_timeout(), "{error}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    session.close().await;
 }

@@ -24,7 +24,9 @@ Tools: `echo` (text), `env` (the value of the variable `name`, or null),
 `bytes` bytes), `roots` (asks the client `roots/list`, 2025 only, and
 answers with what it said), `crash` (exits 3 at once), `pid` (its process
 id), `change` (one more tool, and `notifications/tools/list_changed`: in
-2026-07-28 on the client's `subscriptions/listen`). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
+2026-07-28 on the client's `subscriptions/listen`), `close_stdout`
+(closes its stdout and lives on), `bad_utf8` (writes a line that is not
+UTF-8). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
 """
 
 import argparse
@@ -52,6 +54,8 @@ def main():
     p.add_argument("--crash-at-start", action="store_true")
     p.add_argument("--exit-after-init", action="store_true")
     p.add_argument("--noise", action="store_true")
+    # Stops reading its stdin after the first tools/list (the end of a
+    # client's discovery).
     p.add_argument("--no-read-after-init", action="store_true")
     p.add_argument("--wrap", action="store_true")
     p.add_argument("--log")
@@ -126,7 +130,7 @@ class Server:
                 self.on_notification(msg)
                 continue
             threading.Thread(target=self.on_request, args=(msg,), daemon=True).start()
-            if self.initialized and self.args.no_read_after_init:
+            if msg["method"] == "tools/list" and self.args.no_read_after_init:
                 # Stops reading its stdin for good.
                 while True:
                     time.sleep(1000)
@@ -202,7 +206,7 @@ class Server:
             return self.result(rid, {})
         if method == "tools/list":
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
-                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid", "change"]]
+                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid", "change", "close_stdout", "bad_utf8"]]
             tools += [{"name": "tool-%03d" % i, "inputSchema": {"type": "object"}}
                       for i in range(self.args.tools + self.extra_tools)]
             return self.result(rid, {"tools": tools}, modern)
@@ -254,6 +258,17 @@ class Server:
             else:
                 send(notice)
                 text = "changed"
+        elif name == "close_stdout":
+            # Closes its stdout and lives on (until stdin's end).
+            with lock:
+                sys.stdout.flush()
+                os.close(1)
+            return
+        elif name == "bad_utf8":
+            with lock:
+                sys.stdout.buffer.write(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\xff\xfe"}}\n')
+                sys.stdout.flush()
+            return
         elif name == "pid":
             text = str(os.getpid())
         elif name == "crash":
