@@ -5,3 +5,11 @@
 // Filled in by the next commits: the process tree (`process`), the
 // environment and `PATH` (`env`), the line framing of stdout (`framing`)
 // and the drain of stderr (`stderr`).
+
+mod env;
+mod process;
+
+/// The host variables a stdio server gets by default, and how its release
+/// is bounded and reported.
+pub use env::DEFAULT_ENV_ALLOWLIST;
+pub use process::{Grace, ProcessEnd};
