@@ -909,6 +909,22 @@ mod tests {
             .collect()
     }
 
+    /// Kills every process still carrying its marker when dropped: a test
+    /// that fails half-way (or a guard removed to see a test fail) leaves
+    /// nothing running.
+    struct Sweep(String);
+
+    impl Drop for Sweep {
+        fn drop(&mut self) {
+            for pid in marked(&self.0) {
+                if let Ok(pid) = libc::pid_t::try_from(pid) {
+                    // SAFETY: a signal to a leftover process of this test.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+    }
+
     /// Polls (up to `bound`) until no process carries `marker`; survivors
     /// are killed, then reported as a failure.
     async fn assert_gone(marker: &str, bound: Duration) {
@@ -994,6 +1010,7 @@ mod tests {
     #[tokio::test]
     async fn a_wrapper_that_does_not_forward_signals_leaves_no_process() {
         let marker = unique("wrapper");
+        let _sweep = Sweep(marker.clone());
         let Spawned {
             mut tree,
             stdin,
@@ -1026,6 +1043,7 @@ mod tests {
     #[tokio::test]
     async fn a_server_that_exits_on_stdin_eof_reports_its_status_quickly() {
         let marker = unique("eof");
+        let _sweep = Sweep(marker.clone());
         let Spawned {
             mut tree, stdin, ..
         } = sh("cat >/dev/null; exit 3", &marker);
@@ -1049,6 +1067,7 @@ mod tests {
     #[tokio::test]
     async fn a_server_ignoring_stdin_eof_and_sigterm_is_killed_within_the_bound() {
         let marker = unique("stubborn");
+        let _sweep = Sweep(marker.clone());
         let Spawned {
             mut tree,
             stdin,
@@ -1071,6 +1090,7 @@ mod tests {
     #[tokio::test]
     async fn a_release_cut_short_goes_on_from_where_it_was() {
         let marker = unique("cut");
+        let _sweep = Sweep(marker.clone());
         let Spawned {
             mut tree,
             stdin,
@@ -1094,6 +1114,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_tree_without_release_leaves_no_process() {
         let marker = unique("dropped");
+        let _sweep = Sweep(marker.clone());
         let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker);
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         drop(tree);
@@ -1111,6 +1132,7 @@ mod tests {
             status.expect("some")
         };
         let marker = unique("exit");
+        let _sweep = Sweep(marker.clone());
         let spawned = sh("exit 7", &marker);
         assert_eq!(wait(spawned.tree.exit()).await.code(), Some(7));
 
@@ -1133,6 +1155,7 @@ mod tests {
     #[tokio::test]
     async fn the_host_killed_with_sigkill_leaves_no_process() {
         let marker = unique("host");
+        let _sweep = Sweep(marker.clone());
         let mut host = rerun(
             "host_for_the_sigkill_test",
             &format!("host_for_the_sigkill_test={marker}"),
@@ -1160,6 +1183,7 @@ mod tests {
         let Some(marker) = role("host_for_the_sigkill_test") else {
             return;
         };
+        let _sweep = Sweep(marker.clone());
         let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker);
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         // On a line of its own: libtest's "test ... " has no newline yet.
