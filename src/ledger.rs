@@ -25,6 +25,9 @@ pub struct Ledger {
     pub owned_sessions: usize,
     /// DELETEs handed to the reaper and not finished.
     pub pending_reaps: usize,
+    /// stdio server process trees alive: spawned and not yet seen gone
+    /// (feature `stdio`).
+    pub processes: usize,
 }
 
 impl Ledger {
@@ -42,6 +45,7 @@ pub(crate) struct Counters {
     tasks: AtomicUsize,
     owned_sessions: AtomicUsize,
     pending_reaps: AtomicUsize,
+    processes: AtomicUsize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +55,10 @@ pub(crate) enum Field {
     Tasks,
     OwnedSessions,
     PendingReaps,
+    /// stdio server process trees, counted by `stdio::process::ProcessTree`
+    /// (so unused without the feature `stdio`).
+    #[cfg_attr(not(all(feature = "stdio", unix)), allow(dead_code))]
+    Processes,
 }
 
 impl Counters {
@@ -61,6 +69,7 @@ impl Counters {
             Field::Tasks => &self.tasks,
             Field::OwnedSessions => &self.owned_sessions,
             Field::PendingReaps => &self.pending_reaps,
+            Field::Processes => &self.processes,
         }
     }
 
@@ -71,6 +80,7 @@ impl Counters {
             tasks: self.tasks.load(Ordering::Acquire),
             owned_sessions: self.owned_sessions.load(Ordering::Acquire),
             pending_reaps: self.pending_reaps.load(Ordering::Acquire),
+            processes: self.processes.load(Ordering::Acquire),
         }
     }
 }
@@ -81,6 +91,7 @@ static GLOBAL: Counters = Counters {
     tasks: AtomicUsize::new(0),
     owned_sessions: AtomicUsize::new(0),
     pending_reaps: AtomicUsize::new(0),
+    processes: AtomicUsize::new(0),
 };
 
 static ABANDONED_DELETES: AtomicUsize = AtomicUsize::new(0);

@@ -282,6 +282,8 @@
 //!   created. rmcp 3.11 needs Rust 1.88.
 
 #![warn(missing_docs)]
+// `deny`, not `forbid`: the stdio process tree (`stdio::process`) needs
+// `pre_exec` and raw libc between fork and exec, and allows it there alone.
 #![deny(unsafe_code)]
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]

@@ -273,12 +273,10 @@ pub(crate) fn start(
     client_meta: (&Value, &Value),
 ) -> Result<Started> {
     let env = env::child_env(command.inherit_env, &command.allow_env, &command.env);
-    let path = env
-        .iter()
-        .find(|(name, _)| name == "PATH")
-        .map(|(_, value)| value.as_os_str());
-    let program = env::resolve_program(&command.program, path, command.cwd.as_deref())?;
+    let program =
+        env::resolve_program(&command.program, env::path_of(&env), command.cwd.as_deref())?;
     let spawned = process::spawn(&program, &command.args, &env, command.cwd.as_deref())?;
+    tracing::debug!(group = spawned.tree.group(), program = %command.name(), "started a stdio server");
     let name = command.name();
     let (outgoing_tx, outgoing) = mpsc::channel(crate::transport::OUTGOING_LINES);
     let wire = StdioWire::new(outgoing_tx, account.clone(), name.clone())
