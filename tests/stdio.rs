@@ -467,7 +467,8 @@ async fn a_connect_dropped_at_every_await_leaves_no_process() {
             }
         }
         let completed = completed.expect("the connect completes");
-        assert!(completed >= 4, "{era}: {completed} polls");
+        // The probe, then (2025) `initialize`, then discovery: each pends.
+        assert!(completed >= 3, "{era}: {completed} polls");
     }
 }
 

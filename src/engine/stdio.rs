@@ -2,6 +2,13 @@
 //! writer (the only one that touches stdin), the stderr drain, and the
 //! reader of stdout, which routes every message as the HTTP+SSE reader
 //! does and, when stdout ends, ends the session with why.
+//!
+//! The writer is a task of the session, stopped first at release: that
+//! closes the server's stdin, its signal to exit. The two readers are
+//! tasks of the set below the process on the stack, stopped only once the
+//! process has ended: a server that writes while it shuts down never
+//! meets a closed pipe (a broken pipe would turn a clean exit into a
+//! failure).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,6 +16,7 @@ use std::time::Duration;
 
 use super::{Engine, Era, Front, Generation};
 use crate::error::Error;
+use crate::scope::Spawner;
 use crate::stdio::{Io, Lines, drain_stderr, write_lines};
 
 /// How long, after stdout ended, the reader waits for the process to
@@ -16,10 +24,11 @@ use crate::stdio::{Io, Lines, drain_stderr, write_lines};
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 impl<F: Front> Engine<F> {
-    /// Starts the tasks of a stdio server's pipes. Returns false when the
-    /// session is already closing (nothing was started; the pipes are
-    /// dropped, which closes them).
-    pub(crate) fn start_stdio(self: &Arc<Self>, io: Io) -> bool {
+    /// Starts the tasks of a stdio server's pipes: the writer among the
+    /// session's, the readers in `pipes` (the set below the process).
+    /// Returns false when the session is already closing (what was not
+    /// started is dropped, which closes its pipe).
+    pub(crate) fn start_stdio(self: &Arc<Self>, io: Io, pipes: &Spawner) -> bool {
         let Ok(wire) = self.fresh_wire() else {
             return false;
         };
@@ -52,14 +61,14 @@ impl<F: Front> Engine<F> {
         });
         let drain_tail = tail.clone();
         let name = program.clone();
-        let drain = self.spawner.spawn(move |closing| async move {
+        let drain = pipes.spawn(move |closing| async move {
             tokio::select! {
                 _ = closing.cancelled() => {}
                 () = drain_stderr(stderr, drain_tail, name) => {}
             }
         });
         let engine = self.clone();
-        let reader = self.spawner.spawn(move |closing| async move {
+        let reader = pipes.spawn(move |closing| async move {
             let mut lines = Lines::new(stdout, max_line, max_batch, Some(account));
             let read = async {
                 loop {

@@ -509,6 +509,10 @@ impl Config {
             Some(command) => {
                 self.check_stdio()?;
                 phase.set(ConnectPhase::Connect);
+                // Below the process: the readers of its stdout and stderr
+                // run until it has ended (released after it), so it never
+                // writes into a closed pipe while it shuts down.
+                let pipes = stack.push_background();
                 let started = crate::stdio::start(
                     command,
                     &account,
@@ -518,7 +522,7 @@ impl Config {
                 .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
                 // On the stack the moment it exists.
                 stack.push_process(started.tree, command.get_grace());
-                stdio_io = Some(started.io);
+                stdio_io = Some((started.io, pipes));
                 (Wire::Stdio(Arc::new(started.wire)), Ownership::Owned, None)
             }
             _ => {
@@ -565,8 +569,8 @@ impl Config {
         };
         let engine = Engine::new(front, template, sessions, spawner, settings);
         #[cfg(all(feature = "stdio", unix))]
-        if let Some(io) = stdio_io {
-            if !engine.start_stdio(io) {
+        if let Some((io, pipes)) = stdio_io {
+            if !engine.start_stdio(io, &pipes) {
                 return Err(Error::closed());
             }
         }
