@@ -3,5 +3,12 @@
 //! stack as an HTTP session.
 
 // Filled in by the next commits: the process tree (`process`), the
-// environment and `PATH` (`env`), the line framing of stdout (`framing`)
-// and the drain of stderr (`stderr`).
+// environment and `PATH` (`env`).
+
+mod framing;
+mod stderr;
+
+// For fuzzing: exported as `wire::stdio_lines`.
+#[cfg(feature = "wire")]
+#[doc(hidden)]
+pub use framing::stdio_lines;
