@@ -648,15 +648,16 @@ mod tests {
     #[tokio::test]
     async fn a_line_is_charged_as_it_is_buffered_and_refused_over_the_budget() {
         let account = Account::new(MemoryBudget::default().max_bytes(64 * 1024));
-        let big = format!(
-            r#"{{"jsonrpc":"2.0","method":"n","params":{{"p":"{}"}}}}"#,
-            "c".repeat(100 * 1024)
-        );
-        let text = format!("{}\n{big}\n", request(1));
-        let (messages, _, error) =
-            read_all(text.as_bytes(), 4096, 8 * MIB, Some(account.clone())).await;
-        assert_eq!(messages.len(), 1);
-        let error = error.expect("over the budget");
+        // A line that never ends, far below `max_line`: only the charge of
+        // its bytes as they are buffered stops it.
+        let endless = Endless {
+            prefix: format!("{}\n", request(1)).into_bytes(),
+            fill: b'c',
+            handed: 0,
+        };
+        let mut lines = Lines::new(endless, 8 * MIB, 16, Some(account.clone()));
+        assert!(lines.next().await.unwrap().is_some());
+        let error = lines.next().await.expect_err("over the budget");
         assert!(error.is_limit(), "{error:?}");
         let shown = error.to_string();
         assert!(
@@ -664,7 +665,30 @@ mod tests {
                 && shown.contains("reading a line of the server's stdout"),
             "{shown}"
         );
+        let handed = lines.reader.get_ref().handed;
+        assert!(handed <= 64 * 1024 + 2 * READ_BUFFER, "read {handed}");
         assert_eq!(account.bytes(), 0, "nothing held after the error");
+    }
+
+    /// A line whose bytes fit the budget, but not what parsing it would
+    /// build (an array of `0`s is about 16 times its wire size once
+    /// parsed): refused before it is built.
+    #[tokio::test]
+    async fn the_estimate_is_charged_before_a_line_is_parsed() {
+        let account = Account::new(MemoryBudget::default().max_bytes(64 * 1024));
+        let zeros = format!("[{}0]", "0,".repeat(10_000));
+        let text = format!(r#"{{"jsonrpc":"2.0","method":"n","params":{{"p":{zeros}}}}}"#);
+        assert!(text.len() < 32 * 1024);
+        let (messages, _, error) =
+            read_all(text.as_bytes(), 4096, MIB, Some(account.clone())).await;
+        assert!(messages.is_empty());
+        let error = error.expect("the estimate over the budget");
+        assert!(error.is_limit(), "{error:?}");
+        assert!(
+            error.to_string().contains("MemoryBudget::max_bytes"),
+            "{error}"
+        );
+        assert_eq!(account.bytes(), 0);
     }
 
     #[tokio::test]
