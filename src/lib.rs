@@ -350,6 +350,9 @@ pub mod wire {
     pub use crate::budget::estimated_messages_cost;
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
     pub use crate::session::entry::{ListResult, parse_page};
+    /// stdio's line framing (with feature `stdio`, on Unix), for fuzzing.
+    #[cfg(all(feature = "stdio", unix))]
+    pub use crate::stdio::stdio_lines;
     pub use crate::transport::sse;
     /// 2026-07-28 request metadata: header values and `x-mcp-header`.
     pub mod metadata {

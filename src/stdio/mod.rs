@@ -69,6 +69,9 @@ use tokio::sync::{mpsc, watch};
 
 pub use env::DEFAULT_ENV_ALLOWLIST;
 pub(crate) use framing::Lines;
+#[cfg(feature = "wire")]
+#[doc(hidden)]
+pub use framing::stdio_lines;
 pub(crate) use process::ProcessTree;
 pub use process::{Grace, ProcessEnd};
 pub(crate) use stderr::{StderrTail, drain as drain_stderr};
