@@ -461,9 +461,14 @@ async fn run_session(
         // the head, and once the session is ended (the caller gave up) the
         // rest is bounded by the DELETE timeout below. A head that comes
         // late still names the session we owe a DELETE.
-        let head = wire
-            .post_request_with(&initialize, &http::HeaderMap::new(), Deadline::none())
-            .await;
+        let head = match wire {
+            Wire::Http(http) => {
+                http.post_request_with(&initialize, &http::HeaderMap::new(), Deadline::none())
+                    .await
+            }
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Box::pin(stdio.send_request(&initialize, Deadline::none())).await,
+        };
         owed.answered.store(true, Ordering::Release);
         head
     };

@@ -1490,3 +1490,207 @@ async fn cli_probe_reports_the_era() {
         );
     }
 }
+
+// --- stdio: the same SDKs' servers run as child processes -------------------
+
+/// The variable every process of a stdio peer's tree carries, to find
+/// survivors.
+const STDIO_MARKER: &str = "MCP_SCOPED_HTTP_INTEROP_MARKER";
+
+/// A stdio peer: `program` and `args`, straight or through
+/// `tests/peers/wrapper.sh` (the `npx` shape: the server a grandchild, no
+/// signal forwarded), with a fresh marker in its environment.
+fn stdio_peer(
+    program: PathBuf,
+    args: &[&str],
+    wrapped: bool,
+) -> (mcp_scoped_http::stdio::StdioCommand, String) {
+    use mcp_scoped_http::stdio::StdioCommand;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let marker = format!(
+        "interop-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let command = if wrapped {
+        StdioCommand::new("sh")
+            .arg(sources_dir().join("wrapper.sh"))
+            .arg(program)
+    } else {
+        StdioCommand::new(program)
+    };
+    (command.args(args).env(STDIO_MARKER, &marker), marker)
+}
+
+fn python_stdio(venv: &str, wrapped: bool) -> (mcp_scoped_http::stdio::StdioCommand, String) {
+    let script = sources_dir().join("python_stdio_server.py");
+    let python = installed(peers_dir().join(venv).join("bin/python"));
+    stdio_peer(python, &["-u", script.to_str().unwrap()], wrapped)
+}
+
+fn server_everything_stdio(wrapped: bool) -> (mcp_scoped_http::stdio::StdioCommand, String) {
+    let entry = installed(
+        peers_dir().join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+    );
+    stdio_peer("node".into(), &[entry.to_str().unwrap(), "stdio"], wrapped)
+}
+
+fn ts2_stdio(wrapped: bool) -> (mcp_scoped_http::stdio::StdioCommand, String) {
+    installed(peers_dir().join("node2/node_modules/@modelcontextprotocol/server"));
+    let script = sources_dir().join("ts2_stdio_server.mjs");
+    stdio_peer("node".into(), &[script.to_str().unwrap()], wrapped)
+}
+
+/// Connects to a stdio peer (node and Python start slowly on 2 busy
+/// cores), checks its era and transport, and hands back the session.
+async fn stdio_session(
+    command: mcp_scoped_http::stdio::StdioCommand,
+    version: ProtocolVersion,
+) -> Session {
+    let session = Connector::stdio(command)
+        .connect_timeout(STARTUP)
+        .request_timeout(EXCHANGES)
+        .connect()
+        .await
+        .expect("connect to the stdio peer");
+    let info = session.info();
+    assert_eq!(info.transport, TransportKind::Stdio);
+    assert_eq!(info.protocol_version, version, "{info:?}");
+    assert!(info.probed);
+    session
+}
+
+/// Closes `session`: the process ended by itself when its stdin closed,
+/// and nothing of its tree (marked `marker`) is left.
+async fn close_stdio(session: Session, marker: &str) {
+    let released = session.close().await;
+    match released.process {
+        Some(mcp_scoped_http::stdio::ProcessEnd::Exited(status)) => {
+            assert!(status.success(), "{status}")
+        }
+        other => panic!("the server did not exit by itself: {other:?}"),
+    }
+    processes::assert_no_marker(STDIO_MARKER, marker, Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn python_sdk_1_over_stdio_speaks_2025_directly_and_wrapped() {
+    for wrapped in [false, true] {
+        let (command, marker) = python_stdio("venv", wrapped);
+        let session = stdio_session(command, ProtocolVersion::V2025_11_25).await;
+        assert_eq!(session.info().server_info["name"], "python1-stdio-peer");
+        let sum = session
+            .call_tool("add", json!({"a": 2, "b": 3}))
+            .await
+            .expect("add");
+        assert_eq!(sum["content"][0]["text"], "5");
+        let prompt = session
+            .get_prompt("greet", json!({"name": "Ada"}))
+            .await
+            .expect("prompt");
+        assert!(prompt.to_string().contains("Ada"), "{prompt}");
+        close_stdio(session, &marker).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn python_sdk_2_over_stdio_speaks_2026_with_progress_and_input_requests() {
+    for wrapped in [false, true] {
+        let (command, marker) = python_stdio("venv2", wrapped);
+        let command = command;
+        let session = Connector::stdio(command)
+            .connect_timeout(STARTUP)
+            .request_timeout(EXCHANGES);
+        let session = confirming(session)
+            .connect()
+            .await
+            .expect("connect to the stdio peer");
+        assert_eq!(session.info().protocol_version, ProtocolVersion::MODERN);
+        assert_eq!(session.info().transport, TransportKind::Stdio);
+        let steps = Arc::new(Mutex::new(Vec::new()));
+        let seen = steps.clone();
+        let options = mcp_scoped_http::RequestOptions::default()
+            .on_progress(move |progress| seen.lock().unwrap().push(progress.progress));
+        let counted = session
+            .call_tool_with("count_down", json!({"steps": 3}), options)
+            .await
+            .expect("count_down");
+        assert_eq!(counted["content"][0]["text"], "counted 3");
+        assert_eq!(*steps.lock().unwrap(), [1.0, 2.0, 3.0]);
+        // A multi round-trip request: the input request comes inside the
+        // result, is answered, and the call sent again with the answer.
+        let confirmed = session
+            .call_tool("confirm", json!({"action": "deploy"}))
+            .await
+            .expect("confirm");
+        assert_eq!(confirmed["content"][0]["text"], "deploy: confirmed");
+        close_stdio(session, &marker).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn typescript_sdk_2_over_stdio_speaks_2026() {
+    for wrapped in [false, true] {
+        let (command, marker) = ts2_stdio(wrapped);
+        let session = stdio_session(command, ProtocolVersion::MODERN).await;
+        let echoed = session
+            .call_tool("echo", json!({"text": "over stdio"}))
+            .await
+            .expect("echo");
+        assert!(echoed.to_string().contains("over stdio"), "{echoed}");
+        close_stdio(session, &marker).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn server_everything_over_stdio_speaks_2025_directly_and_wrapped() {
+    for wrapped in [false, true] {
+        let (command, marker) = server_everything_stdio(wrapped);
+        let session = stdio_session(command, ProtocolVersion::V2025_11_25).await;
+        assert!(session.catalog().tools.len() >= 10);
+        let sum = session
+            .call_tool("get-sum", json!({"a": 20, "b": 22}))
+            .await
+            .expect("get-sum");
+        assert!(sum.to_string().contains("42"), "{sum}");
+        close_stdio(session, &marker).await;
+    }
+}
+
+/// The hosts' story: a wrapper that does not forward SIGTERM, around a
+/// server that ignores its stdin's end and SIGTERM: the whole group is
+/// killed within the bound, the grandchild included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn a_stubborn_sdk_server_behind_a_wrapper_is_killed_whole() {
+    let script = sources_dir().join("python_stdio_server.py");
+    let python = installed(peers_dir().join("venv/bin/python"));
+    let (command, marker) = stdio_peer(
+        python,
+        &[
+            "-u",
+            script.to_str().unwrap(),
+            "--ignore-eof",
+            "--ignore-term",
+        ],
+        true,
+    );
+    let grace = mcp_scoped_http::stdio::Grace::default()
+        .stdin(Duration::from_millis(300))
+        .terminate(Duration::from_millis(300));
+    let session = Connector::stdio(command.grace(grace))
+        .connect_timeout(STARTUP)
+        .connect()
+        .await
+        .expect("connect");
+    let released = session.close().await;
+    assert_eq!(
+        released.process,
+        Some(mcp_scoped_http::stdio::ProcessEnd::Killed)
+    );
+    processes::assert_no_marker(STDIO_MARKER, &marker, Duration::from_secs(10));
+}

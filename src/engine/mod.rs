@@ -924,11 +924,17 @@ impl<F: Front> Engine<F> {
         extra: &HeaderMap,
         deadline: Deadline,
     ) -> Result<MessageStream> {
-        let posted = generation
-            .wire
-            .post_request_with(request, extra, deadline)
-            .await
-            .inspect_err(|error| self.check_expiry(generation, error))?;
+        // Matched here, each arm awaited in place: a combinator over the two
+        // futures would nest every request's future one level deeper. The
+        // stdio send is boxed for the same reason: its future (a bounded
+        // channel's reserve under a deadline) is deeper than the HTTP one,
+        // and every caller up the chain would lay it out.
+        let posted = match &generation.wire {
+            Wire::Http(http) => http.post_request_with(request, extra, deadline).await,
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Box::pin(stdio.send_request(request, deadline)).await,
+        }
+        .inspect_err(|error| self.check_expiry(generation, error))?;
         if self.is_current(generation) {
             let mut renewals = lock(&self.renewals);
             renewals.unproven = 0;
@@ -1055,11 +1061,12 @@ impl<F: Front> Engine<F> {
         notification: &Notification,
         deadline: Deadline,
     ) -> Result<()> {
-        generation
-            .wire
-            .post_notification_within(notification, deadline)
-            .await
-            .inspect_err(|error| self.check_expiry(generation, error))
+        match &generation.wire {
+            Wire::Http(http) => http.post_notification_within(notification, deadline).await,
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Box::pin(stdio.send_notification(notification, deadline)).await,
+        }
+        .inspect_err(|error| self.check_expiry(generation, error))
     }
 
     /// The deadline of an exchange no caller times (see
@@ -1076,11 +1083,13 @@ impl<F: Front> Engine<F> {
         generation: &Arc<Generation>,
         response: &Response,
     ) -> Result<()> {
-        generation
-            .wire
-            .post_response_within(response, self.exchange_deadline())
-            .await
-            .inspect_err(|error| self.check_expiry(generation, error))
+        let deadline = self.exchange_deadline();
+        match &generation.wire {
+            Wire::Http(http) => http.post_response_within(response, deadline).await,
+            #[cfg(all(feature = "stdio", unix))]
+            Wire::Stdio(stdio) => Box::pin(stdio.send_response(response, deadline)).await,
+        }
+        .inspect_err(|error| self.check_expiry(generation, error))
     }
 
     /// Tells the server of `generation` that request `id` was abandoned

@@ -1,26 +1,17 @@
 //! How a generation's messages travel: Streamable HTTP (and HTTP+SSE), or
-//! a stdio server's pipes. The engine sends through this one seam and
-//! never learns which; what only HTTP has (GET streams, DELETE,
-//! resumption) is reached through [`Wire::http`].
+//! a stdio server's pipes. What every wire has (the revision, the session
+//! id, the memory account, where the server is) is asked here; the engine
+//! sends by matching the two (each arm awaited where it is, so that no
+//! combinator nests every request's future one level deeper); what only
+//! HTTP has (GET streams, DELETE, resumption) is reached through
+//! [`Wire::http`].
 
-use std::future::Future;
 use std::sync::Arc;
-
-#[cfg(not(all(feature = "stdio", unix)))]
-use futures_util::future::Either;
-use futures_util::future::Either::Left;
-#[cfg(all(feature = "stdio", unix))]
-use futures_util::future::Either::Right;
-
-use http::HeaderMap;
 
 #[cfg(all(feature = "stdio", unix))]
 use super::stdio::StdioWire;
-use super::{MessageStream, ProtocolVersion, SessionId, StreamableHttp};
+use super::{ProtocolVersion, SessionId, StreamableHttp};
 use crate::budget::Account;
-use crate::deadline::Deadline;
-use crate::error::Result;
-use crate::jsonrpc::{Notification, Request, Response};
 
 /// One server session's transport.
 #[derive(Clone)]
@@ -124,61 +115,4 @@ impl Wire {
             Wire::Stdio(stdio) => (stdio.program().to_owned(), None),
         }
     }
-
-    /// Sends a request, up to its answer's head (over HTTP; a JSON answer:
-    /// its body too), within `deadline`. Over stdio (and HTTP+SSE) the
-    /// stream returned is empty: the response comes on the shared stream.
-    ///
-    /// A combinator, not an `async fn`, as the two below: every request's
-    /// future embeds it, and an `async fn` around the transport's would
-    /// add a layer (and its state) to each.
-    pub(crate) fn post_request_with<'a>(
-        &'a self,
-        request: &'a Request,
-        extra: &'a HeaderMap,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<MessageStream>> + Send + 'a {
-        match self {
-            Wire::Http(http) => Left(http.post_request_with(request, extra, deadline)),
-            #[cfg(all(feature = "stdio", unix))]
-            Wire::Stdio(stdio) => Right(stdio.send_request(request, deadline)),
-        }
-    }
-
-    /// Sends a notification, within `deadline`.
-    pub(crate) fn post_notification_within<'a>(
-        &'a self,
-        notification: &'a Notification,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
-        match self {
-            Wire::Http(http) => Left(http.post_notification_within(notification, deadline)),
-            #[cfg(all(feature = "stdio", unix))]
-            Wire::Stdio(stdio) => Right(stdio.send_notification(notification, deadline)),
-        }
-    }
-
-    /// Sends the answer to a server request, within `deadline`.
-    pub(crate) fn post_response_within<'a>(
-        &'a self,
-        response: &'a Response,
-        deadline: Deadline,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
-        match self {
-            Wire::Http(http) => Left(http.post_response_within(response, deadline)),
-            #[cfg(all(feature = "stdio", unix))]
-            Wire::Stdio(stdio) => Right(stdio.send_response(response, deadline)),
-        }
-    }
-}
-
-/// The right side of a [`Wire`] future: stdio's, or (without the
-/// feature) one that never exists.
-#[cfg(not(all(feature = "stdio", unix)))]
-#[allow(non_snake_case)]
-fn Right<T>(never: std::convert::Infallible) -> Either<T, std::future::Pending<T::Output>>
-where
-    T: Future,
-{
-    match never {}
 }

@@ -43,9 +43,18 @@ import time
 import anyio
 
 try:  # 2.x
-    from mcp.server.mcpserver import Context, MCPServer as Server
+    from typing import Annotated
+
+    from mcp.server.mcpserver import Context, Elicit, MCPServer as Server, Resolve
+    from pydantic import BaseModel
 
     MAJOR = 2
+
+    class Confirmation(BaseModel):
+        confirmed: bool
+
+    def ask(action: str) -> Elicit[Confirmation]:
+        return Elicit(f"Really {action}?", Confirmation)
 except ImportError:  # 1.x
     from mcp.server.fastmcp import Context, FastMCP as Server
 
@@ -75,6 +84,14 @@ def build(print_env):
             await ctx.report_progress(step, steps, f"step {step}")
             await anyio.sleep(0.02)
         return f"counted {steps}"
+
+    if MAJOR == 2:
+        # An input request inside the result in 2026-07-28 (a multi
+        # round-trip request), an `elicitation/create` request in 2025.
+        @mcp.tool()
+        def confirm(action: str, answer: Annotated[Confirmation, Resolve(ask)]) -> str:
+            """Asks for a confirmation first."""
+            return f"{action}: {'confirmed' if answer.confirmed else 'not confirmed'}"
 
     if print_env is not None:
 

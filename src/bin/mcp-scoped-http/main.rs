@@ -6,10 +6,6 @@
 //! message names the HTTP status or JSON-RPC code and the phase), 2 for a
 //! usage error.
 
-// The churn driver awaits a connect, its discovery and a call in one
-// future, nested deeper than the default limit lets rustc lay out.
-#![recursion_limit = "256"]
-
 /// `println!` that never panics: a closed stdout (`| head`) is ignored, so
 /// the session is still closed properly. What it prints passes through
 /// [`terminal_safe`]: much of it is server text.
