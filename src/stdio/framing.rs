@@ -157,8 +157,9 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
         match memchr::memchr(b'\n', buffer) {
             Some(end) if self.line.is_empty() => {
-                // The whole line is in the read buffer: parsed there.
-                let read = state.complete(&buffer[..end], 0, true);
+                // The whole line is in the read buffer: parsed there (the
+                // line buffer, empty, may keep some capacity all the same).
+                let read = state.complete(&buffer[..end], self.line.capacity(), true);
                 self.reader.consume(end + 1);
                 read
             }
@@ -247,10 +248,10 @@ impl State {
         ))
     }
 
-    /// Reads a whole line (`\n` not included; `ended`: it had one), held
-    /// in a buffer of `capacity` bytes charged here (0: the read buffer,
-    /// not charged): its messages are queued, or it is skipped, or it
-    /// fails.
+    /// Reads a whole line (`\n` not included; `ended`: it had one), with
+    /// the line buffer's `capacity` charged beside it (the line lies in
+    /// it, or in the read buffer, which is not charged): its messages are
+    /// queued, or it is skipped, or it fails.
     fn complete(&mut self, line: &[u8], capacity: usize, ended: bool) -> Result<()> {
         let start = self.offset;
         self.offset = start
