@@ -37,10 +37,11 @@ use mcp_scoped_http::wire::{estimated_messages_cost, stdio_lines};
 
 /// What the model says one line does.
 enum Line {
+    /// Nothing but whitespace: nothing.
     Blank,
-    Skip {
-        batch: bool,
-    },
+    /// Not JSON-RPC: counted; `batch` when it is a JSON array.
+    Skip { batch: bool },
+    /// These messages, in order.
     Messages(Vec<Message>),
     /// Ends the stream with a limit error.
     Limit,
