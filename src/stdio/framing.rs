@@ -54,7 +54,9 @@ struct State {
     /// What parsing the queued messages cost (estimated), held until the
     /// queue is empty.
     queued: usize,
+    /// The longest line read, `\r` not counted.
     max_line: usize,
+    /// The most messages of a batch.
     max_batch: usize,
     /// What is held, charged to the session's account (when it has one).
     charge: Option<Charge>,
@@ -332,6 +334,7 @@ struct Skips {
     total: u64,
     /// Lines skipped since the last warning.
     unwarned: u64,
+    /// When the last warning was.
     warned: Option<Instant>,
 }
 
@@ -357,7 +360,9 @@ impl Skips {
 /// bytes, never pending.
 #[cfg(any(test, feature = "wire"))]
 struct Chunked<'a> {
+    /// What is still to be read.
     bytes: &'a [u8],
+    /// The most bytes a read hands out (0 reads as 1).
     chunk: usize,
 }
 
@@ -424,10 +429,12 @@ mod tests {
 
     const MIB: usize = 1024 * 1024;
 
+    /// A `tools/list` request of id `id`, as a server would send it.
     fn request(id: u32) -> String {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#)
     }
 
+    /// A request's id and method.
     fn method(message: &Message) -> Option<(String, &str)> {
         match message {
             Message::Request(r) => Some((r.id.to_string(), &r.method)),
@@ -582,8 +589,11 @@ mod tests {
     /// A reader that hands out `prefix`, then endless bytes of `fill`,
     /// counting what it handed out.
     struct Endless {
+        /// The bytes first handed out.
         prefix: Vec<u8>,
+        /// The byte handed out after them, forever.
         fill: u8,
+        /// The bytes handed out so far.
         handed: usize,
     }
 
