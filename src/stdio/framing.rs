@@ -53,7 +53,9 @@ struct State {
     /// What parsing the queued messages cost (estimated), held until the
     /// queue is empty.
     queued: usize,
+    /// The longest line read, `\r` not counted.
     max_line: usize,
+    /// The most messages of a batch.
     max_batch: usize,
     /// What is held, charged to the session's account (when it has one).
     charge: Option<Charge>,
@@ -156,8 +158,9 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
         match memchr::memchr(b'\n', buffer) {
             Some(end) if self.line.is_empty() => {
-                // The whole line is in the read buffer: parsed there.
-                let read = state.complete(&buffer[..end], 0, true);
+                // The whole line is in the read buffer: parsed there (the
+                // line buffer, empty, may keep some capacity all the same).
+                let read = state.complete(&buffer[..end], self.line.capacity(), true);
                 self.reader.consume(end + 1);
                 read
             }
@@ -246,10 +249,10 @@ impl State {
         ))
     }
 
-    /// Reads a whole line (`\n` not included; `ended`: it had one), held
-    /// in a buffer of `capacity` bytes charged here (0: the read buffer,
-    /// not charged): its messages are queued, or it is skipped, or it
-    /// fails.
+    /// Reads a whole line (`\n` not included; `ended`: it had one), with
+    /// the line buffer's `capacity` charged beside it (the line lies in
+    /// it, or in the read buffer, which is not charged): its messages are
+    /// queued, or it is skipped, or it fails.
     fn complete(&mut self, line: &[u8], capacity: usize, ended: bool) -> Result<()> {
         let start = self.offset;
         self.offset = start
@@ -330,6 +333,7 @@ struct Skips {
     total: u64,
     /// Lines skipped since the last warning.
     unwarned: u64,
+    /// When the last warning was.
     warned: Option<Instant>,
 }
 
@@ -355,7 +359,9 @@ impl Skips {
 /// bytes, never pending.
 #[cfg(any(test, feature = "wire"))]
 struct Chunked<'a> {
+    /// What is still to be read.
     bytes: &'a [u8],
+    /// The most bytes a read hands out (0 reads as 1).
     chunk: usize,
 }
 
@@ -422,10 +428,12 @@ mod tests {
 
     const MIB: usize = 1024 * 1024;
 
+    /// A `tools/list` request of id `id`, as a server would send it.
     fn request(id: u32) -> String {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#)
     }
 
+    /// A request's id and method.
     fn method(message: &Message) -> Option<(String, &str)> {
         match message {
             Message::Request(r) => Some((r.id.to_string(), &r.method)),
@@ -580,8 +588,11 @@ mod tests {
     /// A reader that hands out `prefix`, then endless bytes of `fill`,
     /// counting what it handed out.
     struct Endless {
+        /// The bytes first handed out.
         prefix: Vec<u8>,
+        /// The byte handed out after them, forever.
         fill: u8,
+        /// The bytes handed out so far.
         handed: usize,
     }
 

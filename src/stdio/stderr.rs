@@ -27,7 +27,9 @@ pub(crate) struct StderrTail(Arc<Shared>);
 
 /// What a [`StderrTail`] and its drain share.
 struct Shared {
+    /// The most bytes of [`StderrTail::text`].
     max_bytes: usize,
+    /// The lines kept.
     kept: Mutex<Kept>,
     /// `true` once the drain has ended, whichever way.
     closed: watch::Sender<bool>,
@@ -205,8 +207,11 @@ async fn read_to_end(mut stderr: impl AsyncRead + Unpin, tail: &StderrTail, serv
 
 /// The line being read: its first `keep` bytes and how many more came.
 struct Line {
+    /// The most bytes of a line kept.
     keep: usize,
+    /// The line's first bytes, at most `keep`.
     bytes: Vec<u8>,
+    /// The bytes of the line past `keep`, dropped.
     more: u64,
 }
 
@@ -301,8 +306,11 @@ pub(super) mod tests {
     /// One `tracing` event: its target, level and fields, as text.
     #[derive(Debug)]
     pub(crate) struct Event {
+        /// The event's target.
         pub(crate) target: String,
+        /// The event's level.
         pub(crate) level: tracing::Level,
+        /// Each field's name and value, as text.
         fields: Vec<(&'static str, String)>,
     }
 
