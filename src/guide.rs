@@ -6,6 +6,8 @@
 //! - [`limits`]: every bound (time, memory, counts, rates) with its default.
 //! - [`eras`]: the three eras of MCP over HTTP, detection and pinning.
 //! - [`oauth`]: OAuth 2.1 (feature `oauth`).
+//! - [`stdio`]: stdio servers, their process trees and the watchdog
+//!   (feature `stdio`).
 //! - [`integrations`]: owned and lent clients, attaching, rmcp, reqwest,
 //!   tower, draining on shutdown.
 //! - [`interop`]: the official conformance suite and the SDKs' servers.
@@ -27,6 +29,9 @@ pub mod eras {}
 #[cfg(feature = "oauth")]
 #[doc = include_str!("guide/oauth.md")]
 pub mod oauth {}
+
+#[doc = include_str!("guide/stdio.md")]
+pub mod stdio {}
 
 #[doc = include_str!("guide/integrations.md")]
 pub mod integrations {}
