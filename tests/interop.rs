@@ -1599,7 +1599,6 @@ async fn python_sdk_1_over_stdio_speaks_2025_directly_and_wrapped() {
 async fn python_sdk_2_over_stdio_speaks_2026_with_progress_and_input_requests() {
     for wrapped in [false, true] {
         let (command, marker) = python_stdio("venv2", wrapped);
-        let command = command;
         let session = Connector::stdio(command)
             .connect_timeout(STARTUP)
             .request_timeout(EXCHANGES);

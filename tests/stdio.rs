@@ -11,7 +11,8 @@ use mcp_scoped_http::stdio::{ProcessEnd, StdioCommand};
 use mcp_scoped_http::{Connector, ProtocolVersion, TransportKind};
 use serde_json::json;
 
-/// The fixture server with `args`.
+/// The fixture server with `args`, carrying this binary's marker (a test
+/// that checks a tree of its own sets one of its own).
 fn fixture(args: &[&str]) -> StdioCommand {
     StdioCommand::new("python3")
         .arg("-u")
@@ -20,11 +21,40 @@ fn fixture(args: &[&str]) -> StdioCommand {
             "/tests/support/stdio_server.py"
         ))
         .args(args)
+        .env(MARKER, binary_marker())
+}
+
+/// The marker of every server this test binary starts.
+fn binary_marker() -> String {
+    format!("stdio-binary-{}", std::process::id())
+}
+
+/// One test's scene: this binary's serial lock (the ledger and the process
+/// table are process-wide), and at its end the process table's baseline:
+/// no server of this binary is left, and no descendant of this process.
+struct Scene {
+    _serial: support::Serial,
+}
+
+fn scene() -> Scene {
+    Scene {
+        _serial: support::serial(),
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        support::processes::assert_no_marker(MARKER, &binary_marker(), Duration::from_secs(10));
+        support::processes::assert_no_descendants(Duration::from_secs(10));
+    }
 }
 
 #[tokio::test]
 async fn a_2025_server_over_stdio_connects_calls_and_exits_when_stdin_closes() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .connect()
         .await
@@ -47,7 +77,7 @@ async fn a_2025_server_over_stdio_connects_calls_and_exits_when_stdin_closes() {
 
 #[tokio::test]
 async fn a_2026_server_over_stdio_is_found_by_its_probe() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "modern"]))
         .connect()
         .await
@@ -68,7 +98,7 @@ async fn a_2026_server_over_stdio_is_found_by_its_probe() {
 
 #[tokio::test]
 async fn a_server_that_crashes_at_start_fails_the_connect_with_its_stderr() {
-    let _serial = support::serial();
+    let _scene = scene();
     let error = Connector::stdio(fixture(&["--crash-at-start"]))
         .connect_timeout(Duration::from_secs(20))
         .connect()
@@ -81,7 +111,7 @@ async fn a_server_that_crashes_at_start_fails_the_connect_with_its_stderr() {
 
 #[tokio::test]
 async fn a_server_of_both_eras_speaks_2026_and_a_pinned_2025_skips_the_probe() {
-    let _serial = support::serial();
+    let _scene = scene();
     let modern = Connector::stdio(fixture(&["--era", "both"]))
         .connect()
         .await
@@ -101,7 +131,7 @@ async fn a_server_of_both_eras_speaks_2026_and_a_pinned_2025_skips_the_probe() {
 
 #[tokio::test]
 async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeout() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy", "--probe", "silent"]))
         .connect()
         .await
@@ -120,7 +150,7 @@ async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeou
 
 #[tokio::test]
 async fn a_2025_server_request_over_stdio_is_answered() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .roots(vec![json!({"uri": "file:///work", "name": "work"})])
         .connect()
@@ -137,7 +167,7 @@ async fn a_2025_server_request_over_stdio_is_answered() {
 /// era (there is no stream of the request's own to close).
 #[tokio::test]
 async fn an_abandoned_call_is_cancelled_with_a_notice_in_both_eras() {
-    let _serial = support::serial();
+    let _scene = scene();
     for era in ["legacy", "modern"] {
         let session = Connector::stdio(fixture(&["--era", era]))
             .connect()
@@ -164,7 +194,7 @@ async fn an_abandoned_call_is_cancelled_with_a_notice_in_both_eras() {
 
 #[tokio::test]
 async fn a_call_in_flight_when_the_server_dies_fails_and_later_calls_say_why() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .connect()
         .await
@@ -191,7 +221,7 @@ async fn a_call_in_flight_when_the_server_dies_fails_and_later_calls_say_why() {
 
 #[tokio::test]
 async fn a_server_flooding_stderr_and_logging_on_stdout_still_connects() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&[
         "--era",
         "legacy",
@@ -212,7 +242,7 @@ async fn a_server_flooding_stderr_and_logging_on_stdout_still_connects() {
 
 #[tokio::test]
 async fn the_hosts_environment_stays_in_the_host_unless_asked() {
-    let _serial = support::serial();
+    let _scene = scene();
     // Cargo sets CARGO_MANIFEST_DIR for the test process: a host variable
     // outside the allowlist.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
@@ -235,7 +265,7 @@ async fn the_hosts_environment_stays_in_the_host_unless_asked() {
 
 #[tokio::test]
 async fn a_missing_program_is_a_configuration_error_naming_it() {
-    let _serial = support::serial();
+    let _scene = scene();
     let error = Connector::stdio(StdioCommand::new("no-such-mcp-server-here"))
         .connect()
         .await
@@ -250,7 +280,7 @@ async fn a_missing_program_is_a_configuration_error_naming_it() {
 
 #[tokio::test]
 async fn a_line_over_the_limit_ends_the_session_with_a_limit_error() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .transport_config(mcp_scoped_http::TransportConfig::default().max_json_body(64 * 1024))
         .connect()
@@ -267,7 +297,7 @@ async fn a_line_over_the_limit_ends_the_session_with_a_limit_error() {
 
 #[tokio::test]
 async fn a_server_that_ignores_eof_and_sigterm_is_killed_within_the_bound() {
-    let _serial = support::serial();
+    let _scene = scene();
     let grace = mcp_scoped_http::stdio::Grace::default()
         .stdin(Duration::from_millis(200))
         .terminate(Duration::from_millis(200));
@@ -289,7 +319,7 @@ async fn a_server_that_ignores_eof_and_sigterm_is_killed_within_the_bound() {
 
 #[tokio::test]
 async fn a_server_that_ignores_eof_ends_on_sigterm() {
-    let _serial = support::serial();
+    let _scene = scene();
     let grace = mcp_scoped_http::stdio::Grace::default().stdin(Duration::from_millis(200));
     let session = Connector::stdio(fixture(&["--era", "legacy", "--ignore-eof"]).grace(grace))
         .connect()
@@ -333,7 +363,7 @@ where
 /// notifications share stdout with everything else).
 #[tokio::test]
 async fn a_list_change_updates_the_catalog_in_both_eras() {
-    let _serial = support::serial();
+    let _scene = scene();
     for era in ["legacy", "modern"] {
         let session = Connector::stdio(fixture(&["--era", era]))
             .connect()
@@ -391,7 +421,7 @@ async fn until_tree(marker: &str, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrappers_grandchild_is_gone_after_close() {
-    let _serial = support::serial();
+    let _scene = scene();
     let marker = marker();
     let session = Connector::stdio(wrapped(&marker, &["--era", "legacy"]))
         .connect()
@@ -409,7 +439,7 @@ async fn a_wrappers_grandchild_is_gone_after_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrappers_grandchild_is_gone_after_a_failed_connect() {
-    let _serial = support::serial();
+    let _scene = scene();
     let marker = marker();
     // Silent to the probe, and a connect too short to wait it out.
     let error = Connector::stdio(wrapped(&marker, &["--era", "legacy", "--probe", "silent"]))
@@ -423,7 +453,7 @@ async fn a_wrappers_grandchild_is_gone_after_a_failed_connect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrappers_grandchild_is_gone_after_the_session_is_dropped() {
-    let _serial = support::serial();
+    let _scene = scene();
     let marker = marker();
     let session = Connector::stdio(wrapped(&marker, &["--era", "legacy", "--ignore-term"]))
         .connect()
@@ -441,7 +471,7 @@ async fn a_wrappers_grandchild_is_gone_after_the_session_is_dropped() {
 /// done, and the ledger is empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_dropped_at_every_await_leaves_no_process() {
-    let _serial = support::serial();
+    let _scene = scene();
     for era in ["legacy", "modern"] {
         let mut completed = None;
         for polls in 0..500 {
@@ -480,7 +510,7 @@ async fn a_connect_dropped_at_every_await_leaves_no_process() {
 /// with one stdio server, killed once that server is ready.
 #[test]
 fn a_host_killed_with_sigkill_leaves_no_process() {
-    let _serial = support::serial();
+    let _scene = scene();
     let marker = marker();
     let dir = std::env::temp_dir().join(format!("stdio-host-{marker}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -524,7 +554,7 @@ fn a_host_killed_with_sigkill_leaves_no_process() {
 
 #[tokio::test]
 async fn a_server_that_closes_its_stdout_but_lives_ends_the_session_and_is_terminated() {
-    let _serial = support::serial();
+    let _scene = scene();
     let grace = mcp_scoped_http::stdio::Grace::default().stdin(Duration::from_millis(300));
     let session = Connector::stdio(fixture(&["--era", "legacy", "--ignore-eof"]).grace(grace))
         .connect()
@@ -545,7 +575,7 @@ async fn a_server_that_closes_its_stdout_but_lives_ends_the_session_and_is_termi
 
 #[tokio::test]
 async fn a_line_that_is_not_utf8_ends_the_session_with_a_clear_error() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy"]))
         .connect()
         .await
@@ -560,7 +590,7 @@ async fn a_line_that_is_not_utf8_ends_the_session_with_a_clear_error() {
 
 #[tokio::test]
 async fn a_server_that_stops_reading_its_stdin_fails_calls_within_their_deadline() {
-    let _serial = support::serial();
+    let _scene = scene();
     let session = Connector::stdio(fixture(&["--era", "legacy", "--no-read-after-init"]))
         .request_timeout(Duration::from_secs(1))
         .connect()

@@ -24,16 +24,36 @@ fn fleet() -> Fleet {
         .build()
 }
 
-/// An `mcpServers` file of stdio entries: name, then fixture arguments.
+/// The variable every process of an entry's tree carries.
+const MARKER: &str = "MCP_SCOPED_HTTP_TEST_MARKER";
+
+/// The marker of entry `name`'s processes, in this test process.
+fn marker(name: &str) -> String {
+    format!("stdio-fleet-{}-{name}", std::process::id())
+}
+
+/// No process of entry `name` is left (bounded).
+fn assert_gone(name: &str) {
+    support::processes::assert_no_marker(MARKER, &marker(name), Duration::from_secs(10));
+}
+
+/// An `mcpServers` file of stdio entries: name, then fixture arguments;
+/// each runs behind an npx-shaped wrapper with a grandchild, all marked.
 fn config(entries: &[(&str, &[&str])]) -> String {
     let servers: serde_json::Map<String, Value> = entries
         .iter()
         .map(|(name, args)| {
-            let mut argv = vec![json!("-u"), json!(FIXTURE)];
+            let mut argv = vec![
+                json!("-u"),
+                json!(FIXTURE),
+                json!("--wrap"),
+                json!("--grandchild"),
+            ];
             argv.extend(args.iter().map(|a| json!(a)));
+            let env = json!({ MARKER: marker(name) });
             (
                 (*name).to_owned(),
-                json!({"command": "python3", "args": argv}),
+                json!({"command": "python3", "args": argv, "env": env}),
             )
         })
         .collect();
@@ -77,7 +97,7 @@ async fn pid(fleet: &Fleet, server: &str) -> String {
         .to_owned()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_entries_run_are_kept_while_unchanged_and_replaced_when_changed() {
     let fleet = fleet();
     let first = config(&[("old", &["--era", "legacy"]), ("new", &["--era", "modern"])]);
@@ -103,6 +123,8 @@ async fn stdio_entries_run_are_kept_while_unchanged_and_replaced_when_changed() 
     )
     .await;
     assert!(fleet.state("old").is_none());
+    // Removed: its whole tree (wrapper, server, grandchild) is gone.
+    assert_gone("old");
     until(&fleet, "new", ready).await;
     assert_ne!(pid(&fleet, "new").await, new);
 
@@ -110,6 +132,7 @@ async fn stdio_entries_run_are_kept_while_unchanged_and_replaced_when_changed() 
     let closed = &report.servers["new"];
     assert!(format!("{closed:?}").contains("Exited"), "{closed:?}");
     mcp_scoped_http::shutdown().await;
+    assert_gone("new");
 }
 
 #[tokio::test]

@@ -86,6 +86,10 @@ impl<F: Front> Engine<F> {
                 _ = closing.cancelled() => return,
                 failed = read => failed,
             };
+            tracing::debug!(
+                skipped = lines.skipped(),
+                "lines of stdout that were not JSON-RPC"
+            );
             let error = match failed {
                 Some(error) => error,
                 None => tokio::select! {
