@@ -1059,7 +1059,7 @@ fn a_list_re_listed_without_a_notification_reaches_the_catalog_at_once() {
 }
 
 #[test]
-fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
+fn a_host_config_file_runs_its_http_and_stdio_servers() {
     scenario(async {
         let legacy = TestServer::start(ServerConfig::default().with_eras(Eras::HttpSse));
         let world = World::new(ServerConfig::default()).await;
@@ -1067,18 +1067,18 @@ fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
             "search": {"url": world.server.url(), "type": "http", "required": true,
                        "headers": {"X-Team": "blue"}, "autoApprove": []},
             "legacy": {"url": legacy.url(), "type": "sse", "required": true},
-            "local": {"command": "npx", "args": ["-y", "some-server"]},
+            "local": {"command": "python3", "args": ["-u", concat!(env!("CARGO_MANIFEST_DIR"),
+                      "/tests/support/stdio_server.py"), "--era", "legacy"]},
         }});
         let loaded = mcp_scoped_http::fleet::parse_mcp_servers(&config.to_string()).unwrap();
-        assert_eq!(loaded.skipped.len(), 1);
-        assert_eq!(loaded.skipped[0].server, "local");
+        assert!(loaded.skipped.is_empty(), "{:?}", loaded.skipped);
         assert_eq!(
             loaded.warnings,
             ["server `search`: unknown key `autoApprove` ignored"]
         );
         let fleet = fleet();
         let report = fleet.apply(loaded.servers).await.unwrap();
-        assert_eq!(report.started, ["legacy", "search"]);
+        assert_eq!(report.started, ["legacy", "local", "search"]);
         fleet.ready(SETTLE).await.unwrap();
         fleet
             .call_tool("legacy", "tool-000", json!({}))
@@ -1088,6 +1088,23 @@ fn a_host_config_file_runs_its_http_servers_and_skips_stdio() {
             .call_tool("search", "tool-000", json!({}))
             .await
             .unwrap();
+        // The stdio entry, a child process of the fleet's.
+        while !fleet.state("local").is_some_and(|s| s.name() == "ready") {
+            assert!(
+                matches!(
+                    fleet.state("local"),
+                    Some(mcp_scoped_http::fleet::SlotState::Starting)
+                ),
+                "{:?}",
+                fleet.state("local")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let echoed = fleet
+            .call_tool("local", "echo", json!({"text": "from the file"}))
+            .await
+            .unwrap();
+        assert_eq!(echoed["content"][0]["text"], "from the file");
         let call = seen(&world.server, "tools/call").pop().unwrap();
         assert_eq!(call.header("x-team"), Some("blue"));
         finish(fleet, &world, &[], "config").await;
@@ -1640,7 +1657,7 @@ mod cli {
         let config = |with_dead: bool| {
             let mut servers = json!({
                 "a": {"url": server.url(), "headers": {"X-Team": "blue"}},
-                "local": {"command": "some-server"},
+                "local": {"command": "no-such-mcp-server-here"},
             });
             if with_dead {
                 servers["dead"] = json!({"url": dead});
@@ -1673,8 +1690,12 @@ mod cli {
             seen: Vec::new(),
         };
 
-        lines.next("local unsupported", |l| {
-            l["server"] == "local" && l["state"] == "unsupported"
+        lines.next("local failed (no such program)", |l| {
+            l["server"] == "local"
+                && l["state"] == "failed"
+                && l["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no-such-mcp-server-here"))
         });
         let ready = lines.next("a ready", |l| l["server"] == "a" && l["state"] == "ready");
         assert_eq!(ready["tools"], 3);
@@ -1704,11 +1725,12 @@ mod cli {
         assert_eq!(status["status"]["a"]["state"], "ready");
         assert_eq!(status["tools"], 3);
 
-        // The file changes: `dead` goes, `a` is left alone.
+        // The file changes: `dead` goes, `a` (and the failed `local`) are
+        // left alone.
         std::fs::write(&path, config(false)).unwrap();
         let reloaded = lines.next("reloaded", |l| l["event"] == "reloaded");
         assert_eq!(reloaded["stopped"], json!(["dead"]), "{reloaded}");
-        assert_eq!(reloaded["unchanged"], json!(["a"]));
+        assert_eq!(reloaded["unchanged"], json!(["a", "local"]));
 
         // End of input: drain and report.
         drop(stdin);

@@ -209,12 +209,13 @@ async fn probe_with(connector: mcp_scoped_http::Connector, common: &Common) -> O
     } else {
         out!("closed: {}", released_text(&released));
         out!(
-            "ledger after close: {} hook(s), {} owned client(s), {} task(s), {} owned session(s), {} pending reap(s)",
+            "ledger after close: {} hook(s), {} owned client(s), {} task(s), {} owned session(s), {} pending reap(s), {} process tree(s)",
             after.hooks,
             after.owned_clients,
             after.tasks,
             after.owned_sessions,
-            after.pending_reaps
+            after.pending_reaps,
+            after.processes
         );
     }
     close_outcome(&released)
