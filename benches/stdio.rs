@@ -33,7 +33,8 @@
 //!    (descendants of the fleet's process, from `/proc`): 0.
 //!
 //! Options: `--cycles N` (200 per client), `--rounds R` (5), `--servers N`
-//! (100), `--only churn|fleet`, `--quick` (20 cycles, 10 servers).
+//! (100), `--only churn|fleet`, `--clients ours,floor,rmcp` (a subset, for
+//! a profile), `--quick` (20 cycles, 10 servers).
 
 // The churn awaits a connect, its discovery and a call inside rounds of
 // three clients, nested deeper than the default limit lets rustc lay out.
@@ -94,7 +95,13 @@ fn main() {
         load_average()
     );
     if options.churn {
-        runtime.block_on(churn(&options));
+        // On a worker, as a host's code runs, not on the thread that
+        // blocks on the runtime: every client's tasks then wake each
+        // other on the workers, with no hop to and from this thread.
+        let churn_options = options.clone();
+        runtime
+            .block_on(async move { tokio::spawn(async move { churn(&churn_options).await }).await })
+            .expect("the churn");
     }
     drop(runtime);
     if options.fleet {
@@ -106,12 +113,23 @@ fn main() {
 // ---------------------------------------------------------------- options
 
 /// The command line (what cargo adds, `--bench`, is ignored).
+#[derive(Clone)]
 struct Options {
     cycles: usize,
     rounds: usize,
     servers: usize,
     churn: bool,
     fleet: bool,
+    /// Which churn clients run (`--clients ours,floor,rmcp`): all by
+    /// default; one alone, for a profile.
+    clients: Vec<String>,
+}
+
+impl Options {
+    /// Whether `client` is measured.
+    fn runs(&self, client: &str) -> bool {
+        self.clients.is_empty() || self.clients.iter().any(|c| c == client)
+    }
 }
 
 impl Options {
@@ -122,6 +140,7 @@ impl Options {
             servers: 100,
             churn: true,
             fleet: true,
+            clients: Vec::new(),
         };
         let number = |value: Option<String>, what: &str| -> usize {
             value
@@ -138,6 +157,10 @@ impl Options {
                 "--quick" => {
                     options.cycles = 20;
                     options.servers = 10;
+                }
+                "--clients" => {
+                    let list = args.next().expect("--clients takes a list");
+                    options.clients = list.split(',').map(str::to_owned).collect();
                 }
                 "--only" => match args.next().as_deref() {
                     Some("churn") => options.fleet = false,
@@ -176,6 +199,15 @@ fn server_env() -> Vec<(OsString, OsString)> {
         .collect()
 }
 
+/// `a / b`, NaN without a floor.
+fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        f64::NAN
+    } else {
+        a.as_secs_f64() / b.as_secs_f64()
+    }
+}
+
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
@@ -190,6 +222,9 @@ struct Stats {
     wall: Duration,
     /// CPU time of the client's process over them.
     cpu: Duration,
+    /// Context switches of the client's threads over them (in process
+    /// only: `None` for rmcp).
+    switches: Option<u64>,
 }
 
 impl Stats {
@@ -219,6 +254,12 @@ impl Stats {
 
     fn cpu_per_cycle(&self) -> Duration {
         self.cpu / u32::try_from(self.cycles().max(1)).unwrap_or(u32::MAX)
+    }
+
+    fn switches_per_cycle(&self) -> String {
+        self.switches.map_or("?".to_owned(), |n| {
+            format!("{:.1}", n as f64 / self.cycles().max(1) as f64)
+        })
     }
 
     fn fail(&mut self, error: String) {
@@ -493,6 +534,26 @@ fn rmcp_round(program: &PathBuf, cycles: usize, env: &[(OsString, OsString)], st
     stats.cpu += Duration::from_secs_f64(cpu / 1e6);
 }
 
+/// Context switches (voluntary and not) of this process's live threads
+/// so far, from `/proc/self/task/*/status`: each wake-up of a task on
+/// another thread is one or two.
+fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// Runs `cycles` of one in-process client, one at a time, into `stats`.
 async fn measure<F, Fut>(cycles: usize, stats: &mut Stats, mut once: F)
 where
@@ -500,6 +561,7 @@ where
     Fut: Future<Output = Result<(), String>>,
 {
     let cpu = process_cpu_time().unwrap_or_default();
+    let switches = context_switches();
     let started = Instant::now();
     for _ in 0..cycles {
         let begun = Instant::now();
@@ -510,6 +572,8 @@ where
         }
     }
     stats.wall += started.elapsed();
+    let switched = context_switches().saturating_sub(switches);
+    stats.switches = Some(stats.switches.unwrap_or(0) + switched);
     stats.cpu += process_cpu_time().unwrap_or_default().saturating_sub(cpu);
 }
 
@@ -524,7 +588,7 @@ async fn churn(options: &Options) {
         script.methods.join(", ")
     );
     let ours_command = StdioCommand::new(SERVER).args(SERVER_ARGS);
-    let rmcp = rmcp_churn();
+    let rmcp = rmcp_churn().filter(|_| options.runs("rmcp"));
     if rmcp.is_none() {
         println!(
             "rmcp: not measured (set RMCP_CHURN to a built benches/rmcp-churn, or run `bash benches/compare-stdio`)"
@@ -544,8 +608,13 @@ async fn churn(options: &Options) {
         left -= cycles;
         for turn in 0..3 {
             match (round + turn) % 3 {
-                0 => measure(cycles, &mut ours, || ours_once(&ours_command)).await,
-                1 => measure(cycles, &mut floor, || floor_once(&script, &env)).await,
+                0 if options.runs("ours") => {
+                    measure(cycles, &mut ours, || ours_once(&ours_command)).await;
+                }
+                1 if options.runs("floor") => {
+                    measure(cycles, &mut floor, || floor_once(&script, &env)).await;
+                }
+                0 | 1 => {}
                 _ => {
                     if let Some(program) = &rmcp {
                         // A blocking wait, off the runtime's workers.
@@ -564,31 +633,30 @@ async fn churn(options: &Options) {
         }
         eprintln!("round {}/{} done", round + 1, options.rounds);
     }
-    let floor_mean = floor.mean();
     println!(
         "\n{} cycles per client, one at a time, in {} interleaved rounds\n",
         options.cycles, options.rounds
     );
     println!(
-        "| client | cycles/s | mean µs | p50 µs | p99 µs | CPU µs/cycle (client process) | mean / floor's | failed |"
+        "| client | cycles/s | mean µs | p50 µs | p99 µs | CPU µs/cycle (client process) | context switches/cycle (client) | mean / floor's | p50 / floor's | failed |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    let mut rows = vec![
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let rows = [
         ("ours (`Connector::stdio`)", &ours),
         ("floor (spawn, same lines)", &floor),
+        ("rmcp 3.11 `TokioChildProcess`", &theirs),
     ];
-    if rmcp.is_some() {
-        rows.push(("rmcp 3.11 `TokioChildProcess`", &theirs));
-    }
-    for (name, stats) in rows {
+    for (name, stats) in rows.into_iter().filter(|(_, stats)| stats.cycles() > 0) {
         println!(
-            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} | {} |",
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.2} | {:.2} | {} |",
             stats.cycles_per_second(),
             micros(stats.mean()),
             micros(stats.percentile(50)),
             micros(stats.percentile(99)),
             micros(stats.cpu_per_cycle()),
-            stats.mean().as_secs_f64() / floor_mean.as_secs_f64().max(f64::MIN_POSITIVE),
+            stats.switches_per_cycle(),
+            ratio(stats.mean(), floor.mean()),
+            ratio(stats.percentile(50), floor.percentile(50)),
             stats.failures,
         );
         if let Some(error) = &stats.first_error {
