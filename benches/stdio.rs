@@ -34,7 +34,8 @@
 //!
 //! Options: `--cycles N` (200 per client), `--rounds R` (5), `--servers N`
 //! (100), `--only churn|fleet`, `--clients ours,floor,rmcp` (a subset, for
-//! a profile), `--quick` (20 cycles, 10 servers).
+//! a profile), `--current-thread` (ours and the floor on a current-thread
+//! runtime), `--quick` (20 cycles, 10 servers).
 
 // The churn awaits a connect, its discovery and a call inside rounds of
 // three clients, nested deeper than the default limit lets rustc lay out.
@@ -83,10 +84,12 @@ fn main() {
         return;
     }
     let options = Options::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let mut builder = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder.enable_all().build().expect("a runtime");
     println!("# stdio benchmarks\n");
     println!(
         "server: `mcp-scoped-http {}`; {} cores; load average before: {}",
@@ -120,6 +123,10 @@ struct Options {
     servers: usize,
     churn: bool,
     fleet: bool,
+    /// The churn on a current-thread runtime (`--current-thread`), not
+    /// a multi-thread one: no task of ours or the floor's wakes another
+    /// thread (rmcp keeps its own process's multi-thread runtime).
+    current_thread: bool,
     /// Which churn clients run (`--clients ours,floor,rmcp`): all by
     /// default; one alone, for a profile.
     clients: Vec<String>,
@@ -141,6 +148,7 @@ impl Options {
             churn: true,
             fleet: true,
             clients: Vec::new(),
+            current_thread: false,
         };
         let number = |value: Option<String>, what: &str| -> usize {
             value
@@ -158,6 +166,7 @@ impl Options {
                     options.cycles = 20;
                     options.servers = 10;
                 }
+                "--current-thread" => options.current_thread = true,
                 "--clients" => {
                     let list = args.next().expect("--clients takes a list");
                     options.clients = list.split(',').map(str::to_owned).collect();
@@ -634,8 +643,14 @@ async fn churn(options: &Options) {
         eprintln!("round {}/{} done", round + 1, options.rounds);
     }
     println!(
-        "\n{} cycles per client, one at a time, in {} interleaved rounds\n",
-        options.cycles, options.rounds
+        "\n{} cycles per client, one at a time, in {} interleaved rounds, on a {} runtime\n",
+        options.cycles,
+        options.rounds,
+        if options.current_thread {
+            "current-thread"
+        } else {
+            "multi-thread"
+        }
     );
     println!(
         "| client | cycles/s | mean µs | p50 µs | p99 µs | CPU µs/cycle (client process) | context switches/cycle (client) | mean / floor's | p50 / floor's | failed |"
