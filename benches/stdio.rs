@@ -78,6 +78,8 @@ const COUNT: &str = "STDIO_BENCH_SERVERS";
 /// The bound on one cycle, and on every wait.
 const BOUND: Duration = Duration::from_secs(60);
 
+/// The driver (the churn, then the fleet in a fresh process), or the
+/// fleet's process when run as one.
 fn main() {
     if std::env::var(ROLE).as_deref() == Ok("fleet") {
         fleet_main();
@@ -118,10 +120,15 @@ fn main() {
 /// The command line (what cargo adds, `--bench`, is ignored).
 #[derive(Clone)]
 struct Options {
+    /// Cycles per churn client (`--cycles`).
     cycles: usize,
+    /// Interleaved rounds they are split into (`--rounds`).
     rounds: usize,
+    /// Servers in the fleet (`--servers`).
     servers: usize,
+    /// Whether the churn runs (not `--only fleet`).
     churn: bool,
+    /// Whether the fleet runs (not `--only churn`).
     fleet: bool,
     /// The churn on a current-thread runtime (`--current-thread`), not
     /// a multi-thread one: no task of ours or the floor's wakes another
@@ -140,6 +147,7 @@ impl Options {
 }
 
 impl Options {
+    /// The options given.
     fn parse() -> Options {
         let mut options = Options {
             cycles: 200,
@@ -217,6 +225,7 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     }
 }
 
+/// `duration` in microseconds.
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
@@ -224,8 +233,11 @@ fn micros(duration: Duration) -> f64 {
 /// What one client did over every round.
 #[derive(Default)]
 struct Stats {
+    /// Each successful cycle's latency.
     latencies: Vec<Duration>,
+    /// Cycles that failed.
     failures: usize,
+    /// The first failure's error.
     first_error: Option<String>,
     /// Wall time of the measured cycles, all rounds together.
     wall: Duration,
@@ -237,20 +249,23 @@ struct Stats {
 }
 
 impl Stats {
+    /// Cycles run, failed ones included.
     fn cycles(&self) -> usize {
         self.latencies.len() + self.failures
     }
 
+    /// Successful cycles per second of measured wall time.
     fn cycles_per_second(&self) -> f64 {
         self.latencies.len() as f64 / self.wall.as_secs_f64().max(f64::MIN_POSITIVE)
     }
 
+    /// Mean latency of the successful cycles.
     fn mean(&self) -> Duration {
         let total: Duration = self.latencies.iter().sum();
         total / u32::try_from(self.latencies.len().max(1)).unwrap_or(u32::MAX)
     }
 
-    /// Nearest rank.
+    /// Latency percentile `p` of the successful cycles (nearest rank).
     fn percentile(&self, p: usize) -> Duration {
         let mut sorted = self.latencies.clone();
         sorted.sort_unstable();
@@ -261,16 +276,19 @@ impl Stats {
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
 
+    /// Client CPU time per cycle run.
     fn cpu_per_cycle(&self) -> Duration {
         self.cpu / u32::try_from(self.cycles().max(1)).unwrap_or(u32::MAX)
     }
 
+    /// Context switches per cycle run, `?` where not counted.
     fn switches_per_cycle(&self) -> String {
         self.switches.map_or("?".to_owned(), |n| {
             format!("{:.1}", n as f64 / self.cycles().max(1) as f64)
         })
     }
 
+    /// Counts a failed cycle, keeping the first error.
     fn fail(&mut self, error: String) {
         self.failures += 1;
         self.first_error.get_or_insert(error);
@@ -317,6 +335,7 @@ type Chain = (String, Vec<Sent>);
 
 /// The lines one of our cycles wrote, as the floor replays them.
 struct Script {
+    /// What the floor does, in order.
     steps: Vec<Step>,
     /// Every line, for the table's description.
     methods: Vec<String>,
@@ -586,6 +605,8 @@ where
     stats.cpu += process_cpu_time().unwrap_or_default().saturating_sub(cpu);
 }
 
+/// The churn part: ours, the floor and rmcp in interleaved rounds, and
+/// their table.
 async fn churn(options: &Options) {
     println!("\n## Churn: spawn, connect, discovery, one call, close\n");
     let env = server_env();

@@ -110,8 +110,12 @@ async fn write_message<W: AsyncWrite + Unpin>(
 /// One stdio session's state: the catalog and whether `initialize` has
 /// been answered.
 struct LineServer<'a> {
+    /// What is served (tools' behaviors, names).
     config: &'a ServerConfig,
+    /// The catalog's counts, fixed for the session.
     catalog: Catalog,
+    /// Whether `initialize` was answered: until then, other requests
+    /// (but `ping`) are refused.
     initialized: bool,
 }
 
