@@ -72,6 +72,7 @@ mod mcp;
 mod modern;
 mod serve;
 mod sse;
+pub mod stdio;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -7,10 +7,10 @@ use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
 };
 use rmcp::service::{QuitReason, RoleClient, RunningService, ServiceExt};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpClientTransportConfig,
 };
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 
 use crate::no_listen::NoListen;
 
@@ -20,7 +20,7 @@ pub type CycleError = Box<dyn Error + Send + Sync>;
 /// What every cycle does against one server.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The MCP endpoint.
+    /// The MCP endpoint (empty with `stdio`).
     pub url: Arc<str>,
     /// The tool called once per cycle.
     pub tool: String,
@@ -29,6 +29,9 @@ pub struct Plan {
     /// Whether rmcp opens its GET listening stream (its default) or is
     /// told the server has none (see [`NoListen`]).
     pub listen: bool,
+    /// A stdio server to start in each cycle instead of the URL: its
+    /// program and arguments.
+    pub stdio: Option<Arc<[String]>>,
 }
 
 /// How many items one cycle's discovery listed, all pages together.
@@ -60,6 +63,26 @@ fn client_config() -> ClientConfig {
         ClientCapabilities::default(),
         Implementation::new("rmcp-churn", env!("CARGO_PKG_VERSION")),
     )
+}
+
+/// Runs one stdio cycle: `TokioChildProcess` spawns `command` (its
+/// stderr inherited, rmcp's default), `initialize`, discovery and the
+/// call over its pipes, then `cancel`, which closes the child's stdin and
+/// waits for it to exit (rmcp's `graceful_shutdown`: SIGTERM, then
+/// SIGKILL, only past 3 s each).
+pub async fn run_stdio(plan: &Plan, command: &[String]) -> Result<Discovered, CycleError> {
+    let (program, args) = command.split_first().ok_or("no stdio command")?;
+    let mut child = tokio::process::Command::new(program);
+    child.args(args);
+    let transport = TokioChildProcess::new(child)?;
+    let service = client_config().serve(transport).await?;
+    let worked = discover_and_call(plan, &service).await;
+    let closed = service.cancel().await;
+    let discovered = worked?;
+    match closed? {
+        QuitReason::JoinError(error) => Err(error.into()),
+        _ => Ok(discovered),
+    }
 }
 
 /// Runs one cycle with `http` (a pooled client shared by all cycles, or

@@ -1,6 +1,7 @@
 //! `rmcp-churn`: the reconnect-churn cycle of `mcp-scoped-http churn`, run
-//! with the official Rust SDK's client (rmcp 3.11 over reqwest), so that
-//! the two can be compared side by side. See README.md.
+//! with the official Rust SDK's client (rmcp 3.11 over reqwest, or over a
+//! child process's pipes with `--stdio`), so that the two can be compared
+//! side by side. See README.md.
 
 mod cycle;
 mod no_listen;
@@ -25,8 +26,19 @@ use crate::report::{Measured, Report};
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
-    /// The MCP endpoint, e.g. http://127.0.0.1:PORT/mcp
-    url: String,
+    /// The MCP endpoint, e.g. http://127.0.0.1:PORT/mcp (not with
+    /// --stdio).
+    #[arg(required_unless_present = "stdio", conflicts_with = "stdio")]
+    url: Option<String>,
+    /// Start a stdio server in each cycle instead, through rmcp's
+    /// `TokioChildProcess`: the command after `--`, e.g. `--stdio --
+    /// mcp-scoped-http serve --stdio`. --client, --no-listen and
+    /// --no-pool do not apply.
+    #[arg(long, requires = "command")]
+    stdio: bool,
+    /// The stdio server's program and arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
     /// How many measured cycles.
     #[arg(long, default_value_t = 100)]
     cycles: usize,
@@ -60,6 +72,10 @@ struct Args {
     /// Print one JSON object on stdout instead of the text line.
     #[arg(long)]
     json: bool,
+    /// With --json, add every cycle's latency (`latenciesMicros`, sorted),
+    /// so that runs can be merged.
+    #[arg(long, requires = "json")]
+    latencies: bool,
 }
 
 /// Where a cycle's `reqwest::Client` comes from.
@@ -161,6 +177,14 @@ impl Batch {
 
     /// One cycle, bounded by the timeout, with the shared client or a new one.
     async fn one(&self) -> Result<Discovered, String> {
+        if let Some(command) = &self.plan.stdio {
+            let cycle = cycle::run_stdio(&self.plan, command);
+            return match tokio::time::timeout(self.timeout, cycle).await {
+                Ok(Ok(discovered)) => Ok(discovered),
+                Ok(Err(error)) => Err(chain(error.as_ref())),
+                Err(_) => Err(format!("the cycle took longer than {:?}", self.timeout)),
+            };
+        }
         let http = match &self.shared {
             Some(client) => client.clone(),
             None => http_client(self.pool).map_err(|error| chain(&error))?,
@@ -183,7 +207,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let stdio = args.stdio.then(|| Arc::from(args.command.clone()));
     let shared = match args.client {
+        _ if stdio.is_some() => None,
         ClientKind::Owned => None,
         ClientKind::Borrowed => match http_client(!args.no_pool) {
             Ok(client) => Some(client),
@@ -198,10 +224,11 @@ async fn main() -> ExitCode {
     };
     let batch = Arc::new(Batch {
         plan: Plan {
-            url: args.url.into(),
+            url: args.url.unwrap_or_default().into(),
             tool: args.call,
             arguments: args.args,
             listen: !args.no_listen,
+            stdio: stdio.clone(),
         },
         shared,
         pool: !args.no_pool,
@@ -231,7 +258,17 @@ async fn main() -> ExitCode {
     if let Some(discovered) = batch.first_discovery.get() {
         eprintln!("rmcp-churn: each cycle listed {discovered}");
     }
-    let mut report = Report::new(args.client.name(), concurrency, measured, wall, cpu);
+    let mode = if stdio.is_some() {
+        "stdio"
+    } else {
+        args.client.name()
+    };
+    let mut latencies = measured.latencies.clone();
+    latencies.sort_unstable();
+    let mut report = Report::new(mode, concurrency, measured, wall, cpu);
+    if args.latencies {
+        report = report.with_latencies(&latencies);
+    }
     if args.no_listen {
         report.notes.push("no GET stream");
     }

@@ -34,6 +34,10 @@ pub struct Report {
     /// The process's user + system CPU time over the measured part,
     /// divided by the cycles run.
     pub cpu_micros_per_cycle: f64,
+    /// Every successful cycle's latency, sorted, with `--latencies`
+    /// (so a caller can merge runs): absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latencies_micros: Option<Vec<u64>>,
     /// How the run differed from the default (no GET stream, no pool):
     /// shown in the text line beside the mode; the JSON object keeps its
     /// fixed keys.
@@ -87,8 +91,15 @@ impl Report {
             p50_micros: micros(percentile(latencies, 50)),
             p99_micros: micros(percentile(latencies, 99)),
             cpu_micros_per_cycle: per(cpu.as_secs_f64() * 1e6, cycles),
+            latencies_micros: None,
             notes: Vec::new(),
         }
+    }
+
+    /// Adds every latency to the JSON form.
+    pub fn with_latencies(mut self, sorted: &[Duration]) -> Self {
+        self.latencies_micros = Some(sorted.iter().map(|d| micros(*d)).collect());
+        self
     }
 
     /// The one-line JSON form.

@@ -95,6 +95,13 @@ pub(crate) enum Command {
         /// endpoint).
         #[arg(long)]
         oauth: bool,
+        /// Serve on standard input and output instead (a stdio server, one
+        /// JSON-RPC message a line), until standard input ends: the 2025
+        /// revisions only (a request before `initialize`, such as a
+        /// `server/discover` probe, is answered with an error). Nothing
+        /// else is written to standard output.
+        #[arg(long, conflicts_with_all = ["port", "sse", "oauth", "revision"])]
+        stdio: bool,
     },
     /// The client under test for the official MCP conformance suite: acts
     /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).

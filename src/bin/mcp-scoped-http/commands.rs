@@ -355,6 +355,22 @@ pub(crate) async fn serve(port: u16, mut config: ServerConfig, oauth: bool) -> O
     Ok(())
 }
 
+/// `serve --stdio`: the test kit's catalog on standard input and output
+/// until standard input ends. Standard output carries protocol only.
+pub(crate) async fn serve_stdio(config: ServerConfig) -> Outcome {
+    let served = mcp_scoped_http::testkit::stdio::serve_lines(
+        &config,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+    )
+    .await;
+    served.map_err(|error| {
+        Failure::server(format!(
+            "serving on standard input and output failed: {error}"
+        ))
+    })
+}
+
 /// Forwards every connection on `listener` to the test server (which binds
 /// an ephemeral port of its own).
 async fn forward_connections(listener: tokio::net::TcpListener, to: std::net::SocketAddr) {

@@ -180,10 +180,15 @@ fn main() -> ExitCode {
     }));
 
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A stdio server answers one line at a time: a single thread starts
+    // faster (it is started once per session by the stdio churn bench).
+    let single_thread = matches!(cli.command, Command::Serve { stdio: true, .. });
+    let mut builder = if single_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("mcp-scoped-http: cannot start the async runtime: {error}");
@@ -215,6 +220,7 @@ fn main() -> ExitCode {
                 sse,
                 revision,
                 oauth,
+                stdio,
             } => {
                 let mode = if sse {
                     ResponseMode::Sse
@@ -231,7 +237,11 @@ fn main() -> ExitCode {
                     .with_eras(revision)
                     // A long-running server keeps no record of requests.
                     .with_record_requests(false);
-                commands::serve(port, config, oauth).await
+                if stdio {
+                    commands::serve_stdio(config).await
+                } else {
+                    commands::serve(port, config, oauth).await
+                }
             }
             Command::Conformance { url, common } => conformance::run(&url, &common).await,
             Command::Fleet(options) => fleet::run(options).await,
