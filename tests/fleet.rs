@@ -1089,7 +1089,7 @@ fn a_host_config_file_runs_its_http_and_stdio_servers() {
             .await
             .unwrap();
         // The stdio entry, a child process of the fleet's.
-        while !fleet.state("local").is_some_and(|s| s.name() == "ready") {
+        while fleet.state("local").is_none_or(|s| s.name() != "ready") {
             assert!(
                 matches!(
                     fleet.state("local"),

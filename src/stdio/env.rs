@@ -78,7 +78,7 @@ pub(crate) fn path_of(env: &[(OsString, OsString)]) -> Option<&OsStr> {
 /// Which file runs for `program`, the way a shell finds it.
 ///
 /// A name containing `/` is used as given, relative to `cwd` when relative
-/// (the child runs there). Any other name is searched on `path`, the
+/// (the child runs there). The file found is named by an absolute path. Any other name is searched on `path`, the
 /// `PATH` the child gets (not the host's: the child's is what a shell in
 /// the child would search), entry by entry: the first entry holding an
 /// executable regular file wins; an empty or relative entry is relative
@@ -97,9 +97,15 @@ pub(crate) fn resolve_program(
     if program.is_empty() {
         return Err(Error::builder("the stdio server's command is empty"));
     }
-    let in_cwd = |candidate: &Path| match cwd {
-        Some(cwd) if candidate.is_relative() => cwd.join(candidate),
-        _ => candidate.to_path_buf(),
+    // Absolute, against the host's directory: the child changes to `cwd`
+    // before it execs, where a relative path (a relative `cwd` joined, or
+    // a relative `PATH` entry) would be read a second time.
+    let in_cwd = |candidate: &Path| {
+        let joined = match cwd {
+            Some(cwd) if candidate.is_relative() => cwd.join(candidate),
+            _ => candidate.to_path_buf(),
+        };
+        std::path::absolute(&joined).unwrap_or(joined)
     };
     if program.as_bytes().contains(&b'/') {
         let candidate = in_cwd(Path::new(program));
@@ -363,7 +369,15 @@ mod tests {
         assert_eq!(found, script);
         // Relative: under cwd, never searched on PATH.
         let found = resolve_program(OsStr::new("./run.sh"), None, Some(&dir.0)).expect("ok");
-        assert_eq!(found, dir.0.join("./run.sh"));
+        assert_eq!(found, script);
+        // A relative `cwd` too: the path found is absolute, since the child
+        // reads it after changing to `cwd`.
+        let host = std::env::current_dir().expect("the host's directory");
+        let up: PathBuf = host.components().skip(1).map(|_| "..").collect();
+        let relative = up.join(dir.0.strip_prefix("/").expect("absolute"));
+        let found = resolve_program(OsStr::new("./run.sh"), None, Some(&relative)).expect("ok");
+        assert!(found.is_absolute(), "{found:?}");
+        assert!(found.is_file(), "{found:?}");
         let error =
             resolve_program(OsStr::new("./sh"), None, Some(&dir.0)).expect_err("not on PATH");
         assert!(error.is_builder());

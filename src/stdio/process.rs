@@ -27,8 +27,12 @@
 //!    the host process dies, whatever its threads do, or when the tree is
 //!    dropped.
 //! 2. The forked child calls `setsid()`, then forks again. The grandchild
-//!    gets default signal dispositions and an empty signal mask, and std
-//!    execs the server in it (in the new group).
+//!    gets default signal dispositions, an empty signal mask, SIGKILL as
+//!    its parent-death signal (its parent, the watchdog, is
+//!    single-threaded, so this one holds), and close-on-exec on every
+//!    descriptor above the standard streams (the host's descriptors opened
+//!    without it reach no server); std execs the server in it (in the new
+//!    group).
 //! 3. The child becomes the **watchdog** and never returns to std: it
 //!    closes every descriptor but the lifeline (the server's pipes, so the
 //!    host sees them close when the server does, and std's exec-error
@@ -42,6 +46,13 @@
 //!    the same signal). When the lifeline reads end-of-file, the host is
 //!    gone (or dropped the tree): it sends SIGKILL to its own group, itself
 //!    included.
+//!
+//! If the watchdog itself is killed (by someone outside: it ignores the
+//! signals a release sends), the server dies of its parent-death signal,
+//! and the host, reaping the leader and finding members of its group
+//! still there, sends the group SIGKILL; the release report says so
+//! ([`ProcessEnd::WatchdogEnded`]). The watchdog is named `mcp-watchdog`
+//! and is not dumpable: its memory is a copy-on-write copy of the host's.
 //!
 //! So the host's child is the watchdog, the group's leader, and its status
 //! (the [`ProcessTree::exit`] watch) is the server's, seen once the whole
@@ -70,6 +81,8 @@ use std::ffi::OsString;
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -142,6 +155,11 @@ pub enum ProcessEnd {
     Terminated,
     /// SIGKILL to its group was needed.
     Killed,
+    /// Its watchdog (Linux) ended before the tree it watched, with this
+    /// status: something outside killed it. The server then got SIGKILL
+    /// (its parent-death signal), and so did whatever was left of its
+    /// group; the server's own status is lost.
+    WatchdogEnded(ExitStatus),
     /// Not seen to end within the bound even after SIGKILL (a process in
     /// uninterruptible sleep), or its end could not be observed (the host
     /// set SIGCHLD to be ignored, so the system reaped it unseen): left to
@@ -245,20 +263,36 @@ pub(crate) fn spawn(
         )));
     };
     let (ended, exit) = watch::channel(None);
-    let waiter = tokio::spawn(async move {
-        match child.wait().await {
-            Ok(status) => {
-                ended.send_replace(Some(status));
+    let outlived = Arc::new(AtomicBool::new(false));
+    let waiter = tokio::spawn({
+        let outlived = Arc::clone(&outlived);
+        async move {
+            match child.wait().await {
+                Ok(status) => {
+                    // The watchdog, the leader, ends last, once nothing of its
+                    // tree is left: a member still there means it was killed
+                    // from outside, and what it watched is ended here. The
+                    // group's id is not someone else's yet: it stays taken while
+                    // a member lives, and Linux hands out pids cyclically.
+                    #[cfg(target_os = "linux")]
+                    if kill_group(group, libc::SIGKILL) {
+                        outlived.store(true, Ordering::Relaxed);
+                    }
+                    #[cfg(not(target_os = "linux"))]
+                    let _ = &outlived;
+                    ended.send_replace(Some(status));
+                }
+                // Only when the system reaped it for us (SIGCHLD ignored): the
+                // closed watch says so.
+                Err(error) => tracing::warn!(%error, group, "could not wait for a stdio server"),
             }
-            // Only when the system reaped it for us (SIGCHLD ignored): the
-            // closed watch says so.
-            Err(error) => tracing::warn!(%error, group, "could not wait for a stdio server"),
         }
     });
     Ok(Spawned {
         tree: ProcessTree {
             group,
             exit,
+            outlived,
             #[cfg(target_os = "linux")]
             lifeline: Some(lifeline),
             waiter,
@@ -325,6 +359,9 @@ pub(crate) struct ProcessTree {
     group: u32,
     /// The tree's end, as the waiter task saw it.
     exit: watch::Receiver<Option<ExitStatus>>,
+    /// Set by the waiter when the leader ended before the rest of its
+    /// group (the watchdog killed from outside).
+    outlived: Arc<AtomicBool>,
     /// The host's end of the lifeline: dropping it makes the watchdog kill
     /// the group.
     #[cfg(target_os = "linux")]
@@ -386,6 +423,9 @@ impl ProcessTree {
     async fn release_steps(&mut self, grace: Grace) -> ProcessEnd {
         if self.stage == Stage::Running {
             match self.wait_end(grace.stdin).await {
+                Seen::Ended(status) if self.outlived.load(Ordering::Relaxed) => {
+                    return ProcessEnd::WatchdogEnded(status);
+                }
                 Seen::Ended(status) => return ProcessEnd::Exited(status),
                 Seen::Lost => return ProcessEnd::Unconfirmed,
                 Seen::Running => {}
@@ -457,16 +497,17 @@ impl Drop for ProcessTree {
     }
 }
 
-/// Sends `signal` to process group `group`. A group already gone (ESRCH)
-/// is not a failure; nothing else can fail for a group we created.
-fn kill_group(group: u32, signal: libc::c_int) {
+/// Sends `signal` to process group `group`, saying whether the group had
+/// a member to send it to. A group already gone (ESRCH) is not a failure;
+/// nothing else can fail for a group we created.
+fn kill_group(group: u32, signal: libc::c_int) -> bool {
     let Ok(group) = libc::pid_t::try_from(group) else {
-        return;
+        return false;
     };
     // `kill(-g)` for a group: never `kill(0)` (our own group) or -1
     // (everything we may signal), which a 0 or 1 here would turn it into.
     if group <= 1 {
-        return;
+        return false;
     }
     // SAFETY: `kill` has no memory effects; it only sends a signal.
     let sent = unsafe { libc::kill(-group, signal) };
@@ -475,7 +516,9 @@ fn kill_group(group: u32, signal: libc::c_int) {
         if error.raw_os_error() != Some(libc::ESRCH) {
             tracing::warn!(%error, group, signal, "could not signal a stdio server's group");
         }
+        return false;
     }
+    true
 }
 
 /// The watchdog: Linux, where `signalfd` and child subreapers exist.
@@ -545,11 +588,12 @@ mod linux {
     /// where only async-signal-safe functions may be called. It captures
     /// one `c_int`, allocates nothing, takes no lock, never panics (no
     /// indexing, no arithmetic that can overflow, no `unwrap`), and calls
-    /// only `setsid`, `fork` (the child is single-threaded, so its second
-    /// fork cannot inherit a lock held by another thread; glibc's fork
-    /// handlers reset its own locks), `signal`, `sigemptyset`,
-    /// `sigaddset`, `sigprocmask`, and in the watchdog `close`, `syscall`
-    /// (close_range), `getrlimit`, `setrlimit`, `prctl`, `signalfd`,
+    /// only `setsid`, `getpid`, `fork` (the child is single-threaded, so
+    /// its second fork cannot inherit a lock held by another thread;
+    /// glibc's fork handlers reset its own locks), `signal`, `sigemptyset`,
+    /// `sigaddset`, `sigprocmask`, `prctl`, `getrlimit`, `syscall`
+    /// (close_range), in the server `getppid` and `fcntl`, and in the
+    /// watchdog `close`, `setrlimit`, `signalfd`,
     /// `poll`, `read`, `waitpid`, `kill`, `raise` and `_exit`: raw system
     /// calls. The only value built on the way back to std (whose own code
     /// then execs) is `io::Error::last_os_error()`, an integer, as std's
@@ -563,10 +607,11 @@ mod linux {
                 if libc::setsid() == -1 {
                     return Err(io::Error::last_os_error());
                 }
+                let watchdog_pid = libc::getpid();
                 match libc::fork() {
                     -1 => Err(io::Error::last_os_error()),
                     0 => {
-                        server_defaults();
+                        server_defaults(watchdog_pid);
                         Ok(())
                     }
                     server => watchdog(lifeline, server),
@@ -577,14 +622,33 @@ mod linux {
 
     /// In the server, before exec: default dispositions for every signal
     /// (an ignored one would survive the exec) and an empty mask (std
-    /// keeps the forking thread's).
+    /// keeps the forking thread's); SIGKILL when the watchdog dies (it is
+    /// single-threaded, so its death is its thread's: the parent-death
+    /// signal holds here, where it would not for the host's child); and
+    /// close-on-exec on every descriptor above the standard streams, so
+    /// the host's descriptors opened without it (by a C library, or
+    /// inherited) reach no server.
     ///
     /// # Safety
     ///
     /// Between fork and exec only: async-signal-safe calls.
-    unsafe fn server_defaults() {
-        // SAFETY: async-signal-safe calls on a stack value they fill.
+    unsafe fn server_defaults(watchdog: libc::pid_t) {
+        // SAFETY: async-signal-safe calls on integers and on a stack value
+        // they fill.
         unsafe {
+            let zero: libc::c_ulong = 0;
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                zero,
+                zero,
+                zero,
+            );
+            // The watchdog may have died before the line above.
+            if libc::getppid() != watchdog {
+                libc::_exit(137);
+            }
+            cloexec_from(3);
             for signal in 1..=LAST_SIGNAL {
                 if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                     // Fails harmlessly for numbers the C library reserves.
@@ -611,6 +675,23 @@ mod linux {
         // siginfo buffer, each of the size the call is told).
         unsafe {
             close_all_but(lifeline);
+            // Seen as what it is in `ps`; and never dumped or traced by
+            // another process of the user: its memory is a copy of the
+            // host's, secrets included.
+            libc::prctl(
+                libc::PR_SET_NAME,
+                c"mcp-watchdog".as_ptr() as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            );
+            libc::prctl(
+                libc::PR_SET_DUMPABLE,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            );
             // Orphaned descendants come to us, not to init: we see them
             // end, and the tree is not gone until they are.
             let zero: libc::c_ulong = 0;
@@ -804,20 +885,54 @@ mod linux {
                 return;
             }
             // Kernels before 5.9: one by one, up to the descriptor limit.
-            let mut limit = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-                limit.rlim_cur.min(1 << 20) as c_int
-            } else {
-                1 << 16
-            };
-            for fd in 0..last {
+            for fd in 0..descriptor_limit() {
                 if fd != keep {
                     libc::close(fd);
                 }
             }
+        }
+    }
+
+    /// Sets close-on-exec on every descriptor from `first` up.
+    ///
+    /// # Safety
+    ///
+    /// Between fork and exec only (it changes descriptors others own).
+    unsafe fn cloexec_from(first: c_int) {
+        // SAFETY: `close_range` and `fcntl` on descriptor numbers: no
+        // memory effects; `getrlimit` fills a stack value.
+        unsafe {
+            if libc::syscall(
+                libc::SYS_close_range,
+                first as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) == 0
+            {
+                return;
+            }
+            // Kernels before 5.11: one by one, up to the descriptor limit.
+            for fd in first..descriptor_limit() {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags != -1 && flags & libc::FD_CLOEXEC == 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
+            }
+        }
+    }
+
+    /// The highest descriptor number to visit one by one (capped: a limit
+    /// of millions would make it slow, and such numbers are rarely used).
+    fn descriptor_limit() -> c_int {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `getrlimit` fills a stack value of the right type.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            limit.rlim_cur.min(1 << 20) as c_int
+        } else {
+            1 << 16
         }
     }
 
@@ -1292,6 +1407,103 @@ mod tests {
             .expect("the re-run ends")
             .expect("waited");
         assert!(status.success(), "{status:?}");
+    }
+
+    #[tokio::test]
+    async fn a_watchdog_killed_from_outside_leaves_no_process_and_says_so() {
+        let marker = unique("watchdog");
+        let _sweep = Sweep(marker.clone());
+        let Spawned {
+            mut tree,
+            stdin,
+            stdout,
+            stderr: _stderr,
+        } = sh(WRAPPER, &marker);
+        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        let watchdog = libc::pid_t::try_from(tree.group()).expect("a pid");
+        // SAFETY: a signal to this test's own watchdog.
+        assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
+        // The wrapper's child is in the group but no child of the watchdog's
+        // death signal: the host's group SIGKILL ends it.
+        assert_gone(&marker, Duration::from_secs(5)).await;
+        drop(stdin);
+        match tree.release(Grace::default()).await {
+            ProcessEnd::WatchdogEnded(status) => {
+                assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+            }
+            other => panic!("reported as {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_that_leaves_the_group_still_dies_with_its_watchdog() {
+        let marker = unique("pdeathsig");
+        let _sweep = Sweep(marker.clone());
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let args = [
+            "--exact",
+            "stdio::process::tests::child_that_leaves_its_group",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]
+        .map(OsString::from);
+        let mut env = marked_env(&marker);
+        env.push((ROLE.into(), "child_that_leaves_its_group=".into()));
+        let Spawned {
+            tree,
+            stdin: _stdin,
+            stdout,
+            stderr: _stderr,
+        } = spawn(&exe, &args, &env, None).expect("spawned");
+        expect_line(&mut BufReader::new(stdout), "left", Duration::from_secs(30)).await;
+        let watchdog = libc::pid_t::try_from(tree.group()).expect("a pid");
+        // SAFETY: a signal to this test's own watchdog.
+        assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
+        // No group signal reaches it: only its parent-death signal does.
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    /// A server that moves to a group of its own, then lives on (bounded).
+    #[test]
+    #[ignore = "a helper: run by a_server_that_leaves_the_group_still_dies_with_its_watchdog"]
+    fn child_that_leaves_its_group() {
+        if role("child_that_leaves_its_group").is_none() {
+            return;
+        }
+        // SAFETY: moves this process to a new group; no memory effects.
+        assert_eq!(unsafe { libc::setpgid(0, 0) }, 0);
+        // On a line of its own: the harness has begun one with the name.
+        println!("\nleft");
+        std::thread::sleep(Duration::from_secs(60));
+    }
+
+    #[tokio::test]
+    async fn the_hosts_descriptors_without_close_on_exec_reach_no_server() {
+        // SAFETY: `open` of a constant path; the descriptor is ours, closed
+        // below. Deliberately without O_CLOEXEC.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        assert!(fd > 2, "{fd}");
+        let marker = unique("cloexec");
+        let _sweep = Sweep(marker.clone());
+        let script = format!("[ -e /proc/self/fd/{fd} ] && echo leaked || echo clean; read _");
+        let Spawned {
+            tree: _tree,
+            stdin: _stdin,
+            stdout,
+            stderr: _stderr,
+        } = sh(&script, &marker);
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .expect("a line in time")
+        .expect("read");
+        // SAFETY: our own descriptor, opened above.
+        unsafe { libc::close(fd) };
+        assert_eq!(line.trim_end(), "clean");
     }
 
     /// In a process whose environment holds `SECRET` from its start (no

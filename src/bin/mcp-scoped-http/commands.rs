@@ -56,6 +56,9 @@ pub(crate) fn process_text(end: &ProcessEnd) -> String {
         ProcessEnd::Exited(status) => format!("exited by itself ({status})"),
         ProcessEnd::Terminated => "ended after SIGTERM to its group".to_owned(),
         ProcessEnd::Killed => "killed (SIGKILL to its group)".to_owned(),
+        ProcessEnd::WatchdogEnded(status) => {
+            format!("its watchdog was killed from outside ({status}); the group was killed")
+        }
         other => format!("{other:?}"),
     }
 }
