@@ -386,13 +386,19 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
     // Boxed: a request's future is several KiB, and the slot's future
     // lives as long as the session.
+    let interval = slot
+        .spec
+        .health_interval_setting()
+        .unwrap_or(policy.health_interval);
     let checking = |proving: bool| {
         Box::pin(async move {
             if !proving {
-                match policy.health_interval {
+                match interval {
                     Some(every) => tokio::time::sleep(every).await,
                     None => std::future::pending().await,
                 }
+            } else if let Some(level) = slot.spec.log_level_setting() {
+                set_log_level(&slot.name, &live.session, level, policy.health_timeout).await;
             }
             live.session
                 .request_with(
@@ -453,5 +459,23 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 }
             }
         }
+    }
+}
+
+/// Asks the server for `level` and above (`logging/setLevel`), if it
+/// offers logging. Not the session's proof: a refusal is logged, and the
+/// `ping` that follows decides.
+async fn set_log_level(server: &str, session: &Session, level: &str, timeout: Duration) {
+    if session.info().capabilities.get("logging").is_none() {
+        tracing::debug!(server, "fleet: the server offers no logging; no level set");
+        return;
+    }
+    let params = serde_json::json!({ "level": level });
+    let options = RequestOptions::default().timeout(timeout);
+    if let Err(error) = session
+        .request_with("logging/setLevel", Some(params), options)
+        .await
+    {
+        tracing::warn!(server, %error, "fleet: logging/setLevel failed");
     }
 }

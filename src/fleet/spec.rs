@@ -103,6 +103,9 @@ pub struct ServerSpec {
     source: Source,
     enabled: bool,
     required: bool,
+    /// `None`: the fleet's; `Some(None)`: never.
+    health_interval: Option<Option<Duration>>,
+    log_level: Option<Arc<str>>,
 }
 
 #[derive(Clone)]
@@ -180,39 +183,41 @@ impl PartialEq for Pieces {
 }
 
 impl ServerSpec {
+    fn with_source(source: Source) -> Self {
+        ServerSpec {
+            source,
+            enabled: true,
+            required: false,
+            health_interval: None,
+            log_level: None,
+        }
+    }
+
     /// A server at `url` (`http` or `https`). A URL that cannot be used
     /// puts the slot in [`SlotState::Failed`](super::SlotState::Failed).
     pub fn new(url: impl Into<String>) -> Self {
-        ServerSpec {
-            source: Source::Pieces(Box::new(Pieces {
-                url: url.into(),
-                headers: Vec::new(),
-                bearer: None,
-                hooks: Vec::new(),
-                #[cfg(feature = "oauth")]
-                oauth: None,
-                client: None,
-                client_settings: HttpClientBuilder::new(),
-                protocol_version: None,
-                connect_timeout: Duration::from_secs(30),
-                request_timeout: None,
-                delete_timeout: None,
-                listen: None,
-            })),
-            enabled: true,
-            required: false,
-        }
+        ServerSpec::with_source(Source::Pieces(Box::new(Pieces {
+            url: url.into(),
+            headers: Vec::new(),
+            bearer: None,
+            hooks: Vec::new(),
+            #[cfg(feature = "oauth")]
+            oauth: None,
+            client: None,
+            client_settings: HttpClientBuilder::new(),
+            protocol_version: None,
+            connect_timeout: Duration::from_secs(30),
+            request_timeout: None,
+            delete_timeout: None,
+            listen: None,
+        })))
     }
 
     /// A server reached through `connector`, as configured (its connect
     /// timeout included: set one, or a connect may wait as long as the
     /// server does). The slot connects with it again after each loss.
     pub fn from_connector(connector: Connector) -> Self {
-        ServerSpec {
-            source: Source::Connector(Arc::new(connector)),
-            enabled: true,
-            required: false,
-        }
+        ServerSpec::with_source(Source::Connector(Arc::new(connector)))
     }
 
     /// A stdio server: the fleet starts `command` for the slot, and again
@@ -225,16 +230,12 @@ impl ServerSpec {
     /// process.
     #[cfg(all(feature = "stdio", unix))]
     pub fn stdio(command: crate::stdio::StdioCommand) -> Self {
-        ServerSpec {
-            source: Source::Stdio(Box::new(StdioPieces {
-                command,
-                protocol_version: None,
-                connect_timeout: Duration::from_secs(30),
-                request_timeout: None,
-            })),
-            enabled: true,
-            required: false,
-        }
+        ServerSpec::with_source(Source::Stdio(Box::new(StdioPieces {
+            command,
+            protocol_version: None,
+            connect_timeout: Duration::from_secs(30),
+            request_timeout: None,
+        })))
     }
 
     /// The stdio command, for a stdio server's spec.
@@ -392,6 +393,34 @@ impl ServerSpec {
         self
     }
 
+    /// How often this server's slot pings it when ready, over the fleet's
+    /// [`health_interval`](super::FleetBuilder::health_interval); `None`
+    /// for never. Default: the fleet's.
+    pub fn health_interval(mut self, every: Option<Duration>) -> Self {
+        self.health_interval = Some(every);
+        self
+    }
+
+    /// The least severe `notifications/message` level the server is asked
+    /// to send (`logging/setLevel`, with a level such as `"debug"`,
+    /// `"info"` or `"error"`), after every connect, when it offers
+    /// logging. Default: none asked (the server's own choice).
+    pub fn log_level(mut self, level: impl Into<String>) -> Self {
+        self.log_level = Some(Arc::from(level.into()));
+        self
+    }
+
+    /// The health interval set by [`health_interval`](Self::health_interval):
+    /// `None` when the fleet's applies.
+    pub(crate) fn health_interval_setting(&self) -> Option<Option<Duration>> {
+        self.health_interval
+    }
+
+    /// The level set by [`log_level`](Self::log_level).
+    pub(crate) fn log_level_setting(&self) -> Option<&str> {
+        self.log_level.as_deref()
+    }
+
     /// Whether the fleet runs this server.
     pub fn is_enabled(&self) -> bool {
         self.enabled
@@ -405,6 +434,9 @@ impl ServerSpec {
     /// Whether `other` is the same server (everything equal but
     /// `required`), so its slot is left alone.
     pub(crate) fn same_server(&self, other: &ServerSpec) -> bool {
+        if self.health_interval != other.health_interval || self.log_level != other.log_level {
+            return false;
+        }
         match (&self.source, &other.source) {
             (Source::Pieces(a), Source::Pieces(b)) => a == b,
             (Source::Connector(a), Source::Connector(b)) => Arc::ptr_eq(a, b),
@@ -518,6 +550,8 @@ impl fmt::Debug for ServerSpec {
         }
         d.field("enabled", &self.enabled)
             .field("required", &self.required)
+            .field("health_interval", &self.health_interval)
+            .field("log_level", &self.log_level)
             .finish()
     }
 }
