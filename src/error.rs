@@ -33,6 +33,8 @@ struct Inner {
     status: Option<StatusCode>,
     rpc: Option<ErrorObject>,
     www_authenticate: Option<String>,
+    /// The start of an error status's text body, escaped and cut.
+    body: Option<Box<str>>,
     message: Option<String>,
     // Shared, so that one failure can be reported to every request that
     // waited on it.
@@ -109,6 +111,7 @@ impl Error {
                 status: None,
                 rpc: None,
                 www_authenticate: None,
+                body: None,
                 message: None,
                 source: None,
                 cleanup: Vec::new(),
@@ -142,6 +145,7 @@ impl Error {
                 status: inner.status,
                 rpc: inner.rpc.clone(),
                 www_authenticate: inner.www_authenticate.clone(),
+                body: inner.body.clone(),
                 message: inner.message.clone(),
                 source: inner.source.clone(),
                 cleanup: inner.cleanup.iter().map(Error::duplicate).collect(),
@@ -176,6 +180,13 @@ impl Error {
 
     pub(crate) fn with_www_authenticate(mut self, challenge: Option<String>) -> Self {
         self.inner.www_authenticate = challenge;
+        self
+    }
+
+    /// Attaches the start of an error status's body, already escaped and
+    /// cut (see [`body_excerpt`](Self::body_excerpt)).
+    pub(crate) fn with_body_excerpt(mut self, excerpt: Option<Box<str>>) -> Self {
+        self.inner.body = excerpt;
         self
     }
 
@@ -442,6 +453,17 @@ impl Error {
         self.inner.www_authenticate.as_deref()
     }
 
+    /// The start of an HTTP error status's body, when it was text (a
+    /// `text/*` type, or JSON that held no JSON-RPC error): at most
+    /// [`BODY_EXCERPT`] bytes, whitespace runs as one space, control and
+    /// invisible characters escaped (`\u{1b}`), `…` where it was cut. Often
+    /// where a server says what to fix ("Access is only allowed at
+    /// localhost:8931"); also in the error's `Display`. The server's text,
+    /// not ours.
+    pub fn body_excerpt(&self) -> Option<&str> {
+        self.inner.body.as_deref()
+    }
+
     /// The step of `connect` this error came from, for an error of
     /// [`Connector::connect`](crate::Connector::connect).
     pub fn connect_phase(&self) -> Option<ConnectPhase> {
@@ -550,6 +572,9 @@ impl fmt::Display for Error {
         if let Some(rpc) = &self.inner.rpc {
             write!(f, ": JSON-RPC error {}: {}", rpc.code, rpc.message)?;
         }
+        if let Some(body) = &self.inner.body {
+            write!(f, ": the server said \"{body}\"")?;
+        }
         if self.inner.session_expired {
             f.write_str(": the server ended the session")?;
         }
@@ -629,6 +654,9 @@ impl fmt::Debug for Error {
             d.field("rpc_code", &rpc.code);
             d.field("rpc_message", &rpc.message);
         }
+        if let Some(body) = &self.inner.body {
+            d.field("body", body);
+        }
         if let Some(message) = &self.inner.message {
             d.field("message", message);
         }
@@ -661,6 +689,22 @@ pub(crate) fn idless_response(
         message: "a response without an id".into(),
         data: None,
     }))
+}
+
+/// The most bytes of an error status's body kept in the error
+/// ([`Error::body_excerpt`]): enough for a sentence that says what to fix.
+pub const BODY_EXCERPT: usize = 300;
+
+/// An error body's start, to show: whitespace runs as one space, escaped
+/// (see [`crate::text::escape`]), at most [`BODY_EXCERPT`] bytes. `None`
+/// when nothing but whitespace is left.
+pub(crate) fn body_excerpt(body: &[u8]) -> Option<Box<str>> {
+    let text = String::from_utf8_lossy(body);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.is_empty() {
+        return None;
+    }
+    Some(crate::text::escape(&words.join(" "), BODY_EXCERPT).into())
 }
 
 /// An HTTP error status, with what the body told us about it.

@@ -314,6 +314,7 @@ mod sync;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod text;
 mod transport;
 // The one URL parser: OAuth's secret-carrying targets, and proxy URLs.
 #[cfg(any(feature = "oauth", feature = "proxy"))]

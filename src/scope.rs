@@ -58,9 +58,10 @@ fn sync_guard(release: impl FnOnce() + Send + 'static) -> SyncGuard {
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub enum SessionRelease {
-    /// We did not create one: an attached session, a 2026-07-28 server
-    /// (which has no sessions), or a connect that failed before
-    /// `initialize` was sent.
+    /// We did not create one: an attached session, or a connect that
+    /// failed before `initialize` was sent (or a 2026-07-28 server's
+    /// stack released other than by [`Session::close`](crate::Session::close),
+    /// which says [`Stateless`](Self::Stateless)).
     #[default]
     NotOwned,
     /// The server issued no session id (a stateless server, an `initialize`
@@ -75,6 +76,9 @@ pub enum SessionRelease {
     /// DELETE failed or timed out (or `initialize` was not answered in
     /// time to learn the session id); local cleanup ran anyway.
     DeleteFailed(Error),
+    /// A 2026-07-28 server: the protocol has no server sessions, so there
+    /// was none to end (reported by [`Session::close`](crate::Session::close)).
+    Stateless,
 }
 
 /// What a close (or a failed connect) released.
@@ -105,6 +109,18 @@ pub struct Released {
     /// the same order, in the background (awaited by [`shutdown`]); the
     /// other fields then report nothing.
     pub deferred: bool,
+}
+
+impl Released {
+    /// Says [`SessionRelease::Stateless`] for a stack of a 2026-07-28
+    /// session (`stateless`, asked before the engine closed), which had
+    /// no server session to end.
+    pub(crate) fn of_stateless(mut self, stateless: bool) -> Self {
+        if stateless && matches!(self.session, SessionRelease::NotOwned) {
+            self.session = SessionRelease::Stateless;
+        }
+        self
+    }
 }
 
 /// The background tasks of a session (the GET listener, re-discovery,

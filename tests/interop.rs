@@ -943,7 +943,7 @@ async fn rmcp_client_over_our_transport_to_python2_modern() {
             let released = report.released().await.expect("rmcp closed the transport");
             assert!(released.owned_client_released, "{released:?}");
             assert!(
-                matches!(released.session, SessionRelease::NotOwned),
+                matches!(released.session, SessionRelease::Stateless),
                 "{released:?}"
             );
             mcp_scoped_http::shutdown().await;
@@ -1150,7 +1150,7 @@ async fn exercise_modern(peer: &Peer, expect: Modern) {
         assert!(released.owned_client_released, "{released:?}");
         // 2026-07-28 has no server session: none was ours to end.
         assert!(
-            matches!(released.session, SessionRelease::NotOwned),
+            matches!(released.session, SessionRelease::Stateless),
             "{released:?}"
         );
         mcp_scoped_http::shutdown().await;

@@ -1366,7 +1366,7 @@ fn released_as(eras: Eras, released: &Released) {
             "{eras}: {released:?}"
         ),
         _ => assert!(
-            matches!(released.session, SessionRelease::NotOwned),
+            matches!(released.session, SessionRelease::Stateless),
             "{eras}: {released:?}"
         ),
     }

@@ -1426,13 +1426,16 @@ impl Transport<RoleClient> for ScopedTransport {
     /// [`ReleaseReport`]). If this future is dropped half-way, the rest is
     /// done by the reaper.
     async fn close(&mut self) -> Result<()> {
+        // Asked before the engine lets go of its generation.
+        let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
         self.engine.close();
         drop(lock(&self.engine.front.handshake).opening.take());
         if let Some(mut stack) = self.stack.take() {
             let released = stack
                 .unwind()
                 .instrument(tracing::info_span!("mcp.close"))
-                .await;
+                .await
+                .of_stateless(stateless);
             tracing::debug!(?released, "the rmcp transport closed");
             if let Some(report) = self.report.take() {
                 let _ = report.send(released);

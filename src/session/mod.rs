@@ -646,6 +646,8 @@ impl Session {
     /// task to end: it returns at once with [`Released::deferred`], and the
     /// reaper does the rest (awaited by [`crate::shutdown`]).
     pub async fn close(&self) -> Released {
+        // Asked before the engine lets go of its generation.
+        let stateless = self.engine.generation().is_some_and(|g| g.is_stateless());
         self.engine.close();
         self.engine.front.close_sink();
         self.engine.front.events.close();
@@ -666,7 +668,11 @@ impl Session {
         #[cfg(feature = "otel")]
         self.clock.stop();
         let span = tracing::info_span!("mcp.close", endpoint = %self.origin);
-        stack.unwind().instrument(span).await
+        stack
+            .unwind()
+            .instrument(span)
+            .await
+            .of_stateless(stateless)
     }
 }
 

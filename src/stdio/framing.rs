@@ -307,7 +307,7 @@ impl State {
     /// Counts a line that is not JSON-RPC, and warns if it is time.
     fn skip(&mut self, text: &[u8]) {
         if let Some(count) = self.skips.note(Instant::now()) {
-            let excerpt = super::stderr::escape(&String::from_utf8_lossy(text), EXCERPT);
+            let excerpt = crate::text::escape(&String::from_utf8_lossy(text), EXCERPT);
             tracing::warn!(
                 skipped = count,
                 total = self.skips.total,

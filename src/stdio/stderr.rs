@@ -11,15 +11,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
 use crate::sync::lock;
+use crate::text::{MARK, escape};
 
 /// The bytes read from stderr at a time: the drain's one buffer.
 const READ_BUFFER: usize = 8 * 1024;
 
 /// The most bytes of a line in its `tracing` record.
 const RECORD_MAX: usize = 1024;
-
-/// What marks text that was cut.
-const MARK: &str = "…";
 
 /// The last few KiB of a server's stderr, shared with the drain.
 #[derive(Clone)]
@@ -256,42 +254,6 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
         end -= 1;
     }
     format!("{}{MARK}", &text[..end]).into()
-}
-
-/// `text` with its control characters escaped as Rust writes them (`\n`,
-/// `\t`, `\u{1b}`), and the invisible characters that reorder or hide what
-/// a terminal shows (bidirectional overrides, zero-width ones) as `\u{..}`,
-/// so a server's output cannot move a host's cursor, recolour its terminal
-/// or disguise itself; at most `max` bytes (cut between two characters,
-/// [`MARK`] after).
-pub(super) fn escape(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max));
-    let mut piece = String::new();
-    for c in text.chars() {
-        piece.clear();
-        if c.is_control() {
-            piece.extend(c.escape_default());
-        } else if hidden(c) {
-            piece.extend(c.escape_unicode());
-        } else {
-            piece.push(c);
-        }
-        if out.len().saturating_add(piece.len()) > max {
-            out.push_str(MARK);
-            break;
-        }
-        out.push_str(&piece);
-    }
-    out
-}
-
-/// The format characters that change how the text around them shows:
-/// bidirectional controls, zero-width characters, the byte order mark.
-fn hidden(c: char) -> bool {
-    matches!(
-        c,
-        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
-    )
 }
 
 #[cfg(test)]

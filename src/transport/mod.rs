@@ -70,7 +70,7 @@ use crate::body::read_limited_charged;
 use crate::budget::{Account, Charge, messages_cost};
 use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
-use crate::error::{Error, Result, status_error};
+use crate::error::{BODY_EXCERPT, Error, Result, body_excerpt, status_error};
 use crate::jsonrpc::{
     Batch, Message, Notification, Request, Response, encode, parse_messages_bounded,
 };
@@ -961,9 +961,22 @@ impl StreamableHttp {
     ) -> Result<(Batch, Option<Charge>, usize)> {
         let charge = self.account.as_ref().map(Account::holding);
         let bytes = read_limited_charged(response, limit, body, charge.as_ref()).await?;
-        let text = strip_bom(&bytes);
+        let (messages, cost) = self.parse_charged(&bytes, charge.as_ref(), what)?;
+        Ok((messages, charge, cost))
+    }
+
+    /// Parses the messages of a JSON body read under `charge`, charged
+    /// first by what parsing builds (see [`read_json`](Self::read_json));
+    /// the messages and their cost.
+    fn parse_charged(
+        &self,
+        bytes: &[u8],
+        charge: Option<&Charge>,
+        what: &str,
+    ) -> Result<(Batch, usize)> {
+        let text = strip_bom(bytes);
         // Charged before it is built, with the body still held.
-        let cost = if let Some(charge) = &charge {
+        let cost = if let Some(charge) = charge {
             // What the estimate cannot read is never parsed: nothing is
             // built that was not charged first.
             let cost = messages_cost(text, self.config.max_batch_messages)
@@ -977,11 +990,13 @@ impl StreamableHttp {
         };
         let messages = parse_messages_bounded(text, self.config.max_batch_messages)
             .map_err(|e| stream::parse_error(e, what))?;
-        Ok((messages, charge, cost))
+        Ok((messages, cost))
     }
 
-    /// Turns an error status into an [`Error`], keeping the challenge and any
-    /// JSON-RPC error in a bounded read of the body.
+    /// Turns an error status into an [`Error`], keeping the challenge, any
+    /// JSON-RPC error, and otherwise the start of a text body (what a
+    /// server says there is often the fix: "only allowed at localhost"),
+    /// from a bounded read of the body.
     async fn error_from(
         &self,
         response: http::Response<ResponseBody>,
@@ -993,37 +1008,102 @@ impl StreamableHttp {
             .get(WWW_AUTHENTICATE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let rpc = match media_type(response.headers()) {
+        let (rpc, excerpt) = match media_type(response.headers()) {
             // Charged as an answer is while it is read and parsed; the
             // error object kept is the caller's.
-            Some(Media::Json) => self
-                .read_json(
+            Some(Media::Json) => {
+                let charge = self.account.as_ref().map(Account::holding);
+                match read_limited_charged(
                     response,
                     self.config.max_error_body,
                     "error body",
-                    "the error body",
+                    charge.as_ref(),
                 )
                 .await
-                .ok()
-                .and_then(|(batch, _charge, _)| {
-                    let messages = match batch {
-                        Batch::One(message) => vec![message],
-                        Batch::Many(messages) => messages,
-                    };
-                    messages.into_iter().find_map(|m| match m {
-                        Message::Response(r) => r.outcome.err(),
-                        _ => None,
-                    })
-                }),
-            _ => None,
+                {
+                    Ok(bytes) => {
+                        let rpc = self
+                            .parse_charged(&bytes, charge.as_ref(), "the error body")
+                            .ok()
+                            .and_then(|(batch, _)| first_error(batch));
+                        // JSON that is no JSON-RPC error (`{"error": ...}`)
+                        // is a server's words all the same.
+                        let excerpt = rpc.is_none().then(|| body_excerpt(&bytes)).flatten();
+                        (rpc, excerpt)
+                    }
+                    Err(_) => (None, None),
+                }
+            }
+            _ if is_text(response.headers()) => (None, self.text_excerpt(response).await),
+            _ => (None, None),
         };
-        let error = status_error(status, rpc, challenge);
+        let error = status_error(status, rpc, challenge).with_body_excerpt(excerpt);
         if with_session {
             error.with_session_expired()
         } else {
             error
         }
     }
+
+    /// The start of a `text/*` error body: read until the excerpt's bytes
+    /// are in, the body ends, or [`EXCERPT_WAIT`] passes (a body that
+    /// trickles never costs the status its error), the rest never read.
+    /// Charged while it is read.
+    async fn text_excerpt(&self, response: http::Response<ResponseBody>) -> Option<Box<str>> {
+        use http_body_util::BodyExt as _;
+        let charge = self.account.as_ref().map(Account::holding);
+        let mut body = response.into_body();
+        // Room to collapse whitespace into: a page's start is often mostly
+        // indentation.
+        let want = 4 * BODY_EXCERPT;
+        let mut start = Vec::new();
+        let reading = async {
+            while start.len() < want {
+                let Some(Ok(frame)) = body.frame().await else {
+                    break;
+                };
+                if let Ok(data) = frame.into_data() {
+                    let take = data.len().min(want - start.len());
+                    if let Some(charge) = &charge {
+                        if charge.resize(start.len() + take).is_err() {
+                            break;
+                        }
+                    }
+                    start.extend_from_slice(&data[..take]);
+                }
+            }
+        };
+        let _ = tokio::time::timeout(EXCERPT_WAIT, reading).await;
+        body_excerpt(&start)
+    }
+}
+
+/// How long an error status waits for the start of its text body.
+const EXCERPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The first JSON-RPC error among `batch`'s responses.
+fn first_error(batch: Batch) -> Option<crate::jsonrpc::ErrorObject> {
+    let messages = match batch {
+        Batch::One(message) => vec![message],
+        Batch::Many(messages) => messages,
+    };
+    messages.into_iter().find_map(|m| match m {
+        Message::Response(r) => r.outcome.err(),
+        _ => None,
+    })
+}
+
+/// Whether the body is text for people (`text/*` but an event stream).
+fn is_text(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split(';').next().unwrap_or("").trim();
+            essence.len() > 5
+                && essence[..5].eq_ignore_ascii_case("text/")
+                && !essence.eq_ignore_ascii_case("text/event-stream")
+        })
 }
 
 impl fmt::Debug for StreamableHttp {

@@ -32,6 +32,7 @@ pub(crate) fn released_json(released: &Released) -> Value {
         SessionRelease::NoSessionId => ("noSessionId", Value::Null),
         SessionRelease::Deleted(status) => ("deleted", json!(status.as_u16())),
         SessionRelease::DeleteFailed(_) => ("deleteFailed", Value::Null),
+        SessionRelease::Stateless => ("stateless", Value::Null),
         _ => ("other", Value::Null),
     };
     let mut value = json!({
@@ -66,9 +67,8 @@ pub(crate) fn process_text(end: &ProcessEnd) -> String {
 /// What a close released, as one line of text.
 pub(crate) fn released_text(released: &Released) -> String {
     let session = match &released.session {
-        SessionRelease::NotOwned => {
-            "no DELETE (no server session of ours: attached, or 2026-07-28)".to_owned()
-        }
+        SessionRelease::NotOwned => "no DELETE (no server session of ours: attached)".to_owned(),
+        SessionRelease::Stateless => "no DELETE (2026-07-28: stateless, no session)".to_owned(),
         SessionRelease::NoSessionId => {
             "no DELETE (no session id was issued, or HTTP+SSE: its stream closed)".to_owned()
         }

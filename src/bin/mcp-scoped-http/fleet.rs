@@ -531,6 +531,11 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
                 );
             }
         };
+        // In the file, but not run: say why, not "no such server".
+        if let Some(reason) = unsupported.get(server) {
+            let error = format!("server `{server}` is in the configuration but not run: {reason}");
+            return Command::Answer(json!({"server": server, "tool": tool, "error": error}));
+        }
         return Command::Call(Call {
             id: None,
             server: server.to_owned(),
