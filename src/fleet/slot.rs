@@ -512,10 +512,12 @@ impl Renewals {
     }
 
     /// A renewal the event stream did not tell (it came before the
-    /// subscription, or was lost to a lag), told now.
+    /// subscription, or was lost to a lag), told now. A session with no id
+    /// now may be between two (renewing): its renewal's event is still
+    /// to come, and tells it.
     fn catch_up(&mut self, slot: &Slot, hub: &Hub, session: &Session) {
         let now = session.session_id();
-        if now != self.0 {
+        if now.is_some() && now != self.0 {
             self.renewed(slot, hub, now, session.protocol_version());
         }
     }
