@@ -703,7 +703,8 @@ impl Fleet {
         self.slot(server).ok().map(|slot| slot.watch())
     }
 
-    /// Every slot's state changes and every catalog change, from now on,
+    /// Every slot's state changes, every catalog change and every session
+    /// renewal ([`FleetEvent`]), from now on,
     /// until [`shutdown`](Self::shutdown) has ended (then the stream ends
     /// too, after the events still buffered). Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
     /// behind gets [`RecvError::Lagged`](broadcast::error::RecvError::Lagged)
