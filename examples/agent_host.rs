@@ -36,8 +36,23 @@ async fn main() -> Result<()> {
         loop {
             match events.recv().await {
                 Ok(FleetEvent::State { server, state }) => println!("  [{server}] {state}"),
-                Ok(FleetEvent::Catalog { generation, tools }) => {
-                    println!("  [catalog] generation {generation}: {tools} tools");
+                Ok(FleetEvent::Catalog {
+                    generation,
+                    tools,
+                    server,
+                    changes,
+                    ..
+                }) => {
+                    let tools_of = &changes.tools;
+                    println!(
+                        "  [catalog] generation {generation}: {tools} tools; \
+                         {server}: +{:?} -{:?} ~{:?}",
+                        tools_of.added, tools_of.removed, tools_of.changed
+                    );
+                }
+                // Its session ids are credentials: not printed.
+                Ok(FleetEvent::Renewed { server, era, .. }) => {
+                    println!("  [{server}] session renewed ({era})");
                 }
                 Ok(_) => {}
                 // A slow reader loses the oldest events, and is told.

@@ -628,6 +628,95 @@ fn server_text_with_c1_controls_stays_one_json_line() {
     fleet.shutdown_event();
 }
 
+/// `tools/list` answers these tools (a fault: the test kit's own tools
+/// only grow and shrink at the end).
+fn tools_answer(tools: Value) -> Fault {
+    let body = json!({"jsonrpc": "2.0", "id": "ID", "result": {"tools": tools}})
+        .to_string()
+        .replace("\"ID\"", "{id}");
+    Fault::on_rpc(
+        "tools/list",
+        FaultAction::raw(200, "application/json", &body),
+    )
+}
+
+/// A renewed session is one line naming the server and the era, never
+/// its ids (credentials); a catalog line names the tools added, removed
+/// and changed; a list listed again the same is no line.
+#[test]
+fn renewed_and_catalog_lines() {
+    let up = TestServer::start(
+        ServerConfig::default()
+            .with_listen(mcp_scoped_http::testkit::ListenMode::Open)
+            .with_fault(tools_answer(json!([{"name": "keep"}, {"name": "lose"}]))),
+    );
+    let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));
+    let mut fleet = Fleet::start(&["--json", "--exit-on-eof"], &config);
+    fleet.wait_state("up", "ready");
+    let ready = fleet.wait_json(0, "the first catalog line", |v| v["event"] == "catalog");
+    assert_eq!(
+        ready,
+        json!({"event": "catalog", "generation": 1, "tools": 2, "server": "up",
+               "added": ["up__keep", "up__lose"], "removed": [], "changed": [],
+               "prompts": {"added": ["up__prompt-000", "up__prompt-001"], "removed": [], "changed": []},
+               "resources": {"added": ["up__file:///r/000", "up__file:///r/001"], "removed": [], "changed": []},
+               "resourceTemplates": {"added": ["up__file:///t/{name}"], "removed": [], "changed": []}}),
+    );
+
+    // The server forgets the session; the next call renews it.
+    up.expire_sessions();
+    let answer = fleet.command(br#"{"call": {"server": "up", "tool": "keep"}}"#);
+    assert!(answer["result"].is_object(), "{answer}");
+    let renewed = fleet.wait_json(0, "a renewed line", |v| v["event"] == "renewed");
+    assert_eq!(
+        renewed,
+        json!({"server": "up", "event": "renewed", "era": "2025-11-25"})
+    );
+
+    // The same list again is no line; a changed one is one.
+    let from = fleet.seen.len();
+    // Told once the new session's listener is up to hear it.
+    let deadline = Instant::now() + WAIT;
+    while up.list_changed("tools") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no listener\n{}",
+            fleet.context()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    up.clear_faults();
+    up.push_fault(tools_answer(
+        json!([{"name": "keep", "description": "new"}, {"name": "gain"}]),
+    ));
+    assert!(up.list_changed("tools") > 0);
+    let changed = fleet.wait_json(from, "a catalog line", |v| v["event"] == "catalog");
+    assert_eq!(
+        changed,
+        json!({"event": "catalog", "generation": 2, "tools": 2, "server": "up",
+               "added": ["up__gain"], "removed": ["up__lose"], "changed": ["up__keep"]}),
+    );
+    drop(fleet.stdin.take());
+    fleet.shutdown_event();
+    for session in up.session_log() {
+        assert!(
+            fleet.seen.iter().all(|line| !line.contains(&session.id)),
+            "a session id in the output\n{}",
+            fleet.context()
+        );
+    }
+    assert_eq!(
+        fleet
+            .seen
+            .iter()
+            .filter(|line| line.contains("\"renewed\""))
+            .count(),
+        1,
+        "{}",
+        fleet.context()
+    );
+}
+
 /// Without --json: the same, as readable lines.
 #[test]
 fn readable_lines_without_json() {
@@ -643,7 +732,10 @@ fn readable_lines_without_json() {
         l.starts_with("server=local state=failed error=")
     });
     fleet.wait_from(0, "a readable catalog line", |l| {
-        l.starts_with("event=catalog generation=") && l.ends_with("tools=3")
+        l.starts_with("server=up event=catalog added=[\"up__tool-000\",")
+            && l.contains(" generation=")
+            && !l.contains("removed=")
+            && l.ends_with("tools=3")
     });
     drop(fleet.stdin.take());
     let status = fleet.finish();

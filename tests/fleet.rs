@@ -501,7 +501,10 @@ fn the_catalog_events_come_in_generation_order() {
             .unwrap();
         let mut generations = Vec::new();
         while let Ok(event) = events.try_recv() {
-            if let FleetEvent::Catalog { generation, tools } = event {
+            if let FleetEvent::Catalog {
+                generation, tools, ..
+            } = event
+            {
                 generations.push((generation, tools));
             }
         }
@@ -984,7 +987,10 @@ fn a_changed_list_reaches_the_catalog() {
         assert!(fleet.catalog().generation > before.generation);
         let mut last = None;
         while let Ok(event) = events.try_recv() {
-            if let FleetEvent::Catalog { generation, tools } = event {
+            if let FleetEvent::Catalog {
+                generation, tools, ..
+            } = event
+            {
                 last = Some((generation, tools));
             }
         }
@@ -994,36 +1000,236 @@ fn a_changed_list_reaches_the_catalog() {
 }
 
 /// A renewal (the server expired the session; the next call opened a new
-/// one) is a change of the server's catalog: the generation is bumped and
-/// announced, with no health check and no notification to wake the slot.
-/// Before, the slot only looked after a `list_changed` or a health check,
-/// and the renewal went unseen.
+/// one) is announced once, naming the server, the session it replaced and
+/// the new one, and the era, with no health check and no notification to
+/// wake the slot; the slot stays ready. Its lists, listed again the same,
+/// are no change: no catalog event, the generation kept. Before, the
+/// fleet said nothing of the renewal, and bumped the generation for the
+/// same lists.
 #[test]
-fn a_renewal_bumps_the_catalog_generation() {
+fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
     scenario(async {
         let world = World::new(ServerConfig::default()).await;
         let fleet = fleet();
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
         assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
-        let before = fleet.catalog().generation;
+        let before = fleet.catalog();
+        let lists = seen(&world.server, "tools/list").len();
         let mut events = fleet.events();
         world.server.expire_sessions();
         fleet
             .call_tool("a", "tool-000", json!({}))
             .await
             .expect("sent again on the new session");
-        assert_eq!(seen(&world.server, "initialize").len(), 2);
-        assert!(
-            eventually(SETTLE, || fleet.catalog().generation > before).await,
-            "the renewal never reached the catalog"
+        let log = world.server.session_log();
+        assert_eq!(log.len(), 2);
+        let renewed = loop {
+            match tokio::time::timeout(SETTLE, events.recv()).await {
+                Ok(Ok(FleetEvent::Renewed {
+                    server,
+                    old_session_id,
+                    new_session_id,
+                    era,
+                    ..
+                })) => break (server, old_session_id, new_session_id, era),
+                Ok(Ok(FleetEvent::State { .. })) => {}
+                other => panic!("no renewal: {other:?}"),
+            }
+        };
+        let (server, old, new, era) = renewed;
+        assert_eq!(&*server, "a");
+        assert_eq!(old.as_ref().map(|id| id.expose()), Some(&*log[0].id));
+        assert_eq!(new.as_ref().map(|id| id.expose()), Some(&*log[1].id));
+        assert_eq!(era, mcp_scoped_http::ProtocolVersion::LATEST);
+        // The ids stay credentials in the event.
+        let shown = format!(
+            "{:?}",
+            FleetEvent::Renewed {
+                server,
+                old_session_id: old,
+                new_session_id: new,
+                era,
+            }
         );
-        let event = tokio::time::timeout(SETTLE, events.recv()).await;
+        assert!(!shown.contains(&*log[1].id), "{shown}");
+
+        // The lists, listed again, reach the catalog (the session's, in
+        // place of the old ones) unannounced.
         assert!(
-            matches!(event, Ok(Ok(FleetEvent::Catalog { generation, tools: 3 })) if generation > before),
-            "{event:?}"
+            eventually(SETTLE, || {
+                seen(&world.server, "tools/list").len() > lists
+                    && !std::sync::Arc::ptr_eq(&fleet.catalog().servers["a"], &before.servers["a"])
+            })
+            .await,
+            "the lists were never listed again"
         );
+        assert_eq!(fleet.catalog().generation, before.generation);
         assert!(is(&fleet, "a", "ready"), "a renewal is no loss");
-        finish(fleet, &world, &[], "renewal").await;
+        let report = fleet.shutdown().await;
+        assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+        // Up to the end: one renewal, and only the catalog's last change.
+        let mut rest = Vec::new();
+        loop {
+            match events.recv().await {
+                Ok(FleetEvent::State { .. }) => {}
+                Ok(event) => rest.push(event),
+                Err(RecvError::Closed) => break,
+                Err(RecvError::Lagged(n)) => panic!("lost {n} events"),
+            }
+        }
+        assert!(
+            matches!(&rest[..], [FleetEvent::Catalog { generation, tools: 0, .. }]
+                if *generation == before.generation + 1),
+            "{rest:?}"
+        );
+        drop(fleet);
+        mcp_scoped_http::shutdown().await;
+        let log = assert_each_session_deleted_once(&world.server, "renewal").await;
+        world
+            .baseline
+            .check(&world.server, deletes_owed(&log))
+            .await;
+    });
+}
+
+/// `tools/list` answers these tools (a fault: the test kit's own tools
+/// only grow and shrink at the end).
+fn tools_answer(tools: serde_json::Value) -> Fault {
+    let body = json!({"jsonrpc": "2.0", "id": "ID", "result": {"tools": tools}})
+        .to_string()
+        .replace("\"ID\"", "{id}");
+    Fault::on_rpc(
+        "tools/list",
+        FaultAction::raw(200, "application/json", &body),
+    )
+}
+
+/// A catalog event: generation, server, tools added, removed, changed.
+type CatalogSeen = (u64, String, Vec<String>, Vec<String>, Vec<String>);
+
+/// The catalog events up to now.
+fn drain_catalog(events: &mut tokio::sync::broadcast::Receiver<FleetEvent>) -> Vec<CatalogSeen> {
+    let mut seen = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(FleetEvent::Catalog {
+                generation,
+                server,
+                changes,
+                ..
+            }) => seen.push((
+                generation,
+                server.to_string(),
+                changes.tools.added.clone(),
+                changes.tools.removed.clone(),
+                changes.tools.changed.clone(),
+            )),
+            Ok(_) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return seen,
+            Err(TryRecvError::Lagged(n)) => panic!("lost {n} events"),
+        }
+    }
+}
+
+fn names(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+/// A catalog event says what changed, by qualified name: all added when
+/// the server becomes ready, all removed when it stops, and for a list
+/// listed again, exactly the tools gained, lost and changed (the same
+/// JSON written otherwise is no change). A list listed again the same is
+/// no event at all, and keeps the generation: before, every re-listing
+/// was one, with only a generation and a count.
+#[test]
+fn a_catalog_event_names_what_changed_and_a_list_the_same_is_none() {
+    scenario(async {
+        let schema = json!({"type": "object"});
+        let world = World::new(
+            ServerConfig::default()
+                .with_listen(ListenMode::Open)
+                .with_fault(tools_answer(json!([
+                    {"name": "keep", "inputSchema": schema},
+                    {"name": "lose", "inputSchema": schema},
+                    {"name": "edit", "description": "one", "inputSchema": schema},
+                ]))),
+        )
+        .await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet
+            .apply([("a", spec(&world.server).listen(true))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let ready = drain_catalog(&mut events);
+        assert_eq!(
+            ready,
+            [(
+                1,
+                "a".to_owned(),
+                names(&["a__keep", "a__lose", "a__edit"]),
+                vec![],
+                vec![]
+            )]
+        );
+        let before = fleet.catalog();
+
+        // The same list again: the catalog holds the new listing, and
+        // nobody is told.
+        let lists = seen(&world.server, "tools/list").len();
+        assert!(eventually(SETTLE, || world.server.list_changed("tools") > 0).await);
+        assert!(
+            eventually(SETTLE, || {
+                seen(&world.server, "tools/list").len() > lists
+                    && !std::sync::Arc::ptr_eq(&fleet.catalog().servers["a"], &before.servers["a"])
+            })
+            .await,
+            "the list was never listed again"
+        );
+        assert_eq!(fleet.catalog().generation, before.generation);
+        assert_eq!(drain_catalog(&mut events), []);
+
+        // One gained, one lost, one changed; `keep` written otherwise.
+        world.server.clear_faults();
+        world.server.push_fault(tools_answer(json!([
+            {"inputSchema": schema, "name": "keep"},
+            {"name": "edit", "description": "two", "inputSchema": schema},
+            {"name": "gain", "inputSchema": schema},
+        ])));
+        assert!(world.server.list_changed("tools") > 0);
+        assert!(
+            eventually(SETTLE, || fleet.catalog().generation > before.generation).await,
+            "the change never reached the catalog"
+        );
+        assert!(fleet.catalog().tool("a__gain").is_some());
+        assert_eq!(
+            drain_catalog(&mut events),
+            [(
+                before.generation + 1,
+                "a".to_owned(),
+                names(&["a__gain"]),
+                names(&["a__lose"]),
+                names(&["a__edit"])
+            )]
+        );
+
+        // Stopped: all removed.
+        fleet
+            .apply(Vec::<(String, ServerSpec)>::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            drain_catalog(&mut events),
+            [(
+                before.generation + 2,
+                "a".to_owned(),
+                vec![],
+                names(&["a__keep", "a__edit", "a__gain"]),
+                vec![]
+            )]
+        );
+        finish(fleet, &world, &[], "catalog changes").await;
     });
 }
 

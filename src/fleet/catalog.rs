@@ -1,15 +1,17 @@
 //! The merged catalog of every ready server, and the hub that publishes
 //! it with the fleet's events.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::spec::{qualify, split_qualified};
 use super::state::{FleetEvent, SlotState};
 use crate::session::{Catalog, Entry};
 use crate::sync::lock;
+use crate::transport::{ProtocolVersion, SessionId};
 
 /// What every ready server offers, under names qualified by server (see
 /// [`qualify`](super::qualify)): a snapshot, replaced as a whole on every
@@ -23,8 +25,10 @@ use crate::sync::lock;
 #[non_exhaustive]
 pub struct FleetCatalog {
     /// Bumped on every change: a server ready or lost, a list of one
-    /// re-listed, a server's session renewed (see
-    /// [`SessionEvent`](crate::SessionEvent)).
+    /// listed again that reads differently (an entry added, removed, or
+    /// the same name with other JSON; see [`CatalogChanges`]). A list
+    /// listed again the same (after a renewal, or a `list_changed` that
+    /// changed nothing) is no change, and neither is a new order alone.
     pub generation: u64,
     /// Each ready server's catalog, by server name.
     pub servers: BTreeMap<Arc<str>, Arc<Catalog>>,
@@ -49,6 +53,125 @@ impl QualifiedEntry<'_> {
     /// The name qualified by the server (`server__name`).
     pub fn qualified_name(&self) -> Option<String> {
         self.name().map(|name| qualify(self.server, name))
+    }
+}
+
+/// What changed in one server's lists, by qualified name (`server__name`,
+/// see [`qualify`](super::qualify)): the payload of
+/// [`FleetEvent::Catalog`].
+///
+/// Entries are matched by name (a resource's by URI, a template's by URI
+/// template); one with the same name counts as changed when its JSON
+/// differs as a value (whitespace and the order of keys are no change).
+/// Entries without a name are not compared.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CatalogChanges {
+    /// The tools.
+    pub tools: ListChanges,
+    /// The prompts.
+    pub prompts: ListChanges,
+    /// The resources.
+    pub resources: ListChanges,
+    /// The resource templates.
+    pub resource_templates: ListChanges,
+}
+
+/// What changed in one list, by qualified name; see [`CatalogChanges`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListChanges {
+    /// Names new to the list, in the server's order.
+    pub added: Vec<String>,
+    /// Names gone from the list, in the order it had them.
+    pub removed: Vec<String>,
+    /// Names still listed whose entry reads differently, in the server's
+    /// order.
+    pub changed: Vec<String>,
+}
+
+impl ListChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    fn between(server: &str, old: &[Entry], new: &[Entry]) -> ListChanges {
+        let mut changes = ListChanges::default();
+        // The common case (a list announced again the same) costs one
+        // comparison of texts.
+        if old == new {
+            return changes;
+        }
+        let before: HashMap<&str, &Entry> = old
+            .iter()
+            .filter_map(|entry| Some((entry.key()?, entry)))
+            .collect();
+        let mut listed = HashSet::with_capacity(new.len());
+        for entry in new {
+            let Some(name) = entry.key() else { continue };
+            listed.insert(name);
+            match before.get(name) {
+                None => changes.added.push(qualify(server, name)),
+                Some(was) if !same_json(was, entry) => changes.changed.push(qualify(server, name)),
+                Some(_) => {}
+            }
+        }
+        changes.removed = old
+            .iter()
+            .filter_map(Entry::key)
+            .filter(|name| !listed.contains(name))
+            .map(|name| qualify(server, name))
+            .collect();
+        changes
+    }
+}
+
+/// Whether two entries read the same: their texts, or else their values
+/// (parsed here, uncharged and dropped at once: only entries whose text
+/// differs get this far).
+fn same_json(a: &Entry, b: &Entry) -> bool {
+    a.json() == b.json()
+        || matches!(
+            (
+                serde_json::from_str::<Value>(a.json()),
+                serde_json::from_str::<Value>(b.json()),
+            ),
+            (Ok(a), Ok(b)) if a == b
+        )
+}
+
+impl CatalogChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.lists().iter().all(|list| list.is_empty())
+    }
+
+    /// The four lists: tools, prompts, resources, resource templates.
+    fn lists(&self) -> [&ListChanges; 4] {
+        [
+            &self.tools,
+            &self.prompts,
+            &self.resources,
+            &self.resource_templates,
+        ]
+    }
+
+    /// From `old` to `new` (`None`: the server was not, or is no longer,
+    /// in the catalog).
+    fn between(server: &str, old: Option<&Catalog>, new: Option<&Catalog>) -> CatalogChanges {
+        let empty = Catalog::default();
+        let (old, new) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+        CatalogChanges {
+            tools: ListChanges::between(server, &old.tools, &new.tools),
+            prompts: ListChanges::between(server, &old.prompts, &new.prompts),
+            resources: ListChanges::between(server, &old.resources, &new.resources),
+            resource_templates: ListChanges::between(
+                server,
+                &old.resource_templates,
+                &new.resource_templates,
+            ),
+        }
     }
 }
 
@@ -158,7 +281,7 @@ impl Hub {
     pub(crate) fn claim(&self, server: &Arc<str>, id: u64) {
         let mut current = lock(&self.current);
         current.owners.insert(server.clone(), id);
-        self.update(&mut current, server, None, false);
+        self.update(&mut current, server, None);
     }
 
     /// Slot `id` has ended: `server` has no owner now, unless another
@@ -172,6 +295,31 @@ impl Hub {
 
     /// Slot `id` of `server` changed state: announced if it owns the name.
     pub(crate) fn state(&self, server: &Arc<str>, id: u64, state: SlotState) {
+        self.announce(server, id, || FleetEvent::State {
+            server: server.clone(),
+            state,
+        });
+    }
+
+    /// The session of slot `id` of `server` was renewed: announced if the
+    /// slot owns the name.
+    pub(crate) fn renewed(
+        &self,
+        server: &Arc<str>,
+        id: u64,
+        old_session_id: Option<SessionId>,
+        new_session_id: Option<SessionId>,
+        era: ProtocolVersion,
+    ) {
+        self.announce(server, id, || FleetEvent::Renewed {
+            server: server.clone(),
+            old_session_id,
+            new_session_id,
+            era,
+        });
+    }
+
+    fn announce(&self, server: &Arc<str>, id: u64, event: impl FnOnce() -> FleetEvent) {
         let current = lock(&self.current);
         if current.owners.get(server) != Some(&id) {
             return;
@@ -179,61 +327,141 @@ impl Hub {
         // No receiver is no error: nobody is watching. Sent under the
         // lock, so a successor's claim never comes between check and send.
         if let Some(events) = &current.events {
-            let _ = events.send(FleetEvent::State {
-                server: server.clone(),
-                state,
-            });
+            let _ = events.send(event());
         }
     }
 
     /// Sets (or, with `None`, removes) one server's lists, if slot `id`
     /// owns the name; a change bumps the generation and is announced.
+    /// Compared with what the catalog holds, not with the last event: a
+    /// slot that lost session events (a lag) catches up by setting its
+    /// session's lists.
     pub(crate) fn set_catalog(&self, server: &Arc<str>, id: u64, catalog: Option<Arc<Catalog>>) {
         let mut current = lock(&self.current);
         if current.owners.get(server) == Some(&id) {
-            self.update(&mut current, server, catalog, false);
+            self.update(&mut current, server, catalog);
         }
     }
 
-    /// A ready server's session says its catalog changed (a list re-listed,
-    /// or a renewal: a new server session): its lists are replaced, and the
-    /// generation bumped and announced even when they read the same.
-    pub(crate) fn catalog_changed(&self, server: &Arc<str>, id: u64, catalog: Arc<Catalog>) {
-        let mut current = lock(&self.current);
-        if current.owners.get(server) == Some(&id) {
-            self.update(&mut current, server, Some(catalog), true);
-        }
-    }
-
-    fn update(
-        &self,
-        current: &mut Current,
-        server: &Arc<str>,
-        catalog: Option<Arc<Catalog>>,
-        always: bool,
-    ) {
-        let unchanged = match (&catalog, current.catalog.servers.get(server)) {
-            (Some(new), Some(old)) => Arc::ptr_eq(new, old),
-            (None, None) => true,
-            _ => false,
+    fn update(&self, current: &mut Current, server: &Arc<str>, catalog: Option<Arc<Catalog>>) {
+        let old = current.catalog.servers.get(server);
+        let changes = match (old, &catalog) {
+            (Some(old), Some(new)) if Arc::ptr_eq(old, new) => return,
+            (None, None) => return,
+            (old, new) => CatalogChanges::between(server, old.map(|c| &**c), new.as_deref()),
         };
-        if unchanged && !always {
-            return;
-        }
+        // A server coming or going is a change even with empty lists.
+        let same = old.is_some() && catalog.is_some() && changes.is_empty();
         let mut next = FleetCatalog::clone(&current.catalog);
         match catalog {
             Some(catalog) => next.servers.insert(server.clone(), catalog),
             None => next.servers.remove(server),
         };
+        if same {
+            // Kept all the same, unannounced: the session's lists, not
+            // the ones they replaced (whose memory goes with them).
+            current.catalog = Arc::new(next);
+            return;
+        }
         next.generation += 1;
         let event = FleetEvent::Catalog {
             generation: next.generation,
             tools: next.tool_count(),
+            server: server.clone(),
+            changes: Arc::new(changes),
         };
         current.catalog = Arc::new(next);
         // Sent under the lock, so events come in generation order.
         if let Some(events) = &current.events {
             let _ = events.send(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBudget;
+    use crate::budget::Account;
+    use crate::session::entry::read_page;
+
+    fn catalog(tools: &str) -> Arc<Catalog> {
+        let text = format!(r#"{{"tools": {tools}}}"#);
+        let account = Account::new(MemoryBudget::default());
+        let page = read_page(text.into(), "tools", "name", &account).expect("a page");
+        Arc::new(Catalog {
+            tools: page.entries.expect("tools"),
+            ..Catalog::default()
+        })
+    }
+
+    fn tools(event: FleetEvent) -> (u64, ListChanges) {
+        match event {
+            FleetEvent::Catalog {
+                generation,
+                changes,
+                ..
+            } => (generation, changes.tools.clone()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn changes(added: &[&str], removed: &[&str], changed: &[&str]) -> ListChanges {
+        let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        ListChanges {
+            added: owned(added),
+            removed: owned(removed),
+            changed: owned(changed),
+        }
+    }
+
+    /// Each event is the difference with what the catalog holds, whatever
+    /// the slot missed between (a lagged session stream sets the lists as
+    /// they are now); the same lists are no event; a slot that does not
+    /// own the name is heard from no more.
+    #[test]
+    fn changes_are_against_what_the_catalog_holds() {
+        let hub = Hub::new(16);
+        let server: Arc<str> = "s".into();
+        hub.claim(&server, 1);
+        let mut events = hub.subscribe();
+        let a = r#"[{"name": "x", "v": 1}, {"name": "y"}, {"v": 0}]"#;
+        hub.set_catalog(&server, 1, Some(catalog(a)));
+        assert_eq!(
+            tools(events.try_recv().unwrap()),
+            (1, changes(&["s__x", "s__y"], &[], &[]))
+        );
+        // Listed again the same, and the same written otherwise.
+        hub.set_catalog(&server, 1, Some(catalog(a)));
+        hub.set_catalog(
+            &server,
+            1,
+            Some(catalog(r#"[{"v":1,"name":"x"},{"name":"y"},{"v":0}]"#)),
+        );
+        assert!(events.try_recv().is_err());
+        assert_eq!(hub.catalog().generation, 1);
+        // A list between never set (its event lost): the next one says
+        // what changed since the catalog's.
+        let c = r#"[{"name": "y", "v": 2}, {"name": "z"}]"#;
+        hub.set_catalog(&server, 1, Some(catalog(c)));
+        assert_eq!(
+            tools(events.try_recv().unwrap()),
+            (2, changes(&["s__z"], &["s__x"], &["s__y"]))
+        );
+        // Not the owner: nothing, not even a renewal.
+        hub.set_catalog(&server, 2, None);
+        hub.renewed(&server, 2, None, None, ProtocolVersion::LATEST);
+        assert!(events.try_recv().is_err());
+        hub.renewed(&server, 1, None, None, ProtocolVersion::LATEST);
+        assert!(matches!(
+            events.try_recv(),
+            Ok(FleetEvent::Renewed { server, .. }) if &*server == "s"
+        ));
+        // Gone: all removed.
+        hub.set_catalog(&server, 1, None);
+        assert_eq!(
+            tools(events.try_recv().unwrap()),
+            (3, changes(&[], &["s__y", "s__z"], &[]))
+        );
     }
 }

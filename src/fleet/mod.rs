@@ -38,9 +38,11 @@
 //! - **One catalog.** [`Fleet::catalog`] merges the lists of every ready
 //!   server under qualified names (`server__tool`, see [`qualify`] and
 //!   [`split_qualified`]), with a generation bumped on every change: a
-//!   server ready or lost, a list its session re-listed, a renewal of its
-//!   session (each followed as it happens, through the session's
-//!   [`events`](crate::Session::events)).
+//!   server ready or lost, a list its session re-listed that reads
+//!   differently (each followed as it happens, through the session's
+//!   [`events`](crate::Session::events)); each change is announced with
+//!   the names added, removed and changed ([`CatalogChanges`]), and a
+//!   renewed session with [`FleetEvent::Renewed`].
 //! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
 //!   current session, or fails at once when it is not ready; a call whose
 //!   session is lost under it is never sent again.
@@ -125,7 +127,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use crate::backoff::Backoff;
-pub use catalog::{FleetCatalog, QualifiedEntry};
+pub use catalog::{CatalogChanges, FleetCatalog, ListChanges, QualifiedEntry};
 pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
 pub use reconcile::ApplyReport;
 pub use slot::ServerShutdown;
@@ -701,7 +703,8 @@ impl Fleet {
         self.slot(server).ok().map(|slot| slot.watch())
     }
 
-    /// Every slot's state changes and every catalog change, from now on,
+    /// Every slot's state changes, every catalog change and every session
+    /// renewal ([`FleetEvent`]), from now on,
     /// until [`shutdown`](Self::shutdown) has ended (then the stream ends
     /// too, after the events still buffered). Bounded (see [`FleetBuilder::event_capacity`]): a reader that falls
     /// behind gets [`RecvError::Lagged`](broadcast::error::RecvError::Lagged)

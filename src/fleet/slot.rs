@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::ledger::{Count, Field};
 use crate::scope::Released;
 use crate::sync::lock;
+use crate::transport::{ProtocolVersion, SessionId};
 use crate::{RequestOptions, Session, SessionEvent};
 
 /// The fleet-wide settings a slot runs by.
@@ -59,6 +60,9 @@ pub(crate) struct Live {
     lost: CancellationToken,
     lost_error: Mutex<Option<Arc<Error>>>,
     proven: AtomicBool,
+    /// The session's id when it connected: a renewal is told with the id
+    /// it replaced, even one before the slot heard its session's events.
+    connected_id: Option<SessionId>,
 }
 
 impl Live {
@@ -251,6 +255,7 @@ async fn supervise(
         let (error, lost) = match connected {
             Ok(session) => {
                 let live = Arc::new(Live {
+                    connected_id: session.session_id(),
                     session,
                     lost: CancellationToken::new(),
                     lost_error: Mutex::new(None),
@@ -374,8 +379,9 @@ fn classify(error: Arc<Error>, retried: bool, failures: u32, policy: &Policy) ->
 
 /// Watches a ready session: proves it with a `ping` at once, checks it
 /// every health interval, and follows its catalog through its events: a
-/// list re-listed (in place when announced) and a renewal (a new server
-/// session) each bump the fleet's catalog at once.
+/// list re-listed (in place when announced) reaches the fleet's catalog
+/// at once (a change only if it reads differently), and a renewal (a new
+/// server session) is announced.
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     let mut events = Some(live.session.events());
     // Nobody in a fleet reads the server's notifications: taken and
@@ -384,6 +390,8 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     drop(live.session.notifications());
     // A change between the slot's first catalog and the subscription.
     hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
+    let mut renewals = Renewals(live.connected_id.clone());
+    renewals.catch_up(slot, hub, &live.session);
     // Boxed: a request's future is several KiB, and the slot's future
     // lives as long as the session.
     let interval = slot
@@ -430,10 +438,17 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
             }
             () = slot.wake.notified() => return End::Reconnect,
             event = event => match event {
-                Ok(SessionEvent::CatalogChanged { .. } | SessionEvent::Renewed { .. })
-                // Lost events may have held either: counted as a change.
-                | Err(RecvError::Lagged(_)) => {
-                    hub.catalog_changed(&slot.name, slot.id, live.session.catalog());
+                Ok(SessionEvent::Renewed { session_id, revision }) => {
+                    renewals.renewed(slot, hub, session_id, revision);
+                }
+                Ok(SessionEvent::CatalogChanged { .. }) => {
+                    hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
+                }
+                // Lost events may have held either: what the session is
+                // now, against what the fleet was told.
+                Err(RecvError::Lagged(_)) => {
+                    renewals.catch_up(slot, hub, &live.session);
+                    hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
                 }
                 // Every request fails from now on: lost at once, not at
                 // the next health check.
@@ -477,5 +492,33 @@ async fn set_log_level(server: &str, session: &Session, level: &str, timeout: Du
         .await
     {
         tracing::warn!(server, %error, "fleet: logging/setLevel failed");
+    }
+}
+
+/// The id of a ready slot's session as the fleet was last told it: each
+/// renewal is announced once, with the id it replaced.
+struct Renewals(Option<SessionId>);
+
+impl Renewals {
+    /// A renewal to `new`: announced, unless it is the one already told
+    /// (by [`catch_up`](Self::catch_up), before its event came).
+    fn renewed(&mut self, slot: &Slot, hub: &Hub, new: Option<SessionId>, era: ProtocolVersion) {
+        if new.is_some() && new == self.0 {
+            return;
+        }
+        tracing::info!(server = %slot.name, %era, "fleet: session renewed");
+        let old = std::mem::replace(&mut self.0, new.clone());
+        hub.renewed(&slot.name, slot.id, old, new, era);
+    }
+
+    /// A renewal the event stream did not tell (it came before the
+    /// subscription, or was lost to a lag), told now. A session with no id
+    /// now may be between two (renewing): its renewal's event is still
+    /// to come, and tells it.
+    fn catch_up(&mut self, slot: &Slot, hub: &Hub, session: &Session) {
+        let now = session.session_id();
+        if now.is_some() && now != self.0 {
+            self.renewed(slot, hub, now, session.protocol_version());
+        }
     }
 }

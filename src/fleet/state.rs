@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::catalog::CatalogChanges;
 use crate::error::Error;
+use crate::transport::{ProtocolVersion, SessionId};
 
 /// Where a server's slot is. Every change is published on the slot's own
 /// stream ([`Fleet::watch`](super::Fleet::watch)) and on the fleet's
@@ -137,12 +139,35 @@ pub enum FleetEvent {
         /// Its new state.
         state: SlotState,
     },
-    /// The merged catalog changed (a server became ready or was lost, or
-    /// its lists changed).
+    /// The merged catalog changed: a server became ready (its names all
+    /// added) or left that state (all removed), or a list of its session
+    /// was listed again and reads differently. A list listed again the
+    /// same (many servers announce a change that is none) is no event.
     Catalog {
         /// The catalog's new generation ([`FleetCatalog::generation`](super::FleetCatalog::generation)).
         generation: u64,
         /// Tools in it now, from every ready server.
         tools: usize,
+        /// The server whose lists changed.
+        server: Arc<str>,
+        /// What changed in them, by qualified name.
+        changes: Arc<CatalogChanges>,
+    },
+    /// A ready server's session was renewed: the server had expired it
+    /// (restarted, say) and a new one replaced it, within the slot, which
+    /// stayed [`Ready`](SlotState::Ready). What the server held for the
+    /// old session (subscriptions, state of its own) is gone. Its lists
+    /// are being listed again: a [`Catalog`](Self::Catalog) event follows
+    /// if they changed.
+    Renewed {
+        /// The server's name.
+        server: Arc<str>,
+        /// The id of the session replaced, if it had one (a credential:
+        /// see [`SessionId`]).
+        old_session_id: Option<SessionId>,
+        /// The new session's id, if the server issued one (a credential).
+        new_session_id: Option<SessionId>,
+        /// The revision negotiated with the new session.
+        era: ProtocolVersion,
     },
 }

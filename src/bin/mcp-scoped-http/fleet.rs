@@ -104,6 +104,46 @@ fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
     line
 }
 
+/// A catalog event: the tools added, removed and changed at the top, the
+/// other lists only when they changed. Readable lines leave out what is
+/// empty.
+fn catalog_line(
+    json_mode: bool,
+    generation: u64,
+    tools: usize,
+    server: &str,
+    changes: &mcp_scoped_http::fleet::CatalogChanges,
+) -> Value {
+    let names = |list: &mcp_scoped_http::fleet::ListChanges| {
+        let mut names = Map::new();
+        for (key, value) in [
+            ("added", &list.added),
+            ("removed", &list.removed),
+            ("changed", &list.changed),
+        ] {
+            if json_mode || !value.is_empty() {
+                names.insert(key.into(), json!(value));
+            }
+        }
+        names
+    };
+    let mut line = names(&changes.tools);
+    line.insert("event".into(), json!("catalog"));
+    line.insert("generation".into(), json!(generation));
+    line.insert("tools".into(), json!(tools));
+    line.insert("server".into(), json!(server));
+    for (key, list) in [
+        ("prompts", &changes.prompts),
+        ("resources", &changes.resources),
+        ("resourceTemplates", &changes.resource_templates),
+    ] {
+        if !list.is_empty() {
+            line.insert(key.into(), Value::Object(names(list)));
+        }
+    }
+    Value::Object(line)
+}
+
 fn unsupported_line(server: &str, reason: &str) -> Value {
     json!({"server": server, "state": "unsupported", "error": reason})
 }
@@ -697,8 +737,12 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 Ok(FleetEvent::State { server, state }) => {
                     emit(json_mode, &state_line(&fleet, &server, &state));
                 }
-                Ok(FleetEvent::Catalog { generation, tools }) => {
-                    emit(json_mode, &json!({"event": "catalog", "generation": generation, "tools": tools}));
+                Ok(FleetEvent::Catalog { generation, tools, server, changes, .. }) => {
+                    emit(json_mode, &catalog_line(json_mode, generation, tools, &server, &changes));
+                }
+                // No session ids: they are credentials.
+                Ok(FleetEvent::Renewed { server, era, .. }) => {
+                    emit(json_mode, &json!({"server": &*server, "event": "renewed", "era": era.as_str()}));
                 }
                 Ok(_) => {}
                 Err(RecvError::Lagged(lost)) => {
