@@ -3,7 +3,7 @@ for tests/interop.rs. Streamable HTTP on 127.0.0.1, endpoint /mcp, with the
 SDK's default DNS-rebinding protection (Host must be 127.0.0.1:*, no foreign
 Origin).
 
-    python_server.py --port P --mode stateful|stateless|json|paginated|sse
+    python_server.py --port P --mode stateful|stateless|json|paginated|sse [--bearer TOKEN] [--shout]
 
 - stateful: sessions (an Mcp-Session-Id), SSE answers.
 - stateless: no session id; DELETE is answered 405.
@@ -17,7 +17,11 @@ Origin).
   answer comes on the stream. No /mcp endpoint.
 
 Tools: `echo`, `add`, `count_down` (sends a progress notification per step
-when the request carries a progressToken).
+when the request carries a progressToken); with --shout also `shout`
+(sends its text as a `notifications/message` at level info, then answers).
+
+--bearer TOKEN: every request without `Authorization: Bearer TOKEN` is
+answered 401 (what a config's `${VAR}` header must reach).
 
 Prints `LISTENING <port>` once the app is up, `SEEN <METHOD> <path>
 <status> <content-type>` when each HTTP exchange's answer starts and
@@ -37,7 +41,7 @@ PAGE_SIZE = 3
 FILLERS = 5
 
 
-def build(mode: str) -> FastMCP:
+def build(mode: str, shout: bool = False) -> FastMCP:
     mcp = FastMCP(
         "python-peer",
         host="127.0.0.1",
@@ -51,6 +55,14 @@ def build(mode: str) -> FastMCP:
     def echo(text: str) -> str:
         """Echoes the text back."""
         return text
+
+    if shout:
+
+        @mcp.tool()
+        async def shout(text: str, ctx: Context) -> str:
+            """Logs the text (notifications/message), then answers."""
+            await ctx.info(text)
+            return "logged"
 
     @mcp.tool()
     def add(a: int, b: int) -> int:
@@ -93,13 +105,21 @@ def build(mode: str) -> FastMCP:
     return mcp
 
 
-def logged(app):
+def logged(app, bearer=None):
     """An ASGI wrapper printing every HTTP exchange's method, path and status,
-    and its end."""
+    and its end; with `bearer`, refusing (401) a request without it."""
 
     async def wrapper(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
+        if bearer is not None:
+            given = dict(scope.get("headers") or []).get(b"authorization", b"").decode()
+            if given != f"Bearer {bearer}":
+                print(f"SEEN {scope['method']} {scope['path']} 401 refused", flush=True)
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"a bearer token is required"})
+                return
 
         async def send_logged(message):
             if message["type"] == "http.response.start":
@@ -121,9 +141,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--mode", choices=["stateful", "stateless", "json", "paginated", "sse"], default="stateful")
+    parser.add_argument("--bearer", default=None)
+    parser.add_argument("--shout", action="store_true")
     args = parser.parse_args()
-    mcp = build(args.mode)
-    app = logged(mcp.sse_app() if args.mode == "sse" else mcp.streamable_http_app())
+    mcp = build(args.mode, args.shout)
+    app = logged(mcp.sse_app() if args.mode == "sse" else mcp.streamable_http_app(), args.bearer)
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     server = uvicorn.Server(config)
 
