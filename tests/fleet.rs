@@ -2348,3 +2348,24 @@ fn a_lost_listener_is_checked_at_once() {
         finish(fleet, &world, &[], "listener lost").await;
     });
 }
+
+/// `set_log_level` asks the server's current session (`logging/setLevel`),
+/// routed like any request; an unknown server is refused at once.
+#[test]
+fn set_log_level_reaches_the_server() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        // The test kit offers no logging: an answer either way.
+        let _ = fleet.set_log_level("a", "debug").await;
+        let sent = seen(&world.server, "logging/setLevel");
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].params().unwrap()["level"], "debug");
+        let error = fleet.set_log_level("b", "debug").await.unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "set_log_level").await;
+    });
+}

@@ -45,7 +45,13 @@
 //!   [`events`](crate::Session::events)).
 //! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
 //!   current session, or fails at once when it is not ready; a call whose
-//!   session is lost under it is never sent again.
+//!   session is lost under it is never sent again. Per-call
+//!   [`RequestOptions`] (progress, timeout, `_meta`) through
+//!   [`Fleet::call_tool_with`] and [`Fleet::request_with`].
+//! - **Everything a server says.** [`Fleet::notifications`]: every
+//!   server's notifications ([`ServerNotification`], with its name) on one
+//!   stream, bounded in count and in bytes (charged to the fleet's memory
+//!   budget while held), read by each slot's owner task.
 //! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
 //!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
 //!   (stdio entries skipped and reported, unknown keys warned).
@@ -69,7 +75,10 @@
 //! [`health_interval`](FleetBuilder::health_interval). The session is lost
 //! when a ping fails with anything but a JSON-RPC error (an answer is an
 //! answer, "method not found" included), or when a routed call fails with a transport error or finds
-//! the session closed. A session that expired (404) is replaced by the
+//! the session closed. When the session's listening stream ends (the GET
+//! stream, or a 2026-07-28 `subscriptions/listen`), the ping is sent at
+//! once instead of at the end of the interval (never while one is in
+//! flight): a server that went away is noticed in about a round trip. A session that expired (404) is replaced by the
 //! session itself, within the slot (see [`Session::request`](crate::Session::request)).
 //!
 //! # Example
@@ -711,6 +720,18 @@ impl Fleet {
             ))
         })?;
         self.call_tool(server, tool, arguments).await
+    }
+
+    /// Asks `server` for log messages of `level` and above
+    /// (`logging/setLevel`, routed as [`request`](Self::request)); they
+    /// come on [`notifications`](Self::notifications). For the current
+    /// session only: after a reconnect, the spec's
+    /// [`log_level`](ServerSpec::log_level), if any, is what is asked for.
+    pub async fn set_log_level(&self, server: &str, level: &str) -> Result<()> {
+        let params = serde_json::json!({ "level": level });
+        self.request(server, "logging/setLevel", Some(params))
+            .await
+            .map(drop)
     }
 
     /// Wakes `server`'s slot: one waiting to retry, or in
