@@ -2369,3 +2369,41 @@ fn set_log_level_reaches_the_server() {
         finish(fleet, &world, &[], "set_log_level").await;
     });
 }
+
+/// `ready` follows a server that is not required to the slot that replaced
+/// it (a reload changed its spec): it says where the new slot is, not that
+/// the old one stopped.
+#[test]
+fn ready_follows_any_server_replaced_meanwhile() {
+    scenario(async {
+        // Before the world: its baseline counts the server's descriptors.
+        let slow = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc("initialize", FaultAction::Delay(1500 * MS))),
+        );
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        // Replaced by a server that takes a while: the old slot stops (its
+        // hung connect reaped within the DELETE timeout, 500 ms) long
+        // before the new one is ready.
+        let reload = async {
+            assert!(eventually(SETTLE, || !seen(&world.server, "initialize").is_empty()).await);
+            let report = fleet.apply([("a", spec(&slow))]).await.unwrap();
+            assert_eq!(report.replaced, ["a"]);
+        };
+        let (readiness, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        let readiness = readiness.unwrap();
+        assert_eq!(readiness.ready, ["a"], "{readiness:?}");
+        finish(
+            fleet,
+            &world,
+            &[&slow],
+            "ready across a replace, not required",
+        )
+        .await;
+    });
+}

@@ -17,7 +17,7 @@ use crate::sync::lock;
 ///
 /// Its size stays charged to the fleet's memory budget while the stream's
 /// buffer or any clone of it holds it: a clone is cheap (shared).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ServerNotification {
     /// The server's name.
@@ -28,6 +28,16 @@ pub struct ServerNotification {
     /// The message's weight on the fleet's account, given back when the
     /// last clone goes.
     _charge: Arc<Charge>,
+}
+
+impl std::fmt::Debug for ServerNotification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The charge is bookkeeping, not part of the message.
+        f.debug_struct("ServerNotification")
+            .field("server", &self.server)
+            .field("message", &self.message)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerNotification {
