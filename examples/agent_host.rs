@@ -77,7 +77,15 @@ async fn main() -> Result<()> {
         ])
         .await?;
     println!("started {:?}", report.started);
-    fleet.ready(Duration::from_secs(10)).await?; // calendar is not required
+    // Every server settled; calendar is not required, so its failed first
+    // connect is reported, not an error.
+    let readiness = fleet.ready(Duration::from_secs(10)).await?;
+    println!(
+        "ready {:?}, not ready {:?}, pending {:?}",
+        readiness.ready,
+        readiness.not_ready.keys().collect::<Vec<_>>(),
+        readiness.pending
+    );
     print_catalog(&fleet);
 
     let answer = fleet

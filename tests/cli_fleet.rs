@@ -16,7 +16,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+use mcp_scoped_http::testkit::{
+    Fault, FaultAction, ListenMode, ResponseMode, ServerConfig, TestServer,
+};
 use serde_json::{Value, json};
 
 /// The bound on any one wait for a line (2 busy cores, a debug build).
@@ -1140,4 +1142,80 @@ fn a_host_that_stops_reading_stdout_does_not_make_the_fleet_deaf() {
         exited.is_some(),
         "SIGTERM not served within {WAIT:?} while stdout was not read"
     );
+}
+
+/// One "settled" line once every server has settled or --ready-timeout
+/// passed (ready, not ready, pending); each server notification as a line
+/// with its server; a call with "progress": true gets its progress lines,
+/// with its id, before its answer.
+#[test]
+fn settled_notifications_and_progress_lines() {
+    let up = TestServer::start(
+        ServerConfig::default()
+            .with_listen(ListenMode::Open)
+            .with_response_mode(ResponseMode::Sse),
+    );
+    let hung = TestServer::start(
+        ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+    );
+    let config = ConfigFile::new(&json!({
+        "up": {"url": up.url()},
+        "dead": {"url": dead_url()},
+        "hung": {"url": hung.url()},
+    }));
+    let mut fleet = Fleet::start(
+        &[
+            "--json",
+            "--ready-timeout",
+            "5",
+            "--health-interval",
+            "3600",
+        ],
+        &config,
+    );
+    let settled = fleet.wait_json(0, "the settled line", |v| v["event"] == "settled");
+    assert_eq!(settled["ready"], json!(["up"]), "{settled}");
+    assert_eq!(settled["notReady"], json!(["dead"]), "{settled}");
+    assert_eq!(settled["pending"], json!(["hung"]), "{settled}");
+
+    // A log message of the server, once its listening stream is up.
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                     "params": {"level": "info", "data": "hello"}});
+    let deadline = Instant::now() + WAIT;
+    while up.notify_listeners(&log) == 0 {
+        assert!(Instant::now() < deadline, "no listening stream");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let note = fleet.wait_json(0, "a notification", |v| {
+        v["server"] == "up" && v["notification"]["method"] == "notifications/message"
+    });
+    assert_eq!(note["notification"]["params"]["data"], "hello", "{note}");
+
+    let from = fleet.seen.len();
+    fleet.send(br#"{"id": 7, "call": {"server": "up", "tool": "tool-000", "progress": true}}"#);
+    let at = fleet.wait_from(from, "the call's answer", |line| {
+        serde_json::from_str::<Value>(line).is_ok_and(|v| v["id"] == 7 && v.get("result").is_some())
+    });
+    let progress: Vec<Value> = fleet.seen[from..at]
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|v| v["id"] == 7)
+        .map(|v| v["progress"]["progress"].clone())
+        .collect();
+    assert_eq!(
+        progress,
+        [json!(1.0), json!(2.0), json!(3.0)],
+        "{}",
+        fleet.context()
+    );
+
+    fleet.signal("TERM");
+    fleet.shutdown_event();
+    let settled_lines = fleet
+        .seen
+        .iter()
+        .filter(|line| line.contains(r#""event":"settled""#))
+        .count();
+    assert_eq!(settled_lines, 1, "{}", fleet.context());
+    fleet.assert_all_json();
 }

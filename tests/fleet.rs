@@ -8,6 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerShutdown, ServerSpec, SlotState};
+use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::json;
 use support::baseline::World;
 use support::fleet::*;
@@ -747,12 +748,15 @@ fn a_dead_server_does_not_delay_the_others_readiness() {
             ])
             .await
             .unwrap();
-        fleet.ready(Duration::from_secs(10)).await.unwrap();
+        // The hung server is no error, only pending when the wait ends.
+        let readiness = fleet.ready(300 * MS).await.unwrap();
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "{:?}",
             started.elapsed()
         );
+        assert_eq!(readiness.ready, ["up"]);
+        assert_eq!(readiness.pending, ["hung"]);
         assert!(is(&fleet, "hung", "starting"));
 
         // A required server that is down: ready says which, by its deadline.
@@ -2323,5 +2327,289 @@ fn an_http_sse_answer_over_the_limit_fails_its_call_and_the_slot_reconnects() {
             world.server.session_log()
         );
         world.baseline.check(&world.server, 0).await;
+    });
+}
+
+/// `ready` waits for every server to settle, not only the required ones,
+/// and says where each is: a slow server is waited for until ready, a
+/// dead one until its first connect failed, a hung one is pending when
+/// the deadline passes (no error: it is not required). Before, `ready`
+/// returned at once when no server was required.
+#[test]
+fn ready_waits_until_every_server_has_settled_and_says_which_are_ready() {
+    scenario(async {
+        // Before the world: its baseline counts the server's descriptors.
+        let hung = TestServer::start(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        );
+        let world = World::new(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc("initialize", FaultAction::Delay(300 * MS))),
+        )
+        .await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("slow", spec(&world.server)),
+                ("dead", ServerSpec::new(refused_url())),
+            ])
+            .await
+            .unwrap();
+        let readiness = fleet.ready(SETTLE).await.unwrap();
+        assert_eq!(readiness.ready, ["slow"], "{readiness:?}");
+        assert!(readiness.pending.is_empty(), "{readiness:?}");
+        assert_eq!(
+            readiness.not_ready.get("dead").map(SlotState::name),
+            Some("retrying"),
+            "{readiness:?}"
+        );
+        assert!(readiness.is_settled() && !readiness.all_ready());
+
+        // A hung server: pending by the deadline, no error.
+        fleet
+            .apply([
+                ("slow", spec(&world.server)),
+                ("dead", ServerSpec::new(refused_url())),
+                ("hung", spec(&hung).connect_timeout(Duration::from_secs(30))),
+            ])
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let readiness = fleet.ready(200 * MS).await.unwrap();
+        assert!(started.elapsed() < SETTLE, "{:?}", started.elapsed());
+        assert_eq!(readiness.pending, ["hung"], "{readiness:?}");
+        assert_eq!(readiness.ready, ["slow"], "{readiness:?}");
+        assert!(!readiness.is_settled());
+        finish(fleet, &world, &[], "ready settles").await;
+        drop(hung);
+    });
+}
+
+/// Per-call options reach the server through the fleet: progress comes to
+/// the call's callback, `_meta` is sent, a timeout bounds the call (and
+/// the slot stays ready: a timeout is no loss).
+#[test]
+fn a_fleet_call_carries_its_options() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_response_mode(ResponseMode::Sse)).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        let progress = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = progress.clone();
+        let options = RequestOptions::default()
+            .on_progress(move |p: Progress| into.lock().unwrap().push(p.progress));
+        let answer = fleet
+            .call_tool_with("a", "tool-000", json!({}), options)
+            .await
+            .unwrap();
+        assert_eq!(answer["structuredContent"]["tool"], "tool-000");
+        assert_eq!(*progress.lock().unwrap(), [1.0, 2.0, 3.0]);
+
+        let mut meta = serde_json::Map::new();
+        meta.insert("trace".into(), json!("t-1"));
+        let params = json!({"name": "tool-001", "arguments": {}});
+        fleet
+            .request_with(
+                "a",
+                "tools/call",
+                Some(params),
+                RequestOptions::default().meta(meta),
+            )
+            .await
+            .unwrap();
+        let sent = seen(&world.server, "tools/call");
+        assert_eq!(
+            sent.last()
+                .and_then(|r| r.meta())
+                .map(|m| m["trace"].clone()),
+            Some(json!("t-1"))
+        );
+
+        world.server.push_fault(
+            Fault::on_rpc("tools/call", FaultAction::Delay(Duration::from_secs(2))).times(1),
+        );
+        let error = fleet
+            .call_tool_waiting_with(
+                "a",
+                "tool-000",
+                json!({}),
+                SETTLE,
+                RequestOptions::default().timeout(50 * MS),
+            )
+            .await
+            .unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "call options").await;
+    });
+}
+
+/// What the servers say unasked reaches one fleet-wide stream, each
+/// message with its server's name: a log message, a list change. A slow
+/// reader is told it lagged; the stream ends after shutdown.
+#[test]
+fn every_server_notification_reaches_the_fleet_s_stream() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(None)
+            .shutdown_timeout(SETTLE)
+            .notification_capacity(4)
+            .build();
+        let mut notes = fleet.notifications();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        let log = |text: &str| {
+            json!({"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": "info", "data": text}})
+        };
+        // Once the listening stream is up, a log message comes through.
+        assert!(eventually(SETTLE, || world.server.notify_listeners(&log("hello")) > 0).await);
+        let first = tokio::time::timeout(SETTLE, notes.recv())
+            .await
+            .expect("a notification within the bound")
+            .unwrap();
+        assert_eq!(&*first.server, "a");
+        assert_eq!(first.method(), "notifications/message");
+        assert_eq!(first.params().unwrap()["data"], "hello");
+        // Drain the repeats of the wait above, then a list change.
+        while notes.try_recv().is_ok() {}
+        assert_eq!(world.server.list_changed("tools"), 1);
+        let changed = tokio::time::timeout(SETTLE, async {
+            loop {
+                let note = notes.recv().await.unwrap();
+                if note.method() != "notifications/message" {
+                    return note;
+                }
+            }
+        })
+        .await
+        .expect("the list change within the bound");
+        assert_eq!(changed.method(), "notifications/tools/list_changed");
+        assert_eq!(&*changed.server, "a");
+
+        // A reader that does not read loses the oldest and is told.
+        let mut slow = fleet.notifications();
+        for i in 0..10 {
+            assert_eq!(world.server.notify_listeners(&log(&format!("n{i}"))), 1);
+        }
+        let lagged = tokio::time::timeout(SETTLE, async {
+            loop {
+                match slow.recv().await {
+                    Err(RecvError::Lagged(lost)) => return lost,
+                    Ok(_) => {}
+                    Err(RecvError::Closed) => panic!("closed"),
+                }
+            }
+        })
+        .await
+        .expect("lagged within the bound");
+        assert!(lagged >= 1, "{lagged}");
+        assert!(is(&fleet, "a", "ready"));
+
+        fleet.shutdown().await;
+        let ended = tokio::time::timeout(SETTLE, async {
+            while !matches!(notes.recv().await, Err(RecvError::Closed)) {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream is still open after shutdown");
+        finish(fleet, &world, &[], "notifications").await;
+    });
+}
+
+/// A lost listening stream is checked at once: a server gone is noticed
+/// within seconds, not at the next health check an hour away.
+#[test]
+fn a_lost_listener_is_checked_at_once() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+            ))
+            .health_interval(Some(Duration::from_secs(3600)))
+            .health_timeout(SETTLE)
+            .shutdown_timeout(SETTLE)
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || !seen(&world.server, "ping").is_empty()).await);
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": "bye"}});
+        assert!(eventually(SETTLE, || world.server.notify_listeners(&note) > 0).await);
+        // Down for MCP, and its listening streams end (each time the
+        // listener opens one again, until the slot notices).
+        take_down(&world.server);
+        let noticed = eventually(SETTLE, || {
+            world.server.cut_listeners_after(&note);
+            !is(&fleet, "a", "ready")
+        })
+        .await;
+        assert!(noticed, "{:?}", fleet.state("a"));
+        assert!(is(&fleet, "a", "retrying"), "{:?}", fleet.state("a"));
+        world.server.clear_faults();
+        finish(fleet, &world, &[], "listener lost").await;
+    });
+}
+
+/// `set_log_level` asks the server's current session (`logging/setLevel`),
+/// routed like any request; an unknown server is refused at once.
+#[test]
+fn set_log_level_reaches_the_server() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        // The test kit offers no logging: an answer either way.
+        let _ = fleet.set_log_level("a", "debug").await;
+        let sent = seen(&world.server, "logging/setLevel");
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].params().unwrap()["level"], "debug");
+        let error = fleet.set_log_level("b", "debug").await.unwrap_err();
+        assert!(error.is_builder(), "{error}");
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "set_log_level").await;
+    });
+}
+
+/// `ready` follows a server that is not required to the slot that replaced
+/// it (a reload changed its spec): it says where the new slot is, not that
+/// the old one stopped.
+#[test]
+fn ready_follows_any_server_replaced_meanwhile() {
+    scenario(async {
+        // Before the world: its baseline counts the server's descriptors.
+        let slow = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc("initialize", FaultAction::Delay(1500 * MS))),
+        );
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        // Replaced by a server that takes a while: the old slot stops (its
+        // hung connect reaped within the DELETE timeout, 500 ms) long
+        // before the new one is ready.
+        let reload = async {
+            assert!(eventually(SETTLE, || !seen(&world.server, "initialize").is_empty()).await);
+            let report = fleet.apply([("a", spec(&slow))]).await.unwrap();
+            assert_eq!(report.replaced, ["a"]);
+        };
+        let (readiness, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        let readiness = readiness.unwrap();
+        assert_eq!(readiness.ready, ["a"], "{readiness:?}");
+        finish(
+            fleet,
+            &world,
+            &[&slow],
+            "ready across a replace, not required",
+        )
+        .await;
     });
 }

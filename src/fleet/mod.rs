@@ -19,8 +19,10 @@
 //!   (64) run at the same time, the others waiting in line in
 //!   [`SlotState::Starting`]; a set of more than
 //!   [`max_servers`](FleetBuilder::max_servers) (1000) is refused.
-//!   [`Fleet::ready`] waits only for the servers marked
-//!   [`required`](ServerSpec::required).
+//!   [`Fleet::ready`] waits until every server has settled (ready, or
+//!   its first attempt ended without a session) and says which are ready
+//!   ([`Readiness`]); a server marked [`required`](ServerSpec::required)
+//!   must be ready.
 //! - **Reconnect forever, politely.** A failed connect or a lost session
 //!   is retried with capped exponential backoff and full jitter
 //!   ([`Backoff`]); the attempt count starts anew only once a session has
@@ -45,7 +47,13 @@
 //!   renewed session with [`FleetEvent::Renewed`].
 //! - **Calls routed by name.** [`Fleet::call_tool`] goes to the slot's
 //!   current session, or fails at once when it is not ready; a call whose
-//!   session is lost under it is never sent again.
+//!   session is lost under it is never sent again. Per-call
+//!   [`RequestOptions`] (progress, timeout, `_meta`) through
+//!   [`Fleet::call_tool_with`] and [`Fleet::request_with`].
+//! - **Everything a server says.** [`Fleet::notifications`]: every
+//!   server's notifications ([`ServerNotification`], with its name) on one
+//!   stream, bounded in count and in bytes (charged to the fleet's memory
+//!   budget while held), read by each slot's owner task.
 //! - **The configuration hosts use.** [`parse_mcp_servers`] reads the
 //!   common `mcpServers` JSON shape into specs for [`Fleet::apply`]
 //!   (stdio entries skipped and reported, unknown keys warned).
@@ -69,7 +77,10 @@
 //! [`health_interval`](FleetBuilder::health_interval). The session is lost
 //! when a ping fails with anything but a JSON-RPC error (an answer is an
 //! answer, "method not found" included), or when a routed call fails with a transport error or finds
-//! the session closed. A session that expired (404) is replaced by the
+//! the session closed. When the session's listening stream ends (the GET
+//! stream, or a 2026-07-28 `subscriptions/listen`), the ping is sent at
+//! once instead of at the end of the interval (never while one is in
+//! flight): a server that went away is noticed in about a round trip. A session that expired (404) is replaced by the
 //! session itself, within the slot (see [`Session::request`](crate::Session::request)).
 //!
 //! # Example
@@ -93,7 +104,11 @@
 //!     ])
 //!     .await?;
 //! assert_eq!(report.started, ["notes", "search"]);
-//! fleet.ready(Duration::from_secs(10)).await?; // only "search" is required
+//! // Every server settled: "notes" failed its first connect (and waits to
+//! // retry); "search" is required, so it must be ready.
+//! let readiness = fleet.ready(Duration::from_secs(10)).await?;
+//! assert_eq!(readiness.ready, ["search"]);
+//! assert!(readiness.not_ready.contains_key("notes") && readiness.pending.is_empty());
 //!
 //! let catalog = fleet.catalog();
 //! assert!(catalog.tool("search__tool-000").is_some());
@@ -111,13 +126,14 @@
 mod catalog;
 mod clients;
 mod config;
+mod notify;
+mod ready;
 mod reconcile;
 mod slot;
 mod spec;
 mod state;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -129,16 +145,20 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use crate::backoff::Backoff;
 pub use catalog::{CatalogChanges, FleetCatalog, ListChanges, QualifiedEntry};
 pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
+pub use notify::ServerNotification;
+pub use ready::Readiness;
 pub use reconcile::ApplyReport;
 pub use slot::ServerShutdown;
 pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};
 pub use state::{FleetEvent, SlotState};
 
+use crate::RequestOptions;
 use crate::budget::Account;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use catalog::Hub;
 use clients::ClientCache;
+use notify::Notices;
 use slot::{Policy, Slot};
 
 /// The slots' tasks, each ending with its slot's id and outcome.
@@ -157,6 +177,12 @@ pub const DEFAULT_CONCURRENT_CONNECTS: usize = 64;
 /// The default of [`FleetBuilder::memory`]: 256 MiB.
 pub const DEFAULT_FLEET_MEMORY: usize = 256 * 1024 * 1024;
 
+/// The default of [`FleetBuilder::notification_capacity`].
+pub const DEFAULT_NOTIFICATION_CAPACITY: usize = 1024;
+
+/// The default of [`FleetBuilder::notification_memory`]: 16 MiB.
+pub const DEFAULT_NOTIFICATION_MEMORY: usize = 16 * 1024 * 1024;
+
 /// Settings of a [`Fleet`], each with its default.
 #[derive(Clone, Debug)]
 #[must_use]
@@ -167,6 +193,8 @@ pub struct FleetBuilder {
     max_servers: usize,
     concurrent_connects: usize,
     memory: usize,
+    notification_capacity: usize,
+    notification_memory: usize,
 }
 
 impl Default for FleetBuilder {
@@ -183,6 +211,8 @@ impl Default for FleetBuilder {
             max_servers: DEFAULT_MAX_SERVERS,
             concurrent_connects: DEFAULT_CONCURRENT_CONNECTS,
             memory: DEFAULT_FLEET_MEMORY,
+            notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
+            notification_memory: DEFAULT_NOTIFICATION_MEMORY,
         }
     }
 }
@@ -289,10 +319,37 @@ impl FleetBuilder {
         self
     }
 
+    /// Server notifications kept for the slowest reader of
+    /// [`Fleet::notifications`]; older ones are dropped for it (it is told
+    /// how many). At least 1, at most [`MAX_EVENT_CAPACITY`]. Default:
+    /// [`DEFAULT_NOTIFICATION_CAPACITY`] (1024).
+    pub fn notification_capacity(mut self, capacity: usize) -> Self {
+        self.notification_capacity = capacity.clamp(1, MAX_EVENT_CAPACITY);
+        self
+    }
+
+    /// The most bytes (as parsed) the notifications held for
+    /// [`Fleet::notifications`]'s readers take together, drawn from the
+    /// fleet's [`memory`](Self::memory) too: one that does not fit is
+    /// dropped, with a warning (rate-limited). Held from when the fleet
+    /// publishes a notification until the stream's buffer and every
+    /// reader have let it go. Default: [`DEFAULT_NOTIFICATION_MEMORY`]
+    /// (16 MiB).
+    pub fn notification_memory(mut self, max_bytes: usize) -> Self {
+        self.notification_memory = max_bytes;
+        self
+    }
+
     /// The fleet, with no server yet (see [`Fleet::apply`]).
     pub fn build(self) -> Fleet {
+        let memory = Account::fleet(self.memory);
         Fleet {
-            memory: Account::fleet(self.memory),
+            notices: Arc::new(Notices::new(
+                self.notification_capacity,
+                self.notification_memory,
+                &memory,
+            )),
+            memory,
             hub: Arc::new(Hub::new(self.event_capacity)),
             clients: ClientCache::default(),
             policy: self.policy,
@@ -335,6 +392,8 @@ pub struct Fleet {
     /// The account every slot's session account is a child of.
     memory: Account,
     hub: Arc<Hub>,
+    /// The stream of every server's notifications.
+    notices: Arc<Notices>,
     clients: ClientCache,
     policy: Policy,
     shutdown_timeout: Duration,
@@ -430,7 +489,13 @@ impl Fleet {
                 finished.push(slot.finished.clone());
             }
             for (name, spec) in plan.start {
-                let slot = Arc::new(Slot::new(name.clone(), spec, &self.clients, &self.memory));
+                let slot = Arc::new(Slot::new(
+                    name.clone(),
+                    spec,
+                    &self.clients,
+                    &self.memory,
+                    &self.notices,
+                ));
                 // Before it runs: from now on the name's events and lists
                 // are this slot's, not those of the slot it replaces.
                 self.hub.claim(&name, slot.id);
@@ -451,72 +516,6 @@ impl Fleet {
             finished.cancelled().await;
         }
         Ok(report)
-    }
-
-    /// Waits until every enabled server marked
-    /// [`required`](ServerSpec::required) is ready, within `within`.
-    /// Servers not required are never waited for.
-    ///
-    /// A required server replaced meanwhile (its spec changed) is waited
-    /// for in its new slot. Fails at once when a required server is in
-    /// [`SlotState::AuthRequired`] or [`SlotState::Failed`] (no retry will
-    /// come by itself) or was stopped meanwhile (removed, disabled, no
-    /// longer required, or the fleet shut down), and with
-    /// [`Error::is_timeout`] when `within` passes; the error names each
-    /// server not ready and its state.
-    pub async fn ready(&self, within: Duration) -> Result<()> {
-        let required: Vec<Arc<Slot>> = {
-            let guard = lock(&self.slots);
-            let slots = guard.as_ref().ok_or_else(shut_down)?;
-            slots
-                .by_name
-                .values()
-                .filter(|slot| slot.required.load(Ordering::Acquire))
-                .cloned()
-                .collect()
-        };
-        let waiting = async {
-            for slot in &required {
-                let mut slot = slot.clone();
-                loop {
-                    let state = slot.settled().await;
-                    if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
-                        // Replaced meanwhile (a reload changed its spec):
-                        // the new slot is the one to wait for.
-                        slot = next;
-                        continue;
-                    }
-                    if !state.is_ready() {
-                        return Err(Error::closed()
-                            .context(format!("required server `{}` is {state}", slot.name)));
-                    }
-                    break;
-                }
-            }
-            Ok(())
-        };
-        match tokio::time::timeout(within, waiting).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                let late: Vec<String> = required
-                    .iter()
-                    .map(|slot| self.successor(slot).unwrap_or_else(|| slot.clone()))
-                    .filter(|slot| !slot.state().is_ready())
-                    .map(|slot| format!("`{}` {}", slot.name, slot.state()))
-                    .collect();
-                Err(Error::timeout(format!(
-                    "required servers not ready within {within:?}: {}",
-                    late.join("; ")
-                )))
-            }
-        }
-    }
-
-    /// The slot that replaced `slot` (same name, still required), if any.
-    fn successor(&self, slot: &Slot) -> Option<Arc<Slot>> {
-        let guard = lock(&self.slots);
-        let next = guard.as_ref()?.by_name.get(&slot.name)?;
-        (next.id != slot.id && next.required.load(Ordering::Acquire)).then(|| next.clone())
     }
 
     fn slot(&self, server: &str) -> Result<Arc<Slot>> {
@@ -542,8 +541,23 @@ impl Fleet {
     /// - Otherwise the tool's result or the session's error, as
     ///   [`Session::call_tool`](crate::Session::call_tool) gives them.
     pub async fn call_tool(&self, server: &str, tool: &str, arguments: Value) -> Result<Value> {
+        self.call_tool_with(server, tool, arguments, RequestOptions::default())
+            .await
+    }
+
+    /// [`call_tool`](Self::call_tool) with per-call options: a progress
+    /// callback, a timeout, `_meta` (see [`RequestOptions`]), as
+    /// [`Session::call_tool_with`](crate::Session::call_tool_with) takes
+    /// them. Routed the same way: at once, never sent twice.
+    pub async fn call_tool_with(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
         let params = serde_json::json!({ "name": tool, "arguments": arguments });
-        self.routed(server, "tools/call", Some(tool), Some(params))
+        self.routed(server, "tools/call", Some(tool), Some(params), options)
             .await
     }
 
@@ -557,21 +571,46 @@ impl Fleet {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value> {
-        self.routed(server, method, None, params).await
+        self.request_with(server, method, params, RequestOptions::default())
+            .await
+    }
+
+    /// [`request`](Self::request) with per-call options (see
+    /// [`RequestOptions`]).
+    pub async fn request_with(
+        &self,
+        server: &str,
+        method: &str,
+        params: Option<Value>,
+        options: RequestOptions,
+    ) -> Result<Value> {
+        self.routed(server, method, None, params, options).await
     }
 
     /// `prompts/get` of `server`'s prompt `name` (see [`request`](Self::request)).
     pub async fn get_prompt(&self, server: &str, name: &str, arguments: Value) -> Result<Value> {
         let params = serde_json::json!({ "name": name, "arguments": arguments });
-        self.routed(server, "prompts/get", Some(name), Some(params))
-            .await
+        self.routed(
+            server,
+            "prompts/get",
+            Some(name),
+            Some(params),
+            RequestOptions::default(),
+        )
+        .await
     }
 
     /// `resources/read` of `uri` on `server` (see [`request`](Self::request)).
     pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Value> {
         let params = serde_json::json!({ "uri": uri });
-        self.routed(server, "resources/read", None, Some(params))
-            .await
+        self.routed(
+            server,
+            "resources/read",
+            None,
+            Some(params),
+            RequestOptions::default(),
+        )
+        .await
     }
 
     /// A request on `server`'s current session; a loss under it is
@@ -582,13 +621,14 @@ impl Fleet {
         method: &str,
         name: Option<&str>,
         params: Option<Value>,
+        options: RequestOptions,
     ) -> Result<Value> {
         let slot = self.slot(server)?;
         let Some(live) = slot.live() else {
             return Err(Error::closed()
                 .context(format!("server `{server}` is not ready ({})", slot.state())));
         };
-        match live.session.request(method, params).await {
+        match live.session.request_with(method, params, options).await {
             Ok(result) => {
                 live.prove();
                 Ok(result)
@@ -629,6 +669,20 @@ impl Fleet {
         arguments: Value,
         wait: Duration,
     ) -> Result<Value> {
+        self.call_tool_waiting_with(server, tool, arguments, wait, RequestOptions::default())
+            .await
+    }
+
+    /// [`call_tool_waiting`](Self::call_tool_waiting) with per-call options
+    /// (see [`RequestOptions`]); the wait is not part of their timeout.
+    pub async fn call_tool_waiting_with(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Value,
+        wait: Duration,
+        options: RequestOptions,
+    ) -> Result<Value> {
         // `None`: too far to say (`Duration::MAX`), so no bound.
         let deadline = tokio::time::Instant::now().checked_add(wait);
         let mut slot = self.slot(server)?;
@@ -656,7 +710,7 @@ impl Fleet {
                 _ => break,
             }
         }
-        self.call_tool(server, tool, arguments).await
+        self.call_tool_with(server, tool, arguments, options).await
     }
 
     /// [`call_tool`](Self::call_tool) by the tool's qualified name
@@ -668,6 +722,18 @@ impl Fleet {
             ))
         })?;
         self.call_tool(server, tool, arguments).await
+    }
+
+    /// Asks `server` for log messages of `level` and above
+    /// (`logging/setLevel`, routed as [`request`](Self::request)); they
+    /// come on [`notifications`](Self::notifications). For the current
+    /// session only: after a reconnect, the spec's
+    /// [`log_level`](ServerSpec::log_level), if any, is what is asked for.
+    pub async fn set_log_level(&self, server: &str, level: &str) -> Result<()> {
+        let params = serde_json::json!({ "level": level });
+        self.request(server, "logging/setLevel", Some(params))
+            .await
+            .map(drop)
     }
 
     /// Wakes `server`'s slot: one waiting to retry, or in
@@ -713,6 +779,24 @@ impl Fleet {
         self.hub.subscribe()
     }
 
+    /// Every notification the fleet's servers send on their own, from now
+    /// on, each with its server's name: log messages
+    /// (`notifications/message`), resource updates, list changes, progress
+    /// not tied to a call (a call's own goes to its
+    /// [`on_progress`](RequestOptions::on_progress)). Until
+    /// [`shutdown`](Self::shutdown) has ended (then the stream ends, after
+    /// what is still buffered).
+    ///
+    /// Bounded in count ([`FleetBuilder::notification_capacity`]) and in
+    /// bytes ([`FleetBuilder::notification_memory`], charged to the
+    /// fleet's memory budget while held): a reader that falls behind gets
+    /// [`RecvError::Lagged`](broadcast::error::RecvError::Lagged) with the
+    /// number it lost, then the newest; the fleet never waits for it. With
+    /// no reader, notifications are dropped as they come.
+    pub fn notifications(&self) -> broadcast::Receiver<ServerNotification> {
+        self.notices.subscribe()
+    }
+
     /// The merged catalog of every ready server, now.
     pub fn catalog(&self) -> Arc<FleetCatalog> {
         self.hub.catalog()
@@ -742,6 +826,7 @@ impl Fleet {
             // is done.
             self.drained.cancelled().await;
             self.hub.close();
+            self.notices.close();
             return ShutdownReport {
                 already_shut_down: true,
                 ..ShutdownReport::default()
@@ -751,6 +836,7 @@ impl Fleet {
         let servers = drain.run().await;
         // Every slot has said `stopped` (or was aborted): the stream ends.
         self.hub.close();
+        self.notices.close();
         ShutdownReport {
             servers,
             already_shut_down: false,

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
+use super::notify::Notices;
 use super::spec::ServerSpec;
 use super::state::SlotState;
 use crate::budget::Account;
@@ -93,7 +94,13 @@ pub(crate) struct Slot {
     clients: ClientCache,
     /// The fleet's memory account, the parent of each session's.
     memory: Account,
+    /// Where the session's notifications go.
+    notices: Arc<Notices>,
     state: watch::Sender<SlotState>,
+    /// Latched true the first time the slot leaves `Starting` (its first
+    /// attempt has ended, one way or another): what `Fleet::ready` waits
+    /// for. A `watch`, so a waiter that subscribes late still sees it.
+    first_settled: watch::Sender<bool>,
     live: Mutex<Option<Arc<Live>>>,
     /// Cancelled to stop the slot, whatever it is doing.
     pub(crate) stop: CancellationToken,
@@ -109,6 +116,7 @@ impl Slot {
         spec: ServerSpec,
         clients: &ClientCache,
         memory: &Account,
+        notices: &Arc<Notices>,
     ) -> Slot {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Slot {
@@ -117,8 +125,10 @@ impl Slot {
             required: AtomicBool::new(spec.is_required()),
             clients: clients.clone(),
             memory: memory.clone(),
+            notices: notices.clone(),
             spec,
             state: watch::Sender::new(SlotState::Starting),
+            first_settled: watch::Sender::new(false),
             live: Mutex::new(None),
             stop: CancellationToken::new(),
             wake: Notify::new(),
@@ -151,6 +161,21 @@ impl Slot {
         }
     }
 
+    /// Whether the slot's first attempt has ended (it left `Starting`
+    /// once), or its task has.
+    pub(crate) fn has_settled(&self) -> bool {
+        *self.first_settled.borrow() || self.finished.is_cancelled()
+    }
+
+    /// Waits until [`has_settled`](Self::has_settled).
+    pub(crate) async fn first_settled(&self) {
+        let mut settled = self.first_settled.subscribe();
+        tokio::select! {
+            _ = settled.wait_for(|settled| *settled) => {}
+            () = self.finished.cancelled() => {}
+        }
+    }
+
     /// The session calls go to, while ready.
     pub(crate) fn live(&self) -> Option<Arc<Live>> {
         lock(&self.live).clone()
@@ -175,6 +200,10 @@ impl Slot {
             }
         }
         self.state.send_replace(state.clone());
+        if !matches!(state, SlotState::Starting) {
+            self.first_settled
+                .send_if_modified(|settled| !std::mem::replace(settled, true));
+        }
         hub.state(&self.name, self.id, state);
     }
 }
@@ -384,10 +413,9 @@ fn classify(error: Arc<Error>, retried: bool, failures: u32, policy: &Policy) ->
 /// server session) is announced.
 async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     let mut events = Some(live.session.events());
-    // Nobody in a fleet reads the server's notifications: taken and
-    // dropped, so the session drops them as they come instead of queuing
-    // up to its bound (256, 16 MiB) for nobody.
-    drop(live.session.notifications());
+    // Read here, in the slot's own task, and passed on to the fleet's
+    // stream as they come: the session's queue never fills for nobody.
+    let mut notifications = live.session.notifications();
     // A change between the slot's first catalog and the subscription.
     hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
     let mut renewals = Renewals(live.connected_id.clone());
@@ -398,14 +426,21 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
         .spec
         .health_interval_setting()
         .unwrap_or(policy.health_interval);
-    let checking = |proving: bool| {
+    // Whether the check is only waiting for its interval: a listener lost
+    // replaces it with a ping at once only then, never cutting short a
+    // ping in flight (nor the first check's `logging/setLevel`).
+    let idle = AtomicBool::new(false);
+    let idle = &idle;
+    let checking = |proving: bool, wait: bool| {
+        idle.store(wait, Ordering::Relaxed);
         Box::pin(async move {
-            if !proving {
+            if wait {
                 match interval {
                     Some(every) => tokio::time::sleep(every).await,
                     None => std::future::pending().await,
                 }
-            } else if let Some(level) = slot.spec.log_level_setting() {
+                idle.store(false, Ordering::Relaxed);
+            } else if let Some(level) = slot.spec.log_level_setting().filter(|_| proving) {
                 set_log_level(&slot.name, &live.session, level, policy.health_timeout).await;
             }
             live.session
@@ -421,7 +456,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // event never starts the interval's wait again (nor cancels a ping in
     // flight), so a server with something to say more often than the
     // interval is still checked.
-    let mut check = checking(true);
+    let mut check = checking(true, false);
     loop {
         let event = async {
             match events.as_mut() {
@@ -438,6 +473,15 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
             }
             () = slot.wake.notified() => return End::Reconnect,
             event = event => match event {
+                // The listening stream ended (the server may be gone):
+                // checked now, not at the next interval; never a second
+                // ping while one is in flight. The listener's own backoff
+                // bounds how often this comes.
+                Ok(SessionEvent::ListenerDown { .. }) => {
+                    if idle.load(Ordering::Relaxed) {
+                        check = checking(false, false);
+                    }
+                }
                 Ok(SessionEvent::Renewed { session_id, revision }) => {
                     renewals.renewed(slot, hub, session_id, revision);
                 }
@@ -462,7 +506,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 Err(RecvError::Closed) => events = None,
             },
             answer = &mut check => {
-                check = checking(false);
+                check = checking(false, true);
                 match answer {
                     // A JSON-RPC error is an answer too (a 2026-07-28
                     // server may answer `ping` with "method not found",
@@ -473,7 +517,23 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     _ => live.prove(),
                 }
             }
+            // Last: a chatty server never holds up its health check.
+            message = next(&mut notifications) => match message {
+                Some(message) => slot.notices.forward(&slot.name, message),
+                // Closed: only the slot closes the session.
+                None => notifications = None,
+            },
         }
+    }
+}
+
+/// The next notification of `receiver`; pending for ever once it is gone.
+async fn next(
+    receiver: &mut Option<tokio::sync::mpsc::Receiver<crate::jsonrpc::Message>>,
+) -> Option<crate::jsonrpc::Message> {
+    match receiver {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -115,11 +115,16 @@ pub(crate) enum Command {
     /// entries, and stdio entries: `command`, `args`, `env`, `cwd`) until
     /// interrupted (SIGINT, SIGTERM): one line per state change (starting,
     /// ready, retrying, auth_required, failed, stopped) and per catalog change (with --json, one JSON object a
-    /// line); the file is read again on SIGHUP and when it changes, and
+    /// line), per server notification ({"server", "notification":
+    /// {"method", "params"}}), and one "settled" line once every server
+    /// has settled or --ready-timeout passed (ready and pending servers);
+    /// the file is read again on SIGHUP and when it changes, and
     /// reconciled by name. Commands on standard input, one JSON object a
     /// line, each answered by one JSON line (carrying the command's "id",
     /// if any): {"call": {"server", "tool", "arguments", "waitMs"}},
-    /// {"reconnect": NAME}, {"status": true}; at most 64 calls run at once
+    /// {"reconnect": NAME}, {"status": true}; a call with "progress": true
+    /// gets {"id", "progress": {"progress", "total", "message"}} lines
+    /// before its answer; at most 64 calls run at once
     /// (one more is refused at once), and every other command is answered
     /// at once, whatever runs. The file must be a regular file, read within
     /// 5 s (else the reload fails and the running set stays). Ends with a
@@ -152,6 +157,14 @@ pub(crate) struct FleetArgs {
     /// One JSON object a line on stdout instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+    /// How long to wait for every server to settle (ready, or its first
+    /// attempt ended) before the "settled" line, in seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "30")]
+    pub(crate) ready_timeout: Duration,
+    /// How often a ready server is pinged to notice a loss, in seconds
+    /// (default 30).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub(crate) health_interval: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use mcp_scoped_http::fleet::{
-    ApplyReport, Backoff, Fleet, FleetEvent, LoadedConfig, ServerShutdown, ServerSpec, SlotState,
-    parse_mcp_servers,
+    ApplyReport, Backoff, Fleet, FleetEvent, LoadedConfig, Readiness, ServerNotification,
+    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers,
 };
+use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::{Map, Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::broadcast::error::RecvError;
@@ -511,6 +512,8 @@ struct Call {
     arguments: Value,
     /// How long to wait for the server to be ready; `None`: fail at once.
     wait: Option<Duration>,
+    /// Whether the caller asked for progress lines (`"progress": true`).
+    progress: bool,
 }
 
 /// `answer`, with the command's `id` when it has one.
@@ -534,6 +537,8 @@ fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
     match parse(fleet, unsupported, &command) {
         Command::Call(mut call) => {
             call.id = id.cloned();
+            // Asked for beside "call" or inside it.
+            call.progress |= command.get("progress") == Some(&Value::Bool(true));
             Command::Call(call)
         }
         Command::Answer(answer) => Command::Answer(with_id(answer, id)),
@@ -582,6 +587,7 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
             tool: tool.to_owned(),
             arguments,
             wait,
+            progress: call.get("progress") == Some(&Value::Bool(true)),
         });
     }
     if let Some(server) = command.get("reconnect") {
@@ -622,12 +628,31 @@ async fn call(fleet: Arc<Fleet>, call: Call) -> Value {
         tool,
         arguments,
         wait,
+        progress,
     } = call;
+    let mut options = RequestOptions::default();
+    if progress {
+        // Written as they come, so before the answer (written once the
+        // call has returned, through the same queue).
+        let id = id.clone();
+        options = options.on_progress(move |progress: Progress| {
+            let line = json!({"progress": {
+                "progress": progress.progress,
+                "total": progress.total,
+                "message": progress.message,
+            }});
+            crate::out_json(&with_id(line, id.as_ref()));
+        });
+    }
     let outcome = match wait {
-        None => fleet.call_tool(&server, &tool, arguments).await,
+        None => {
+            fleet
+                .call_tool_with(&server, &tool, arguments, options)
+                .await
+        }
         Some(wait) => {
             fleet
-                .call_tool_waiting(&server, &tool, arguments, wait)
+                .call_tool_waiting_with(&server, &tool, arguments, wait, options)
                 .await
         }
     };
@@ -636,6 +661,29 @@ async fn call(fleet: Arc<Fleet>, call: Call) -> Value {
         Err(error) => json!({"server": server, "tool": tool, "error": crate::with_causes(&error)}),
     };
     with_id(answer, id.as_ref())
+}
+
+/// A server's notification, as a line.
+fn notification_line(note: &ServerNotification) -> Value {
+    let mut notification = json!({"method": note.method()});
+    if let Some(params) = note.params() {
+        notification["params"] = params.clone();
+    }
+    json!({"server": &*note.server, "notification": notification})
+}
+
+/// The line said once every server has settled or the ready timeout
+/// passed (with an error when a required server is not ready).
+fn settled_line(readiness: &mcp_scoped_http::Result<Readiness>) -> Value {
+    match readiness {
+        Ok(readiness) => json!({
+            "event": "settled",
+            "ready": readiness.ready,
+            "notReady": readiness.not_ready.keys().collect::<Vec<_>>(),
+            "pending": readiness.pending,
+        }),
+        Err(error) => json!({"event": "settled", "error": crate::with_causes(error)}),
+    }
 }
 
 /// The answer to a call over [`MAX_IN_FLIGHT`].
@@ -698,8 +746,13 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| Failure::server(e.to_string()))?;
 
-    let fleet = Arc::new(Fleet::builder().backoff(backoff).build());
+    let mut builder = Fleet::builder().backoff(backoff);
+    if let Some(every) = options.health_interval {
+        builder = builder.health_interval(Some(every));
+    }
+    let fleet = Arc::new(builder.build());
     let mut events = fleet.events();
+    let mut notifications = fleet.notifications();
     let (unsupported, unsupported_now) = watch::channel(Unsupported::default());
     // Nothing runs yet: this apply only starts slots, it waits for none.
     let report = apply(&fleet, loaded, shared, &unsupported, json_mode)
@@ -728,6 +781,13 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let mut reading = true;
     let mut draining = false;
     let mut commands: JoinSet<Value> = JoinSet::new();
+    // Polled in the loop, never awaited: the "settled" line comes once,
+    // while commands and events go on.
+    let mut settling = {
+        let fleet = fleet.clone();
+        let within = options.ready_timeout;
+        Some(Box::pin(async move { fleet.ready(within).await }))
+    };
 
     // Nothing in this loop waits but `select!`: every branch is answered
     // at once, whatever runs aside (calls, a reload).
@@ -750,6 +810,18 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 }
                 Err(RecvError::Closed) => break,
             },
+            note = notifications.recv() => match note {
+                Ok(note) => emit(json_mode, &notification_line(&note)),
+                Err(RecvError::Lagged(lost)) => {
+                    emit(json_mode, &json!({"event": "lagged", "lost": lost, "stream": "notifications"}));
+                }
+                // Only after the shutdown, after this loop.
+                Err(RecvError::Closed) => break,
+            },
+            Some(readiness) = async { Some(settling.as_mut()?.as_mut().await) }, if settling.is_some() => {
+                settling = None;
+                emit(json_mode, &settled_line(&readiness));
+            }
             line = input.recv(), if reading => match line {
                 Some(Input::Line(line)) if line.trim_ascii().is_empty() => {}
                 Some(Input::Line(line)) => {

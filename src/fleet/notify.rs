@@ -1,0 +1,176 @@
+//! What the fleet's servers say unasked: one bounded stream for all of
+//! them ([`Fleet::notifications`](super::Fleet::notifications)).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use crate::budget::{Account, Charge, MemoryBudget};
+use crate::jsonrpc::{Message, Notification};
+use crate::queue::Weigh;
+use crate::sync::lock;
+
+/// One notification a server sent on its own (a log message, a resource
+/// update, a list change, progress not tied to a call), on
+/// [`Fleet::notifications`](super::Fleet::notifications).
+///
+/// Its size stays charged to the fleet's memory budget while the stream's
+/// buffer or any clone of it holds it: a clone is cheap (shared).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ServerNotification {
+    /// The server's name.
+    pub server: Arc<str>,
+    /// The notification: its method (`notifications/message`, ...) and
+    /// params, verbatim.
+    pub message: Arc<Notification>,
+    /// The message's weight on the fleet's account, given back when the
+    /// last clone goes.
+    _charge: Arc<Charge>,
+}
+
+impl std::fmt::Debug for ServerNotification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The charge is bookkeeping, not part of the message.
+        f.debug_struct("ServerNotification")
+            .field("server", &self.server)
+            .field("message", &self.message)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerNotification {
+    /// The notification's method.
+    pub fn method(&self) -> &str {
+        &self.message.method
+    }
+
+    /// The notification's params, if any.
+    pub fn params(&self) -> Option<&serde_json::Value> {
+        self.message.params.as_ref()
+    }
+}
+
+/// The sending side, shared by every slot.
+pub(crate) struct Notices {
+    /// `None` once the fleet is shut down: the stream ends.
+    tx: Mutex<Option<broadcast::Sender<ServerNotification>>>,
+    /// Bounds what the buffer (and the readers' clones) hold, in bytes; a
+    /// child of the fleet's account, so the fleet's bound holds too.
+    account: Account,
+    /// Notifications refused by the budget, for rate-limited warnings.
+    refused: AtomicU64,
+}
+
+impl Notices {
+    pub(crate) fn new(capacity: usize, max_bytes: usize, fleet: &Account) -> Notices {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        Notices {
+            tx: Mutex::new(Some(tx)),
+            account: Account::with_parent(
+                MemoryBudget::default().max_bytes(max_bytes),
+                Some(fleet.clone()),
+            ),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<ServerNotification> {
+        match lock(&self.tx).as_ref() {
+            Some(tx) => tx.subscribe(),
+            // Shut down: a stream that has ended.
+            None => broadcast::channel(1).1,
+        }
+    }
+
+    /// Ends the stream: readers get what is buffered, then the end.
+    pub(crate) fn close(&self) {
+        lock(&self.tx).take();
+    }
+
+    /// Publishes `message` of `server`, charged to the budget; never
+    /// waits. Nobody listening, or over the budget: dropped.
+    pub(crate) fn forward(&self, server: &Arc<str>, message: Message) {
+        let weight = message.weight();
+        let Message::Notification(notification) = message else {
+            return;
+        };
+        let tx = lock(&self.tx);
+        let Some(tx) = tx.as_ref().filter(|tx| tx.receiver_count() > 0) else {
+            return;
+        };
+        let charge = match self.account.charge(weight, 0) {
+            Ok(charge) => charge,
+            Err(spent) => {
+                // Rate-limited: the 1st, 2nd, 4th, 8th... refusal.
+                let refused = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                if refused.is_power_of_two() {
+                    tracing::warn!(
+                        %server,
+                        method = %notification.method,
+                        refused,
+                        "fleet: a server notification dropped, over the memory budget of \
+                         Fleet::notifications ({spent}); {refused} dropped so far"
+                    );
+                }
+                return;
+            }
+        };
+        // The buffer drops the oldest for a slow reader (who is told):
+        // with it goes its charge.
+        let _ = tx.send(ServerNotification {
+            server: server.clone(),
+            message: Arc::new(notification),
+            _charge: Arc::new(charge),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn note(text: &str) -> Message {
+        Message::Notification(Notification {
+            method: "notifications/message".into(),
+            params: Some(json!({"level": "info", "data": text})),
+        })
+    }
+
+    /// What the buffer holds stays charged until it is dropped, and a
+    /// notification over the budget is dropped, never queued uncharged.
+    #[test]
+    fn buffered_notifications_stay_charged_until_dropped() {
+        let fleet = Account::fleet(1 << 20);
+        let one = note(&"x".repeat(1000)).weight();
+        let notices = Notices::new(2, 3 * one, &fleet);
+        let server: Arc<str> = "a".into();
+        // Nobody listens: nothing is held.
+        notices.forward(&server, note(&"x".repeat(1000)));
+        assert_eq!(fleet.bytes(), 0);
+        let mut reader = notices.subscribe();
+        for _ in 0..3 {
+            notices.forward(&server, note(&"x".repeat(1000)));
+        }
+        // Two kept (the capacity), the oldest dropped with its charge.
+        assert_eq!(fleet.bytes(), 2 * one);
+        assert!(matches!(
+            reader.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(1))
+        ));
+        let held = reader.try_recv().unwrap();
+        assert_eq!(held.method(), "notifications/message");
+        // Read, the buffer still holds it (for other readers) until a
+        // newer one takes its place.
+        assert_eq!(fleet.bytes(), 2 * one);
+        // Over the bytes bound: a big one is refused, nothing more held.
+        notices.forward(&server, note(&"x".repeat(4000)));
+        assert_eq!(fleet.bytes(), 2 * one);
+        drop(held);
+        drop(reader);
+        notices.close();
+        assert_eq!(fleet.bytes(), 0);
+    }
+}
