@@ -126,7 +126,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use crate::backoff::Backoff;
 pub use catalog::{FleetCatalog, QualifiedEntry};
-pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
+pub use config::{
+    LoadedConfig, MAX_EXPANDED_VALUE, Skipped, parse_mcp_servers, parse_mcp_servers_with,
+};
 pub use reconcile::ApplyReport;
 pub use slot::ServerShutdown;
 pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};
