@@ -1095,4 +1095,18 @@ mod tests {
             assert!(shown.contains(part), "{part} in {shown}");
         }
     }
+
+    #[test]
+    fn parse_mcp_servers_reads_this_process_s_environment() {
+        // Read only: the tests never change the process's environment.
+        let json =
+            r#"{"mcpServers": {"a": {"url": "http://x/mcp", "headers": {"X-Path": "${PATH}"}}}}"#;
+        match std::env::var("PATH") {
+            Ok(path) => assert_same(
+                &parse_mcp_servers(json).unwrap().servers["a"],
+                ServerSpec::new("http://x/mcp").header("X-Path", path),
+            ),
+            Err(_) => assert!(parse_mcp_servers(json).is_err()),
+        }
+    }
 }
