@@ -266,25 +266,25 @@ impl Expander<'_> {
                 .unwrap_or(reference.len());
             let name = &reference[..name_len];
             let after = &reference[name_len..];
-            if !after.contains('}') {
+            let Some(close) = after.find('}') else {
                 return Err(format!("{key}: an unterminated `${{`"));
-            }
+            };
             if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
                 return Err(format!(
                     "{key}: `${{` is not followed by a variable name ([A-Za-z_][A-Za-z0-9_]*)"
                 ));
             }
-            let (default, tail) = if let Some(tail) = after.strip_prefix('}') {
-                (None, tail)
-            } else if let Some(default) = after.strip_prefix(":-") {
-                let end = default.find('}').expect("a `}` follows");
-                let text = &default[..end];
+            // Between the name and the first `}`: nothing, or `:-default`.
+            let (form, tail) = (&after[..close], &after[close + 1..]);
+            let default = if form.is_empty() {
+                None
+            } else if let Some(text) = form.strip_prefix(":-") {
                 if text.contains("${") {
                     return Err(format!(
                         "{key}: the default of `{name}` holds a `${{` (nested references are not supported)"
                     ));
                 }
-                (Some(text), &default[end + 1..])
+                Some(text)
             } else {
                 return Err(format!(
                     "{key}: `${{{name}` is followed by neither `}}` nor `:-` (only `${{NAME}}` and `${{NAME:-default}}` are supported)"
