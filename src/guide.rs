@@ -6,6 +6,8 @@
 //! - [`limits`]: every bound (time, memory, counts, rates) with its default.
 //! - [`eras`]: the three eras of MCP over HTTP, detection and pinning.
 //! - [`oauth`]: OAuth 2.1 (feature `oauth`).
+//! - [`config`]: the `mcpServers` file: every key, `${VAR}` expansion
+//!   (feature `fleet`).
 //! - [`stdio`]: stdio servers, their process trees and the watchdog
 //!   (feature `stdio`).
 //! - [`integrations`]: owned and lent clients, attaching, rmcp, reqwest,
@@ -29,6 +31,9 @@ pub mod eras {}
 #[cfg(feature = "oauth")]
 #[doc = include_str!("guide/oauth.md")]
 pub mod oauth {}
+
+#[doc = include_str!("guide/config.md")]
+pub mod config {}
 
 #[doc = include_str!("guide/stdio.md")]
 pub mod stdio {}

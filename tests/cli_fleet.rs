@@ -1219,3 +1219,72 @@ fn settled_notifications_and_progress_lines() {
     assert_eq!(settled_lines, 1, "{}", fleet.context());
     fleet.assert_all_json();
 }
+
+/// Issue 28: `${VAR}` references in the file are read from the CLI's own
+/// environment (set on the child here, never on the test process): the
+/// expanded header reaches the server and no output line; an unset
+/// variable is a startup error naming the entry and the variable.
+#[test]
+fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
+    let server = TestServer::start(ServerConfig::default());
+    let config = ConfigFile::new(&json!({
+        "up": {"url": "${CFG_URL}", "required": true, "timeout": 20,
+               "headers": {"X-Key": "${CFG_KEY}", "X-Default": "${CFG_UNSET:-fallback}"}},
+    }));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--json", "--exit-on-eof"])
+        .arg(config.path())
+        .env("CFG_URL", server.url())
+        .env("CFG_KEY", "env5ecret")
+        .env_remove("CFG_UNSET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mcp-scoped-http fleet");
+    // Answered once the server is ready; then the end of input ends it.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            br#"{"id": 1, "call": {"server": "up", "tool": "tool-000", "arguments": {}, "waitMs": 20000}}
+"#,
+        )
+        .unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    let answer = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|v| v["id"] == 1)
+        .unwrap_or_else(|| panic!("no answer: {stdout}{stderr}"));
+    assert!(answer.get("result").is_some(), "{answer}");
+    let call = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.rpc_method.as_deref() == Some("tools/call"))
+        .expect("the call reached the server");
+    assert_eq!(call.header("x-key"), Some("env5ecret"));
+    assert_eq!(call.header("x-default"), Some("fallback"));
+    assert!(!stdout.contains("env5ecret") && !stderr.contains("env5ecret"));
+
+    // Unset: refused at startup, the entry and the variable named, the
+    // other variable's value nowhere.
+    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        .args(["fleet", "--exit-on-eof"])
+        .arg(config.path())
+        .env_remove("CFG_URL")
+        .env("CFG_KEY", "env5ecret")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("server `up`: `url`: the variable `CFG_URL` is not set"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("env5ecret"), "{stderr}");
+}

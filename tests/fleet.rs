@@ -2613,3 +2613,52 @@ fn ready_follows_any_server_replaced_meanwhile() {
         .await;
     });
 }
+
+/// Issue 28: a `${VAR}` in a config file's header is expanded before it is
+/// sent, from the environment the caller gives (never the process's own
+/// here): the server that requires the bearer is ready only with it.
+#[cfg(feature = "oauth")]
+#[test]
+fn a_config_header_s_env_reference_reaches_the_server_expanded() {
+    use mcp_scoped_http::fleet::parse_mcp_servers_with;
+    use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
+
+    scenario(async {
+        let auth = AuthServer::start(AuthConfig::default());
+        let world = World::new(
+            ServerConfig::default()
+                .with_tools(2)
+                .with_authorization(auth.resource()),
+        )
+        .await;
+        // The test kit issues tokens through the code flow only: one slot
+        // with OAuth runs it, and its token is the variable's value.
+        let fleet = fleet();
+        let flow = ServerSpec::new(world.server.url()).oauth(support::oauth::headless());
+        fleet.apply([("flow", flow)]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "flow", "ready")).await);
+        let token = auth.tokens().pop().expect("a token").access_token;
+        let config = json!({"mcpServers": {
+            "guarded": {"url": world.server.url(), "required": true,
+                        "headers": {"Authorization": "Bearer ${TOKEN}"}},
+            "wrong": {"url": world.server.url(),
+                      "headers": {"Authorization": "Bearer ${WRONG:-not-a-token}"}},
+        }})
+        .to_string();
+        let loaded =
+            parse_mcp_servers_with(&config, |name| (name == "TOKEN").then(|| token.clone()))
+                .unwrap();
+        assert!(!format!("{loaded:?}").contains(&token));
+        fleet.apply(loaded.servers).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "guarded", "ready")).await);
+        fleet.ready(SETTLE).await.unwrap();
+        fleet
+            .call_tool("guarded", "tool-000", json!({}))
+            .await
+            .unwrap();
+        // The server does check: the default's token is refused.
+        assert!(eventually(SETTLE, || is(&fleet, "wrong", "auth_required")).await);
+        finish(fleet, &world, &[], "expanded header").await;
+        drop(auth);
+    });
+}

@@ -144,7 +144,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use crate::backoff::Backoff;
 pub use catalog::{CatalogChanges, FleetCatalog, ListChanges, QualifiedEntry};
-pub use config::{LoadedConfig, Skipped, parse_mcp_servers};
+pub use config::{
+    LoadedConfig, MAX_EXPANDED_VALUE, Skipped, parse_mcp_servers, parse_mcp_servers_with,
+};
 pub use notify::ServerNotification;
 pub use ready::Readiness;
 pub use reconcile::ApplyReport;

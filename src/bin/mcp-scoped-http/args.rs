@@ -137,7 +137,10 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct FleetArgs {
     /// The config file: {"mcpServers": {NAME: {"url", "headers", "type"} or
-    /// {"command", "args", "env", "cwd"}}}.
+    /// {"command", "args", "env", "cwd"}}}, plus "timeout",
+    /// "protocolVersion", "healthInterval", ... per entry; ${VAR} and
+    /// ${VAR:-default} are read from this process's environment (the
+    /// guide's config page). --timeout and --no-listen win over the file's.
     pub(crate) config: std::path::PathBuf,
     /// Caps the retry delay, in seconds (default 60; the first retry waits
     /// up to 0.5 s, or this cap if smaller).
