@@ -1,7 +1,8 @@
 //! An agent host: three MCP servers under one `Fleet`. One is down at
 //! start (and never holds the others up), one goes down mid-run and comes
-//! back (its tools leave the catalog and return), and the host routes
-//! calls by qualified tool name, watching the fleet's events.
+//! back (its tools leave the catalog and return), one is restarted (its
+//! session renewed in place), and the host routes calls by qualified tool
+//! name, shows a long call's progress, and watches the fleet's events.
 //!
 //! ```text
 //! cargo run --example agent_host --features testkit,fleet
@@ -10,14 +11,19 @@
 use std::time::Duration;
 
 use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
-use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
-use mcp_scoped_http::{Result, ledger};
+use mcp_scoped_http::testkit::{Fault, FaultAction, ResponseMode, ServerConfig, TestServer};
+use mcp_scoped_http::{RequestOptions, Result, ledger};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
-    let search = TestServer::start(ServerConfig::default().with_tools(2));
+    // Answers as event streams, so a long call can send progress first.
+    let search = TestServer::start(
+        ServerConfig::default()
+            .with_tools(2)
+            .with_response_mode(ResponseMode::Sse),
+    );
     let notes = TestServer::start(ServerConfig::default().with_tools(3));
 
     let fleet = Fleet::builder()
@@ -93,6 +99,30 @@ async fn main() -> Result<()> {
         .await?;
     println!(
         "search__tool-001 -> {}",
+        answer["structuredContent"]["tool"]
+    );
+
+    // A long call: its progress shown as it comes (the fleet makes the
+    // token), with a timeout of its own.
+    let options = RequestOptions::default()
+        .timeout(Duration::from_secs(30))
+        .on_progress(|p| println!("  search: progress {} of {:?}", p.progress, p.total));
+    let answer = fleet
+        .call_tool_with("search", "tool-000", json!({"text": "long"}), options)
+        .await?;
+    println!(
+        "search__tool-000 -> {}",
+        answer["structuredContent"]["tool"]
+    );
+
+    // `search` restarts and forgets its sessions: the next call renews the
+    // session in place (the slot stays ready; a `Renewed` event says so).
+    search.expire_sessions();
+    let answer = fleet
+        .call_qualified("search__tool-001", json!({"text": "again"}))
+        .await?;
+    println!(
+        "after the restart: search__tool-001 -> {}",
         answer["structuredContent"]["tool"]
     );
 

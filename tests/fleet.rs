@@ -262,7 +262,8 @@ fn a_disabled_slot_stops_while_waiting_to_retry() {
             .call_tool("down", "tool-000", json!({}))
             .await
             .unwrap_err();
-        assert!(error.is_builder(), "{error}");
+        assert!(error.is_closed(), "{error}");
+        assert!(error.to_string().contains("disabled"), "{error}");
         finish(fleet, &world, &[], "disabled while retrying").await;
     });
 }
@@ -2660,5 +2661,50 @@ fn a_config_header_s_env_reference_reaches_the_server_expanded() {
         assert!(eventually(SETTLE, || is(&fleet, "wrong", "auth_required")).await);
         finish(fleet, &world, &[], "expanded header").await;
         drop(auth);
+    });
+}
+
+/// Issue 28: a call to a server the configuration has but does not run
+/// says so (disabled), not that there is no such server; one not in the
+/// configuration at all is still no such server.
+#[test]
+fn a_call_to_a_disabled_server_says_it_is_disabled() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("on", spec(&world.server)),
+                ("off", spec(&world.server).enabled(false)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        let error = fleet
+            .call_tool("off", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_closed(), "{error:?}");
+        assert!(
+            error.to_string().contains("server `off` is disabled"),
+            "{error}"
+        );
+        let error = fleet
+            .call_tool("nowhere", "tool-000", json!({}))
+            .await
+            .unwrap_err();
+        assert!(error.is_builder(), "{error:?}");
+        assert!(
+            error.to_string().contains("no server named `nowhere`"),
+            "{error}"
+        );
+        // Enabled again: it runs, and is called.
+        fleet
+            .apply([("on", spec(&world.server)), ("off", spec(&world.server))])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        fleet.call_tool("off", "tool-000", json!({})).await.unwrap();
+        finish(fleet, &world, &[], "a disabled server").await;
     });
 }

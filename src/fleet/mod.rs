@@ -370,6 +370,9 @@ impl FleetBuilder {
 #[derive(Default)]
 struct Slots {
     by_name: BTreeMap<Arc<str>, Arc<Slot>>,
+    /// The servers of the last `apply` that are disabled: a call to one is
+    /// told so, not that there is no such server.
+    disabled: std::collections::BTreeSet<Arc<str>>,
     tasks: Tasks,
 }
 
@@ -483,6 +486,11 @@ impl Fleet {
             let slots = guard.as_mut().ok_or_else(shut_down)?;
             // Slots that ended long ago leave the set.
             while slots.tasks.try_join_next().is_some() {}
+            slots.disabled = desired
+                .iter()
+                .filter(|(_, spec)| !spec.is_enabled())
+                .map(|(name, _)| name.clone())
+                .collect();
             let plan = reconcile::plan(&slots.by_name, desired);
             let mut finished = Vec::with_capacity(plan.stop.len());
             for slot in plan.stop {
@@ -523,17 +531,25 @@ impl Fleet {
     fn slot(&self, server: &str) -> Result<Arc<Slot>> {
         let guard = lock(&self.slots);
         let slots = guard.as_ref().ok_or_else(shut_down)?;
-        slots
-            .by_name
-            .get(server)
-            .cloned()
-            .ok_or_else(|| Error::builder(format!("no server named `{server}` in the fleet")))
+        if let Some(slot) = slots.by_name.get(server) {
+            return Ok(slot.clone());
+        }
+        if slots.disabled.contains(server) {
+            return Err(Error::closed().context(format!(
+                "server `{server}` is disabled in the fleet's configuration"
+            )));
+        }
+        Err(Error::builder(format!(
+            "no server named `{server}` in the fleet"
+        )))
     }
 
     /// Calls `tool` of `server` with `arguments`, on the slot's current
     /// session.
     ///
-    /// - A server not in the fleet: [`Error::is_builder`], at once.
+    /// - A server not in the fleet: [`Error::is_builder`], at once; one
+    ///   disabled by the last [`apply`](Self::apply): [`Error::is_closed`],
+    ///   saying so.
     /// - A server not ready: [`Error::is_closed`], at once, naming its
     ///   state (the call is not queued).
     /// - A call whose session is lost under it (a transport failure, or
