@@ -6,8 +6,8 @@
 //! - [`limits`]: every bound (time, memory, counts, rates) with its default.
 //! - [`eras`]: the three eras of MCP over HTTP, detection and pinning.
 //! - [`oauth`]: OAuth 2.1 (feature `oauth`).
-//! - [`config`]: the `mcpServers` file: every key, `${VAR}` expansion
-//!   (feature `fleet`).
+//! - [`config`]: the `mcpServers` file (every key, `${VAR}` expansion) and
+//!   what a host gets from the fleet (feature `fleet`).
 //! - [`stdio`]: stdio servers, their process trees and the watchdog
 //!   (feature `stdio`).
 //! - [`integrations`]: owned and lent clients, attaching, rmcp, reqwest,
