@@ -2614,6 +2614,44 @@ fn ready_follows_any_server_replaced_meanwhile() {
     });
 }
 
+/// Review of issue 28: a required server replaced by one that is not
+/// (a reload that changed its URL and dropped `required`) while `ready`
+/// waits: the successor is the one to wait for, never "required server
+/// `a` is stopped" for the slot the reload retired.
+#[test]
+fn ready_follows_a_required_server_replaced_by_one_not_required() {
+    scenario(async {
+        let slow = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc("initialize", FaultAction::Delay(1500 * MS))),
+        );
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).required(true))])
+            .await
+            .unwrap();
+        let reload = async {
+            assert!(eventually(SETTLE, || !seen(&world.server, "initialize").is_empty()).await);
+            let report = fleet.apply([("a", spec(&slow))]).await.unwrap();
+            assert_eq!(report.replaced, ["a"]);
+        };
+        let (readiness, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        let readiness = readiness.map_err(|e| e.to_string()).unwrap();
+        assert_eq!(readiness.ready, ["a"], "{readiness:?}");
+        finish(
+            fleet,
+            &world,
+            &[&slow],
+            "ready across a replace, required no more",
+        )
+        .await;
+    });
+}
+
 /// Issue 28: a `${VAR}` in a config file's header is expanded before it is
 /// sent, from the environment the caller gives (never the process's own
 /// here): the server that requires the bearer is ready only with it.

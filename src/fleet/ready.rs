@@ -112,9 +112,10 @@ impl Fleet {
         loop {
             if slot.required.load(Ordering::Acquire) {
                 let state = slot.settled().await;
-                if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
+                if let (SlotState::Stopped, Some(next)) = (&state, self.replacement(&slot)) {
                     // Replaced meanwhile (a reload changed its spec): the
-                    // new slot is the one to wait for.
+                    // new slot is the one to wait for, as it is now
+                    // (required or not).
                     slot = next;
                     continue;
                 }
@@ -133,12 +134,6 @@ impl Fleet {
             }
             return Ok(());
         }
-    }
-
-    /// The slot that replaced `slot` (same name, still required), if any.
-    pub(super) fn successor(&self, slot: &Slot) -> Option<Arc<Slot>> {
-        self.replacement(slot)
-            .filter(|next| next.required.load(Ordering::Acquire))
     }
 
     /// The slot that replaced `slot` (same name), if any.
