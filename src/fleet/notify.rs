@@ -108,7 +108,8 @@ impl Notices {
                 if refused.is_power_of_two() {
                     tracing::warn!(
                         %server,
-                        method = %notification.method,
+                        // The server's text: escaped and cut.
+                        method = %crate::text::escape(&notification.method, 128),
                         refused,
                         "fleet: a server notification dropped, over the memory budget of \
                          Fleet::notifications ({spent}); {refused} dropped so far"
@@ -137,6 +138,35 @@ mod tests {
             method: "notifications/message".into(),
             params: Some(json!({"level": "info", "data": text})),
         })
+    }
+
+    /// The warning of a refused notification names its method, which is
+    /// the server's text: escaped and cut, never a terminal escape or a
+    /// megabyte in the host's log.
+    #[cfg(all(feature = "stdio", unix))]
+    #[test]
+    fn a_refused_notification_s_method_is_logged_escaped_and_cut() {
+        use crate::stdio::stderr::tests::Capture;
+        let capture = Capture::default();
+        let _guard = capture.set_default();
+        let fleet = Account::fleet(1 << 20);
+        let notices = Notices::new(2, 64, &fleet);
+        let _reader = notices.subscribe();
+        let method = format!("\u{1b}[31m{}", "x".repeat(100_000));
+        notices.forward(
+            &"a".into(),
+            Message::Notification(Notification {
+                method,
+                params: None,
+            }),
+        );
+        let events = capture.events();
+        let logged = events
+            .iter()
+            .find_map(|event| event.field("method"))
+            .expect("a warning naming the method");
+        assert!(!logged.contains('\u{1b}'), "{logged:.80}");
+        assert!(logged.len() <= 256, "{} bytes", logged.len());
     }
 
     /// What the buffer holds stays charged until it is dropped, and a
