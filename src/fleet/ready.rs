@@ -55,13 +55,12 @@ impl Fleet {
     /// *ready*: a required server waiting to retry is waited for; `ready`
     /// fails at once when one is in [`SlotState::AuthRequired`] or
     /// [`SlotState::Failed`] (no retry will come by itself) or was stopped
-    /// meanwhile (removed, disabled, no longer required, or the fleet shut
-    /// down), and with [`Error::is_timeout`] when `within` passes before
+    /// meanwhile (removed, disabled, or the fleet shut down), and with [`Error::is_timeout`] when `within` passes before
     /// every required server is ready; the error names each required
     /// server not ready and its state.
     ///
     /// A server replaced meanwhile (its spec changed) is waited for in its
-    /// new slot. After [`shutdown`](Self::shutdown), [`Error::is_closed`].
+    /// new slot, as that slot is (required or not). After [`shutdown`](Self::shutdown), [`Error::is_closed`].
     pub async fn ready(&self, within: Duration) -> Result<Readiness> {
         let slots: Vec<Arc<Slot>> = {
             let guard = lock(&self.slots);
