@@ -62,7 +62,8 @@ impl QualifiedEntry<'_> {
 ///
 /// Entries are matched by name (a resource's by URI, a template's by URI
 /// template); one with the same name counts as changed when its JSON
-/// differs as a value (whitespace and the order of keys are no change).
+/// differs as a value (whitespace and the order of keys are no change;
+/// an entry over 64 KiB is compared as text only).
 /// Entries without a name are not compared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -190,18 +191,27 @@ impl ListChanges {
     }
 }
 
+/// The largest entry whose value is parsed to compare it: parsing is
+/// uncharged (and done under the hub's lock), and JSON grows about
+/// sixteenfold as values (`[0,0,...]`), so a server re-listing one
+/// megabytes-long tool written otherwise each time would cost the client
+/// hundreds of megabytes each time. A larger one whose text differs counts
+/// as changed.
+const MAX_COMPARED_ENTRY: usize = 64 * 1024;
+
 /// Whether two entries read the same: their texts, or else their values
 /// (parsed here, uncharged and dropped at once: only entries whose text
-/// differs get this far).
+/// differs get this far, and only small ones).
 fn same_json(a: &Entry, b: &Entry) -> bool {
     a.json() == b.json()
-        || matches!(
-            (
-                serde_json::from_str::<Value>(a.json()),
-                serde_json::from_str::<Value>(b.json()),
-            ),
-            (Ok(a), Ok(b)) if a == b
-        )
+        || (a.json().len() <= MAX_COMPARED_ENTRY && b.json().len() <= MAX_COMPARED_ENTRY)
+            && matches!(
+                (
+                    serde_json::from_str::<Value>(a.json()),
+                    serde_json::from_str::<Value>(b.json()),
+                ),
+                (Ok(a), Ok(b)) if a == b
+            )
 }
 
 impl CatalogChanges {
@@ -477,6 +487,37 @@ mod tests {
             changed: owned(changed),
             ..ListChanges::default()
         }
+    }
+
+    /// An entry too large to parse for the comparison (uncharged, and
+    /// sixteenfold as values) counts as changed when its text differs,
+    /// even if only its whitespace does; a small one is compared as JSON.
+    #[test]
+    fn a_huge_entry_written_otherwise_counts_as_changed_unparsed() {
+        let hub = Hub::new(16);
+        let server: Arc<str> = "s".into();
+        hub.claim(&server, 1);
+        let mut events = hub.subscribe();
+        let zeros = vec!["0"; 40_000].join(",");
+        let list = |gap: &str| {
+            catalog(&format!(
+                r#"[{{"name": "big", "v": [{zeros}]}},{gap}{{"name": "small", "v": 1}}]"#
+            ))
+        };
+        hub.set_catalog(&server, 1, Some(list("")));
+        let _ = events.try_recv().unwrap();
+        let spaced = zeros.replace(',', ", ");
+        hub.set_catalog(
+            &server,
+            1,
+            Some(catalog(&format!(
+                r#"[{{"name": "big", "v": [{spaced}]}}, {{"v": 1, "name": "small"}}]"#
+            ))),
+        );
+        assert_eq!(
+            tools(events.try_recv().unwrap()).1,
+            changes(&[], &[], &["s__big"])
+        );
     }
 
     /// A server that replaces a list of 10 000 tools with another: the
