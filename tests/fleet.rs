@@ -2556,6 +2556,42 @@ fn a_lost_listener_is_checked_at_once() {
     });
 }
 
+/// Review of issue 28: a listener that flaps (each stream sends one
+/// message, so its backoff starts anew, and ends) while the server is
+/// healthy: the immediate check of a lost listener is not a ping per
+/// flap (one every few hundred milliseconds, for ever), but at most one
+/// per `LISTENER_CHECK_GAP` (5 s) on top of the health interval.
+#[test]
+fn a_flapping_listener_is_no_ping_storm() {
+    scenario(async {
+        let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
+        let fleet = Fleet::builder()
+            .health_interval(Some(Duration::from_secs(3600)))
+            .health_timeout(SETTLE)
+            .shutdown_timeout(SETTLE)
+            .build();
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        fleet.ready(SETTLE).await.unwrap();
+        assert!(eventually(SETTLE, || !seen(&world.server, "ping").is_empty()).await);
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": "flap"}});
+        let before = seen(&world.server, "ping").len();
+        let mut flaps = 0;
+        let flapping = tokio::time::Instant::now();
+        // Load, not a wait: cut each stream the listener opens, for 3 s.
+        while flapping.elapsed() < Duration::from_secs(3) {
+            flaps += world.server.cut_listeners_after(&note);
+            tokio::time::sleep(20 * MS).await;
+        }
+        assert!(flaps >= 3, "the listener flapped {flaps} times only");
+        // The first loss's check, and one the session's start may owe.
+        let pings = seen(&world.server, "ping").len() - before;
+        assert!(pings <= 2, "{pings} pings for {flaps} flaps");
+        assert!(is(&fleet, "a", "ready"));
+        finish(fleet, &world, &[], "a flapping listener").await;
+    });
+}
+
 /// `set_log_level` asks the server's current session (`logging/setLevel`),
 /// routed like any request; an unknown server is refused at once.
 #[test]
@@ -2610,6 +2646,44 @@ fn ready_follows_any_server_replaced_meanwhile() {
             &world,
             &[&slow],
             "ready across a replace, not required",
+        )
+        .await;
+    });
+}
+
+/// Review of issue 28: a required server replaced by one that is not
+/// (a reload that changed its URL and dropped `required`) while `ready`
+/// waits: the successor is the one to wait for, never "required server
+/// `a` is stopped" for the slot the reload retired.
+#[test]
+fn ready_follows_a_required_server_replaced_by_one_not_required() {
+    scenario(async {
+        let slow = TestServer::start(
+            ServerConfig::default()
+                .with_fault(Fault::on_rpc("initialize", FaultAction::Delay(1500 * MS))),
+        );
+        let world = World::new(
+            ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::Hang)),
+        )
+        .await;
+        let fleet = fleet();
+        fleet
+            .apply([("a", spec(&world.server).required(true))])
+            .await
+            .unwrap();
+        let reload = async {
+            assert!(eventually(SETTLE, || !seen(&world.server, "initialize").is_empty()).await);
+            let report = fleet.apply([("a", spec(&slow))]).await.unwrap();
+            assert_eq!(report.replaced, ["a"]);
+        };
+        let (readiness, ()) = tokio::join!(fleet.ready(SETTLE), reload);
+        let readiness = readiness.map_err(|e| e.to_string()).unwrap();
+        assert_eq!(readiness.ready, ["a"], "{readiness:?}");
+        finish(
+            fleet,
+            &world,
+            &[&slow],
+            "ready across a replace, required no more",
         )
         .await;
     });

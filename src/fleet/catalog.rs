@@ -62,7 +62,8 @@ impl QualifiedEntry<'_> {
 ///
 /// Entries are matched by name (a resource's by URI, a template's by URI
 /// template); one with the same name counts as changed when its JSON
-/// differs as a value (whitespace and the order of keys are no change).
+/// differs as a value (whitespace and the order of keys are no change;
+/// an entry over 64 KiB is compared as text only).
 /// Entries without a name are not compared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -78,6 +79,12 @@ pub struct CatalogChanges {
 }
 
 /// What changed in one list, by qualified name; see [`CatalogChanges`].
+///
+/// Bounded, as the fleet's events are kept for slow readers and a server
+/// may replace a list of 100 000 entries every second: at most
+/// [`ListChanges::MAX_NAMES`] names and [`ListChanges::MAX_NAME_BYTES`]
+/// bytes of them in all three lists together, the rest only counted
+/// (`more_added`, `more_removed`, `more_changed`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListChanges {
@@ -88,12 +95,67 @@ pub struct ListChanges {
     /// Names still listed whose entry reads differently, in the server's
     /// order.
     pub changed: Vec<String>,
+    /// Names added but left out of `added` (over the bound).
+    pub more_added: usize,
+    /// Names removed but left out of `removed` (over the bound).
+    pub more_removed: usize,
+    /// Names changed but left out of `changed` (over the bound).
+    pub more_changed: usize,
+}
+
+/// Which of a [`ListChanges`]' lists a name goes to.
+#[derive(Clone, Copy)]
+enum Change {
+    Added,
+    Removed,
+    Changed,
 }
 
 impl ListChanges {
+    /// The most names one list's changes hold (added, removed and changed
+    /// together); the rest are counted.
+    pub const MAX_NAMES: usize = 256;
+    /// The most bytes of names one list's changes hold; the rest are
+    /// counted.
+    pub const MAX_NAME_BYTES: usize = 8 * 1024;
+
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.more() == 0
+    }
+
+    /// How many names were left out, in all three lists.
+    pub fn more(&self) -> usize {
+        self.more_added
+            .saturating_add(self.more_removed)
+            .saturating_add(self.more_changed)
+    }
+
+    /// Records `name` of `server` as `change`: kept while within the
+    /// bounds (qualified only then), counted otherwise.
+    fn record(&mut self, bytes: &mut usize, change: Change, server: &str, name: &str) {
+        let held = self.added.len() + self.removed.len() + self.changed.len();
+        // `server__name`: what the qualified name will take.
+        let size = server.len().saturating_add(2).saturating_add(name.len());
+        let fits = held < Self::MAX_NAMES
+            && bytes.saturating_add(size) <= Self::MAX_NAME_BYTES
+            // Over it, counted: never a half-kept list of one change
+            // while its later names are kept in another.
+            && self.more() == 0;
+        let (names, more) = match change {
+            Change::Added => (&mut self.added, &mut self.more_added),
+            Change::Removed => (&mut self.removed, &mut self.more_removed),
+            Change::Changed => (&mut self.changed, &mut self.more_changed),
+        };
+        if fits {
+            *bytes += size;
+            names.push(qualify(server, name));
+        } else {
+            *more = more.saturating_add(1);
+        }
     }
 
     fn between(server: &str, old: &[Entry], new: &[Entry]) -> ListChanges {
@@ -108,37 +170,48 @@ impl ListChanges {
             .filter_map(|entry| Some((entry.key()?, entry)))
             .collect();
         let mut listed = HashSet::with_capacity(new.len());
+        let mut bytes = 0;
         for entry in new {
             let Some(name) = entry.key() else { continue };
             listed.insert(name);
             match before.get(name) {
-                None => changes.added.push(qualify(server, name)),
-                Some(was) if !same_json(was, entry) => changes.changed.push(qualify(server, name)),
+                None => changes.record(&mut bytes, Change::Added, server, name),
+                Some(was) if !same_json(was, entry) => {
+                    changes.record(&mut bytes, Change::Changed, server, name);
+                }
                 Some(_) => {}
             }
         }
-        changes.removed = old
-            .iter()
-            .filter_map(Entry::key)
-            .filter(|name| !listed.contains(name))
-            .map(|name| qualify(server, name))
-            .collect();
+        for name in old.iter().filter_map(Entry::key) {
+            if !listed.contains(name) {
+                changes.record(&mut bytes, Change::Removed, server, name);
+            }
+        }
         changes
     }
 }
 
+/// The largest entry whose value is parsed to compare it: parsing is
+/// uncharged (and done under the hub's lock), and JSON grows about
+/// sixteenfold as values (`[0,0,...]`), so a server re-listing one
+/// megabytes-long tool written otherwise each time would cost the client
+/// hundreds of megabytes each time. A larger one whose text differs counts
+/// as changed.
+const MAX_COMPARED_ENTRY: usize = 64 * 1024;
+
 /// Whether two entries read the same: their texts, or else their values
 /// (parsed here, uncharged and dropped at once: only entries whose text
-/// differs get this far).
+/// differs get this far, and only small ones).
 fn same_json(a: &Entry, b: &Entry) -> bool {
     a.json() == b.json()
-        || matches!(
-            (
-                serde_json::from_str::<Value>(a.json()),
-                serde_json::from_str::<Value>(b.json()),
-            ),
-            (Ok(a), Ok(b)) if a == b
-        )
+        || (a.json().len() <= MAX_COMPARED_ENTRY && b.json().len() <= MAX_COMPARED_ENTRY)
+            && matches!(
+                (
+                    serde_json::from_str::<Value>(a.json()),
+                    serde_json::from_str::<Value>(b.json()),
+                ),
+                (Ok(a), Ok(b)) if a == b
+            )
 }
 
 impl CatalogChanges {
@@ -412,7 +485,86 @@ mod tests {
             added: owned(added),
             removed: owned(removed),
             changed: owned(changed),
+            ..ListChanges::default()
         }
+    }
+
+    /// An entry too large to parse for the comparison (uncharged, and
+    /// sixteenfold as values) counts as changed when its text differs,
+    /// even if only its whitespace does; a small one is compared as JSON.
+    #[test]
+    fn a_huge_entry_written_otherwise_counts_as_changed_unparsed() {
+        let hub = Hub::new(16);
+        let server: Arc<str> = "s".into();
+        hub.claim(&server, 1);
+        let mut events = hub.subscribe();
+        let zeros = vec!["0"; 40_000].join(",");
+        let list = |gap: &str| {
+            catalog(&format!(
+                r#"[{{"name": "big", "v": [{zeros}]}},{gap}{{"name": "small", "v": 1}}]"#
+            ))
+        };
+        hub.set_catalog(&server, 1, Some(list("")));
+        let _ = events.try_recv().unwrap();
+        let spaced = zeros.replace(',', ", ");
+        hub.set_catalog(
+            &server,
+            1,
+            Some(catalog(&format!(
+                r#"[{{"name": "big", "v": [{spaced}]}}, {{"v": 1, "name": "small"}}]"#
+            ))),
+        );
+        assert_eq!(
+            tools(events.try_recv().unwrap()).1,
+            changes(&[], &[], &["s__big"])
+        );
+    }
+
+    /// A server that replaces a list of 10 000 tools with another: the
+    /// event (kept for slow readers, 1024 of them by default) holds a
+    /// bounded number of names, and counts the rest.
+    #[test]
+    fn an_event_holds_a_bounded_number_of_names() {
+        let list = |prefix: &str| {
+            let tools: Vec<String> = (0..10_000)
+                .map(|i| format!(r#"{{"name": "{prefix}{i}"}}"#))
+                .collect();
+            catalog(&format!("[{}]", tools.join(",")))
+        };
+        let hub = Hub::new(16);
+        let server: Arc<str> = "s".into();
+        hub.claim(&server, 1);
+        let mut events = hub.subscribe();
+        hub.set_catalog(&server, 1, Some(list("a")));
+        let (_, first) = tools(events.try_recv().unwrap());
+        assert_eq!(first.added.len(), ListChanges::MAX_NAMES);
+        assert_eq!(first.more_added, 10_000 - ListChanges::MAX_NAMES);
+        hub.set_catalog(&server, 1, Some(list("b")));
+        let (_, flipped) = tools(events.try_recv().unwrap());
+        let held = flipped.added.len() + flipped.removed.len() + flipped.changed.len();
+        assert!(held <= ListChanges::MAX_NAMES, "{held} names");
+        assert_eq!(held + flipped.more(), 20_000);
+        let bytes: usize = flipped
+            .added
+            .iter()
+            .chain(&flipped.removed)
+            .map(String::len)
+            .sum();
+        assert!(bytes <= ListChanges::MAX_NAME_BYTES, "{bytes} bytes");
+        // Long names: the bytes bound holds too.
+        let long = "x".repeat(4000);
+        hub.set_catalog(
+            &server,
+            1,
+            Some(catalog(&format!(
+                r#"[{{"name": "{long}1"}}, {{"name": "{long}2"}}, {{"name": "{long}3"}}]"#
+            ))),
+        );
+        let (_, long) = tools(events.try_recv().unwrap());
+        assert_eq!(long.added.len(), 2);
+        assert_eq!(long.more_added, 1);
+        assert_eq!(long.more_removed, 10_000);
+        assert!(!long.is_empty());
     }
 
     /// Each event is the difference with what the catalog holds, whatever

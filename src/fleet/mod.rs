@@ -335,8 +335,12 @@ impl FleetBuilder {
     /// fleet's [`memory`](Self::memory) too: one that does not fit is
     /// dropped, with a warning (rate-limited). Held from when the fleet
     /// publishes a notification until the stream's buffer and every
-    /// reader have let it go. Default: [`DEFAULT_NOTIFICATION_MEMORY`]
-    /// (16 MiB).
+    /// reader have let it go. One notification may take at most this
+    /// divided by one more than the capacity (rounded up to a power of
+    /// two): about 16 KiB by default; a bigger one is dropped, with the
+    /// same warning. So a full buffer always fits, and a reader that never
+    /// reads cannot stop the stream for the others. Default:
+    /// [`DEFAULT_NOTIFICATION_MEMORY`] (16 MiB).
     pub fn notification_memory(mut self, max_bytes: usize) -> Self {
         self.notification_memory = max_bytes;
         self

@@ -59,14 +59,25 @@ pub(crate) struct Notices {
     /// Bounds what the buffer (and the readers' clones) hold, in bytes; a
     /// child of the fleet's account, so the fleet's bound holds too.
     account: Account,
+    /// The most one notification may weigh: the buffer's share of the
+    /// bytes bound, so that a full buffer (and the one being sent before
+    /// the oldest is dropped for it) always fits. Without it, a receiver
+    /// nobody reads keeps a few big notifications in the buffer, the
+    /// bound is reached, and every later one is refused for every reader:
+    /// the buffer only drops its oldest for a newer one it was given.
+    max_one: usize,
     /// Notifications refused by the budget, for rate-limited warnings.
     refused: AtomicU64,
 }
 
 impl Notices {
     pub(crate) fn new(capacity: usize, max_bytes: usize, fleet: &Account) -> Notices {
-        let (tx, _) = broadcast::channel(capacity.max(1));
+        let capacity = capacity.max(1);
+        let (tx, _) = broadcast::channel(capacity);
+        // The channel rounds its capacity up to a power of two.
+        let slots = capacity.checked_next_power_of_two().unwrap_or(usize::MAX);
         Notices {
+            max_one: max_bytes / slots.saturating_add(1),
             tx: Mutex::new(Some(tx)),
             account: Account::with_parent(
                 MemoryBudget::default().max_bytes(max_bytes),
@@ -100,7 +111,17 @@ impl Notices {
         let Some(tx) = tx.as_ref().filter(|tx| tx.receiver_count() > 0) else {
             return;
         };
-        let charge = match self.account.charge(weight, 0) {
+        let charged = if weight > self.max_one {
+            Err(format!(
+                "{weight} bytes, over the {} bytes one notification may take",
+                self.max_one
+            ))
+        } else {
+            self.account
+                .charge(weight, 0)
+                .map_err(|spent| spent.to_string())
+        };
+        let charge = match charged {
             Ok(charge) => charge,
             Err(spent) => {
                 // Rate-limited: the 1st, 2nd, 4th, 8th... refusal.
@@ -108,7 +129,8 @@ impl Notices {
                 if refused.is_power_of_two() {
                     tracing::warn!(
                         %server,
-                        method = %notification.method,
+                        // The server's text: escaped and cut.
+                        method = %crate::text::escape(&notification.method, 128),
                         refused,
                         "fleet: a server notification dropped, over the memory budget of \
                          Fleet::notifications ({spent}); {refused} dropped so far"
@@ -137,6 +159,63 @@ mod tests {
             method: "notifications/message".into(),
             params: Some(json!({"level": "info", "data": text})),
         })
+    }
+
+    /// The warning of a refused notification names its method, which is
+    /// the server's text: escaped and cut, never a terminal escape or a
+    /// megabyte in the host's log.
+    #[cfg(all(feature = "stdio", unix))]
+    #[test]
+    fn a_refused_notification_s_method_is_logged_escaped_and_cut() {
+        use crate::stdio::stderr::tests::Capture;
+        let capture = Capture::default();
+        let _guard = capture.set_default();
+        let fleet = Account::fleet(1 << 20);
+        let notices = Notices::new(2, 64, &fleet);
+        let _reader = notices.subscribe();
+        let method = format!("\u{1b}[31m{}", "x".repeat(100_000));
+        notices.forward(
+            &"a".into(),
+            Message::Notification(Notification {
+                method,
+                params: None,
+            }),
+        );
+        let events = capture.events();
+        let logged = events
+            .iter()
+            .find_map(|event| event.field("method"))
+            .expect("a warning naming the method");
+        assert!(!logged.contains('\u{1b}'), "{logged:.80}");
+        assert!(logged.len() <= 256, "{} bytes", logged.len());
+    }
+
+    /// A receiver nobody reads (a host that subscribed and forgot it)
+    /// must not stop the stream for the readers that do read.
+    #[test]
+    fn a_forgotten_receiver_does_not_stop_the_stream_for_the_others() {
+        let fleet = Account::fleet(1 << 30);
+        let one = note(&"x".repeat(1000)).weight();
+        // Room for the buffer's 8 and one more: one each at most.
+        let notices = Notices::new(8, 9 * one, &fleet);
+        let server: Arc<str> = "a".into();
+        let _forgotten = notices.subscribe();
+        let mut reader = notices.subscribe();
+        let mut got = 0;
+        for _ in 0..100 {
+            notices.forward(&server, note(&"x".repeat(1000)));
+            loop {
+                match reader.try_recv() {
+                    Ok(_) => got += 1,
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        assert_eq!(got, 100);
+        // One over its share is refused, whatever room there is.
+        notices.forward(&server, note(&"x".repeat(1001)));
+        assert!(reader.try_recv().is_err());
     }
 
     /// What the buffer holds stays charged until it is dropped, and a

@@ -55,13 +55,12 @@ impl Fleet {
     /// *ready*: a required server waiting to retry is waited for; `ready`
     /// fails at once when one is in [`SlotState::AuthRequired`] or
     /// [`SlotState::Failed`] (no retry will come by itself) or was stopped
-    /// meanwhile (removed, disabled, no longer required, or the fleet shut
-    /// down), and with [`Error::is_timeout`] when `within` passes before
+    /// meanwhile (removed, disabled, or the fleet shut down), and with [`Error::is_timeout`] when `within` passes before
     /// every required server is ready; the error names each required
     /// server not ready and its state.
     ///
     /// A server replaced meanwhile (its spec changed) is waited for in its
-    /// new slot. After [`shutdown`](Self::shutdown), [`Error::is_closed`].
+    /// new slot, as that slot is (required or not). After [`shutdown`](Self::shutdown), [`Error::is_closed`].
     pub async fn ready(&self, within: Duration) -> Result<Readiness> {
         let slots: Vec<Arc<Slot>> = {
             let guard = lock(&self.slots);
@@ -112,9 +111,10 @@ impl Fleet {
         loop {
             if slot.required.load(Ordering::Acquire) {
                 let state = slot.settled().await;
-                if let (SlotState::Stopped, Some(next)) = (&state, self.successor(&slot)) {
+                if let (SlotState::Stopped, Some(next)) = (&state, self.replacement(&slot)) {
                     // Replaced meanwhile (a reload changed its spec): the
-                    // new slot is the one to wait for.
+                    // new slot is the one to wait for, as it is now
+                    // (required or not).
                     slot = next;
                     continue;
                 }
@@ -133,12 +133,6 @@ impl Fleet {
             }
             return Ok(());
         }
-    }
-
-    /// The slot that replaced `slot` (same name, still required), if any.
-    pub(super) fn successor(&self, slot: &Slot) -> Option<Arc<Slot>> {
-        self.replacement(slot)
-            .filter(|next| next.required.load(Ordering::Acquire))
     }
 
     /// The slot that replaced `slot` (same name), if any.

@@ -431,12 +431,17 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // ping in flight (nor the first check's `logging/setLevel`).
     let idle = AtomicBool::new(false);
     let idle = &idle;
-    let checking = |proving: bool, wait: bool| {
-        idle.store(wait, Ordering::Relaxed);
+    // When the check waiting now will ping (`None`: never), and when a
+    // lost listener last had one at once: a listener that flaps asks for
+    // one at most every `LISTENER_CHECK_GAP`, never a ping per flap.
+    let mut next_check: Option<tokio::time::Instant> = None;
+    let mut listener_checked: Option<tokio::time::Instant> = None;
+    let checking = |proving: bool, wait: Option<Option<tokio::time::Instant>>| {
+        idle.store(wait.is_some(), Ordering::Relaxed);
         Box::pin(async move {
-            if wait {
-                match interval {
-                    Some(every) => tokio::time::sleep(every).await,
+            if let Some(at) = wait {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
                 idle.store(false, Ordering::Relaxed);
@@ -456,7 +461,8 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // event never starts the interval's wait again (nor cancels a ping in
     // flight), so a server with something to say more often than the
     // interval is still checked.
-    let mut check = checking(true, false);
+    let after_interval = || interval.map(|every| tokio::time::Instant::now() + every);
+    let mut check = checking(true, None);
     loop {
         let event = async {
             match events.as_mut() {
@@ -479,7 +485,15 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 // bounds how often this comes.
                 Ok(SessionEvent::ListenerDown { .. }) => {
                     if idle.load(Ordering::Relaxed) {
-                        check = checking(false, false);
+                        let now = tokio::time::Instant::now();
+                        let at = listener_checked
+                            .map_or(now, |last| (last + LISTENER_CHECK_GAP).max(now));
+                        // Only ever sooner than the check already waiting.
+                        if next_check.is_none_or(|next| at < next) {
+                            listener_checked = Some(at);
+                            next_check = Some(at);
+                            check = checking(false, Some(Some(at)));
+                        }
                     }
                 }
                 Ok(SessionEvent::Renewed { session_id, revision }) => {
@@ -506,7 +520,8 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 Err(RecvError::Closed) => events = None,
             },
             answer = &mut check => {
-                check = checking(false, true);
+                next_check = after_interval();
+                check = checking(false, Some(next_check));
                 match answer {
                     // A JSON-RPC error is an answer too (a 2026-07-28
                     // server may answer `ping` with "method not found",
@@ -526,6 +541,11 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
         }
     }
 }
+
+/// How often a listener lost again and again (a flapping stream) has the
+/// session checked at once, at most: the others wait for this, or for the
+/// health interval if sooner.
+const LISTENER_CHECK_GAP: Duration = Duration::from_secs(5);
 
 /// The next notification of `receiver`; pending for ever once it is gone.
 async fn next(

@@ -56,7 +56,7 @@
 mod env;
 mod framing;
 mod process;
-mod stderr;
+pub(crate) mod stderr;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;

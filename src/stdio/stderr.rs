@@ -257,7 +257,7 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use futures_util::FutureExt;
     use std::time::Duration;

@@ -126,6 +126,16 @@ fn catalog_line(
                 names.insert(key.into(), json!(value));
             }
         }
+        // Past the bound an event holds: counted, not named.
+        for (key, more) in [
+            ("moreAdded", list.more_added),
+            ("moreRemoved", list.more_removed),
+            ("moreChanged", list.more_changed),
+        ] {
+            if more > 0 {
+                names.insert(key.into(), json!(more));
+            }
+        }
         names
     };
     let mut line = names(&changes.tools);
