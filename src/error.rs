@@ -455,7 +455,9 @@ impl Error {
 
     /// The start of an HTTP error status's body, when it was text (a
     /// `text/*` type, or JSON that held no JSON-RPC error): at most
-    /// [`BODY_EXCERPT`] bytes, whitespace runs as one space, control and
+    /// [`BODY_EXCERPT`] bytes, whitespace runs as one space, a run of 24 or
+    /// more characters a credential is made of (a token the server repeats)
+    /// as `[redacted]`, control and
     /// invisible characters escaped (`\u{1b}`), `…` where it was cut. Often
     /// where a server says what to fix ("Access is only allowed at
     /// localhost:8931"); also in the error's `Display`. The server's text,
@@ -700,11 +702,43 @@ pub const BODY_EXCERPT: usize = 300;
 /// when nothing but whitespace is left.
 pub(crate) fn body_excerpt(body: &[u8]) -> Option<Box<str>> {
     let text = String::from_utf8_lossy(body);
-    let words: Vec<&str> = text.split_whitespace().collect();
+    let words: Vec<String> = text.split_whitespace().map(redacted).collect();
     if words.is_empty() {
         return None;
     }
     Some(crate::text::escape(&words.join(" "), BODY_EXCERPT).into())
+}
+
+/// The shortest run of credential characters (letters, digits, `-._~+/=`:
+/// a bearer token, an API key, a JWT) an excerpt does not show: a server
+/// that repeats the token it refused ("invalid token: eyJhbGci...") must
+/// not put it into a host's logs. Words and host names are shorter.
+const CREDENTIAL_RUN: usize = 24;
+
+/// `word` with each run of [`CREDENTIAL_RUN`] or more credential
+/// characters replaced by `[redacted]`.
+fn redacted(word: &str) -> String {
+    let credential = |c: char| c.is_ascii_alphanumeric() || "-._~+/=".contains(c);
+    let mut out = String::with_capacity(word.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.len() >= CREDENTIAL_RUN {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in word.chars() {
+        if credential(c) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 /// An HTTP error status, with what the body told us about it.
@@ -725,6 +759,21 @@ pub(crate) fn status_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_excerpt_shows_no_credential() {
+        let token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl";
+        let body = format!(
+            "invalid token: Bearer {token} (expired)\nAccess is only allowed at localhost:18401"
+        );
+        let excerpt = body_excerpt(body.as_bytes()).unwrap();
+        assert_eq!(
+            &*excerpt,
+            "invalid token: Bearer [redacted] (expired) Access is only allowed at localhost:18401"
+        );
+        assert_eq!(redacted("key=sk_live_0123456789abcdefghij,"), "[redacted],");
+        assert_eq!(redacted("short-words_are.shown"), "short-words_are.shown");
+    }
 
     #[test]
     fn status_error_reports_status_and_rpc_code() {

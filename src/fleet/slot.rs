@@ -561,7 +561,13 @@ async fn next(
 /// offers logging. Not the session's proof: a refusal is logged, and the
 /// `ping` that follows decides.
 async fn set_log_level(server: &str, session: &Session, level: &str, timeout: Duration) {
-    if session.info().capabilities.get("logging").is_none() {
+    // `"logging": {}` offers it; absent, `null` or anything else does not.
+    if !session
+        .info()
+        .capabilities
+        .get("logging")
+        .is_some_and(serde_json::Value::is_object)
+    {
         tracing::debug!(server, "fleet: the server offers no logging; no level set");
         return;
     }
