@@ -2490,6 +2490,17 @@ fn every_server_notification_reaches_the_fleet_s_stream() {
         .expect("the list change within the bound");
         assert_eq!(changed.method(), "notifications/tools/list_changed");
         assert_eq!(&*changed.server, "a");
+        // A resource that changed, as a host subscribed to it hears.
+        let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                             "params": {"uri": "file:///r/000"}});
+        assert_eq!(world.server.notify_listeners(&updated), 1);
+        let updated = tokio::time::timeout(SETTLE, notes.recv())
+            .await
+            .expect("the resource update within the bound")
+            .unwrap();
+        assert_eq!(updated.method(), "notifications/resources/updated");
+        assert_eq!(updated.params().unwrap()["uri"], "file:///r/000");
+        assert_eq!(&*updated.server, "a");
 
         // A reader that does not read loses the oldest and is told.
         let mut slow = fleet.notifications();
