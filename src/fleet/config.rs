@@ -33,11 +33,10 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// The keys of an HTTP entry this loader reads.
-const KNOWN: [&str; 14] = [
-    "url",
+/// The keys this loader reads in every entry, HTTP or stdio (`listen` and
+/// `bearerEnv` on a stdio entry only to warn that they are ignored).
+const KNOWN_SETTINGS: [&str; 12] = [
     "type",
-    "headers",
     "disabled",
     "enabled",
     "required",
@@ -51,27 +50,12 @@ const KNOWN: [&str; 14] = [
     "bearerEnv",
 ];
 
-/// The keys of a stdio entry this loader reads (`listen` and `bearerEnv`
-/// only to warn that they are ignored).
+/// The keys of an HTTP entry this loader reads, besides [`KNOWN_SETTINGS`].
+const KNOWN: [&str; 2] = ["url", "headers"];
+
+/// The keys of a stdio entry this loader reads, besides [`KNOWN_SETTINGS`].
 #[cfg(all(feature = "stdio", unix))]
-const KNOWN_STDIO: [&str; 16] = [
-    "command",
-    "args",
-    "env",
-    "cwd",
-    "type",
-    "disabled",
-    "enabled",
-    "required",
-    "timeout",
-    "connectTimeout",
-    "requestTimeout",
-    "protocolVersion",
-    "listen",
-    "healthInterval",
-    "logLevel",
-    "bearerEnv",
-];
+const KNOWN_STDIO: [&str; 4] = ["command", "args", "env", "cwd"];
 
 /// The longest value a `${...}` expansion may give (and the longest
 /// `bearerEnv` token): a hostile environment or default cannot make one
@@ -593,7 +577,8 @@ fn stdio_spec(
 }
 
 fn warn_unknown(name: &str, entry: &Map<String, Value>, known: &[&str], loaded: &mut LoadedConfig) {
-    for key in entry.keys().filter(|key| !known.contains(&key.as_str())) {
+    let known = |key: &str| KNOWN_SETTINGS.contains(&key) || known.contains(&key);
+    for key in entry.keys().filter(|key| !known(key)) {
         loaded
             .warnings
             .push(format!("server `{name}`: unknown key `{key}` ignored"));

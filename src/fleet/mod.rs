@@ -725,10 +725,8 @@ impl Fleet {
             }
             // Replaced meanwhile (a reload changed its spec): the wait is
             // for the server, so for its new slot, within the same bound.
-            match self.slot(server) {
-                Ok(next) if next.id != slot.id && matches!(slot.state(), SlotState::Stopped) => {
-                    slot = next;
-                }
+            match self.replacement(&slot) {
+                Some(next) if matches!(slot.state(), SlotState::Stopped) => slot = next,
                 _ => break,
             }
         }

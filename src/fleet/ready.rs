@@ -136,7 +136,7 @@ impl Fleet {
     }
 
     /// The slot that replaced `slot` (same name), if any.
-    fn replacement(&self, slot: &Slot) -> Option<Arc<Slot>> {
+    pub(super) fn replacement(&self, slot: &Slot) -> Option<Arc<Slot>> {
         let guard = lock(&self.slots);
         let next = guard.as_ref()?.by_name.get(&slot.name)?;
         (next.id != slot.id).then(|| next.clone())

@@ -1095,15 +1095,12 @@ fn first_error(batch: Batch) -> Option<crate::jsonrpc::ErrorObject> {
 
 /// Whether the body is text for people (`text/*` but an event stream).
 fn is_text(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| {
-            let essence = value.split(';').next().unwrap_or("").trim();
-            essence.len() > 5
-                && essence[..5].eq_ignore_ascii_case("text/")
-                && !essence.eq_ignore_ascii_case("text/event-stream")
-        })
+    essence(headers).is_some_and(|essence| {
+        // `essence` is visible ASCII (`to_str`): byte slicing is safe.
+        essence.len() > 5
+            && essence[..5].eq_ignore_ascii_case("text/")
+            && !essence.eq_ignore_ascii_case("text/event-stream")
+    })
 }
 
 impl fmt::Debug for StreamableHttp {
@@ -1129,17 +1126,25 @@ enum Media {
     Other,
 }
 
-/// The essence of `Content-Type`, parameters and case ignored. `None` when
+/// The essence of `Content-Type` (parameters cut, spaces trimmed; `""`
+/// when it is not visible ASCII). `None` when there is no `Content-Type`.
+fn essence(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(CONTENT_TYPE)?;
+    Some(
+        value
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim(),
+    )
+}
+
+/// The kind of `Content-Type`, parameters and case ignored. `None` when
 /// there is no `Content-Type` (an empty answer).
 fn media_type(headers: &HeaderMap) -> Option<Media> {
-    let value = headers.get(CONTENT_TYPE)?;
-    let essence = value
-        .to_str()
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim();
+    let essence = essence(headers)?;
     Some(if essence.eq_ignore_ascii_case("application/json") {
         Media::Json
     } else if essence.eq_ignore_ascii_case("text/event-stream") {
