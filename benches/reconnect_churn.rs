@@ -33,6 +33,11 @@ use mcp_scoped_http::testkit::churn::{
     Churn, Cycle, Figures, Floor, FloorClient, Recording, drive, server_config,
 };
 use mcp_scoped_http::{Discovery, HttpClient, HttpClientBuilder, ProtocolVersion};
+
+// Allocations per cycle in every row (the test kit server's left out).
+#[global_allocator]
+static ALLOCATOR: mcp_scoped_http::testkit::churn::CountingAllocator =
+    mcp_scoped_http::testkit::churn::CountingAllocator;
 use serde_json::{Value, json};
 
 fn quick() -> bool {
@@ -68,21 +73,27 @@ impl Table {
     fn print(&self) {
         println!("\n## In process: the test kit server on its own threads\n");
         println!(
-            "| variant | c | ours cycles/s | ours µs/cycle | floor µs/cycle | ours/floor | p50 µs | p99 µs | p99/p50 | cpu µs/cycle ours (floor), client+server | failed |"
+            "| variant | c | ours cycles/s | ours µs/cycle | floor µs/cycle | time ours/floor | p50 µs | p50 ours/floor | p99 µs | p99/p50 | client cpu µs/cycle ours (floor) | cpu ours/floor | allocations/cycle ours (floor) | failed |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for ((_, name, concurrency), (ours, floor)) in self.rows.lock().unwrap().iter() {
             println!(
-                "| {name} | {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {:.1} | {} ({}) | {} |",
+                "| {name} | {concurrency} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {:.2} | {} | {:.1} | {} ({}) | {} | {} ({}) | {} |",
                 ours.cycles_per_second(),
                 micros(ours.per_cycle()),
                 micros(floor.per_cycle()),
                 ratio(ours.per_cycle(), floor.per_cycle()),
                 micros(ours.p50()) as u64,
+                ratio(ours.p50(), floor.p50()),
                 micros(ours.p99()) as u64,
                 ratio(ours.p99(), ours.p50()),
                 cpu(ours),
                 cpu(floor),
+                ours.cpu_per_cycle()
+                    .zip(floor.cpu_per_cycle())
+                    .map_or("?".to_owned(), |(a, b)| format!("{:.2}", ratio(a, b))),
+                allocations(ours),
+                allocations(floor),
                 ours.failures + floor.failures,
             );
         }
@@ -101,6 +112,12 @@ fn cpu(figures: &Figures) -> String {
     figures
         .cpu_per_cycle()
         .map_or("?".to_owned(), |cpu| format!("{:.0}", micros(cpu)))
+}
+
+fn allocations(figures: &Figures) -> String {
+    figures
+        .allocations_per_cycle()
+        .map_or("?".to_owned(), |n| format!("{n:.0}"))
 }
 
 /// What a measurement runs: our cycle, or the floor's replay of it.
@@ -727,7 +744,7 @@ fn contenders(
         1,
     ));
     // The kinds of list at once (`Discovery::concurrent`).
-    let concurrent = runtime.block_on(async {
+    let sequential = runtime.block_on(async {
         Churn::new(
             url,
             Cycle::Complete,
@@ -739,7 +756,7 @@ fn contenders(
         .configure(move |connector| {
             let connector = connector
                 .bearer("churn-token")
-                .discovery(Discovery::default().concurrent(true));
+                .discovery(Discovery::default().concurrent(false));
             match pin {
                 Some(version) => connector.protocol_version(version),
                 None => connector,
@@ -747,8 +764,8 @@ fn contenders(
         })
     });
     list.push(measured(
-        "ours borrowed, concurrent discovery",
-        Runner::Ours(Arc::new(concurrent)),
+        "ours borrowed, sequential discovery",
+        Runner::Ours(Arc::new(sequential)),
         1,
     ));
     // A caller's own hyper-util client, lent: plain (it stalls against a

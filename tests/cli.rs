@@ -304,6 +304,19 @@ fn churn_floor_replays_the_same_exchanges_and_reports_the_ratio() {
         churn["perCycleOverFloor"].as_f64().is_some_and(|r| r > 0.0),
         "{churn}"
     );
+    for ratio in ["cpuOverFloor", "p50OverFloor", "allocationsOverFloor"] {
+        assert!(
+            churn[ratio].as_f64().is_some_and(|r| r > 0.0),
+            "{ratio}: {churn}"
+        );
+    }
+    // The CLI counts its allocations: a cycle makes some on both sides.
+    assert!(
+        churn["allocationsPerCycle"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0),
+        "{churn}"
+    );
     assert!(churn["cpuMicrosPerCycle"].is_number(), "{churn}");
     // Ours: 5 + 30 cycles, the recording's warm-up and recorded cycles,
     // then the floor's 5 + 30, each a session created and DELETEd (the

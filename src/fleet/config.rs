@@ -35,7 +35,7 @@ pub struct Skipped {
 
 /// The keys this loader reads in every entry, HTTP or stdio (`listen` and
 /// `bearerEnv` on a stdio entry only to warn that they are ignored).
-const KNOWN_SETTINGS: [&str; 12] = [
+const KNOWN_SETTINGS: [&str; 13] = [
     "type",
     "disabled",
     "enabled",
@@ -48,6 +48,7 @@ const KNOWN_SETTINGS: [&str; 12] = [
     "healthInterval",
     "logLevel",
     "bearerEnv",
+    "concurrentDiscovery",
 ];
 
 /// The keys of an HTTP entry this loader reads, besides [`KNOWN_SETTINGS`].
@@ -142,6 +143,7 @@ pub fn parse_mcp_servers(json: &str) -> Result<LoadedConfig> {
 /// | `protocolVersion` | a revision this crate speaks, such as `"2025-11-25"` ([`ServerSpec::protocol_version`]); with `"type": "sse"`, only `"2024-11-05"` |
 /// | `healthInterval` | seconds, or `0` or `null` for never ([`ServerSpec::health_interval`]) |
 /// | `logLevel` | `"debug"`, `"info"`, `"notice"`, `"warning"`, `"error"`, `"critical"`, `"alert"` or `"emergency"` ([`ServerSpec::log_level`]) |
+/// | `concurrentDiscovery` | `false` for a server that mishandles requests side by side ([`ServerSpec::concurrent_discovery`]) |
 ///
 /// Seconds are a JSON number from 0.001 to 86400, fractions allowed.
 ///
@@ -493,6 +495,9 @@ fn settings(
             spec = spec.health_interval(None);
         }
         Some(_) => spec = spec.health_interval(seconds(entry, "healthInterval")?),
+    }
+    if let Some(at_once) = flag(entry, "concurrentDiscovery")? {
+        spec = spec.concurrent_discovery(at_once);
     }
     match entry.get("logLevel") {
         None => {}
@@ -969,7 +974,8 @@ mod tests {
                 "h": {"url": "http://x/mcp", "healthInterval": 0.5},
                 "h0": {"url": "http://x/mcp", "healthInterval": 0},
                 "hn": {"url": "http://x/mcp", "healthInterval": null},
-                "g": {"url": "http://x/mcp", "logLevel": "debug"}
+                "g": {"url": "http://x/mcp", "logLevel": "debug"},
+                "cd": {"url": "http://x/mcp", "concurrentDiscovery": false}
             }}"#,
             env(&[]),
         )
@@ -1004,6 +1010,8 @@ mod tests {
         assert_eq!(s["t"].health_interval_setting(), None);
         assert_eq!(s["g"].log_level_setting(), Some("debug"));
         assert_eq!(s["t"].log_level_setting(), None);
+        assert_same(&s["cd"], base().concurrent_discovery(false));
+        assert!(!s["cd"].same_server(&base()));
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
         // Defaults: nothing set is the plain spec.
         let plain = parse_mcp_servers_with(

@@ -170,6 +170,9 @@ mod tests {
         use crate::stdio::stderr::tests::Capture;
         let capture = Capture::default();
         let _guard = capture.set_default();
+        // Another test's thread may have registered the call site with no
+        // subscriber first and cached "never": ask again.
+        tracing::callsite::rebuild_interest_cache();
         let fleet = Account::fleet(1 << 20);
         let notices = Notices::new(2, 64, &fleet);
         let _reader = notices.subscribe();

@@ -106,6 +106,7 @@ pub struct ServerSpec {
     /// `None`: the fleet's; `Some(None)`: never.
     health_interval: Option<Option<Duration>>,
     log_level: Option<Arc<str>>,
+    concurrent_discovery: Option<bool>,
 }
 
 #[derive(Clone)]
@@ -190,6 +191,7 @@ impl ServerSpec {
             required: false,
             health_interval: None,
             log_level: None,
+            concurrent_discovery: None,
         }
     }
 
@@ -410,6 +412,16 @@ impl ServerSpec {
         self
     }
 
+    /// Whether the server's lists are read side by side at connect (see
+    /// [`Discovery::concurrent`](crate::Discovery::concurrent)); `false`
+    /// for a server that mishandles requests side by side. Not applied to
+    /// a spec [from a connector](Self::from_connector), which says it
+    /// itself. Default: true.
+    pub fn concurrent_discovery(mut self, at_once: bool) -> Self {
+        self.concurrent_discovery = Some(at_once);
+        self
+    }
+
     /// The health interval set by [`health_interval`](Self::health_interval):
     /// `None` when the fleet's applies.
     pub(crate) fn health_interval_setting(&self) -> Option<Option<Duration>> {
@@ -434,7 +446,10 @@ impl ServerSpec {
     /// Whether `other` is the same server (everything equal but
     /// `required`), so its slot is left alone.
     pub(crate) fn same_server(&self, other: &ServerSpec) -> bool {
-        if self.health_interval != other.health_interval || self.log_level != other.log_level {
+        if self.health_interval != other.health_interval
+            || self.log_level != other.log_level
+            || self.concurrent_discovery != other.concurrent_discovery
+        {
             return false;
         }
         match (&self.source, &other.source) {
@@ -461,6 +476,17 @@ impl ServerSpec {
     /// spec's settings), else with an owned client of each session's own,
     /// built with those settings.
     pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
+        let connector = self.source_connector(shared);
+        match self.concurrent_discovery {
+            Some(at_once) if !matches!(self.source, Source::Connector(_)) => {
+                connector.discovery(crate::Discovery::default().concurrent(at_once))
+            }
+            _ => connector,
+        }
+    }
+
+    /// [`connector`](Self::connector) before the spec's own settings.
+    fn source_connector(&self, shared: Option<&HttpClient>) -> Connector {
         let pieces = match &self.source {
             Source::Connector(connector) => return Connector::clone(connector),
             #[cfg(all(feature = "stdio", unix))]

@@ -643,17 +643,24 @@ impl Config {
         } else {
             SessionOwnership::Owned
         };
-        let server_info = init.map_or(Value::Null, |init| {
-            if generation.era() == Era::Stateless {
-                init["_meta"][SERVER_INFO_META].clone()
-            } else {
-                init["serverInfo"].clone()
-            }
-        });
+        // The answer is not needed after this: its parts are moved, not
+        // copied, into the session's info.
+        let probed = opened.as_ref().is_some_and(|opened| opened.probed);
+        let mut init = opened.map(|opened| opened.result);
+        let server_info = if generation.era() == Era::Stateless {
+            take_field(
+                init.as_mut().and_then(|init| init.get_mut("_meta")),
+                SERVER_INFO_META,
+            )
+        } else {
+            take_field(init.as_mut(), "serverInfo")
+        };
         let info = SessionInfo {
             server_info,
-            capabilities: server_capabilities.cloned().unwrap_or(Value::Null),
-            instructions: init.and_then(|init| init["instructions"].as_str().map(str::to_owned)),
+            capabilities: take_field(init.as_mut(), "capabilities"),
+            instructions: take_field(init.as_mut(), "instructions")
+                .as_str()
+                .map(str::to_owned),
             protocol_version: generation
                 .wire()
                 .protocol_version()
@@ -665,7 +672,7 @@ impl Config {
             } else {
                 TransportKind::StreamableHttp
             },
-            probed: opened.as_ref().is_some_and(|opened| opened.probed),
+            probed,
             session_id_issued: generation.session_id().is_some(),
             ownership,
             client_ownership,
@@ -679,6 +686,15 @@ impl Config {
             request_timeout: self.request_timeout,
         })
     }
+}
+
+/// `object[key]`, moved out; `Null` when `object` is not an object or has
+/// no such key.
+fn take_field(object: Option<&mut Value>, key: &str) -> Value {
+    object
+        .and_then(Value::as_object_mut)
+        .and_then(|object| object.remove(key))
+        .unwrap_or(Value::Null)
 }
 
 /// What a successful connect hands to [`Session::new`].

@@ -37,10 +37,14 @@ pub struct Discovery {
     pub max_pages: usize,
     /// List the kinds at once (each kind's pages still in order), after
     /// `notifications/initialized` has been accepted: a connect then takes
-    /// about as long as its longest list instead of all of them, with a
-    /// client that already holds a connection per kind (a pooled, lent
-    /// one, or HTTP/2); a session's own new client opens one per kind.
-    /// Default: false (one list after the other).
+    /// about as long as its longest list instead of all of them. Over
+    /// HTTP/1 a list needs a connection of its own: a pooled, lent client
+    /// has them after the first connect; a session's own new client opens
+    /// up to four. Every transport allows requests side by side (a client
+    /// MAY send a request before the last is answered), but a server that
+    /// mishandles them (answers one with an error, or holds a lock per
+    /// session) needs `concurrent(false)`; the fleet's config says so with
+    /// `"concurrentDiscovery": false`. Default: true.
     pub concurrent: bool,
     /// What the session may keep of the catalog: every page read (at
     /// connect, in a re-discovery, by `Session::list_*`) and every value
@@ -63,7 +67,7 @@ impl Default for Discovery {
             resources: true,
             resource_templates: true,
             max_pages: 100,
-            concurrent: false,
+            concurrent: true,
             memory: MemoryBudget::default(),
             relist_interval: Duration::from_secs(1),
         }

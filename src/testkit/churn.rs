@@ -24,6 +24,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use serde_json::{Value, json};
 
+pub use super::counting::{CountingAllocator, allocations, client_cpu_time};
 use super::{Fault, FaultAction, ServerConfig};
 use crate::client::RequestBody;
 use crate::client::owned::Connector as BareConnector;
@@ -176,15 +177,38 @@ impl Churn {
             _ => None,
         };
         let configure: Configure = Arc::new(|connector: Connector| connector.bearer("churn-token"));
-        Ok(Churn {
-            base: configure(Connector::new(url.clone())).listen(false),
+        let mut churn = Churn {
+            base: Connector::new(url.clone()),
             url,
             cycle,
             client,
             call: Some(("tool-000".to_owned(), json!({"text": "churn"}))),
             configure,
             attached,
-        })
+        };
+        churn.rebuild();
+        Ok(churn)
+    }
+
+    /// The connector every cycle clones, built once: a cycle then costs
+    /// what a host's connect costs, not a connector's set-up.
+    fn rebuild(&mut self) {
+        let mut base = (self.configure)(Connector::new(self.url.clone())).listen(false);
+        if let Some(client) = &self.client {
+            base = base.client(client.clone());
+        }
+        if let Some((_, id, version)) = &self.attached {
+            base = base.attach(id.clone(), *version);
+        }
+        self.base = base;
+    }
+
+    /// Lends `client` to the cycles from now on; returns the one lent
+    /// before.
+    fn lend(&mut self, client: Option<HttpClient>) -> Option<HttpClient> {
+        let before = std::mem::replace(&mut self.client, client);
+        self.rebuild();
+        before
     }
 
     /// The tool each cycle calls, and its arguments; `None`: no call.
@@ -203,7 +227,7 @@ impl Churn {
         configure: impl Fn(Connector) -> Connector + Send + Sync + 'static,
     ) -> Self {
         self.configure = Arc::new(configure);
-        self.base = (self.configure)(Connector::new(self.url.clone())).listen(false);
+        self.rebuild();
         self
     }
 
@@ -213,14 +237,7 @@ impl Churn {
     }
 
     fn connector(&self) -> Connector {
-        let mut connector = self.base.clone();
-        if let Some(client) = &self.client {
-            connector = connector.client(client.clone());
-        }
-        if let Some((_, id, version)) = &self.attached {
-            connector = connector.attach(id.clone(), *version);
-        }
-        connector
+        self.base.clone()
     }
 
     /// Runs one cycle. `Ok` when it ended the way its [`Cycle`] says: a
@@ -315,9 +332,13 @@ pub struct Figures {
     pub failures: usize,
     /// Wall-clock time of the whole run.
     pub wall: Duration,
-    /// CPU time (user + system) of this process during the run, where the
-    /// platform tells it.
+    /// CPU time (user + system) of this process during the run, less the
+    /// in-process test kit server's threads (see [`client_cpu_time`]),
+    /// where the platform tells it.
     pub cpu: Option<Duration>,
+    /// Heap allocations made during the run by threads other than the test
+    /// kit server's, when a [`CountingAllocator`] is installed.
+    pub allocations: Option<u64>,
     /// Every cycle's latency, sorted.
     latencies: Vec<Duration>,
 }
@@ -378,12 +399,19 @@ impl Figures {
         self.cpu.and_then(|cpu| cpu.checked_div(cycles))
     }
 
+    /// Heap allocations per cycle, when counted.
+    pub fn allocations_per_cycle(&self) -> Option<f64> {
+        self.allocations
+            .map(|count| count as f64 / self.cycles.max(1) as f64)
+    }
+
     /// Adds another run of the same thing (criterion measures in samples).
     pub fn merge(&mut self, other: Figures) {
         if self.cycles == 0 && self.latencies.is_empty() {
             // Nothing merged yet: take the other's label and CPU as they are.
             self.label = other.label;
             self.cpu = Some(Duration::ZERO).filter(|_| other.cpu.is_some());
+            self.allocations = Some(0).filter(|_| other.allocations.is_some());
         }
         self.concurrency = self.concurrency.max(other.concurrency);
         self.cycles += other.cycles;
@@ -393,6 +421,7 @@ impl Figures {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
+        self.allocations = self.allocations.zip(other.allocations).map(|(a, b)| a + b);
         self.latencies.extend(other.latencies);
         self.latencies.sort_unstable();
     }
@@ -411,6 +440,7 @@ impl Figures {
             "p50Micros": micros(self.p50()),
             "p99Micros": micros(self.p99()),
             "cpuMicrosPerCycle": self.cpu_per_cycle().map(micros),
+            "allocationsPerCycle": self.allocations_per_cycle(),
         })
     }
 }
@@ -431,6 +461,9 @@ impl std::fmt::Display for Figures {
         )?;
         if let Some(cpu) = self.cpu_per_cycle() {
             write!(f, ", cpu {} µs/cycle", micros(cpu))?;
+        }
+        if let Some(allocations) = self.allocations_per_cycle() {
+            write!(f, ", {allocations:.0} allocations/cycle")?;
         }
         Ok(())
     }
@@ -474,7 +507,8 @@ where
     let cycle = Arc::new(cycle);
     let next = Arc::new(AtomicUsize::new(0));
     let workers = concurrency.clamp(1, cycles.max(1));
-    let cpu_before = process_cpu_time();
+    let cpu_before = client_cpu_time();
+    let allocations_before = allocations();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers {
@@ -519,8 +553,11 @@ where
         }
     }
     figures.wall = started.elapsed();
-    figures.cpu = process_cpu_time()
+    figures.cpu = client_cpu_time()
         .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    figures.allocations = allocations()
+        .zip(allocations_before)
         .map(|(after, before)| after.saturating_sub(before));
     figures.cycles = figures.latencies.len();
     figures.latencies.sort_unstable();
@@ -606,7 +643,7 @@ impl Recording {
             })
         };
         let recording_client = HttpClient::borrowed(recorder);
-        let own = churn.client.replace(recording_client);
+        let own = churn.lend(Some(recording_client));
         let warm_up = churn.run_once().await;
         let deadline = Instant::now() + Duration::from_secs(5);
         while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {
@@ -617,7 +654,7 @@ impl Recording {
             Ok(()) => churn.run_once().await,
             Err(error) => Err(error),
         };
-        churn.client = own;
+        churn.lend(own);
         let deadline = Instant::now() + Duration::from_secs(5);
         while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;

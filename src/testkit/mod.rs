@@ -65,6 +65,7 @@
 mod auth;
 pub mod churn;
 mod config;
+mod counting;
 mod fault;
 mod handler;
 mod http_sse;
@@ -541,12 +542,13 @@ impl TestServer {
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .thread_name("mcp-testkit")
+            .thread_name(counting::SERVER_THREAD_NAME)
+            .on_thread_start(counting::mark_server_thread)
             .enable_all()
             .build()
             .expect("testkit: build runtime");
         let thread = serve::spawn_thread(
-            "mcp-testkit",
+            counting::SERVER_THREAD_NAME,
             runtime,
             accept_loop(std_listener, tls, shared.clone()),
         );

@@ -35,6 +35,7 @@ pub(super) fn spawn_thread(
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            super::counting::mark_server_thread();
             runtime.block_on(serve);
             // Drops every remaining task (stream producers, h2 streams).
             runtime.shutdown_timeout(Duration::from_secs(5));

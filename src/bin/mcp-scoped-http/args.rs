@@ -195,11 +195,28 @@ pub(crate) struct ChurnArgs {
     pub(crate) warmup: usize,
     /// Also measure the bare-HTTP floor: the same HTTP exchanges (recorded
     /// from one cycle) sent through the same hyper client with no MCP
-    /// logic, and print our time per cycle over the floor's.
+    /// logic, and print ours over the floor's: time, client CPU, p50 and
+    /// allocations per cycle.
     #[arg(long)]
     pub(crate) floor: bool,
+    /// Read the lists one after the other at connect (default: side by
+    /// side; the floor replays one after the other either way).
+    #[arg(long)]
+    pub(crate) sequential_discovery: bool,
+    /// The async runtime both sides run on: `multi-thread` (tokio's
+    /// default, a worker per core) or `current-thread`.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::MultiThread)]
+    pub(crate) runtime: RuntimeKind,
     #[command(flatten)]
     pub(crate) common: Common,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RuntimeKind {
+    /// Tokio's multi-thread runtime, a worker per core.
+    MultiThread,
+    /// Tokio's current-thread runtime.
+    CurrentThread,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

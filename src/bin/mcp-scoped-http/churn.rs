@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mcp_scoped_http::testkit::churn::{
     Churn, Cycle, Figures, Floor, FloorClient, Recording, drive,
 };
-use mcp_scoped_http::{Connector, HttpClient, HttpClientBuilder};
+use mcp_scoped_http::{Connector, Discovery, HttpClient, HttpClientBuilder};
 use serde_json::{Value, json};
 
 use crate::args::{ChurnArgs, ClientKind, Common, json_object};
@@ -72,7 +72,8 @@ fn label(options: &ChurnArgs) -> String {
 }
 
 /// `churn [URL] [--cycles N] [--concurrency C] [--client owned|borrowed]
-/// [--call TOOL [--args JSON]] [--warmup N] [--floor]`.
+/// [--call TOOL [--args JSON]] [--warmup N] [--floor]
+/// [--sequential-discovery] [--runtime multi-thread|current-thread]`.
 pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     let mut call = match &options.call {
         Some(tool) => Some((
@@ -105,7 +106,14 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
             Failure::usage(format!("cannot build the shared HTTP client: {error}"))
         })?),
     };
-    let churn = make_churn(&url, common, shared.clone(), call).await?;
+    let churn = make_churn(
+        &url,
+        common,
+        shared.clone(),
+        call,
+        !options.sequential_discovery,
+    )
+    .await?;
     let churn = Arc::new(churn);
 
     let warmup = drive("warm-up", options.warmup, options.concurrency as usize, {
@@ -189,9 +197,7 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     drop(shared);
     mcp_scoped_http::shutdown().await;
     let (tasks_after, fds_after) = settle(tasks_before, fds_before).await;
-    let ratio = floor.as_ref().map(|(floor, _)| {
-        ours.per_cycle().as_secs_f64() / floor.per_cycle().as_secs_f64().max(f64::MIN_POSITIVE)
-    });
+    let ratios = floor.as_ref().map(|(floor, _)| Ratios::of(&ours, floor));
     if common.json {
         let mut report = ours.to_json();
         report["tasksBefore"] = json!(tasks_before);
@@ -201,16 +207,23 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
         if let Some((floor, recording)) = &floor {
             report["floor"] = floor.to_json();
             report["exchangesPerCycle"] = json!(recording.len());
-            report["perCycleOverFloor"] = json!(ratio);
+            if let Some(ratios) = &ratios {
+                report["perCycleOverFloor"] = json!(ratios.time);
+                report["cpuOverFloor"] = json!(ratios.cpu);
+                report["p50OverFloor"] = json!(ratios.p50);
+                report["allocationsOverFloor"] = json!(ratios.allocations);
+            }
         }
         crate::out_json(&report);
     } else {
         out!("{ours}");
         if let Some((floor, recording)) = &floor {
             out!("{floor}");
+            if let Some(ratios) = &ratios {
+                out!("ours over the floor: {ratios}");
+            }
             out!(
-                "per cycle, ours over the floor: {:.2}x ({} HTTP exchanges per cycle: {})",
-                ratio.unwrap_or_default(),
+                "{} HTTP exchanges per cycle: {}",
                 recording.len(),
                 recording.summary().join(", ")
             );
@@ -227,12 +240,54 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     Ok(())
 }
 
+/// Ours over the floor, from one run of each.
+struct Ratios {
+    time: f64,
+    cpu: Option<f64>,
+    p50: f64,
+    allocations: Option<f64>,
+}
+
+impl Ratios {
+    fn of(ours: &Figures, floor: &Figures) -> Self {
+        let over = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
+        let seconds = |d: Duration| d.as_secs_f64();
+        Ratios {
+            time: over(seconds(ours.per_cycle()), seconds(floor.per_cycle())),
+            cpu: ours
+                .cpu_per_cycle()
+                .zip(floor.cpu_per_cycle())
+                .map(|(a, b)| over(seconds(a), seconds(b))),
+            p50: over(seconds(ours.p50()), seconds(floor.p50())),
+            allocations: ours
+                .allocations_per_cycle()
+                .zip(floor.allocations_per_cycle())
+                .map(|(a, b)| over(a, b)),
+        }
+    }
+}
+
+impl std::fmt::Display for Ratios {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "time {:.2}x", self.time)?;
+        if let Some(cpu) = self.cpu {
+            write!(f, ", client cpu {cpu:.2}x")?;
+        }
+        write!(f, ", p50 {:.2}x", self.p50)?;
+        if let Some(allocations) = self.allocations {
+            write!(f, ", allocations {allocations:.2}x")?;
+        }
+        Ok(())
+    }
+}
+
 /// The churn, with the command line's options applied to every connector.
 async fn make_churn(
     url: &str,
     common: &Common,
     shared: Option<HttpClient>,
     call: Option<(String, Value)>,
+    concurrent: bool,
 ) -> Result<Churn, Failure> {
     let churn = Churn::new(url, Cycle::Complete, shared)
         .await
@@ -242,7 +297,8 @@ async fn make_churn(
         // Validated before the churn began; same inputs, same outcome.
         let connector = common
             .connector(&url)
-            .unwrap_or_else(|_| Connector::new(url.clone()));
+            .unwrap_or_else(|_| Connector::new(url.clone()))
+            .discovery(Discovery::default().concurrent(concurrent));
         match common.timeout {
             Some(limit) => connector.connect_timeout(limit),
             None => connector,

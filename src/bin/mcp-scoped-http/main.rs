@@ -18,6 +18,12 @@ macro_rules! out {
 
 mod output;
 
+// `churn` reports allocations per cycle, ours and the floor's; the count
+// is one relaxed atomic add per allocation.
+#[global_allocator]
+static ALLOCATOR: mcp_scoped_http::testkit::churn::CountingAllocator =
+    mcp_scoped_http::testkit::churn::CountingAllocator;
+
 /// One JSON value on one line of stdout. serde_json escapes C0 controls;
 /// DEL and the C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to
 /// many terminals) it leaves raw, so they are escaped here, the JSON way:
@@ -182,7 +188,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // A stdio server answers one line at a time: a single thread starts
     // faster (it is started once per session by the stdio churn bench).
-    let single_thread = matches!(cli.command, Command::Serve { stdio: true, .. });
+    let single_thread = matches!(cli.command, Command::Serve { stdio: true, .. })
+        || matches!(&cli.command, Command::Churn(churn) if churn.runtime == args::RuntimeKind::CurrentThread);
     let mut builder = if single_thread {
         tokio::runtime::Builder::new_current_thread()
     } else {
