@@ -488,14 +488,21 @@ async fn run_session(
         owed.answered.store(true, Ordering::Release);
         head
     };
-    tokio::pin!(post);
-    let end = tokio::select! {
-        head = &mut post => {
+    // Boxed, and dropped once answered: the task waits out the session's
+    // whole life, and should not hold the exchange's state meanwhile.
+    let mut post = Box::pin(post);
+    let first = tokio::select! {
+        head = &mut post => Ok(head),
+        end = &mut end_rx => Err(end),
+    };
+    let end = match first {
+        Ok(head) => {
+            drop(post);
             // Nobody waiting any more: the session (if any) is still ended below.
             let _ = head_tx.send(head);
             (&mut end_rx).await
         }
-        end = &mut end_rx => {
+        Err(end) => {
             // Cut off before the head: finish the exchange (bounded) to learn
             // whether the server created a session, and its id.
             let deadline = match &end {
@@ -506,7 +513,9 @@ async fn run_session(
                 // The server may hold a session we can never name: counted
                 // like a DELETE no runtime could send.
                 ledger::count_abandoned_delete();
-                tracing::warn!("initialize was cut off before its answer; a session may be left to expire");
+                tracing::warn!(
+                    "initialize was cut off before its answer; a session may be left to expire"
+                );
                 return settle(SessionRelease::DeleteFailed(Error::timeout(format!(
                     "initialize was not answered within {timeout:?}: whether the server \
                      created a session is unknown"
@@ -524,9 +533,11 @@ async fn run_session(
     let Some(http) = wire.http().filter(|_| wire.session_id().is_some()) else {
         return settle(SessionRelease::NoSessionId);
     };
-    let delete = http
-        .delete_session_within(Deadline::delete(deadline, timeout))
-        .instrument(tracing::debug_span!("mcp.close.delete"));
+    // Boxed: its state exists only while it runs, not in the task's.
+    let delete = Box::pin(
+        http.delete_session_within(Deadline::delete(deadline, timeout))
+            .instrument(tracing::debug_span!("mcp.close.delete")),
+    );
     settle(match delete.await {
         Ok(SessionEnd::Ended(status)) => SessionRelease::Deleted(status),
         Ok(SessionEnd::NoSession) => SessionRelease::NoSessionId,

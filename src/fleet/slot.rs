@@ -281,6 +281,9 @@ async fn supervise(
             crate::scope::reaps_of(|| drop(connecting)).await;
             return ServerShutdown::NoSession;
         };
+        // Finished: its box (the connect's whole state) is not held while
+        // the session serves.
+        drop(connecting);
         let (error, lost) = match connected {
             Ok(session) => {
                 let live = Arc::new(Live {
@@ -446,15 +449,22 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                 }
                 idle.store(false, Ordering::Relaxed);
             } else if let Some(level) = slot.spec.log_level_setting().filter(|_| proving) {
-                set_log_level(&slot.name, &live.session, level, policy.health_timeout).await;
+                Box::pin(set_log_level(
+                    &slot.name,
+                    &live.session,
+                    level,
+                    policy.health_timeout,
+                ))
+                .await;
             }
-            live.session
-                .request_with(
-                    "ping",
-                    None,
-                    RequestOptions::default().timeout(policy.health_timeout),
-                )
-                .await
+            // Boxed apart: the wait above, most of a slot's life, then
+            // holds a sleep only, not a request's state.
+            Box::pin(live.session.request_with(
+                "ping",
+                None,
+                RequestOptions::default().timeout(policy.health_timeout),
+            ))
+            .await
         })
     };
     // Kept across events, made anew only when it has ended: a session
