@@ -459,6 +459,29 @@ impl Serialize for Message {
 
 /// Serializes a message (or one of its kinds) exactly: `jsonrpc` first,
 /// absent `params` omitted.
+/// A request (with `id`) or a notification (without) whose `params` are
+/// serialized from `params` as they are, with no `Value` built for them.
+pub(crate) fn encode_call(
+    id: Option<&RequestId>,
+    method: &str,
+    params: &impl Serialize,
+) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Call<'a, P> {
+        jsonrpc: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a RequestId>,
+        method: &'a str,
+        params: &'a P,
+    }
+    encode(&Call {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })
+}
+
 pub(crate) fn encode(message: &impl Serialize) -> Vec<u8> {
     // Serializing these types cannot fail: every map key is a string and
     // `Value` serializes infallibly.

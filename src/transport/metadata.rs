@@ -7,6 +7,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -67,30 +68,92 @@ pub(crate) fn standard_headers(method: &str, params: Option<&Value>, headers: &m
 }
 
 /// `params` with `_meta` holding `meta`'s fields and the protocol
-/// `version` (the caller's own `_meta` keys are kept; ours win). The
-/// fields are cloned once, straight into the request's `_meta`.
+/// `version` (the caller's own `_meta` keys are kept; ours win), as a
+/// value: [`WithMeta`] read back.
+#[cfg(test)]
 pub(crate) fn with_meta(
     params: Option<&Value>,
     meta: Option<&Map<String, Value>>,
-    version: &str,
+    version: &'static str,
 ) -> Value {
-    let mut params = match params {
-        Some(Value::Object(map)) => map.clone(),
-        _ => Map::new(),
-    };
-    let target = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(target) = target {
-        for (key, value) in meta.into_iter().flatten() {
-            target.insert(key.clone(), value.clone());
+    serde_json::to_value(WithMeta::new(params, meta, version)).expect("a map of values")
+}
+
+/// `params` as a 2026-07-28 request sends them: `_meta` holding `meta`'s
+/// fields and the protocol `version`, the caller's own `_meta` keys kept
+/// where ours do not replace them. Serialized straight from what it
+/// borrows: nothing of the client's identity is copied per request.
+pub(crate) struct WithMeta<'a> {
+    params: Option<&'a Map<String, Value>>,
+    meta: Option<&'a Map<String, Value>>,
+    version: &'static str,
+}
+
+impl<'a> WithMeta<'a> {
+    /// `params` that are not an object are sent as `{}` plus `_meta`, as
+    /// before.
+    pub(crate) fn new(
+        params: Option<&'a Value>,
+        meta: Option<&'a Map<String, Value>>,
+        version: &'static str,
+    ) -> Self {
+        WithMeta {
+            params: params.and_then(Value::as_object),
+            meta,
+            version,
         }
-        target.insert(META_PROTOCOL_VERSION.into(), Value::from(version));
     }
-    Value::Object(params)
+}
+
+impl Serialize for WithMeta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.params.into_iter().flatten() {
+            if key != "_meta" {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        let theirs = self
+            .params
+            .and_then(|params| params.get("_meta"))
+            .and_then(Value::as_object);
+        map.serialize_entry(
+            "_meta",
+            &Meta {
+                theirs,
+                ours: self.meta,
+                version: self.version,
+            },
+        )?;
+        map.end()
+    }
+}
+
+/// The `_meta` object of [`WithMeta`]: theirs, then ours, then the
+/// revision, each key once (the later source wins).
+struct Meta<'a> {
+    theirs: Option<&'a Map<String, Value>>,
+    ours: Option<&'a Map<String, Value>>,
+    version: &'static str,
+}
+
+impl Serialize for Meta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ours_has = |key: &str| self.ours.is_some_and(|ours| ours.contains_key(key));
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.theirs.into_iter().flatten() {
+            if key != META_PROTOCOL_VERSION && !ours_has(key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        for (key, value) in self.ours.into_iter().flatten() {
+            if key != META_PROTOCOL_VERSION {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry(META_PROTOCOL_VERSION, self.version)?;
+        map.end()
+    }
 }
 
 /// One tool parameter mirrored into a header.
@@ -354,6 +417,43 @@ mod tests {
         assert_eq!(
             with_meta(Some(&json!({"_meta": 3})), None, "2026-07-28"),
             json!({"_meta": { META_PROTOCOL_VERSION: "2026-07-28" }})
+        );
+    }
+
+    /// Serialized, not read back into a map (which would hide a key sent
+    /// twice): every key once, ours over theirs, the revision last.
+    #[test]
+    fn meta_is_sent_with_each_key_once() {
+        let ours = json!({"progressToken": 1, META_PROTOCOL_VERSION: "ours"});
+        let params = json!({"a": 1, "_meta": {
+            "progressToken": 7, META_PROTOCOL_VERSION: "theirs", "mine": true
+        }});
+        let text = serde_json::to_string(&WithMeta::new(
+            Some(&params),
+            ours.as_object(),
+            "2026-07-28",
+        ))
+        .unwrap();
+        for key in [
+            "\"progressToken\"",
+            META_PROTOCOL_VERSION,
+            "\"_meta\"",
+            "\"mine\"",
+        ] {
+            assert_eq!(text.matches(key).count(), 1, "{key} in {text}");
+        }
+        let sent: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            sent,
+            json!({"a": 1, "_meta": {
+                "progressToken": 1, "mine": true, META_PROTOCOL_VERSION: "2026-07-28"
+            }})
+        );
+        // Not an object: `{}` with our `_meta`, as before.
+        let text = serde_json::to_string(&WithMeta::new(Some(&json!([1])), None, "v")).unwrap();
+        assert_eq!(
+            text,
+            format!(r#"{{"_meta":{{"{META_PROTOCOL_VERSION}":"v"}}}}"#)
         );
     }
 

@@ -72,7 +72,7 @@ use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
 use crate::error::{BODY_EXCERPT, Error, Result, body_excerpt, status_error};
 use crate::jsonrpc::{
-    Batch, Message, Notification, Request, Response, encode, parse_messages_bounded,
+    Batch, Message, Notification, Request, Response, encode, encode_call, parse_messages_bounded,
 };
 use crate::origin::Origin;
 use crate::sync::lock;
@@ -398,11 +398,7 @@ impl StreamableHttp {
                             .iter()
                             .map(|(name, value)| (name.clone(), value.clone())),
                     );
-                    encode(&Request {
-                        id: request.id.clone(),
-                        method: request.method.clone(),
-                        params: Some(params),
-                    })
+                    encode_call(Some(&request.id), &request.method, &params)
                 }
                 None => encode(request),
             };
@@ -424,16 +420,16 @@ impl StreamableHttp {
     /// 2026-07-28 (when `version` is): the params to send, with `_meta`,
     /// after adding the headers mirrored from the body to `headers`.
     /// `None`: the message goes as it is.
-    fn with_metadata(
-        &self,
+    fn with_metadata<'a>(
+        &'a self,
         version: Option<ProtocolVersion>,
         method: &str,
-        params: Option<&Value>,
+        params: Option<&'a Value>,
         headers: &mut HeaderMap,
-    ) -> Option<Value> {
+    ) -> Option<metadata::WithMeta<'a>> {
         let version = version.filter(|v| v.is_modern())?;
         metadata::standard_headers(method, params, headers);
-        Some(metadata::with_meta(
+        Some(metadata::WithMeta::new(
             params,
             self.client_meta.as_deref(),
             version.as_str(),
@@ -458,10 +454,7 @@ impl StreamableHttp {
         let (mut headers, version) = self.headers_and_version(true);
         let params = notification.params.as_ref();
         let body = match self.with_metadata(version, &notification.method, params, &mut headers) {
-            Some(params) => encode(&Notification {
-                method: notification.method.clone(),
-                params: Some(params),
-            }),
+            Some(params) => encode_call(None, &notification.method, &params),
             None => encode(notification),
         };
         deadline

@@ -17,7 +17,7 @@ use super::{MessageStream, ProtocolVersion};
 use crate::budget::Account;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Batch, Notification, Request, Response, encode};
+use crate::jsonrpc::{Batch, Notification, Request, Response, encode, encode_call};
 use crate::sync::lock;
 
 /// Lines waiting for the writer, at most.
@@ -101,9 +101,9 @@ impl StdioWire {
     /// `params` as sent: in 2026-07-28 with `_meta` (the revision and the
     /// client's identity), which over stdio is all the request metadata
     /// there is (no headers).
-    fn params(&self, params: Option<&Value>) -> Option<Value> {
+    fn params<'a>(&'a self, params: Option<&'a Value>) -> Option<metadata::WithMeta<'a>> {
         let version = self.protocol_version().filter(|v| v.is_modern())?;
-        Some(metadata::with_meta(
+        Some(metadata::WithMeta::new(
             params,
             self.client_meta.as_deref(),
             version.as_str(),
@@ -118,11 +118,7 @@ impl StdioWire {
         deadline: Deadline,
     ) -> Result<MessageStream> {
         let line = match self.params(request.params.as_ref()) {
-            Some(params) => encode(&Request {
-                id: request.id.clone(),
-                method: request.method.clone(),
-                params: Some(params),
-            }),
+            Some(params) => encode_call(Some(&request.id), &request.method, &params),
             None => encode(request),
         };
         self.send(line, deadline).await?;
@@ -135,10 +131,7 @@ impl StdioWire {
         deadline: Deadline,
     ) -> Result<()> {
         let line = match self.params(notification.params.as_ref()) {
-            Some(params) => encode(&Notification {
-                method: notification.method.clone(),
-                params: Some(params),
-            }),
+            Some(params) => encode_call(None, &notification.method, &params),
             None => encode(notification),
         };
         self.send(line, deadline).await
