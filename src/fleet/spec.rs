@@ -106,7 +106,9 @@ pub struct ServerSpec {
     /// `None`: the fleet's; `Some(None)`: never.
     health_interval: Option<Option<Duration>>,
     log_level: Option<Arc<str>>,
-    concurrent_discovery: Option<bool>,
+    /// A plain value, not "unset or said": the default said out loud is
+    /// the same server.
+    concurrent_discovery: bool,
 }
 
 #[derive(Clone)]
@@ -191,7 +193,7 @@ impl ServerSpec {
             required: false,
             health_interval: None,
             log_level: None,
-            concurrent_discovery: None,
+            concurrent_discovery: true,
         }
     }
 
@@ -418,7 +420,7 @@ impl ServerSpec {
     /// a spec [from a connector](Self::from_connector), which says it
     /// itself. Default: true.
     pub fn concurrent_discovery(mut self, at_once: bool) -> Self {
-        self.concurrent_discovery = Some(at_once);
+        self.concurrent_discovery = at_once;
         self
     }
 
@@ -477,11 +479,10 @@ impl ServerSpec {
     /// built with those settings.
     pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
         let connector = self.source_connector(shared);
-        match self.concurrent_discovery {
-            Some(at_once) if !matches!(self.source, Source::Connector(_)) => {
-                connector.discovery(crate::Discovery::default().concurrent(at_once))
-            }
-            _ => connector,
+        if self.concurrent_discovery || matches!(self.source, Source::Connector(_)) {
+            connector
+        } else {
+            connector.discovery(crate::Discovery::default().concurrent(false))
         }
     }
 
@@ -612,6 +613,10 @@ mod tests {
         let a = ServerSpec::new("http://127.0.0.1:1/mcp").bearer("t");
         assert!(a.same_server(&a.clone().required(true)));
         assert!(!a.same_server(&a.clone().bearer("u")));
+        // Said or not, the default is the same server: a reload that spells
+        // it out leaves the slot alone.
+        assert!(a.same_server(&a.clone().concurrent_discovery(true)));
+        assert!(!a.same_server(&a.clone().concurrent_discovery(false)));
         let client = HttpClient::owned().unwrap();
         let lent = a.clone().client(client.clone());
         assert!(lent.same_server(&a.clone().client(client)));
