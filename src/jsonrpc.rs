@@ -457,8 +457,6 @@ impl Serialize for Message {
     }
 }
 
-/// Serializes a message (or one of its kinds) exactly: `jsonrpc` first,
-/// absent `params` omitted.
 /// A request (with `id`) or a notification (without) whose `params` are
 /// serialized from `params` as they are, with no `Value` built for them.
 pub(crate) fn encode_call(
@@ -482,6 +480,8 @@ pub(crate) fn encode_call(
     })
 }
 
+/// Serializes a message (or one of its kinds) exactly: `jsonrpc` first,
+/// absent `params` omitted.
 pub(crate) fn encode(message: &impl Serialize) -> Vec<u8> {
     // Serializing these types cannot fail: every map key is a string and
     // `Value` serializes infallibly.

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use support::baseline::{Baseline, Caller};
 use support::*;
 
-/// One list after the other (the default, said here because the
-/// F-scenarios check where discovery stopped, which only that order
-/// defines; listing at once has its own test at the end).
+/// One list after the other (not the default: the F-scenarios check
+/// where discovery stopped, which only that order defines; listing at
+/// once has its own test at the end).
 fn sequential() -> Discovery {
     Discovery::default().concurrent(false)
 }
