@@ -787,6 +787,64 @@ fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
     });
 }
 
+/// Issue 29: by default the kinds are listed at once over a lent client
+/// (its pool has the connections) and one after the other with a
+/// session's own new client (at once would open a connection per kind).
+#[test]
+fn by_default_a_lent_client_lists_at_once_and_an_own_client_in_turn() {
+    scenario(async {
+        for borrowed in [false, true] {
+            let server = TestServer::start(
+                ServerConfig::default()
+                    .with_tools(20)
+                    .with_page_size(4)
+                    .with_prompts(6)
+                    // A slow first tools page: at once, prompts are asked
+                    // for before the second tools page; in turn, after all.
+                    .with_fault(
+                        Fault::on_rpc(
+                            "tools/list",
+                            FaultAction::Delay(std::time::Duration::from_millis(200)),
+                        )
+                        .page(1),
+                    ),
+            );
+            let (caller, baseline) = start(&server).await;
+            server.clear_requests();
+            let mut connector = Connector::new(server.url()).bearer("discovery-token");
+            if borrowed {
+                connector = connector.client(caller.client.clone());
+            }
+            let session = connector.connect().await.expect("connects");
+            assert_eq!(session.catalog().tools.len(), 20);
+            session.close().await;
+            let order: Vec<String> = server
+                .requests()
+                .iter()
+                .filter(|r| r.header("authorization") == Some("Bearer discovery-token"))
+                .filter_map(|r| r.rpc_method.clone())
+                .collect();
+            let second_tools_page = order
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| *m == "tools/list")
+                .nth(1)
+                .map(|(i, _)| i)
+                .expect("a second tools page");
+            let prompts = order
+                .iter()
+                .position(|m| m == "prompts/list")
+                .expect("prompts");
+            assert_eq!(
+                prompts < second_tools_page,
+                borrowed,
+                "borrowed={borrowed}: {order:?}"
+            );
+            baseline.check(&server, 1).await;
+        }
+    });
+}
+
 // ------------------------------------------------------------ issue 20: the memory budget
 
 /// Issue 20: a catalog over any bound of the session's memory budget (its

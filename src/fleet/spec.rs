@@ -414,11 +414,13 @@ impl ServerSpec {
         self
     }
 
-    /// Whether the server's lists are read side by side at connect (see
-    /// [`Discovery::concurrent`](crate::Discovery::concurrent)); `false`
-    /// for a server that mishandles requests side by side. Not applied to
-    /// a spec [from a connector](Self::from_connector), which says it
-    /// itself. Default: true.
+    /// Whether the server's lists may be read side by side at connect
+    /// (see [`Discovery::concurrent`](crate::Discovery::concurrent), whose
+    /// default applies when true: at once through the fleet's shared
+    /// client and over stdio); `false` for a server that mishandles
+    /// requests side by side. Not applied to a spec
+    /// [from a connector](Self::from_connector), which says it itself.
+    /// Default: true.
     pub fn concurrent_discovery(mut self, at_once: bool) -> Self {
         self.concurrent_discovery = at_once;
         self

@@ -623,6 +623,12 @@ impl Config {
         // Capabilities unknown (attached): "method not found" means "not
         // offered". No renewal during connect: a 404 fails it. Each page
         // within the request timeout, all of them within the connect's.
+        // At once where it costs no connection of its own (see
+        // `Discovery::concurrent`).
+        let at_once = self
+            .discovery
+            .concurrent
+            .unwrap_or(client_ownership == Ownership::Borrowed || generation.wire().is_stdio());
         let mut lister = Lister::new(
             &engine,
             engine.front.account(),
@@ -632,7 +638,7 @@ impl Config {
             attached,
         );
         let catalog = deadline
-            .run(discover(&mut lister, server_capabilities))
+            .run(discover(&mut lister, server_capabilities, at_once))
             .await
             .map_err(|e| e.in_phase(ConnectPhase::Discovery))?;
         engine.front.set_catalog(catalog);

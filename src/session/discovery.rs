@@ -37,15 +37,20 @@ pub struct Discovery {
     pub max_pages: usize,
     /// List the kinds at once (each kind's pages still in order), after
     /// `notifications/initialized` has been accepted: a connect then takes
-    /// about as long as its longest list instead of all of them. Over
-    /// HTTP/1 a list needs a connection of its own: a pooled, lent client
-    /// has them after the first connect; a session's own new client opens
-    /// up to four. Every transport allows requests side by side (a client
-    /// MAY send a request before the last is answered), but a server that
-    /// mishandles them (answers one with an error, or holds a lock per
-    /// session) needs `concurrent(false)`; the fleet's config says so with
-    /// `"concurrentDiscovery": false`. Default: true.
-    pub concurrent: bool,
+    /// about as long as its longest list instead of all of them. Every
+    /// transport allows requests side by side (a client MAY send a request
+    /// before the last is answered), but a server that mishandles them
+    /// (answers one with an error, or holds a lock per session) needs
+    /// `concurrent(false)`; a fleet's config says so with
+    /// `"concurrentDiscovery": false`.
+    ///
+    /// Default: `None`, at once where it costs nothing: over a lent client
+    /// (its pool holds connections after the first connect) and over
+    /// stdio; one after the other with a session's own new client, which
+    /// over HTTP/1 would open a connection per kind (three more handshakes,
+    /// TLS ones on `https`). `Some(true)`: at once always; `Some(false)`:
+    /// never.
+    pub concurrent: Option<bool>,
     /// What the session may keep of the catalog: every page read (at
     /// connect, in a re-discovery, by `Session::list_*`) and every value
     /// parsed from an entry is charged to one account per session. Default:
@@ -67,7 +72,7 @@ impl Default for Discovery {
             resources: true,
             resource_templates: true,
             max_pages: 100,
-            concurrent: true,
+            concurrent: None,
             memory: MemoryBudget::default(),
             relist_interval: Duration::from_secs(1),
         }
@@ -118,7 +123,7 @@ impl Discovery {
     /// Sets [`concurrent`](Self::concurrent).
     #[must_use]
     pub fn concurrent(mut self, at_once: bool) -> Self {
-        self.concurrent = at_once;
+        self.concurrent = Some(at_once);
         self
     }
 
@@ -330,11 +335,12 @@ impl ListKind {
 pub(crate) async fn discover(
     lister: &mut Lister<'_, impl Front>,
     capabilities: Option<&Value>,
+    at_once: bool,
 ) -> Result<Catalog> {
     let discovery = lister.discovery;
     let mut catalog = Catalog::default();
     let wanted = |kind: ListKind| kind.wanted(discovery) && kind.offered(capabilities);
-    if discovery.concurrent {
+    if at_once {
         // All or nothing: the first failure drops the other lists.
         let shared = &*lister;
         let list = |kind: ListKind| async move {

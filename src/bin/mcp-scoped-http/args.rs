@@ -199,8 +199,9 @@ pub(crate) struct ChurnArgs {
     /// allocations per cycle.
     #[arg(long)]
     pub(crate) floor: bool,
-    /// Read the lists one after the other at connect (default: side by
-    /// side; the floor replays one after the other either way).
+    /// Read the lists one after the other at connect (default: the
+    /// library's, side by side with `--client borrowed`; the floor replays
+    /// one after the other either way).
     #[arg(long)]
     pub(crate) sequential_discovery: bool,
     /// The async runtime both sides run on: `multi-thread` (tokio's

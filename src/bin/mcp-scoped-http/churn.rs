@@ -297,8 +297,14 @@ async fn make_churn(
         // Validated before the churn began; same inputs, same outcome.
         let connector = common
             .connector(&url)
-            .unwrap_or_else(|_| Connector::new(url.clone()))
-            .discovery(Discovery::default().concurrent(concurrent));
+            .unwrap_or_else(|_| Connector::new(url.clone()));
+        // The library's default unless told: at once with the shared
+        // client, one after the other with an owned one.
+        let connector = if concurrent {
+            connector
+        } else {
+            connector.discovery(Discovery::default().concurrent(false))
+        };
         match common.timeout {
             Some(limit) => connector.connect_timeout(limit),
             None => connector,
