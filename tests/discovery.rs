@@ -31,6 +31,24 @@ fn connector(server: &TestServer, caller: &Caller, borrowed: bool) -> Connector 
     }
 }
 
+/// Whether `prompts/list` went out before the second `tools/list` page,
+/// in a server's order of JSON-RPC methods: with a slow first tools page,
+/// only listing the kinds at once does that.
+fn listed_at_once(order: &[String]) -> bool {
+    let second_tools_page = order
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| *m == "tools/list")
+        .nth(1)
+        .map(|(i, _)| i)
+        .expect("a second tools page");
+    let prompts = order
+        .iter()
+        .position(|m| m == "prompts/list")
+        .expect("prompts");
+    prompts < second_tools_page
+}
+
 /// A warm caller and the baseline taken with it.
 async fn start(server: &TestServer) -> (Caller, Baseline) {
     let caller = Caller::new();
@@ -761,18 +779,7 @@ fn concurrent_discovery_lists_the_kinds_at_once_all_or_nothing() {
                 .position(|m| m.ends_with("/list"))
                 .expect("a list");
             assert!(initialized < first_list, "{order:?}");
-            let second_tools_page = order
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| *m == "tools/list")
-                .nth(1)
-                .map(|(i, _)| i)
-                .expect("a second tools page");
-            let prompts = order
-                .iter()
-                .position(|m| m == "prompts/list")
-                .expect("prompts");
-            assert!(prompts < second_tools_page, "at once: {order:?}");
+            assert!(listed_at_once(&order), "at once: {order:?}");
 
             // One list fails: the connect fails, nothing is left.
             server.push_fault(Fault::on_rpc("prompts/list", FaultAction::status(500)).times(1));
@@ -824,19 +831,8 @@ fn by_default_a_lent_client_lists_at_once_and_an_own_client_in_turn() {
                 .filter(|r| r.header("authorization") == Some("Bearer discovery-token"))
                 .filter_map(|r| r.rpc_method.clone())
                 .collect();
-            let second_tools_page = order
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| *m == "tools/list")
-                .nth(1)
-                .map(|(i, _)| i)
-                .expect("a second tools page");
-            let prompts = order
-                .iter()
-                .position(|m| m == "prompts/list")
-                .expect("prompts");
             assert_eq!(
-                prompts < second_tools_page,
+                listed_at_once(&order),
                 borrowed,
                 "borrowed={borrowed}: {order:?}"
             );
