@@ -396,13 +396,18 @@ fn marker() -> String {
 }
 
 /// The fixture behind a wrapper that forwards no signal (the `npx`
-/// shape), with a grandchild of its own: a tree of three, all carrying
-/// `marker`.
+/// shape), with a grandchild of its own and two descendants that leave
+/// its group (a `setsid` child and a double-forked daemon): with the
+/// watchdog, a tree of [`TREE`], all carrying `marker`.
 fn wrapped(marker: &str, args: &[&str]) -> StdioCommand {
-    let mut all = vec!["--wrap", "--grandchild"];
+    let mut all = vec!["--wrap", "--grandchild", "--daemons"];
     all.extend_from_slice(args);
     fixture(&all).env(MARKER, marker)
 }
+
+/// The processes of a [`wrapped`] tree: the watchdog, the wrapper, the
+/// server, its grandchild and its two daemons.
+const TREE: usize = 6;
 
 /// No process of the tree marked `marker` is left (bounded).
 fn assert_tree_gone(marker: &str) {
@@ -427,7 +432,7 @@ async fn a_wrappers_grandchild_is_gone_after_close() {
         .connect()
         .await
         .expect("connect");
-    until_tree(&marker, 3).await;
+    until_tree(&marker, TREE).await;
     let released = session.close().await;
     assert!(released.process.is_some(), "{released:?}");
     assert_tree_gone(&marker);
@@ -459,7 +464,7 @@ async fn a_wrappers_grandchild_is_gone_after_the_session_is_dropped() {
         .connect()
         .await
         .expect("connect");
-    until_tree(&marker, 3).await;
+    until_tree(&marker, TREE).await;
     drop(session);
     // The release runs in the reaper, which `shutdown` waits for.
     mcp_scoped_http::shutdown().await;
@@ -518,7 +523,8 @@ fn a_host_killed_with_sigkill_leaves_no_process() {
     let entry = json!({"mcpServers": {"tree": {
         "command": "python3",
         "args": ["-u", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/stdio_server.py"),
-                 "--wrap", "--grandchild", "--ignore-term", "--ignore-eof", "--era", "legacy"],
+                 "--wrap", "--grandchild", "--daemons", "--ignore-term", "--ignore-eof",
+                 "--era", "legacy"],
         "env": {MARKER: &marker}
     }}});
     std::fs::write(&config, entry.to_string()).unwrap();
@@ -547,7 +553,7 @@ fn a_host_killed_with_sigkill_leaves_no_process() {
     host.kill().expect("SIGKILL the host");
     host.wait().expect("reap the host");
     assert!(ready.join().unwrap(), "the server never became ready");
-    assert!(tree.len() >= 3, "the tree: {tree:?}");
+    assert!(tree.len() >= TREE, "the tree: {tree:?}");
     assert_tree_gone(&marker);
     let _ = std::fs::remove_dir_all(&dir);
 }

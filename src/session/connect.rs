@@ -519,6 +519,7 @@ impl Config {
                     &self.endpoint.transport,
                     (&self.client_info, &capabilities),
                 )
+                .await
                 .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
                 // On the stack the moment it exists.
                 stack.push_process(started.tree, command.get_grace());

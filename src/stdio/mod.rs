@@ -27,9 +27,14 @@
 //! - **The program** is found on the `PATH` the child gets, as a shell
 //!   would; a missing one fails the connect with an error naming it
 //!   ([`Error::is_builder`](crate::Error::is_builder): not retried).
-//! - **Its own session and process group**, under a watchdog (see
-//!   `process`): the whole tree is released together, and on Linux it
-//!   does not outlive the host even when the host is killed with SIGKILL.
+//! - **Its own session and process group**, under a watchdog: a small
+//!   program of its own embedded in the crate (see `process`), never a
+//!   copy of the host. The whole tree is released together, and it does
+//!   not outlive the host even when the host is killed with SIGKILL; on
+//!   Linux that includes descendants that leave the group (daemons).
+//! - **The program is exec'd as it is**: no `PATH` search in the child
+//!   and no shell for a file in no executable format (a script missing
+//!   its `#!` line is refused, not run as shell code).
 //!
 //! # How it ends
 //!
@@ -57,6 +62,7 @@ mod env;
 mod framing;
 mod process;
 pub(crate) mod stderr;
+mod watchdog;
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -253,7 +259,7 @@ pub(crate) struct Started {
 
 /// A started server's pipes and what its reader needs.
 pub(crate) struct Io {
-    pub(crate) stdin: tokio::process::ChildStdin,
+    pub(crate) stdin: tokio::net::unix::pipe::Sender,
     pub(crate) stdout: tokio::process::ChildStdout,
     pub(crate) stderr: tokio::process::ChildStderr,
     /// The writer's lines, from the wire.
@@ -267,9 +273,9 @@ pub(crate) struct Io {
 }
 
 /// Starts `command`'s process: the environment it gets, its program found
-/// on that `PATH`, spawned in a group of its own under its watchdog.
-/// Nothing is read or written yet.
-pub(crate) fn start(
+/// on that `PATH`, spawned in a group of its own under its watchdog, and
+/// waited for until it is exec'd. Nothing is read or written yet.
+pub(crate) async fn start(
     command: &StdioCommand,
     account: &Account,
     config: &TransportConfig,
@@ -278,8 +284,13 @@ pub(crate) fn start(
     let env = env::child_env(command.inherit_env, &command.allow_env, &command.env);
     let program =
         env::resolve_program(&command.program, env::path_of(&env), command.cwd.as_deref())?;
-    let spawned = process::spawn(&program, &command.args, &env, command.cwd.as_deref())?;
-    tracing::debug!(group = spawned.tree.group(), program = %command.name(), "started a stdio server");
+    let spawned = process::spawn(&program, &command.args, &env, command.cwd.as_deref()).await?;
+    tracing::debug!(
+        group = spawned.tree.group(),
+        watchdog = spawned.tree.watchdog(),
+        program = %command.name(),
+        "started a stdio server"
+    );
     let name = command.name();
     let (outgoing_tx, outgoing) = mpsc::channel(crate::transport::OUTGOING_LINES);
     let wire = StdioWire::new(outgoing_tx, account.clone(), name.clone())
@@ -307,7 +318,7 @@ pub(crate) fn start(
 /// wire is gone or the child stops reading; then drops stdin, which
 /// closes it (the server's signal to exit).
 pub(crate) async fn write_lines(
-    mut stdin: tokio::process::ChildStdin,
+    mut stdin: tokio::net::unix::pipe::Sender,
     mut outgoing: mpsc::Receiver<Vec<u8>>,
 ) {
     while let Some(line) = outgoing.recv().await {

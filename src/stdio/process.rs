@@ -7,86 +7,89 @@
 //! A server is often a wrapper (`npx`, `uvx`, `sh -c`) whose real server is
 //! a grandchild, and wrappers rarely forward signals: killing the pid we
 //! spawned leaves the grandchild running, reparented to init. So every
-//! signal goes to the whole process group, and the child starts one of its
+//! signal goes to the whole process group, and the server starts one of its
 //! own with `setsid()` (also a session of its own: a terminal's Ctrl-C to
 //! the host's foreground group does not reach servers). The group id is
-//! the child's pid. `Command::process_group` is not used: `setsid` fails
-//! in a process that already leads a group.
+//! the server's pid.
 //!
-//! # The watchdog (Linux)
+//! # The watchdog
 //!
 //! Releasing on every way out of the host's code is not enough: a host
 //! killed with SIGKILL, aborted by a panic, or ended by `exit` runs no
-//! destructor, and its servers must not survive it. `PR_SET_PDEATHSIG`
-//! reaches only the direct child, and fires when the spawning *thread*
-//! ends (tokio's threads come and go). So, between fork and exec:
+//! destructor, and its servers must not survive it. And a descendant that
+//! leaves the group (a `setsid` child, a double-forked daemon) gets no
+//! group signal at all. So the host's child is not the server but its
+//! **watchdog**, `mcp-watchdog` (`watchdog.c`): a program of its own, a
+//! few KiB embedded in the crate (see `watchdog`), started with
+//! `posix_spawn` (no `pre_exec`: no code of the host runs in the child,
+//! and nothing of the host's memory is copied, so a spawn costs the same
+//! whatever the host's size, and the watchdog holds its own few pages, not
+//! a copy-on-write image of the host's heap).
 //!
-//! 1. The host makes a pipe, the *lifeline*. Its write end stays in the
-//!    host (close-on-exec, so no other program the host runs keeps it), in
-//!    [`ProcessTree`]; since file tables are per process, it closes when
-//!    the host process dies, whatever its threads do, or when the tree is
-//!    dropped.
-//! 2. The forked child calls `setsid()`, then forks again. The grandchild
-//!    gets default signal dispositions, an empty signal mask, SIGKILL as
-//!    its parent-death signal (its parent, the watchdog, is
-//!    single-threaded, so this one holds), and close-on-exec on every
-//!    descriptor above the standard streams (the host's descriptors opened
-//!    without it reach no server); std execs the server in it (in the new
-//!    group).
-//! 3. The child becomes the **watchdog** and never returns to std: it
-//!    closes every descriptor but the lifeline (the server's pipes, so the
-//!    host sees them close when the server does, and std's exec-error
-//!    channel, whose end std's `spawn` waits for), becomes a child
-//!    subreaper (a wrapper's orphaned descendants are reparented to it, not
-//!    to init), ignores the signals a release or a terminal sends
-//!    (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE), turns core dumps off,
-//!    and waits on a `signalfd` for SIGCHLD and on the lifeline with
-//!    `poll`, reaping every child. When no child is left, the whole tree
-//!    is gone: it exits mirroring the server's status (its exit code, or
-//!    the same signal). When the lifeline reads end-of-file, the host is
-//!    gone (or dropped the tree): it sends SIGKILL to its own group, itself
-//!    included.
+//! 1. The host makes a Unix socket pair, the *control socket*, and the
+//!    server's stdin pipe. The watchdog gets its end of the socket as its
+//!    stdin and the server's stdout and stderr pipes as its own; the stdin
+//!    pipe's read end follows over the socket (`SCM_RIGHTS`), since std
+//!    puts nothing on descriptors above 2. The host's end is close-on-exec,
+//!    so it closes when the host process dies (whatever its threads do),
+//!    or when the tree lets it go: that end of file is the *lifeline*.
+//! 2. The watchdog leaves the host's session, becomes (Linux) a child
+//!    subreaper, so every orphan of the tree is reparented to it and not to
+//!    init, opens a pidfd of the host (Linux: the host's death is seen even
+//!    if a fork of the host holds the socket), closes every descriptor the
+//!    host let through, and forks the server: a session and group of its
+//!    own, default signal dispositions, an empty mask, SIGKILL as its
+//!    parent-death signal (the watchdog is single-threaded, so this holds),
+//!    its stdin in place, then `execve` of the resolved path: no `PATH`
+//!    search, no shell for a file in no executable format.
+//! 3. It reports over the socket: the server's pid once it is exec'd, or
+//!    the exec's `errno` (nothing ran: [`spawn`] fails with it, naming the
+//!    program); later the server's status when it is reaped. It ignores the
+//!    signals a release or a terminal sends, and ends when nothing of the
+//!    tree is left: by itself once every child is reaped; at once, killing
+//!    the server's group and then every child it has (reparented
+//!    daemons included, and the groups they lead) until none is left, when
+//!    the lifeline reads end of file, when the host dies, or when the
+//!    server is reaped once a release has begun.
 //!
-//! If the watchdog itself is killed (by someone outside: it ignores the
-//! signals a release sends), the server dies of its parent-death signal,
-//! and the host, reaping the leader and finding members of its group
-//! still there, sends the group SIGKILL; the release report says so
-//! ([`ProcessEnd::WatchdogEnded`]). The watchdog is named `mcp-watchdog`
-//! and is not dumpable: its memory is a copy-on-write copy of the host's.
-//!
-//! So the host's child is the watchdog, the group's leader, and its status
-//! (the [`ProcessTree::exit`] watch) is the server's, seen once the whole
-//! tree is gone. A group SIGTERM reaches the server and its descendants but
-//! not the watchdog, which sees them end; a group SIGKILL ends everything.
-//! Descendants that leave the group (`setsid`, `setpgid`: daemons) escape
-//! group signals; the watchdog still waits for them while it lives.
+//! The exit watch's status ([`ProcessTree::exit`]) is the server's, seen
+//! once the watchdog is gone, that is once the whole tree is. A watchdog
+//! killed from outside (SIGKILL: it ignores the signals a release sends)
+//! still takes its tree: the server dies of its parent-death signal, and
+//! the host, seeing the watchdog end without having reported the tree
+//! gone, sends the server's group SIGKILL ([`ProcessEnd::WatchdogEnded`]).
+//! Only orphans already reparented to it then escape.
 //!
 //! # Elsewhere
 //!
-//! Other unix systems (macOS, the BSDs) have no `signalfd` or subreaper
-//! here: the child only calls `setsid()` and is the server itself, and the
-//! release's group signals reach its tree; a host killed with SIGKILL
-//! leaves the tree running there. Windows is not compiled (the module is
+//! macOS and the BSDs run the same watchdog with the same lifeline, less
+//! what Linux alone has: no child subreaper (a descendant that leaves the
+//! group is reparented to init and not reached), no parent-death signal
+//! (a watchdog killed from outside leaves the server to the host's group
+//! SIGKILL), no pidfd. Windows is not compiled (the module is
 //! `cfg(unix)`); the planned answer is a Job Object with
 //! `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE`, which the system closes with the
 //! host.
 
-// The one module of the crate with `unsafe`: `pre_exec` and the raw libc
-// calls between fork and exec (and a few around them), each with its proof.
+// Raw libc calls around the spawn (signals to groups), each with its
+// proof; the watchdog's own code is C and runs in a process of its own.
 #![allow(unsafe_code)]
-// Used by the stdio wire (issue 27), which lands in its own commit: until
-// then only the tests use this module.
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt as _;
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
+use super::watchdog::{self, RECORD, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Count, Field};
 
@@ -173,7 +176,7 @@ pub(crate) struct Spawned {
     /// The process tree, released by [`ProcessTree::release`] or on drop.
     pub(crate) tree: ProcessTree,
     /// The server's stdin: dropping it is the first step of a release.
-    pub(crate) stdin: tokio::process::ChildStdin,
+    pub(crate) stdin: tokio::net::unix::pipe::Sender,
     /// The server's stdout (its messages).
     pub(crate) stdout: tokio::process::ChildStdout,
     /// The server's stderr (its log), to be drained always.
@@ -182,16 +185,18 @@ pub(crate) struct Spawned {
 
 /// Spawns `program` (already resolved: see `env::resolve_program`) with
 /// exactly `env`, in `cwd`, with its three standard streams piped, in a
-/// session and process group of its own, under a watchdog (see the module
-/// docs). Must run inside a tokio runtime.
+/// session and process group of its own, under its watchdog (see the
+/// module docs), and waits until it is exec'd. Must run inside a tokio
+/// runtime.
 ///
 /// A working directory that is not one, and a program the system refuses
-/// to run (missing, not executable, not an executable format, a missing
+/// to run (missing, not executable, in no executable format, a missing
 /// `#!` interpreter), are [`Error::is_builder`] errors naming it: the
 /// configuration is wrong, and trying again would fail again. A lack of
 /// resources (processes, descriptors, memory) is a retryable transport
-/// error. Nothing is left running after an error.
-pub(crate) fn spawn(
+/// error. Nothing is left running after an error, nor when the future is
+/// dropped (the lifeline closes: the watchdog ends what it started).
+pub(crate) async fn spawn(
     program: &Path,
     args: &[OsString],
     env: &[(OsString, OsString)],
@@ -215,49 +220,79 @@ pub(crate) fn spawn(
             }
         }
     }
-    let mut command = tokio::process::Command::new(program);
+    let unavailable = |what: &str, error: io::Error| {
+        Error::transport(Box::new(error))
+            .with_message(format!("could not start {program:?}: {what}"))
+    };
+    let image = watchdog::image().map_err(|error| unavailable("no watchdog", error))?;
+    let (control, watchdog_end) = std::os::unix::net::UnixStream::pair()
+        .map_err(|error| unavailable("no socket for its watchdog", error))?;
+    let (stdin_read, stdin_write) =
+        watchdog::pipe().map_err(|error| unavailable("no pipe for its stdin", error))?;
+    let mut command = tokio::process::Command::new(image.path());
     command
+        .arg0(watchdog::NAME)
+        .arg(std::process::id().to_string())
+        .arg(program)
+        // The server's argv[0]: its path, as std gives a program.
+        .arg(program)
         .args(args)
         .env_clear()
         .envs(env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::piped())
+        .stdin(Stdio::from(OwnedFd::from(watchdog_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
-    #[cfg(target_os = "linux")]
-    let lifeline = linux::Lifeline::new().map_err(|error| {
-        Error::transport(Box::new(error)).with_message(format!(
-            "could not start {program:?}: no pipe for its watchdog"
-        ))
-    })?;
-    #[cfg(target_os = "linux")]
-    let hook = linux::pre_exec(lifeline.child_end());
-    #[cfg(not(target_os = "linux"))]
-    let hook = other::pre_exec();
-    // SAFETY: the hook runs between fork and exec in the child and only
-    // makes async-signal-safe calls on plain integers it captured; see
-    // `linux::pre_exec` and `other::pre_exec` for the proof.
-    unsafe {
-        command.pre_exec(hook);
-    }
+    // Counted from here: a tree that is dropped before it is built is the
+    // watchdog's to end, and it is gone as soon as it is (no wait here).
+    let count = Count::new(Field::Processes, None);
     let mut child = command
         .spawn()
-        .map_err(|error| spawn_error(program, error))?;
-    #[cfg(target_os = "linux")]
-    let lifeline = lifeline.into_host_end();
-    let Some(group) = child.id() else {
-        // Only after a wait, which nothing did yet.
-        return Err(Error::protocol(format!(
-            "{program:?} was spawned but has no process id"
-        )));
+        .map_err(|error| unavailable("its watchdog did not start", error))?;
+    let watchdog_pid = child.id().unwrap_or(0);
+    // The host's copy of the read end closes when this returns: the
+    // watchdog and the server hold theirs.
+    watchdog::send_fd(&control, &stdin_read)
+        .map_err(|error| unavailable("could not hand its stdin to its watchdog", error))?;
+    drop(stdin_read);
+    control
+        .set_nonblocking(true)
+        .map_err(|error| unavailable("control socket", error))?;
+    let control = tokio::net::UnixStream::from_std(control)
+        .map_err(|error| unavailable("control socket", error))?;
+    let (mut reports, lifeline) = control.into_split();
+    // From here until the tree exists, a dropped future drops `lifeline`
+    // and `child`: the watchdog ends the tree, and tokio reaps it.
+    let mut record = [0u8; RECORD];
+    let first = reports
+        .read_exact(&mut record)
+        .await
+        .ok()
+        .map(|_| Record::parse(record));
+    let group = match first {
+        Some(Some(Record::Started(pid))) => pid,
+        Some(Some(Record::NotStarted(errno))) => {
+            // It exits at once: reaped here, so nothing, not even a zombie,
+            // outlives the error.
+            let _ = child.wait().await;
+            return Err(spawn_error(program, io::Error::from_raw_os_error(errno)));
+        }
+        Some(_) | None => {
+            drop(lifeline);
+            let status = child.wait().await;
+            let status = status.map_or_else(|error| error.to_string(), |status| status.to_string());
+            return Err(Error::transport(Box::new(io::Error::other(format!(
+                "the watchdog ended before starting the server ({status})"
+            ))))
+            .with_message(format!("could not start {program:?}")));
+        }
     };
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        // Piped above, so always there. The group is ours to end.
-        kill_group(group, libc::SIGKILL);
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write)
+        .map_err(|error| unavailable("its stdin", error))?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        // Piped above, so always there. The tree ends with `lifeline`.
         return Err(Error::protocol(format!(
             "{program:?} was spawned without its standard streams"
         )));
@@ -267,19 +302,28 @@ pub(crate) fn spawn(
     let waiter = tokio::spawn({
         let outlived = Arc::clone(&outlived);
         async move {
+            // Until the watchdog is gone: it alone holds the other end.
+            let mut server = None;
+            while reports.read_exact(&mut record).await.is_ok() {
+                if let Some(Record::Reaped(raw)) = Record::parse(record) {
+                    server = Some(ExitStatus::from_raw(raw));
+                }
+            }
             match child.wait().await {
-                Ok(status) => {
-                    // The watchdog, the leader, ends last, once nothing of its
-                    // tree is left: a member still there means it was killed
-                    // from outside, and what it watched is ended here. The
-                    // group's id is not someone else's yet: it stays taken while
-                    // a member lives, and Linux hands out pids cyclically.
-                    #[cfg(target_os = "linux")]
-                    if kill_group(group, libc::SIGKILL) {
-                        outlived.store(true, Ordering::Relaxed);
-                    }
-                    #[cfg(not(target_os = "linux"))]
-                    let _ = &outlived;
+                Ok(own) => {
+                    let status = match server {
+                        // It ends with success only once the whole tree is
+                        // gone.
+                        Some(status) if own.success() => status,
+                        _ => {
+                            // Killed from outside: what it watched is ended
+                            // here. The group's id is not someone else's
+                            // yet: it stays taken while a member lives.
+                            outlived.store(true, Ordering::Relaxed);
+                            kill_group(group, libc::SIGKILL);
+                            own
+                        }
+                    };
                     ended.send_replace(Some(status));
                 }
                 // Only when the system reaped it for us (SIGCHLD ignored): the
@@ -291,12 +335,12 @@ pub(crate) fn spawn(
     Ok(Spawned {
         tree: ProcessTree {
             group,
+            watchdog: watchdog_pid,
             exit,
             outlived,
-            #[cfg(target_os = "linux")]
             lifeline: Some(lifeline),
             waiter,
-            count: Some(Count::new(Field::Processes, None)),
+            count: Some(count),
             stage: Stage::Running,
             end: None,
         },
@@ -324,6 +368,10 @@ fn spawn_error(program: &Path, error: io::Error) -> Error {
     // `#!` interpreter is missing.
     let hint = if error.kind() == io::ErrorKind::NotFound && program.is_file() {
         " (the interpreter named on its #! line may be missing)"
+    } else if error.raw_os_error() == Some(libc::ENOEXEC) {
+        // Not run with a shell, as execvp would: its first line would run
+        // as shell code.
+        " (in no executable format: a script without its #! line, or a truncated binary)"
     } else {
         ""
     };
@@ -355,18 +403,19 @@ enum Seen {
 /// A stdio server's process tree, held from its spawn until it is seen
 /// gone: released by [`release`](Self::release), else killed on drop.
 pub(crate) struct ProcessTree {
-    /// The group's id: the group leader's pid (the watchdog on Linux).
+    /// The group's id: the server's pid.
     group: u32,
+    /// The watchdog's pid (the host's child).
+    watchdog: u32,
     /// The tree's end, as the waiter task saw it.
     exit: watch::Receiver<Option<ExitStatus>>,
-    /// Set by the waiter when the leader ended before the rest of its
-    /// group (the watchdog killed from outside).
+    /// Set by the waiter when the watchdog ended before the tree it
+    /// watched (killed from outside).
     outlived: Arc<AtomicBool>,
-    /// The host's end of the lifeline: dropping it makes the watchdog kill
-    /// the group.
-    #[cfg(target_os = "linux")]
-    lifeline: Option<std::os::fd::OwnedFd>,
-    /// The task that waits for (and reaps) the group leader.
+    /// The host's end of the control socket, the lifeline: dropping it
+    /// makes the watchdog end the whole tree.
+    lifeline: Option<OwnedWriteHalf>,
+    /// The task that reads the watchdog's reports and reaps it.
     waiter: tokio::task::JoinHandle<()>,
     /// The ledger's count of this tree, until it is seen gone.
     count: Option<Count>,
@@ -377,18 +426,23 @@ pub(crate) struct ProcessTree {
 }
 
 impl ProcessTree {
-    /// The process group's id (the group leader's pid).
+    /// The process group's id (the server's pid).
     pub(crate) fn group(&self) -> u32 {
         self.group
     }
 
+    /// The watchdog's pid.
+    pub(crate) fn watchdog(&self) -> u32 {
+        self.watchdog
+    }
+
     /// A watch of the tree's end: `None` while it runs, then its status.
     ///
-    /// On Linux the status is the server's own (its exit code, or the signal
-    /// that ended it), seen once the server and all its descendants are
-    /// gone; after a group SIGKILL it is the watchdog's (killed by SIGKILL).
-    /// The watch closes still `None` if the end cannot be observed (the
-    /// host ignores SIGCHLD).
+    /// The status is the server's own (its exit code, or the signal that
+    /// ended it), seen once the server and all its descendants are gone;
+    /// the watchdog's own if it was killed from outside. The watch closes
+    /// still `None` if the end cannot be observed (the host ignores
+    /// SIGCHLD).
     pub(crate) fn exit(&self) -> watch::Receiver<Option<ExitStatus>> {
         self.exit.clone()
     }
@@ -422,6 +476,12 @@ impl ProcessTree {
     /// The steps of [`release`](Self::release), from the stage reached.
     async fn release_steps(&mut self, grace: Grace) -> ProcessEnd {
         if self.stage == Stage::Running {
+            // Once the server is reaped, the watchdog ends what is left of
+            // its tree (daemons) at once instead of waiting for it. One
+            // byte into an idle socket's buffer: it never blocks.
+            if let Some(lifeline) = &self.lifeline {
+                let _ = lifeline.try_write(watchdog::RELEASING);
+            }
             match self.wait_end(grace.stdin).await {
                 Seen::Ended(status) if self.outlived.load(Ordering::Relaxed) => {
                     return ProcessEnd::WatchdogEnded(status);
@@ -442,9 +502,9 @@ impl ProcessTree {
             self.stage = Stage::Killing;
             self.signal(libc::SIGKILL);
         }
-        // The watchdog kills the group too when its lifeline closes: a
-        // second line if the signal could not be sent.
-        #[cfg(target_os = "linux")]
+        // The watchdog then ends the rest: descendants that left the group
+        // (daemons) are its children by now, or become so as their parents
+        // die.
         drop(self.lifeline.take());
         match self.wait_end(KILL_WAIT).await {
             Seen::Ended(_) => ProcessEnd::Killed,
@@ -480,9 +540,10 @@ impl ProcessTree {
 
 impl Drop for ProcessTree {
     /// Never blocks: SIGKILL to the group unless it is known gone, the
-    /// lifeline closed (the watchdog's own kill), the waiter stopped; the
-    /// leader is then reaped by tokio's orphan reaper (which is why the
-    /// child is not `kill_on_drop`: it might be a pid already reaped).
+    /// lifeline closed (the watchdog ends the rest of the tree), the
+    /// waiter stopped; the watchdog is then reaped by tokio's orphan reaper
+    /// (which is why it is not `kill_on_drop`: it must live to end the
+    /// tree, and it might be a pid already reaped).
     fn drop(&mut self) {
         if self
             .end
@@ -491,7 +552,6 @@ impl Drop for ProcessTree {
         {
             self.signal(libc::SIGKILL);
         }
-        #[cfg(target_os = "linux")]
         drop(self.lifeline.take());
         self.waiter.abort();
     }
@@ -521,456 +581,10 @@ fn kill_group(group: u32, signal: libc::c_int) -> bool {
     true
 }
 
-/// The watchdog: Linux, where `signalfd` and child subreapers exist.
-#[cfg(target_os = "linux")]
-mod linux {
-    use std::io;
-    use std::mem::MaybeUninit;
-    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-
-    use libc::c_int;
-
-    /// The lifeline pipe, both ends the host's until the spawn.
-    pub(super) struct Lifeline {
-        /// The end the watchdog inherits and polls.
-        child: OwnedFd,
-        /// The end the host keeps: its close is the watchdog's signal.
-        host: OwnedFd,
-    }
-
-    impl Lifeline {
-        /// A close-on-exec pipe whose child end is above the standard
-        /// streams (std puts the server's pipes on 0, 1 and 2 before the
-        /// hook runs, which would replace a lifeline there).
-        pub(super) fn new() -> io::Result<Lifeline> {
-            let mut fds = [0 as c_int; 2];
-            // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: pipe2 succeeded: both are open descriptors that
-            // nothing else owns.
-            let (mut child, host) =
-                unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-            if child.as_raw_fd() <= 2 {
-                // SAFETY: duplicating an open descriptor we own.
-                let moved = unsafe { libc::fcntl(child.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-                if moved == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: fcntl returned a new open descriptor, ours alone.
-                child = unsafe { OwnedFd::from_raw_fd(moved) };
-            }
-            Ok(Lifeline { child, host })
-        }
-
-        /// The child's end, for the hook (which captures the number only).
-        pub(super) fn child_end(&self) -> RawFd {
-            self.child.as_raw_fd()
-        }
-
-        /// After the spawn: the host closes its copy of the child's end
-        /// (the watchdog has its own) and keeps the other.
-        pub(super) fn into_host_end(self) -> OwnedFd {
-            self.host
-        }
-    }
-
-    /// The largest signal number on Linux (`_NSIG - 1`).
-    const LAST_SIGNAL: c_int = 64;
-
-    /// The `pre_exec` hook: `setsid`, then fork the server off and become
-    /// its watchdog (see the module docs).
-    ///
-    /// # Safety (of running it between fork and exec)
-    ///
-    /// It runs in the forked child of a possibly multi-threaded host,
-    /// where only async-signal-safe functions may be called. It captures
-    /// one `c_int`, allocates nothing, takes no lock, never panics (no
-    /// indexing, no arithmetic that can overflow, no `unwrap`), and calls
-    /// only `setsid`, `getpid`, `fork` (the child is single-threaded, so
-    /// its second fork cannot inherit a lock held by another thread;
-    /// glibc's fork handlers reset its own locks), `signal`, `sigemptyset`,
-    /// `sigaddset`, `sigprocmask`, `prctl`, `getrlimit`, `syscall`
-    /// (close_range), in the server `getppid` and `fcntl`, and in the
-    /// watchdog `close`, `setrlimit`, `signalfd`,
-    /// `poll`, `read`, `waitpid`, `kill`, `raise` and `_exit`: raw system
-    /// calls. The only value built on the way back to std (whose own code
-    /// then execs) is `io::Error::last_os_error()`, an integer, as std's
-    /// own child code builds. The watchdog never returns, so std's code
-    /// after the hook runs only in the server.
-    pub(super) fn pre_exec(lifeline: RawFd) -> impl FnMut() -> io::Result<()> + Send + Sync {
-        move || {
-            // SAFETY: see the function's docs: async-signal-safe calls only,
-            // on plain integers and on stack values they fill.
-            unsafe {
-                if libc::setsid() == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                let watchdog_pid = libc::getpid();
-                match libc::fork() {
-                    -1 => Err(io::Error::last_os_error()),
-                    0 => {
-                        server_defaults(watchdog_pid);
-                        Ok(())
-                    }
-                    server => watchdog(lifeline, server),
-                }
-            }
-        }
-    }
-
-    /// In the server, before exec: default dispositions for every signal
-    /// (an ignored one would survive the exec) and an empty mask (std
-    /// keeps the forking thread's); SIGKILL when the watchdog dies (it is
-    /// single-threaded, so its death is its thread's: the parent-death
-    /// signal holds here, where it would not for the host's child); and
-    /// close-on-exec on every descriptor above the standard streams, so
-    /// the host's descriptors opened without it (by a C library, or
-    /// inherited) reach no server.
-    ///
-    /// # Safety
-    ///
-    /// Between fork and exec only: async-signal-safe calls.
-    unsafe fn server_defaults(watchdog: libc::pid_t) {
-        // SAFETY: async-signal-safe calls on integers and on a stack value
-        // they fill.
-        unsafe {
-            let zero: libc::c_ulong = 0;
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                zero,
-                zero,
-                zero,
-            );
-            // The watchdog may have died before the line above.
-            if libc::getppid() != watchdog {
-                libc::_exit(137);
-            }
-            cloexec_from(3);
-            for signal in 1..=LAST_SIGNAL {
-                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                    // Fails harmlessly for numbers the C library reserves.
-                    libc::signal(signal, libc::SIG_DFL);
-                }
-            }
-            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(none.as_mut_ptr());
-            libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
-        }
-    }
-
-    /// The watchdog's life: watch the tree and the lifeline, end with the
-    /// tree (mirroring the server's status) or end the tree when the
-    /// lifeline closes.
-    ///
-    /// # Safety
-    ///
-    /// Between fork and exec only, never returning to std: async-signal-safe
-    /// calls.
-    unsafe fn watchdog(lifeline: c_int, server: libc::pid_t) -> ! {
-        // SAFETY: async-signal-safe calls only, on integers and on stack
-        // values they fill (the pollfd array, the sigset, the status, the
-        // siginfo buffer, each of the size the call is told).
-        unsafe {
-            close_all_but(lifeline);
-            // Seen as what it is in `ps`; and never dumped or traced by
-            // another process of the user: its memory is a copy of the
-            // host's, secrets included.
-            libc::prctl(
-                libc::PR_SET_NAME,
-                c"mcp-watchdog".as_ptr() as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            );
-            libc::prctl(
-                libc::PR_SET_DUMPABLE,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            );
-            // Orphaned descendants come to us, not to init: we see them
-            // end, and the tree is not gone until they are.
-            let zero: libc::c_ulong = 0;
-            libc::prctl(
-                libc::PR_SET_CHILD_SUBREAPER,
-                1 as libc::c_ulong,
-                zero,
-                zero,
-                zero,
-            );
-            // The host's handlers are not ours; and a release's SIGTERM
-            // (or a terminal's signals) must not end the one who watches.
-            for signal in 1..=LAST_SIGNAL {
-                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                    libc::signal(signal, libc::SIG_DFL);
-                }
-            }
-            for signal in [
-                libc::SIGTERM,
-                libc::SIGINT,
-                libc::SIGHUP,
-                libc::SIGQUIT,
-                libc::SIGPIPE,
-            ] {
-                libc::signal(signal, libc::SIG_IGN);
-            }
-            // Mirroring a crash re-raises its signal here: no second core.
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-
-            let mut child_signal = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(child_signal.as_mut_ptr());
-            libc::sigaddset(child_signal.as_mut_ptr(), libc::SIGCHLD);
-            libc::sigprocmask(
-                libc::SIG_SETMASK,
-                child_signal.as_ptr(),
-                std::ptr::null_mut(),
-            );
-            let children = libc::signalfd(
-                -1,
-                child_signal.as_ptr(),
-                libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
-            );
-
-            let mut status: Option<c_int> = None;
-            loop {
-                // Before each wait, and first right after the signalfd: a
-                // child may have ended before SIGCHLD was blocked.
-                reap(server, &mut status);
-                let mut fds = [
-                    libc::pollfd {
-                        fd: lifeline,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: children,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                // Without a signalfd (it failed: no memory), look again
-                // every 100 ms.
-                let (count, timeout) = if children >= 0 { (2, -1) } else { (1, 100) };
-                if libc::poll(fds.as_mut_ptr(), count, timeout) == -1 {
-                    if errno() == libc::EINTR {
-                        continue;
-                    }
-                    // Cannot watch: end the tree rather than leave it
-                    // unwatched.
-                    kill_tree();
-                }
-                let [host, reaped] = fds;
-                if host.revents != 0 {
-                    let mut byte = 0u8;
-                    let read = libc::read(lifeline, (&raw mut byte).cast(), 1);
-                    // End of file (the host is gone or let go), or an
-                    // error that is not a retry: the lifeline is cut.
-                    if read == 0 || (read == -1 && errno() != libc::EINTR) {
-                        kill_tree();
-                    }
-                }
-                if children >= 0 && reaped.revents != 0 {
-                    let mut info = MaybeUninit::<libc::signalfd_siginfo>::uninit();
-                    let size = std::mem::size_of::<libc::signalfd_siginfo>();
-                    while libc::read(children, info.as_mut_ptr().cast(), size) > 0 {}
-                }
-            }
-        }
-    }
-
-    /// Reaps every ended child, noting the server's status; exits once no
-    /// child is left.
-    ///
-    /// # Safety
-    ///
-    /// In the watchdog only (it may exit the process).
-    unsafe fn reap(server: libc::pid_t, status: &mut Option<c_int>) {
-        loop {
-            let mut raw: c_int = 0;
-            // SAFETY: `raw` is a valid int for waitpid to fill.
-            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
-            if pid > 0 {
-                if pid == server {
-                    *status = Some(raw);
-                }
-                continue;
-            }
-            if pid == 0 {
-                return;
-            }
-            match errno() {
-                libc::EINTR => continue,
-                // SAFETY: in the watchdog, as this function requires.
-                libc::ECHILD => unsafe { exit_as(*status) },
-                _ => return,
-            }
-        }
-    }
-
-    /// Ends the watchdog as the server ended: its exit code, or the signal
-    /// that killed it (raised again here, default action, unblocked).
-    ///
-    /// # Safety
-    ///
-    /// In the watchdog only.
-    unsafe fn exit_as(status: Option<c_int>) -> ! {
-        // SAFETY: async-signal-safe calls on integers and a stack sigset.
-        unsafe {
-            match status {
-                Some(raw) if libc::WIFEXITED(raw) => libc::_exit(libc::WEXITSTATUS(raw)),
-                Some(raw) if libc::WIFSIGNALED(raw) => {
-                    let signal = libc::WTERMSIG(raw);
-                    libc::signal(signal, libc::SIG_DFL);
-                    let mut only = MaybeUninit::<libc::sigset_t>::uninit();
-                    libc::sigemptyset(only.as_mut_ptr());
-                    libc::sigaddset(only.as_mut_ptr(), signal);
-                    libc::sigprocmask(libc::SIG_UNBLOCK, only.as_ptr(), std::ptr::null_mut());
-                    libc::raise(signal);
-                    // A signal whose default is not to end the process
-                    // cannot have ended the server; the shell's convention.
-                    libc::_exit(128 + (signal & 0x7f))
-                }
-                // The server's status was never seen (it cannot be reaped
-                // by anyone else): say so with an unusual code.
-                _ => libc::_exit(255),
-            }
-        }
-    }
-
-    /// SIGKILL to our whole group, ourselves included.
-    ///
-    /// # Safety
-    ///
-    /// In the watchdog only.
-    unsafe fn kill_tree() -> ! {
-        // SAFETY: async-signal-safe calls; `kill(0)` is our own group, of
-        // which we lead a session of our own.
-        unsafe {
-            libc::kill(0, libc::SIGKILL);
-            libc::_exit(137)
-        }
-    }
-
-    /// Closes every descriptor but `keep`.
-    ///
-    /// # Safety
-    ///
-    /// In the watchdog only (it closes descriptors others may think open).
-    unsafe fn close_all_but(keep: c_int) {
-        // SAFETY: `close_range` and `close` on descriptor numbers: no
-        // memory effects; `getrlimit` fills a stack value.
-        unsafe {
-            let below = keep <= 0
-                || libc::syscall(
-                    libc::SYS_close_range,
-                    0 as libc::c_uint,
-                    (keep - 1) as libc::c_uint,
-                    0 as libc::c_uint,
-                ) == 0;
-            let above = libc::syscall(
-                libc::SYS_close_range,
-                (keep + 1) as libc::c_uint,
-                libc::c_uint::MAX,
-                0 as libc::c_uint,
-            ) == 0;
-            if below && above {
-                return;
-            }
-            // Kernels before 5.9: one by one, up to the descriptor limit.
-            for fd in 0..descriptor_limit() {
-                if fd != keep {
-                    libc::close(fd);
-                }
-            }
-        }
-    }
-
-    /// Sets close-on-exec on every descriptor from `first` up.
-    ///
-    /// # Safety
-    ///
-    /// Between fork and exec only (it changes descriptors others own).
-    unsafe fn cloexec_from(first: c_int) {
-        // SAFETY: `close_range` and `fcntl` on descriptor numbers: no
-        // memory effects; `getrlimit` fills a stack value.
-        unsafe {
-            if libc::syscall(
-                libc::SYS_close_range,
-                first as libc::c_uint,
-                libc::c_uint::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            ) == 0
-            {
-                return;
-            }
-            // Kernels before 5.11: one by one, up to the descriptor limit.
-            for fd in first..descriptor_limit() {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags != -1 && flags & libc::FD_CLOEXEC == 0 {
-                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-                }
-            }
-        }
-    }
-
-    /// The highest descriptor number to visit one by one (capped: a limit
-    /// of millions would make it slow, and such numbers are rarely used).
-    fn descriptor_limit() -> c_int {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `getrlimit` fills a stack value of the right type.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-            limit.rlim_cur.min(1 << 20) as c_int
-        } else {
-            1 << 16
-        }
-    }
-
-    /// This thread's `errno`, read without building an `io::Error`.
-    fn errno() -> c_int {
-        // SAFETY: `__errno_location` returns this thread's errno slot,
-        // always valid to read.
-        unsafe { *libc::__errno_location() }
-    }
-}
-
-/// Other unix systems: a session and group of its own, no watchdog.
-#[cfg(not(target_os = "linux"))]
-mod other {
-    use std::io;
-
-    /// The `pre_exec` hook: `setsid()` only.
-    ///
-    /// # Safety (of running it between fork and exec)
-    ///
-    /// `setsid` is async-signal-safe; the hook captures nothing and builds
-    /// only an integer `io::Error`.
-    pub(super) fn pre_exec() -> impl FnMut() -> io::Result<()> + Send + Sync {
-        || {
-            // SAFETY: async-signal-safe, no memory effects.
-            if unsafe { libc::setsid() } == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        }
-    }
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use crate::stdio::env::{DEFAULT_ENV_ALLOWLIST, child_env};
-    use std::os::unix::process::ExitStatusExt as _;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Instant;
     use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
@@ -984,6 +598,8 @@ mod tests {
     const ROLE: &str = "MCP_SCOPED_HTTP_TEST_ROLE";
     /// A host secret, set only in a re-run test binary's environment.
     const SECRET: &str = "MCP_SCOPED_HTTP_TEST_SECRET";
+    /// The script a re-run host spawns, when not its default.
+    const SCRIPT: &str = "MCP_SCOPED_HTTP_TEST_SCRIPT";
 
     /// A value no other test (or earlier run) uses.
     fn unique(tag: &str) -> String {
@@ -1005,9 +621,15 @@ mod tests {
     }
 
     /// `/bin/sh -c script`, marked.
-    fn sh(script: &str, marker: &str) -> Spawned {
+    async fn sh(script: &str, marker: &str) -> Spawned {
         let args = [OsString::from("-c"), OsString::from(script)];
-        match spawn(Path::new("/bin/sh"), &args, &marked_env(marker), None) {
+        let spawned = tokio::time::timeout(
+            Duration::from_secs(20),
+            spawn(Path::new("/bin/sh"), &args, &marked_env(marker), None),
+        )
+        .await
+        .expect("spawned in time");
+        match spawned {
             Ok(spawned) => spawned,
             Err(error) => panic!("spawning /bin/sh failed: {error}"),
         }
@@ -1138,9 +760,12 @@ mod tests {
             stdin,
             stdout,
             stderr: _stderr,
-        } = sh(WRAPPER, &marker);
+        } = sh(WRAPPER, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
-        let tree_pids = marked(&marker);
+        let tree_pids: Vec<u32> = marked(&marker)
+            .into_iter()
+            .filter(|&pid| pid != tree.watchdog())
+            .collect();
         assert!(tree_pids.len() >= 2, "the wrapper and its child run");
         let group = libc::pid_t::try_from(tree.group()).expect("a pid");
         for pid in tree_pids {
@@ -1168,7 +793,7 @@ mod tests {
         let _sweep = Sweep(marker.clone());
         let Spawned {
             mut tree, stdin, ..
-        } = sh("cat >/dev/null; exit 3", &marker);
+        } = sh("cat >/dev/null; exit 3", &marker).await;
         let exit = tree.exit();
         let started = Instant::now();
         drop(stdin);
@@ -1195,7 +820,7 @@ mod tests {
             stdin,
             stdout,
             ..
-        } = sh(STUBBORN, &marker);
+        } = sh(STUBBORN, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         drop(stdin);
         let grace = Grace::default()
@@ -1218,7 +843,7 @@ mod tests {
             stdin,
             stdout,
             ..
-        } = sh(STUBBORN, &marker);
+        } = sh(STUBBORN, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         drop(stdin);
         let grace = Grace::default()
@@ -1237,7 +862,7 @@ mod tests {
     async fn dropping_the_tree_without_release_leaves_no_process() {
         let marker = unique("dropped");
         let _sweep = Sweep(marker.clone());
-        let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker);
+        let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         drop(tree);
         assert_gone(&marker, Duration::from_secs(5)).await;
@@ -1255,11 +880,11 @@ mod tests {
         };
         let marker = unique("exit");
         let _sweep = Sweep(marker.clone());
-        let spawned = sh("exit 7", &marker);
+        let spawned = sh("exit 7", &marker).await;
         assert_eq!(wait(spawned.tree.exit()).await.code(), Some(7));
 
         // A death by signal is mirrored as that signal.
-        let spawned = sh("kill -USR1 $$", &marker);
+        let spawned = sh("kill -USR1 $$", &marker).await;
         assert_eq!(
             wait(spawned.tree.exit()).await.signal(),
             Some(libc::SIGUSR1)
@@ -1268,20 +893,240 @@ mod tests {
         // A descendant outliving the server: the status comes when it is
         // gone too.
         let started = Instant::now();
-        let spawned = sh("sleep 0.5 & exit 5", &marker);
+        let spawned = sh("sleep 0.5 & exit 5", &marker).await;
         assert_eq!(wait(spawned.tree.exit()).await.code(), Some(5));
         assert!(started.elapsed() >= Duration::from_millis(500));
         assert!(marked(&marker).is_empty(), "the whole tree is gone");
     }
 
+    /// A server whose descendants leave its group, as language servers,
+    /// browsers and helpers do: a `setsid` child, and a daemon
+    /// double-forked by a `setsid` shell that exits at once. Then it says
+    /// so and reads stdin until its end.
+    const DAEMONS: &str = "setsid sleep 300 </dev/null >/dev/null 2>&1 & \
+         setsid sh -c 'sleep 301 &' </dev/null >/dev/null 2>&1; \
+         echo up; exec cat >/dev/null";
+
+    /// Polls (bounded) until `n` processes carry `marker`.
+    async fn until_marked(marker: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while marked(marker).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{:?} of {n} processes",
+                marked(marker)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn daemons_are_gone_after_a_release_that_the_server_ends_by_itself() {
+        let marker = unique("daemons-release");
+        let _sweep = Sweep(marker.clone());
+        let Spawned {
+            mut tree,
+            stdin,
+            stdout,
+            ..
+        } = sh(DAEMONS, &marker).await;
+        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        // The watchdog, the server and the two that left its group.
+        until_marked(&marker, 4).await;
+        let started = Instant::now();
+        drop(stdin);
+        let end = tree.release(Grace::default()).await;
+        let ProcessEnd::Exited(status) = end else {
+            panic!("expected Exited, got {end:?}");
+        };
+        assert_eq!(status.code(), Some(0));
+        // The server ended on stdin's end; its daemons went with it, with
+        // no grace spent waiting for them.
+        assert!(
+            started.elapsed() < Grace::default().stdin,
+            "{:?}",
+            started.elapsed()
+        );
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn daemons_are_gone_after_a_release_that_kills_the_server() {
+        let marker = unique("daemons-kill");
+        let _sweep = Sweep(marker.clone());
+        let script = format!("trap '' TERM; {DAEMONS}");
+        let Spawned {
+            mut tree,
+            stdin: _stdin,
+            stdout,
+            ..
+        } = sh(&script, &marker).await;
+        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        until_marked(&marker, 4).await;
+        // Its stdin is still open: only signals end it.
+        let grace = Grace::default()
+            .stdin(Duration::from_millis(100))
+            .terminate(Duration::from_millis(100));
+        assert_eq!(tree.release(grace).await, ProcessEnd::Killed);
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn daemons_are_gone_when_the_tree_is_dropped() {
+        let marker = unique("daemons-drop");
+        let _sweep = Sweep(marker.clone());
+        let Spawned {
+            tree,
+            stdin: _stdin,
+            stdout,
+            ..
+        } = sh(DAEMONS, &marker).await;
+        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        until_marked(&marker, 4).await;
+        drop(tree);
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_file_in_no_executable_format_is_refused_and_never_run_by_a_shell() {
+        let dir = std::env::temp_dir().join(unique("noexec"));
+        std::fs::create_dir(&dir).expect("a temporary directory");
+        let proof = dir.join("proof");
+        let server = dir.join("server.js");
+        // What a `.js` whose build dropped its `#!` line would run as, if
+        // a shell ran it: this first line.
+        std::fs::write(
+            &server,
+            format!("touch {}\nconsole.log('hi')\n", proof.display()),
+        )
+        .expect("write");
+        std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let failed = spawn(&server, &[], &marked_env(&unique("noexec")), None).await;
+        let Err(error) = failed else {
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("spawned a file in no executable format");
+        };
+        let ran = proof.exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(error.is_builder(), "{error}");
+        let text = error.to_string();
+        assert!(text.contains("server.js"), "{text}");
+        assert!(text.contains("executable format"), "{text}");
+        assert!(!ran, "its first line ran as shell code");
+    }
+
+    #[tokio::test]
+    async fn the_watchdogs_cost_nothing_of_a_big_host() {
+        let marker = unique("heap");
+        let _sweep = Sweep(marker.clone());
+        let mut host = rerun(
+            "host_with_a_big_heap",
+            &format!("host_with_a_big_heap={marker}"),
+            &[],
+        );
+        let stdout = host.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout);
+        let read = async {
+            let mut line = String::new();
+            // Bounded by the timeout around it, and by the end of the stream.
+            loop {
+                line.clear();
+                if lines.read_line(&mut line).await.expect("read") == 0 {
+                    panic!("the host ended without its figures");
+                }
+                if let Some(figures) = line.trim_end().strip_prefix("pss ") {
+                    return figures.to_owned();
+                }
+            }
+        };
+        let figures = tokio::time::timeout(Duration::from_secs(120), read)
+            .await
+            .expect("the figures in time");
+        drop(host.stdin.take());
+        let _ = tokio::time::timeout(Duration::from_secs(30), host.wait()).await;
+        let [host_kib, watchdogs_kib, count]: [u64; 3] = figures
+            .split(' ')
+            .map(|n| n.parse().expect("a number"))
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("three figures");
+        eprintln!("host and watchdogs, Pss in KiB, count: {figures}");
+        assert_eq!(count, 4, "{figures}");
+        assert!(host_kib > 200 * 1024, "the host holds its heap: {figures}");
+        // 2 MiB each at most, whatever the host holds: no copy of its heap.
+        assert!(watchdogs_kib < 4 * 2 * 1024, "{figures}");
+    }
+
+    /// The Pss of `pid` in KiB (`/proc/PID/smaps_rollup`).
+    fn pss_kib(pid: u32) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+        text.lines()
+            .find_map(|line| line.strip_prefix("Pss:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The host of `the_watchdogs_cost_nothing_of_a_big_host`: touches
+    /// 256 MiB, starts 4 servers, rewrites its heap (a fork's copy would
+    /// now be its own), and prints `pss HOST WATCHDOGS COUNT` (KiB).
+    #[tokio::test]
+    #[ignore = "a helper: run by the_watchdogs_cost_nothing_of_a_big_host"]
+    async fn host_with_a_big_heap() {
+        let Some(marker) = role("host_with_a_big_heap") else {
+            return;
+        };
+        let _sweep = Sweep(marker.clone());
+        let mut heap = vec![1u8; 256 << 20];
+        let mut trees = Vec::new();
+        for _ in 0..4 {
+            let Spawned {
+                tree,
+                stdin,
+                stdout,
+                stderr,
+            } = sh("echo up; exec cat >/dev/null", &marker).await;
+            expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            trees.push((tree, stdin, stderr));
+        }
+        for page in heap.chunks_mut(4096) {
+            page[0] = page[0].wrapping_add(1);
+        }
+        let watchdogs: Vec<u32> = trees.iter().map(|(tree, ..)| tree.watchdog()).collect();
+        let sum: u64 = watchdogs.iter().map(|&pid| pss_kib(pid)).sum();
+        let host = pss_kib(std::process::id());
+        std::hint::black_box(&heap);
+        println!("\npss {host} {sum} {}", watchdogs.len());
+        let mut stdin = tokio::io::stdin();
+        let mut byte = [0u8; 1];
+        let _ = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::AsyncReadExt::read(&mut stdin, &mut byte),
+        )
+        .await;
+        drop(trees);
+    }
+
     #[tokio::test]
     async fn the_host_killed_with_sigkill_leaves_no_process() {
+        host_killed_with_sigkill(WRAPPER, 2).await;
+    }
+
+    #[tokio::test]
+    async fn the_host_killed_with_sigkill_leaves_no_daemon() {
+        host_killed_with_sigkill(DAEMONS, 4).await;
+    }
+
+    /// A re-run host spawns `script`; once `processes` of its tree run
+    /// (the watchdog among them), it is killed with SIGKILL: nothing of
+    /// the tree is left.
+    async fn host_killed_with_sigkill(script: &str, processes: usize) {
         let marker = unique("host");
         let _sweep = Sweep(marker.clone());
         let mut host = rerun(
             "host_for_the_sigkill_test",
             &format!("host_for_the_sigkill_test={marker}"),
-            &[],
+            &[(SCRIPT, script)],
         );
         let stdout = host.stdout.take().expect("piped");
         expect_line(
@@ -1290,7 +1135,7 @@ mod tests {
             Duration::from_secs(60),
         )
         .await;
-        assert!(marked(&marker).len() >= 2, "the host's tree runs");
+        until_marked(&marker, processes).await;
         host.start_kill().expect("SIGKILL to the host");
         host.wait().await.expect("the host reaped");
         assert_gone(&marker, Duration::from_secs(10)).await;
@@ -1306,7 +1151,13 @@ mod tests {
             return;
         };
         let _sweep = Sweep(marker.clone());
-        let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker);
+        let script = std::env::var(SCRIPT).unwrap_or_else(|_| WRAPPER.to_owned());
+        let Spawned {
+            tree,
+            stdin: _stdin,
+            stdout,
+            ..
+        } = sh(&script, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         // On a line of its own: libtest's "test ... " has no newline yet.
         println!("\ntree up {marker}");
@@ -1324,7 +1175,7 @@ mod tests {
     async fn spawning_a_missing_program_or_in_a_missing_directory_fails_clearly() {
         let env = marked_env(&unique("missing"));
         let missing = Path::new("/nonexistent-mcp-scoped-http/no-such-server");
-        let Err(error) = spawn(missing, &[], &env, None) else {
+        let Err(error) = spawn(missing, &[], &env, None).await else {
             panic!("spawned a missing program");
         };
         assert!(error.is_builder(), "{error}");
@@ -1335,7 +1186,9 @@ mod tests {
             &[],
             &env,
             Some(Path::new("/nonexistent-mcp-scoped-http")),
-        ) else {
+        )
+        .await
+        else {
             panic!("spawned in a missing directory");
         };
         assert!(error.is_builder(), "{error}");
@@ -1368,7 +1221,7 @@ mod tests {
         }
         let env = marked_env(&unique("missing"));
         let missing = Path::new("/nonexistent-mcp-scoped-http/no-such-server");
-        assert!(spawn(missing, &[], &env, None).is_err());
+        assert!(spawn(missing, &[], &env, None).await.is_err());
         // A script whose interpreter is missing fails at exec, in the
         // server, after the watchdog is up.
         let dir = std::env::temp_dir().join(unique("interp"));
@@ -1377,7 +1230,7 @@ mod tests {
         std::fs::write(&script, "#!/nonexistent-mcp-scoped-http/interp\n").expect("write");
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
-        let failed = spawn(&script, &[], &env, None);
+        let failed = spawn(&script, &[], &env, None).await;
         let _ = std::fs::remove_dir_all(&dir);
         let Err(error) = failed else {
             panic!("spawned a script without its interpreter");
@@ -1418,9 +1271,9 @@ mod tests {
             stdin,
             stdout,
             stderr: _stderr,
-        } = sh(WRAPPER, &marker);
+        } = sh(WRAPPER, &marker).await;
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
-        let watchdog = libc::pid_t::try_from(tree.group()).expect("a pid");
+        let watchdog = libc::pid_t::try_from(tree.watchdog()).expect("a pid");
         // SAFETY: a signal to this test's own watchdog.
         assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
         // The wrapper's child is in the group but no child of the watchdog's
@@ -1433,49 +1286,6 @@ mod tests {
             }
             other => panic!("reported as {other:?}"),
         }
-    }
-
-    #[tokio::test]
-    async fn a_server_that_leaves_the_group_still_dies_with_its_watchdog() {
-        let marker = unique("pdeathsig");
-        let _sweep = Sweep(marker.clone());
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let args = [
-            "--exact",
-            "stdio::process::tests::child_that_leaves_its_group",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ]
-        .map(OsString::from);
-        let mut env = marked_env(&marker);
-        env.push((ROLE.into(), "child_that_leaves_its_group=".into()));
-        let Spawned {
-            tree,
-            stdin: _stdin,
-            stdout,
-            stderr: _stderr,
-        } = spawn(&exe, &args, &env, None).expect("spawned");
-        expect_line(&mut BufReader::new(stdout), "left", Duration::from_secs(30)).await;
-        let watchdog = libc::pid_t::try_from(tree.group()).expect("a pid");
-        // SAFETY: a signal to this test's own watchdog.
-        assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
-        // No group signal reaches it: only its parent-death signal does.
-        assert_gone(&marker, Duration::from_secs(5)).await;
-    }
-
-    /// A server that moves to a group of its own, then lives on (bounded).
-    #[test]
-    #[ignore = "a helper: run by a_server_that_leaves_the_group_still_dies_with_its_watchdog"]
-    fn child_that_leaves_its_group() {
-        if role("child_that_leaves_its_group").is_none() {
-            return;
-        }
-        // SAFETY: moves this process to a new group; no memory effects.
-        assert_eq!(unsafe { libc::setpgid(0, 0) }, 0);
-        // On a line of its own: the harness has begun one with the name.
-        println!("\nleft");
-        std::thread::sleep(Duration::from_secs(60));
     }
 
     #[tokio::test]
@@ -1492,7 +1302,7 @@ mod tests {
             stdin: _stdin,
             stdout,
             stderr: _stderr,
-        } = sh(&script, &marker);
+        } = sh(&script, &marker).await;
         let mut line = String::new();
         tokio::time::timeout(
             Duration::from_secs(20),
@@ -1529,7 +1339,7 @@ mod tests {
                     stdout,
                     tree: _tree,
                     ..
-                }) = spawn(Path::new("/bin/sh"), &args, &env, None)
+                }) = spawn(Path::new("/bin/sh"), &args, &env, None).await
                 else {
                     panic!("spawn");
                 };

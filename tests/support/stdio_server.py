@@ -4,7 +4,7 @@ tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
     python3 stdio_server.py [--era legacy|modern|both] [--probe error|silent]
         [--tools N] [--ignore-eof] [--ignore-term] [--grandchild]
         [--stderr-flood BYTES] [--crash-at-start] [--exit-after-init]
-        [--noise] [--no-read-after-init] [--wrap]
+        [--noise] [--no-read-after-init] [--wrap] [--daemons]
 
 - era: `legacy` answers `initialize` only (2025-11-25 and older); `modern`
   answers `server/discover` and every request with `_meta` only
@@ -15,6 +15,9 @@ tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
   ignored (so only SIGKILL ends it).
 - grandchild: starts `sleep 1000` as a child of its own (a wrapper's
   grandchild, as `npx` leaves).
+- daemons: starts two processes that leave its group: `sleep 1001` in a
+  session of its own (`setsid`), and `sleep 1002` double-forked by a
+  `setsid` shell that exits at once (a daemon, reparented away from us).
 - wrap: runs this same script (without --wrap) as a child, and waits for
   it, forwarding no signal: the shape of `npx -y` and `uvx`.
 
@@ -58,6 +61,7 @@ def main():
     # client's discovery).
     p.add_argument("--no-read-after-init", action="store_true")
     p.add_argument("--wrap", action="store_true")
+    p.add_argument("--daemons", action="store_true")
     p.add_argument("--log")
     args, _ = p.parse_known_args()
 
@@ -73,6 +77,11 @@ def main():
     if args.grandchild:
         subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.daemons:
+        quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+        subprocess.Popen(["sleep", "1001"], start_new_session=True, **quiet)
+        subprocess.run(["sh", "-c", "sleep 1002 &"], start_new_session=True, **quiet)
     if args.crash_at_start:
         sys.stderr.write("starting up\nfatal: bad config (no API key)\n")
         sys.stderr.flush()

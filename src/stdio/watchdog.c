@@ -1,0 +1,467 @@
+/*
+ * mcp-watchdog: the supervisor of one stdio server's process tree.
+ *
+ * Built by build.rs into a small program of its own, embedded in the
+ * crate and started by the host with posix_spawn (see process.rs), so a
+ * server costs the same whatever the size of its host: nothing of the
+ * host's memory is copied, and no code of the host runs between fork and
+ * exec.
+ *
+ * Usage: mcp-watchdog HOST_PID PATH ARGV0 [ARG...]
+ *
+ * Descriptors on entry:
+ *   0  the control socket (AF_UNIX stream): the host's other end is the
+ *      lifeline; the server's stdin arrives on it as SCM_RIGHTS
+ *   1  the server's stdout (a pipe to the host)
+ *   2  the server's stderr (a pipe to the host)
+ * The environment and the working directory are the server's.
+ *
+ * What it does:
+ *   - leaves the host's session (setsid) and, on Linux, becomes a child
+ *     subreaper: every orphan of the tree (a setsid child, a double-forked
+ *     daemon) is reparented to it, not to init;
+ *   - forks the server into a session and group of its own (its group id
+ *     is its pid), with default signal dispositions, an empty mask, SIGKILL
+ *     as its parent-death signal (Linux), stdin from the host, and execs it
+ *     with execve: the resolved path, no PATH search, no shell fallback for
+ *     a file in no executable format;
+ *   - reports to the host, 5-byte records (a tag and a native i32):
+ *       'O' pid     the server was exec'd
+ *       'E' errno   the exec failed (nothing ran); the watchdog then exits
+ *       'Z' status  the server was reaped (its raw wait status)
+ *   - reads from the host: 'R' (the release began: the server's stdin is
+ *     closed) and end of file (the host is gone, or let the tree go);
+ *   - ends when nothing of the tree is left: by itself once every child is
+ *     reaped; at once, killing the whole tree (the server's group, then
+ *     every child it has until none is left) on the lifeline's end, on the
+ *     host's death (a pidfd, Linux), or once the server is reaped during a
+ *     release.
+ *
+ * A single-threaded C program with no allocation after start-up; the only
+ * signal handler writes one byte to a pipe.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
+
+extern char **environ;
+
+/* The exit codes the host reads when no record says more. */
+enum {
+    EXIT_DONE = 0,    /* the tree is gone */
+    EXIT_USAGE = 2,   /* started wrongly: not by the host */
+    EXIT_NO_EXEC = 127 /* the server could not be exec'd ('E' sent) */
+};
+
+enum { CONTROL = 0 };
+
+static int wake[2] = {-1, -1};
+static pid_t server = -1;
+static int server_reaped = 0;
+
+static void on_child(int signal) {
+    int saved = errno;
+    char byte = 0;
+    (void)signal;
+    (void)!write(wake[1], &byte, 1);
+    errno = saved;
+}
+
+static void report(char tag, int32_t value) {
+    unsigned char record[5];
+    record[0] = (unsigned char)tag;
+    memcpy(record + 1, &value, sizeof value);
+    /* The host may be gone (SIGPIPE is ignored): nothing to do then. */
+    ssize_t sent;
+    do {
+        sent = send(CONTROL, record, sizeof record, 0);
+    } while (sent == -1 && errno == EINTR);
+}
+
+static void cloexec(int fd) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags != -1) {
+        fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+}
+
+/* Closes every descriptor from `first` up: the host's descriptors opened
+ * without close-on-exec reach neither this program nor the server. */
+static void close_from(int first) {
+#if defined(__linux__) && defined(SYS_close_range)
+    if (syscall(SYS_close_range, (unsigned)first, ~0U, 0U) == 0) {
+        return;
+    }
+#endif
+    struct rlimit limit;
+    long last = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+        last = limit.rlim_cur < (1 << 20) ? (long)limit.rlim_cur : (1 << 20);
+    }
+    for (long fd = first; fd < last; fd++) {
+        close((int)fd);
+    }
+}
+
+/* Receives the server's stdin: one byte with one descriptor. */
+static int receive_stdin(void) {
+    char byte;
+    struct iovec data = {.iov_base = &byte, .iov_len = 1};
+    union {
+        struct cmsghdr header;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct msghdr message;
+    memset(&message, 0, sizeof message);
+    memset(&control, 0, sizeof control);
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    ssize_t got;
+    do {
+        got = recvmsg(CONTROL, &message, 0);
+    } while (got == -1 && errno == EINTR);
+    if (got != 1) {
+        return -1;
+    }
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    if (header == NULL || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
+        header->cmsg_len != CMSG_LEN(sizeof(int))) {
+        return -1;
+    }
+    int fd;
+    memcpy(&fd, CMSG_DATA(header), sizeof fd);
+    cloexec(fd);
+    return fd;
+}
+
+/* In the forked server, before exec: nothing of the watchdog's signal
+ * set-up survives, and it gets a session and group of its own. */
+static void become_server(int input, int failed, pid_t watchdog, char *path, char **argv) {
+    sigset_t none;
+    sigemptyset(&none);
+    for (int signal = 1; signal < NSIG; signal++) {
+        if (signal != SIGKILL && signal != SIGSTOP) {
+            struct sigaction action;
+            memset(&action, 0, sizeof action);
+            action.sa_handler = SIG_DFL;
+            sigaction(signal, &action, NULL); /* fails harmlessly for reserved numbers */
+        }
+    }
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+#ifdef __linux__
+    /* The watchdog is single-threaded: its death is its thread's. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != watchdog) {
+        _exit(137);
+    }
+#else
+    (void)watchdog;
+#endif
+    int error = 0;
+    if (dup2(input, 0) == -1) {
+        error = errno;
+    } else {
+        execve(path, argv, environ);
+        error = errno;
+    }
+    ssize_t written;
+    do {
+        written = write(failed, &error, sizeof error);
+    } while (written == -1 && errno == EINTR);
+    _exit(EXIT_NO_EXEC);
+}
+
+/* Reaps every ended child; reports the server's status when it is one of
+ * them; exits once no child is left (the whole tree is gone). */
+static void reap(void) {
+    for (;;) {
+        int status = 0;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            if (pid == server) {
+                server_reaped = 1;
+                report('Z', status);
+            }
+            continue;
+        }
+        if (pid == 0) {
+            return;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == ECHILD) {
+            _exit(EXIT_DONE);
+        }
+        return;
+    }
+}
+
+/* Lists up to `room` of our children into `pids`; returns how many, or -1
+ * when they cannot be listed. */
+static int children(pid_t *pids, int room) {
+#ifdef __linux__
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+    FILE *file = fopen(path, "re");
+    if (file != NULL) {
+        int count = 0;
+        long pid;
+        while (count < room && fscanf(file, "%ld", &pid) == 1) {
+            pids[count++] = (pid_t)pid;
+        }
+        fclose(file);
+        return count;
+    }
+    /* Kernels without CONFIG_PROC_CHILDREN: every process's parent. */
+    DIR *proc = opendir("/proc");
+    if (proc == NULL) {
+        return -1;
+    }
+    int count = 0;
+    pid_t self = getpid();
+    struct dirent *entry;
+    while (count < room && (entry = readdir(proc)) != NULL) {
+        char *end;
+        long pid = strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) {
+            continue;
+        }
+        char stat[64];
+        snprintf(stat, sizeof stat, "/proc/%ld/stat", pid);
+        int fd = open(stat, O_RDONLY | O_CLOEXEC);
+        if (fd == -1) {
+            continue;
+        }
+        char text[512];
+        ssize_t length = read(fd, text, sizeof text - 1);
+        close(fd);
+        if (length <= 0) {
+            continue;
+        }
+        text[length] = '\0';
+        /* "pid (comm) state ppid ...": comm may hold anything but the
+         * last ')' ends it. */
+        char *after = strrchr(text, ')');
+        char state;
+        long parent;
+        if (after != NULL && sscanf(after + 1, " %c %ld", &state, &parent) == 2 && parent == self) {
+            pids[count++] = (pid_t)pid;
+        }
+    }
+    closedir(proc);
+    return count;
+#else
+    /* No subreaper here: the server is the one child we can have. */
+    if (room > 0 && !server_reaped) {
+        pids[0] = server;
+        return 1;
+    }
+    return 0;
+#endif
+}
+
+/* Kills the whole tree and exits once nothing of it is left: the server's
+ * group, then every child (orphans come to us as their parents die) and
+ * the group each leads, until none is left. A child we have not reaped
+ * keeps its pid, so each signal reaches the process meant. */
+static void end_tree(void) {
+    if (!server_reaped) {
+        kill(-server, SIGKILL);
+    }
+    for (;;) {
+        reap();
+        pid_t pids[256];
+        int count = children(pids, 256);
+        if (count < 0) {
+            /* Cannot list them: what our group and the server's hold. */
+            if (!server_reaped) {
+                kill(server, SIGKILL);
+            }
+        }
+        for (int i = 0; i < count; i++) {
+            if (getpgid(pids[i]) == pids[i]) {
+                kill(-pids[i], SIGKILL);
+            }
+            kill(pids[i], SIGKILL);
+        }
+        /* Until one of them ends (SIGCHLD), or 50 ms: one that arrived
+         * since the list is in the next. */
+        struct pollfd woken = {.fd = wake[0], .events = POLLIN};
+        if (poll(&woken, 1, 50) > 0) {
+            char drain[64];
+            while (read(wake[0], drain, sizeof drain) > 0) {
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        static const char usage[] =
+            "mcp-watchdog is started by mcp-scoped-http, not by hand\n";
+        (void)!write(2, usage, sizeof usage - 1);
+        return EXIT_USAGE;
+    }
+    close_from(3);
+    pid_t host = (pid_t)strtol(argv[1], NULL, 10);
+    char *path = argv[2];
+    char **server_argv = argv + 3;
+
+    /* Out of the host's session and group: a signal to the host's group
+     * or a terminal's does not reach us (a host killed with its group is
+     * seen by the lifeline, and its tree ended). */
+    setsid();
+#ifdef __linux__
+    prctl(PR_SET_NAME, "mcp-watchdog", 0, 0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+#endif
+    /* What the host ignored stays ignored across exec: ours are set here. */
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_IGN;
+    int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+        sigaction(ignored[i], &action, NULL);
+    }
+    if (pipe(wake) == -1) {
+        return EXIT_USAGE;
+    }
+    for (int i = 0; i < 2; i++) {
+        cloexec(wake[i]);
+        fcntl(wake[i], F_SETFL, fcntl(wake[i], F_GETFL) | O_NONBLOCK);
+    }
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_child;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGCHLD, &action, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    /* The host's death, seen even if a fork of it (without exec) holds
+     * the lifeline's other end. Opened before the parent is checked, so
+     * it is the host's and not a reused pid's. */
+    int host_gone = -1;
+#if defined(__linux__) && defined(SYS_pidfd_open)
+    host_gone = (int)syscall(SYS_pidfd_open, host, 0);
+    if (host_gone >= 0) {
+        cloexec(host_gone);
+    }
+#endif
+    if (getppid() != host) {
+        return EXIT_USAGE;
+    }
+    int input = receive_stdin();
+    if (input < 0) {
+        return EXIT_USAGE;
+    }
+
+    int status_pipe[2];
+    if (pipe(status_pipe) == -1) {
+        report('E', errno);
+        return EXIT_NO_EXEC;
+    }
+    cloexec(status_pipe[0]);
+    cloexec(status_pipe[1]);
+    pid_t watchdog = getpid();
+    server = fork();
+    if (server == -1) {
+        report('E', errno);
+        return EXIT_NO_EXEC;
+    }
+    if (server == 0) {
+        become_server(input, status_pipe[1], watchdog, path, server_argv);
+    }
+    close(status_pipe[1]);
+    close(input);
+    /* The server's stdout and stderr are its own now: the host sees them
+     * end when the tree closes them, not when we do. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 1);
+        dup2(null, 2);
+        close(null);
+    } else {
+        close(1);
+        close(2);
+    }
+    int error = 0;
+    ssize_t got;
+    do {
+        got = read(status_pipe[0], &error, sizeof error);
+    } while (got == -1 && errno == EINTR);
+    close(status_pipe[0]);
+    if (got == (ssize_t)sizeof error) {
+        report('E', error);
+        int ignored_status;
+        while (waitpid(server, &ignored_status, 0) == -1 && errno == EINTR) {
+        }
+        return EXIT_NO_EXEC;
+    }
+    report('O', (int32_t)server);
+
+    int releasing = 0;
+    for (;;) {
+        reap();
+        if (server_reaped && releasing) {
+            end_tree();
+        }
+        struct pollfd fds[3] = {
+            {.fd = CONTROL, .events = POLLIN},
+            {.fd = wake[0], .events = POLLIN},
+            {.fd = host_gone, .events = POLLIN},
+        };
+        nfds_t count = host_gone >= 0 ? 3 : 2;
+        if (poll(fds, count, -1) == -1) {
+            if (errno == EINTR) {
+                continue;
+            }
+            /* Cannot watch: end the tree rather than leave it unwatched. */
+            end_tree();
+        }
+        if (fds[0].revents != 0) {
+            char commands[16];
+            ssize_t read_bytes = recv(CONTROL, commands, sizeof commands, MSG_DONTWAIT);
+            if (read_bytes == 0 || (read_bytes == -1 && errno != EINTR && errno != EAGAIN &&
+                                    errno != EWOULDBLOCK)) {
+                end_tree();
+            }
+            for (ssize_t i = 0; i < read_bytes; i++) {
+                if (commands[i] == 'R') {
+                    releasing = 1;
+                }
+            }
+        }
+        if (count == 3 && fds[2].revents != 0) {
+            end_tree();
+        }
+        if (fds[1].revents != 0) {
+            char drain[64];
+            while (read(wake[0], drain, sizeof drain) > 0) {
+            }
+        }
+    }
+}
