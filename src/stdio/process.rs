@@ -49,8 +49,9 @@
 //!    tree is left: by itself once every child is reaped; at once, killing
 //!    the server's group and then every child it has (reparented
 //!    daemons included, and the groups they lead) until none is left, when
-//!    the lifeline reads end of file, when the host dies, or when the
-//!    server is reaped once a release has begun.
+//!    the lifeline reads end of file or when the host dies. At a release's
+//!    SIGTERM step the host asks it to send SIGTERM to those children too,
+//!    so a daemon gets the same sequence as the group.
 //!
 //! The exit watch's status ([`ProcessTree::exit`]) is the server's, seen
 //! once the watchdog is gone, that is once the whole tree is. A watchdog
@@ -476,12 +477,6 @@ impl ProcessTree {
     /// The steps of [`release`](Self::release), from the stage reached.
     async fn release_steps(&mut self, grace: Grace) -> ProcessEnd {
         if self.stage == Stage::Running {
-            // Once the server is reaped, the watchdog ends what is left of
-            // its tree (daemons) at once instead of waiting for it. One
-            // byte into an idle socket's buffer: it never blocks.
-            if let Some(lifeline) = &self.lifeline {
-                let _ = lifeline.try_write(watchdog::RELEASING);
-            }
             match self.wait_end(grace.stdin).await {
                 Seen::Ended(status) if self.outlived.load(Ordering::Relaxed) => {
                     return ProcessEnd::WatchdogEnded(status);
@@ -492,6 +487,11 @@ impl ProcessTree {
             }
             self.stage = Stage::Terminating;
             self.signal(libc::SIGTERM);
+            // And what left the group (daemons), through the watchdog. One
+            // byte into an idle socket's buffer: it never blocks.
+            if let Some(lifeline) = &self.lifeline {
+                let _ = lifeline.try_write(watchdog::TERMINATE);
+            }
         }
         if self.stage == Stage::Terminating {
             match self.wait_end(grace.terminate).await {
@@ -921,7 +921,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn daemons_are_gone_after_a_release_that_the_server_ends_by_itself() {
+    async fn daemons_get_the_releases_sigterm_when_the_server_ends_by_itself() {
         let marker = unique("daemons-release");
         let _sweep = Sweep(marker.clone());
         let Spawned {
@@ -933,17 +933,16 @@ mod tests {
         expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
         // The watchdog, the server and the two that left its group.
         until_marked(&marker, 4).await;
+        let grace = Grace::default()
+            .stdin(Duration::from_millis(300))
+            .terminate(Duration::from_secs(10));
         let started = Instant::now();
         drop(stdin);
-        let end = tree.release(Grace::default()).await;
-        let ProcessEnd::Exited(status) = end else {
-            panic!("expected Exited, got {end:?}");
-        };
-        assert_eq!(status.code(), Some(0));
-        // The server ended on stdin's end; its daemons went with it, with
-        // no grace spent waiting for them.
+        // The server ends on stdin's end; its daemons do not, and get the
+        // release's SIGTERM (no group signal reaches them).
+        assert_eq!(tree.release(grace).await, ProcessEnd::Terminated);
         assert!(
-            started.elapsed() < Grace::default().stdin,
+            started.elapsed() < grace.stdin + grace.terminate,
             "{:?}",
             started.elapsed()
         );

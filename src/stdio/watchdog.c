@@ -29,13 +29,14 @@
  *       'O' pid     the server was exec'd
  *       'E' errno   the exec failed (nothing ran); the watchdog then exits
  *       'Z' status  the server was reaped (its raw wait status)
- *   - reads from the host: 'R' (the release began: the server's stdin is
- *     closed) and end of file (the host is gone, or let the tree go);
+ *   - reads from the host: 'T' (a release's SIGTERM step: SIGTERM to the
+ *     server's group and to every child it has, orphans that left the
+ *     group included) and end of file (the host is gone, or let the tree
+ *     go);
  *   - ends when nothing of the tree is left: by itself once every child is
  *     reaped; at once, killing the whole tree (the server's group, then
- *     every child it has until none is left) on the lifeline's end, on the
- *     host's death (a pidfd, Linux), or once the server is reaped during a
- *     release.
+ *     every child it has until none is left) on the lifeline's end or on
+ *     the host's death (a pidfd, Linux).
  *
  * A single-threaded C program with no allocation after start-up; the only
  * signal handler writes one byte to a pipe.
@@ -282,6 +283,23 @@ static int children(pid_t *pids, int room) {
 #endif
 }
 
+/* SIGTERM to the whole tree as it is now: the server's group, and every
+ * child and the group it leads (a daemon that left the group gets the
+ * release's SIGTERM too). */
+static void terminate_tree(void) {
+    if (!server_reaped) {
+        kill(-server, SIGTERM);
+    }
+    pid_t pids[256];
+    int count = children(pids, 256);
+    for (int i = 0; i < count; i++) {
+        if (getpgid(pids[i]) == pids[i]) {
+            kill(-pids[i], SIGTERM);
+        }
+        kill(pids[i], SIGTERM);
+    }
+}
+
 /* Kills the whole tree and exits once nothing of it is left: the server's
  * group, then every child (orphans come to us as their parents die) and
  * the group each leads, until none is left. A child we have not reaped
@@ -423,12 +441,8 @@ int main(int argc, char **argv) {
     }
     report('O', (int32_t)server);
 
-    int releasing = 0;
     for (;;) {
         reap();
-        if (server_reaped && releasing) {
-            end_tree();
-        }
         struct pollfd fds[3] = {
             {.fd = CONTROL, .events = POLLIN},
             {.fd = wake[0], .events = POLLIN},
@@ -450,8 +464,8 @@ int main(int argc, char **argv) {
                 end_tree();
             }
             for (ssize_t i = 0; i < read_bytes; i++) {
-                if (commands[i] == 'R') {
-                    releasing = 1;
+                if (commands[i] == 'T') {
+                    terminate_tree();
                 }
             }
         }

@@ -204,10 +204,11 @@ impl Record {
     }
 }
 
-/// What the host sends when a release begins (the server's stdin is
-/// closed): once the server is reaped, the watchdog ends what is left of
-/// its tree at once.
-pub(super) const RELEASING: &[u8] = b"R";
+/// What the host sends at a release's SIGTERM step: the watchdog sends
+/// SIGTERM to the server's group and to every child it has (descendants
+/// that left the group, reparented to it), which the host's group signal
+/// does not reach.
+pub(super) const TERMINATE: &[u8] = b"T";
 
 /// Sends `fd` over the control socket `socket` (one byte and the
 /// descriptor, `SCM_RIGHTS`): the server's stdin, which std cannot put
