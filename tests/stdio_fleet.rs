@@ -181,6 +181,48 @@ async fn a_crash_loop_backs_off_and_a_missing_program_fails_for_good() {
     mcp_scoped_http::shutdown().await;
 }
 
+/// An executable in no executable format (a `.js` whose build dropped
+/// its `#!` line) is refused at exec, never run by a shell: the slot fails
+/// at its first attempt, naming the file, and its first line never ran.
+#[tokio::test]
+async fn a_file_in_no_executable_format_fails_at_once_and_never_runs() {
+    let dir = std::env::temp_dir().join(format!("stdio-fleet-noexec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let proof = dir.join("ran");
+    let server = dir.join("server.js");
+    std::fs::write(
+        &server,
+        format!("echo ran >> {}\nconsole.log('hi')\n", proof.display()),
+    )
+    .expect("write");
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let fleet = fleet();
+    let mut events = fleet.events();
+    let text = json!({"mcpServers": {"broken": {"command": server.to_str().unwrap()}}}).to_string();
+    apply(&fleet, &text).await;
+    let failed = until(&fleet, "broken", |s| matches!(s, SlotState::Failed { .. })).await;
+    let text = format!("{failed:?}");
+    assert!(text.contains("server.js"), "{text}");
+    assert!(text.contains("executable format"), "{text}");
+    // One attempt: the slot went from starting to failed, never retrying.
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let mcp_scoped_http::fleet::FleetEvent::State { server, state, .. } = event {
+            if &*server == "broken" {
+                seen.push(state.name());
+            }
+        }
+    }
+    assert!(!seen.contains(&"retrying"), "{seen:?}");
+    assert_eq!(seen.last(), Some(&"failed"), "{seen:?}");
+    let ran = proof.exists();
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!ran, "its first line ran as shell code");
+}
+
 #[tokio::test]
 async fn a_call_in_flight_when_the_process_dies_is_never_sent_again() {
     let log = std::env::temp_dir().join(format!("stdio-fleet-{}.log", std::process::id()));
