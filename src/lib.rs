@@ -282,8 +282,9 @@
 //!   created. rmcp 3.11 needs Rust 1.88.
 
 #![warn(missing_docs)]
-// `deny`, not `forbid`: the stdio process tree (`stdio::process`) needs
-// `pre_exec` and raw libc between fork and exec, and allows it there alone.
+// `deny`, not `forbid`: the stdio process tree (`stdio::process`,
+// `stdio::watchdog`) signals groups, seals a memfd and passes a descriptor
+// over a socket with raw libc, and allows it there alone.
 #![deny(unsafe_code)]
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
