@@ -234,6 +234,9 @@ pub(crate) async fn spawn(
     command
         .arg0(watchdog::NAME)
         .arg(std::process::id().to_string())
+        // Entered in the server (empty: the host's), not by std, which
+        // would fork the host where posix_spawn cannot chdir.
+        .arg(cwd.map_or_else(OsString::new, |cwd| cwd.as_os_str().to_owned()))
         .arg(program)
         // The server's argv[0]: its path, as std gives a program.
         .arg(program)
@@ -243,9 +246,6 @@ pub(crate) async fn spawn(
         .stdin(Stdio::from(OwnedFd::from(watchdog_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(cwd) = cwd {
-        command.current_dir(cwd);
-    }
     // Counted from here: a tree that is dropped before it is built is the
     // watchdog's to end, and it is gone as soon as it is (no wait here).
     let count = Count::new(Field::Processes, None);
@@ -279,6 +279,15 @@ pub(crate) async fn spawn(
             // outlives the error.
             let _ = child.wait().await;
             return Err(spawn_error(program, io::Error::from_raw_os_error(errno)));
+        }
+        Some(Some(Record::NoDirectory(errno))) => {
+            let _ = child.wait().await;
+            let error = io::Error::from_raw_os_error(errno);
+            let cwd = cwd.unwrap_or(Path::new("."));
+            return Err(Error::builder(format!(
+                "the working directory {cwd:?} of {program:?} cannot be used: {error}"
+            ))
+            .with_source(error));
         }
         Some(_) | None => {
             drop(lifeline);
@@ -984,6 +993,37 @@ mod tests {
         until_marked(&marker, 4).await;
         drop(tree);
         assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn the_server_runs_in_its_working_directory() {
+        let marker = unique("cwd");
+        let _sweep = Sweep(marker.clone());
+        let dir = std::env::temp_dir().join(unique("cwd"));
+        std::fs::create_dir(&dir).expect("a temporary directory");
+        let args = [OsString::from("-c"), OsString::from("pwd -P; read _")];
+        let spawned = spawn(
+            Path::new("/bin/sh"),
+            &args,
+            &marked_env(&marker),
+            Some(&dir),
+        )
+        .await;
+        let Spawned {
+            tree: _tree,
+            stdin: _stdin,
+            stdout,
+            ..
+        } = spawned.expect("spawned");
+        let mut line = String::new();
+        let mut stdout = BufReader::new(stdout);
+        tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+            .await
+            .expect("a line in time")
+            .expect("read");
+        let expected = dir.canonicalize().expect("canonical");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(Path::new(line.trim_end()), expected);
     }
 
     #[tokio::test]

@@ -7,14 +7,16 @@
  * host's memory is copied, and no code of the host runs between fork and
  * exec.
  *
- * Usage: mcp-watchdog HOST_PID PATH ARGV0 [ARG...]
+ * Usage: mcp-watchdog HOST_PID CWD PATH ARGV0 [ARG...]   (CWD "": the host's)
  *
  * Descriptors on entry:
  *   0  the control socket (AF_UNIX stream): the host's other end is the
  *      lifeline; the server's stdin arrives on it as SCM_RIGHTS
  *   1  the server's stdout (a pipe to the host)
  *   2  the server's stderr (a pipe to the host)
- * The environment and the working directory are the server's.
+ * The environment is the server's. The working directory is changed in
+ * the server, so std never needs a chdir in the spawn (which would make
+ * it fork the host where posix_spawn has no chdir).
  *
  * What it does:
  *   - leaves the host's session (setsid) and, on Linux, becomes a child
@@ -28,6 +30,7 @@
  *   - reports to the host, 5-byte records (a tag and a native i32):
  *       'O' pid     the server was exec'd
  *       'E' errno   the exec failed (nothing ran); the watchdog then exits
+ *       'D' errno   the working directory could not be entered; likewise
  *       'Z' status  the server was reaped (its raw wait status)
  *   - reads from the host: 'T' (a release's SIGTERM step: SIGTERM to the
  *     server's group and to every child it has, orphans that left the
@@ -157,7 +160,8 @@ static int receive_stdin(void) {
 
 /* In the forked server, before exec: nothing of the watchdog's signal
  * set-up survives, and it gets a session and group of its own. */
-static void become_server(int input, int failed, pid_t watchdog, char *path, char **argv) {
+static void become_server(int input, int failed, pid_t watchdog, const char *cwd, char *path,
+                          char **argv) {
     sigset_t none;
     sigemptyset(&none);
     for (int signal = 1; signal < NSIG; signal++) {
@@ -179,16 +183,24 @@ static void become_server(int input, int failed, pid_t watchdog, char *path, cha
 #else
     (void)watchdog;
 #endif
-    int error = 0;
-    if (dup2(input, 0) == -1) {
+    /* What failed: its tag, then the errno. */
+    unsigned char record[1 + sizeof(int)];
+    int error;
+    if (cwd[0] != '\0' && chdir(cwd) == -1) {
+        record[0] = 'D';
+        error = errno;
+    } else if (dup2(input, 0) == -1) {
+        record[0] = 'E';
         error = errno;
     } else {
         execve(path, argv, environ);
+        record[0] = 'E';
         error = errno;
     }
+    memcpy(record + 1, &error, sizeof error);
     ssize_t written;
     do {
-        written = write(failed, &error, sizeof error);
+        written = write(failed, record, sizeof record);
     } while (written == -1 && errno == EINTR);
     _exit(EXIT_NO_EXEC);
 }
@@ -336,7 +348,7 @@ static void end_tree(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) {
+    if (argc < 5) {
         static const char usage[] =
             "mcp-watchdog is started by mcp-scoped-http, not by hand\n";
         (void)!write(2, usage, sizeof usage - 1);
@@ -344,8 +356,9 @@ int main(int argc, char **argv) {
     }
     close_from(3);
     pid_t host = (pid_t)strtol(argv[1], NULL, 10);
-    char *path = argv[2];
-    char **server_argv = argv + 3;
+    const char *cwd = argv[2];
+    char *path = argv[3];
+    char **server_argv = argv + 4;
 
     /* Out of the host's session and group: a signal to the host's group
      * or a terminal's does not reach us (a host killed with its group is
@@ -411,7 +424,7 @@ int main(int argc, char **argv) {
         return EXIT_NO_EXEC;
     }
     if (server == 0) {
-        become_server(input, status_pipe[1], watchdog, path, server_argv);
+        become_server(input, status_pipe[1], watchdog, cwd, path, server_argv);
     }
     close(status_pipe[1]);
     close(input);
@@ -426,14 +439,16 @@ int main(int argc, char **argv) {
         close(1);
         close(2);
     }
-    int error = 0;
+    unsigned char failure[1 + sizeof(int)];
     ssize_t got;
     do {
-        got = read(status_pipe[0], &error, sizeof error);
+        got = read(status_pipe[0], failure, sizeof failure);
     } while (got == -1 && errno == EINTR);
     close(status_pipe[0]);
-    if (got == (ssize_t)sizeof error) {
-        report('E', error);
+    if (got == (ssize_t)sizeof failure) {
+        int error;
+        memcpy(&error, failure + 1, sizeof error);
+        report((char)failure[0], error);
         int ignored_status;
         while (waitpid(server, &ignored_status, 0) == -1 && errno == EINTR) {
         }

@@ -86,7 +86,12 @@ fn runs(path: &Path) -> bool {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|status| status.code() == Some(USAGE_EXIT))
+        .map_or_else(
+            // SIGCHLD ignored by the host: the system reaped it unseen, so
+            // whether it ran cannot be told here; a spawn will tell.
+            |error| error.raw_os_error() == Some(libc::ECHILD),
+            |status| status.code() == Some(USAGE_EXIT),
+        )
 }
 
 /// A sealed memfd holding the program, run as `/proc/self/fd/N` (std's
@@ -179,6 +184,9 @@ pub(super) enum Record {
     Started(u32),
     /// The server could not be exec'd: the `errno`. Nothing ran.
     NotStarted(i32),
+    /// The server's working directory could not be entered: the `errno`.
+    /// Nothing ran.
+    NoDirectory(i32),
     /// The server was reaped: its raw wait status.
     Reaped(i32),
 }
@@ -198,6 +206,7 @@ impl Record {
                 .filter(|&pid| pid > 1)
                 .map(Record::Started),
             b'E' => Some(Record::NotStarted(value)),
+            b'D' => Some(Record::NoDirectory(value)),
             b'Z' => Some(Record::Reaped(value)),
             _ => None,
         }
@@ -246,7 +255,7 @@ pub(super) fn send_fd(socket: &std::os::unix::net::UnixStream, fd: &OwnedFd) -> 
             std::mem::size_of::<libc::c_int>(),
         );
         loop {
-            let sent = libc::sendmsg(socket.as_raw_fd(), &raw const message, 0);
+            let sent = libc::sendmsg(socket.as_raw_fd(), &raw const message, NO_SIGPIPE);
             if sent == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -262,6 +271,13 @@ pub(super) fn send_fd(socket: &std::os::unix::net::UnixStream, fd: &OwnedFd) -> 
         )),
     }
 }
+
+/// No SIGPIPE from a send to a watchdog already gone (a host need not
+/// ignore SIGPIPE); where there is no such flag, the error alone.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+const NO_SIGPIPE: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+const NO_SIGPIPE: libc::c_int = 0;
 
 /// A pipe, both ends close-on-exec (the server's stdin: the read end goes
 /// to the watchdog over the socket, the write end stays in the host).
@@ -305,6 +321,10 @@ mod tests {
             Some(Record::NotStarted(libc::ENOEXEC))
         );
         assert_eq!(record(b'Z', 9), Some(Record::Reaped(9)));
+        assert_eq!(
+            record(b'D', libc::EACCES),
+            Some(Record::NoDirectory(libc::EACCES))
+        );
         // A pid that would turn a group signal into one to everything.
         assert_eq!(record(b'O', 1), None);
         assert_eq!(record(b'O', 0), None);
