@@ -148,6 +148,27 @@ async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeou
     session.close().await;
 }
 
+/// A 2026-07-28 server that leaves the probe unanswered, then refuses the
+/// `initialize` sent after it with `-32022` naming 2026-07-28: that is a
+/// redirection, followed in the same connect (`server/discover` with the
+/// revision named), not a verdict.
+#[tokio::test]
+async fn an_initialize_refused_naming_2026_is_followed_in_the_same_connect() {
+    let _scene = scene();
+    let session = Connector::stdio(fixture(&["--era", "modern", "--probe", "silent"]))
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(session.info().protocol_version, ProtocolVersion::MODERN);
+    assert!(session.info().probed);
+    let result = session
+        .call_tool("echo", json!({"text": "followed"}))
+        .await
+        .expect("call");
+    assert_eq!(result["content"][0]["text"], "followed");
+    session.close().await;
+}
+
 #[tokio::test]
 async fn a_2025_server_request_over_stdio_is_answered() {
     let _scene = scene();

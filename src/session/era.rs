@@ -9,7 +9,9 @@
 //! connection say nothing of the era and are reported as they are.
 //!
 //! Every exchange here runs within the connect's deadline (and each within
-//! the request timeout): the era is chosen inside one bound.
+//! the request timeout): the era is chosen inside one bound. An error that
+//! names the revision to use (`-32022` with `data.supported`) is a
+//! redirection, followed in the same connect, not a verdict.
 //!
 //! Generic over the engine's front end: the rmcp adapter
 //! (`adapters::rmcp`) probes with [`discover`] and reads answers with
@@ -184,6 +186,7 @@ async fn detect<F: Front>(
         };
         let error = match initialize(engine, plan, phase, proposed).await {
             Err(error) if not_this_era(&error, false) => error,
+            Err(error) => return redirected(engine, plan, phase, error, proposed).await,
             outcome => return outcome,
         };
         tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
@@ -243,7 +246,37 @@ async fn detect_stdio<F: Front>(
         }
         Err(error) => return Err(error),
     };
-    initialize(engine, plan, phase, proposed).await
+    match initialize(engine, plan, phase, proposed).await {
+        Err(error) => redirected(engine, plan, phase, error, proposed).await,
+        opened => opened,
+    }
+}
+
+/// A refused `initialize` (proposing `proposed`): an
+/// `UnsupportedProtocolVersion` that names another revision we speak is a
+/// redirection, followed once in the same connect (`server/discover` for
+/// a 2026-07-28 one, `initialize` again for a 2025 one); any other
+/// refusal, or a second one, is the error.
+async fn redirected<F: Front>(
+    engine: &Arc<Engine<F>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    refused: Error,
+    proposed: ProtocolVersion,
+) -> Result<Opened> {
+    let Some(version) = supported_instead(&refused).filter(|v| *v != proposed) else {
+        return Err(refused);
+    };
+    tracing::debug!(%proposed, %version, "initialize was refused naming another revision; opening it");
+    if !version.is_modern() {
+        return initialize(engine, plan, phase, version).await;
+    }
+    match discover(engine, plan, version).await? {
+        Probe::Opened(opened) => Ok(opened),
+        // Sent back to a 2025 revision, or no discover result: no second
+        // redirection; the refusal says most.
+        Probe::Prefers(_) | Probe::Legacy(_) => Err(refused),
+    }
 }
 
 /// Whether `error` shows the server does not speak the era tried (a modern
