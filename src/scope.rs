@@ -114,10 +114,15 @@ pub struct Released {
 impl Released {
     /// Says [`SessionRelease::Stateless`] for a stack of a 2026-07-28
     /// session (`stateless`, asked before the engine closed), which had
-    /// no server session to end.
+    /// no server session to end. An `initialize` that detection sent on
+    /// the way (refused, or left unanswered beside a probe that opened) is
+    /// an earlier session, not the one in use.
     pub(crate) fn of_stateless(mut self, stateless: bool) -> Self {
-        if stateless && matches!(self.session, SessionRelease::NotOwned) {
-            self.session = SessionRelease::Stateless;
+        if stateless {
+            match std::mem::replace(&mut self.session, SessionRelease::Stateless) {
+                SessionRelease::NotOwned => {}
+                on_the_way => self.earlier_sessions.push(on_the_way),
+            }
         }
         self
     }

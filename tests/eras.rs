@@ -6,7 +6,7 @@
 
 mod support;
 
-use mcp_scoped_http::{Connector, HttpClient, ProtocolVersion, TransportKind};
+use mcp_scoped_http::{Connector, HttpClient, ProtocolVersion, SessionRelease, TransportKind};
 use support::*;
 
 fn probes(server: &TestServer) -> usize {
@@ -219,4 +219,47 @@ async fn a_discover_listing_no_streamable_revision_falls_back() {
             .contains("none of the Streamable HTTP revisions"),
         "{error}"
     );
+}
+
+/// An `initialize` refused with `-32022` naming 2026-07-28 is a
+/// redirection, not a verdict: a 2026-07-28 server whose first
+/// `server/discover` got a bare 404 (which says "not this era") is spoken
+/// to in the revision its refusal names, in the same connect.
+#[tokio::test]
+async fn an_initialize_refused_naming_2026_is_followed_in_the_same_connect() {
+    let refusal = r#"{"jsonrpc":"2.0","id":{id},"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"],"requested":"2025-11-25"}}}"#;
+    let server = TestServer::start(ServerConfig::default().with_eras(Eras::Modern).with_faults(
+        vec![
+            Fault::on_rpc("server/discover", FaultAction::status(404)).times(1),
+            Fault::on_rpc(
+                "initialize",
+                FaultAction::raw(400, "application/json", refusal),
+            ),
+        ],
+    ));
+    let connector = Connector::new(server.url()).listen(false);
+    let session = connector.connect().await.expect("the refusal is followed");
+    assert_eq!(
+        session.info().protocol_version,
+        ProtocolVersion::V2026_07_28
+    );
+    assert!(session.info().probed);
+    let released = session.close().await;
+    // The session in use has none to end; the refused `initialize` is an
+    // earlier one, which the server never created.
+    assert!(
+        matches!(released.session, SessionRelease::Stateless),
+        "{released:?}"
+    );
+    assert!(
+        matches!(released.earlier_sessions[..], [SessionRelease::NoSessionId]),
+        "{released:?}"
+    );
+    assert_eq!(probes(&server), 2, "the probe, then the redirection");
+    assert_eq!(initializes(&server), 1);
+    // Remembered: the next connect opens 2026-07-28 at once.
+    let session = connector.connect().await.expect("remembered");
+    assert!(!session.info().probed);
+    session.close().await;
+    assert_eq!((probes(&server), initializes(&server)), (3, 1));
 }

@@ -1629,6 +1629,72 @@ async fn python_sdk_2_over_stdio_speaks_2026_with_progress_and_input_requests() 
     }
 }
 
+/// The Python SDK 2.x server slow to start (it sleeps `delay` before it
+/// reads its stdin), pinned to `pinned` or not, with the connector's
+/// default connect timeout: the revision it spoke and how long the connect
+/// took.
+async fn python_sdk_2_slow_to_start(
+    delay: Duration,
+    pinned: Option<ProtocolVersion>,
+) -> (ProtocolVersion, Duration) {
+    let script = sources_dir().join("python_stdio_server.py");
+    let python = installed(peers_dir().join("venv2/bin/python"));
+    let seconds = delay.as_secs().to_string();
+    let (command, marker) = stdio_peer(
+        python,
+        &["-u", script.to_str().unwrap(), "--start-delay", &seconds],
+        false,
+    );
+    let mut connector = Connector::stdio(command).request_timeout(EXCHANGES);
+    if let Some(version) = pinned {
+        connector = connector.protocol_version(version);
+    }
+    let started = std::time::Instant::now();
+    let session = connector
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("{delay:?} to start, pinned {pinned:?}: {error}"));
+    let took = started.elapsed();
+    assert!(took >= delay, "connected after {took:?}");
+    assert_eq!(session.info().server_info["name"], "python2-stdio-peer");
+    let sum = session
+        .call_tool("add", json!({"a": 2, "b": 3}))
+        .await
+        .expect("add");
+    assert_eq!(sum["content"][0]["text"], "5");
+    let version = session.info().protocol_version;
+    close_stdio(session, &marker).await;
+    (version, took)
+}
+
+/// The server: the Python SDK 2.x, 4 s and 8 s to start. Unpinned,
+/// its late answer to the probe opens 2026-07-28 (it refuses the
+/// `initialize` sent meanwhile, having settled on 2026-07-28); pinned to
+/// 2026-07-28, the connect waits for it as long as a connect may. All four
+/// at once: the test takes the longest start, not the sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn python_sdk_2_over_stdio_slow_to_start_connects_unpinned_and_pinned() {
+    let (four, eight) = (Duration::from_secs(4), Duration::from_secs(8));
+    let modern = Some(ProtocolVersion::MODERN);
+    let outcomes = tokio::join!(
+        python_sdk_2_slow_to_start(four, None),
+        python_sdk_2_slow_to_start(eight, None),
+        python_sdk_2_slow_to_start(four, modern),
+        python_sdk_2_slow_to_start(eight, modern),
+    );
+    let outcomes = [
+        ("unpinned, 4 s", outcomes.0),
+        ("unpinned, 8 s", outcomes.1),
+        ("pinned, 4 s", outcomes.2),
+        ("pinned, 8 s", outcomes.3),
+    ];
+    for (what, (version, took)) in outcomes {
+        assert_eq!(version, ProtocolVersion::MODERN, "{what}");
+        eprintln!("{what} to start: connected in {took:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the peers: run .ci/install-peers first"]
 async fn typescript_sdk_2_over_stdio_speaks_2026() {

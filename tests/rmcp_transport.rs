@@ -1470,6 +1470,34 @@ fn rmcp_reaches_a_server_of_every_era() {
     });
 }
 
+/// rmcp's `initialize` refused with `-32022` naming 2026-07-28 (its probe
+/// was answered with a bare 404, which says "not this era"): the refusal
+/// is a redirection, followed as a `Session` follows it, in the same
+/// handshake: rmcp speaks 2026-07-28.
+#[test]
+fn an_initialize_refused_naming_2026_is_followed() {
+    scenario(async {
+        let refusal = r#"{"jsonrpc":"2.0","id":{id},"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"],"requested":"2025-11-25"}}}"#;
+        let world = World::new(of_era(Eras::Modern).with_faults(vec![
+            Fault::on_rpc("server/discover", FaultAction::status(404)).times(1),
+            Fault::on_rpc(
+                "initialize",
+                FaultAction::raw(400, "application/json", refusal),
+            ),
+        ]))
+        .await;
+        let (transport, report) = world.transport(false);
+        let client = serve(transport).await.expect("the refusal is followed");
+        assert_eq!(rmcp_version(&client), "2026-07-28");
+        assert_eq!(seen(&world.server, "server/discover").len(), 2);
+        assert_eq!(seen(&world.server, "initialize").len(), 1);
+        call(&client, "tool-001").await;
+        let released = cancel(client, report).await;
+        released_as(Eras::Modern, &released);
+        world.check(0).await;
+    });
+}
+
 /// An rmcp client that accepts every elicitation and counts them.
 #[derive(Clone, Default)]
 struct Confirms {

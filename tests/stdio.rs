@@ -148,6 +148,93 @@ async fn a_2025_server_silent_to_the_probe_is_initialized_after_the_probe_timeou
     session.close().await;
 }
 
+/// Connects to the fixture of `era` that sleeps `delay` before it reads
+/// its stdin, pinned or not, with the connector's defaults (the start
+/// counts against the connect timeout, 60 s); calls a tool, closes, and
+/// hands back the revision spoken, whether it probed, and how long the
+/// connect took.
+async fn slow_start(
+    era: &str,
+    delay: Duration,
+    pinned: Option<ProtocolVersion>,
+) -> (ProtocolVersion, bool, Duration) {
+    let seconds = delay.as_secs().to_string();
+    let mut connector = Connector::stdio(fixture(&["--era", era, "--start-delay", &seconds]));
+    if let Some(version) = pinned {
+        connector = connector.protocol_version(version);
+    }
+    let started = std::time::Instant::now();
+    let what = format!("{era}, {delay:?} to start, pinned {pinned:?}");
+    let session = connector
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    let took = started.elapsed();
+    assert!(took >= delay, "{what}: connected after {took:?}");
+    let info = (session.info().protocol_version, session.info().probed, took);
+    let result = session
+        .call_tool("echo", json!({"text": "slow"}))
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert_eq!(result["content"][0]["text"], "slow", "{what}");
+    session.close().await;
+    info
+}
+
+/// A server slow to start (4 s, 8 s before it reads its stdin) connects:
+/// unpinned, the probe's late answer opens 2026-07-28 (the `initialize`
+/// sent meanwhile, refused with `-32022`, changes nothing); pinned to
+/// 2026-07-28, nothing shorter than the connect bounds it. A server of
+/// both eras takes that `initialize` too, after the probe: the session
+/// speaks the revision it settled on last, 2025. All at once, so the test
+/// takes the longest delay, not the sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_slow_to_start_connects_unpinned_and_pinned() {
+    let _scene = scene();
+    let (four, eight) = (Duration::from_secs(4), Duration::from_secs(8));
+    let modern = Some(ProtocolVersion::MODERN);
+    let (unpinned_4, unpinned_8, pinned_4, pinned_8, both_4) = tokio::join!(
+        slow_start("modern", four, None),
+        slow_start("modern", eight, None),
+        slow_start("modern", four, modern),
+        slow_start("modern", eight, modern),
+        slow_start("both", four, None),
+    );
+    for (what, (version, probed, took)) in [("4 s", unpinned_4), ("8 s", unpinned_8)] {
+        assert_eq!(version, ProtocolVersion::MODERN, "unpinned, {what}");
+        assert!(probed, "unpinned, {what}");
+        eprintln!("unpinned, {what} to start: connected in {took:?}");
+    }
+    for (what, (version, probed, took)) in [("4 s", pinned_4), ("8 s", pinned_8)] {
+        assert_eq!(version, ProtocolVersion::MODERN, "pinned, {what}");
+        assert!(!probed, "pinned, {what}");
+        eprintln!("pinned, {what} to start: connected in {took:?}");
+    }
+    assert_eq!(both_4.0, ProtocolVersion::V2025_11_25, "both eras, 4 s");
+    eprintln!("both eras, 4 s to start: connected in {:?}", both_4.2);
+}
+
+/// A 2026-07-28 server that leaves the probe unanswered, then refuses the
+/// `initialize` sent after it with `-32022` naming 2026-07-28: that is a
+/// redirection, followed in the same connect (`server/discover` with the
+/// revision named), not a verdict.
+#[tokio::test]
+async fn an_initialize_refused_naming_2026_is_followed_in_the_same_connect() {
+    let _scene = scene();
+    let session = Connector::stdio(fixture(&["--era", "modern", "--probe", "silent"]))
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(session.info().protocol_version, ProtocolVersion::MODERN);
+    assert!(session.info().probed);
+    let result = session
+        .call_tool("echo", json!({"text": "followed"}))
+        .await
+        .expect("call");
+    assert_eq!(result["content"][0]["text"], "followed");
+    session.close().await;
+}
+
 #[tokio::test]
 async fn a_2025_server_request_over_stdio_is_answered() {
     let _scene = scene();

@@ -197,7 +197,7 @@ use crate::jsonrpc::{
 use crate::queue::{self, Weigh};
 use crate::scope::{GuardStack, Released};
 use crate::session::era::{self, Plan, Probe};
-use crate::session::shared::SERVER_INFO_META;
+use crate::session::shared::{SERVER_INFO_META, supported_instead};
 use crate::sync::lock;
 use crate::transport::metadata::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, ParamHeader,
@@ -943,6 +943,7 @@ async fn detect(
     };
     let error = match sessions(engine, request.clone(), Some(memory.clone())).await {
         Err(error) if era::not_this_era(&error, false) => error,
+        Err(error) => return redirected(engine, plan, request.id, error).await,
         outcome => return outcome,
     };
     tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
@@ -961,6 +962,37 @@ async fn detect(
             tracing::debug!(error = %sse, "not an HTTP+SSE server either");
             Err(error)
         }
+    }
+}
+
+/// rmcp's `initialize` refused (at the answer's head) with
+/// `UnsupportedProtocolVersion` naming a 2026-07-28 revision we speak: a
+/// redirection, as `era::detect` follows it, once: `server/discover` with
+/// that revision, answered to rmcp as its `initialize`. Any other refusal
+/// is the error.
+async fn redirected(
+    engine: &Arc<Engine<RmcpFront>>,
+    plan: &Plan<'_>,
+    id: RequestId,
+    refused: Error,
+) -> Result<()> {
+    let Some(version) = supported_instead(&refused).filter(|v| v.is_modern()) else {
+        return Err(refused);
+    };
+    tracing::debug!(%version, "initialize was refused naming a 2026-07-28 revision; opening it");
+    match era::discover(engine, plan, version).await? {
+        Probe::Opened(opened) => {
+            let version = opened
+                .generation
+                .wire()
+                .protocol_version()
+                .unwrap_or(version);
+            stateless(engine, id, opened).await?;
+            plan.memory.remember(plan.url, version);
+            Ok(())
+        }
+        // No second redirection; the refusal says most.
+        Probe::Prefers(_) | Probe::Legacy(_) => Err(refused),
     }
 }
 

@@ -241,6 +241,10 @@ impl Connector {
     /// `initialize`, then HTTP+SSE, and the verdict is remembered by the
     /// HTTP client for the endpoint (see [`HttpClient::known_revision`]),
     /// so later sessions through the same client skip the probe.
+    ///
+    /// A pinned connect never falls back to another revision, nor follows
+    /// a refusal that names one; its opening exchange waits as long as the
+    /// connect may (see [`connect_timeout`](Self::connect_timeout)).
     pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
         self.config_mut().pinned = Some(version);
         self
@@ -283,7 +287,9 @@ impl Connector {
     /// discovery: every step of it (the probe, `initialize`,
     /// `notifications/initialized`, the HTTP+SSE stream and its `endpoint`
     /// event, each discovery page) shares this one deadline, and each
-    /// exchange is also bounded by the request timeout. When it passes,
+    /// exchange is also bounded by the request timeout; none by anything
+    /// shorter (a stdio server's start counts against this deadline, so
+    /// one slow to start connects late rather than failing). When it passes,
     /// connect unwinds as on any failure (a session already created is
     /// DELETEd before it returns) and fails with [`Error::is_timeout`],
     /// naming the step it was in ([`Error::connect_phase`]).

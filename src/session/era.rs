@@ -9,13 +9,19 @@
 //! connection say nothing of the era and are reported as they are.
 //!
 //! Every exchange here runs within the connect's deadline (and each within
-//! the request timeout): the era is chosen inside one bound.
+//! the request timeout): the era is chosen inside one bound, and no
+//! exchange gets a shorter one of its own. A server slow to start is slow,
+//! not another era: a late answer is an answer, and an error that names
+//! the revision to use (`-32022` with `data.supported`) is a redirection,
+//! followed in the same connect, not a verdict.
 //!
 //! Generic over the engine's front end: the rmcp adapter
 //! (`adapters::rmcp`) probes with [`discover`] and reads answers with
 //! [`not_this_era`] and [`wrong_era`] too, in the same order, with its
 //! own `initialize` step (rmcp's, returning at the answer's head).
 
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -47,33 +53,25 @@ pub(crate) struct Plan<'a> {
     /// Set once an HTTP+SSE stream named its endpoint: the server speaks
     /// that transport, and a failure after it is the real cause.
     pub(crate) sse_found: AtomicBool,
-    /// A stdio server: detection as the stdio page has it (the probe
-    /// within [`STDIO_PROBE_TIMEOUT`], any other answer or none means
-    /// `initialize`, and no HTTP+SSE).
+    /// A stdio server: detection as the stdio page has it (`initialize`
+    /// beside the probe once it has gone [`STDIO_PROBE_PATIENCE`]
+    /// unanswered, or after any answer that is not modern; no HTTP+SSE).
     pub(crate) stdio: bool,
 }
 
-/// How long a stdio server gets to answer `server/discover` before it is
-/// taken for a 2025 server (some never answer a request that comes before
-/// `initialize`). A verdict is remembered per command line, so a
-/// reconnect does not wait again.
-pub(crate) const STDIO_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a stdio server's probe (`server/discover`) goes unanswered
+/// before `initialize` is sent too, on the same process: some 2025 servers
+/// never answer a request that comes before `initialize`. Not a deadline:
+/// the probe still waits, within the connect's, and its answer, however
+/// late, is used (a server slow to start reads both in order). A verdict
+/// is remembered per command line, so a reconnect does not wait again.
+pub(crate) const STDIO_PROBE_PATIENCE: Duration = Duration::from_secs(3);
 
 impl Plan<'_> {
     /// The deadline of one exchange: the connect's, and the request
     /// timeout from now, whichever comes first.
     fn exchange(&self) -> Deadline {
         self.deadline.within(self.request_timeout)
-    }
-
-    /// The deadline of the `server/discover` probe: an exchange's, and
-    /// over stdio [`STDIO_PROBE_TIMEOUT`] at most.
-    fn probe(&self) -> Deadline {
-        if self.stdio {
-            self.exchange().within(Some(STDIO_PROBE_TIMEOUT))
-        } else {
-            self.exchange()
-        }
     }
 
     /// Whether the connect's own deadline has passed.
@@ -184,6 +182,7 @@ async fn detect<F: Front>(
         };
         let error = match initialize(engine, plan, phase, proposed).await {
             Err(error) if not_this_era(&error, false) => error,
+            Err(error) => return redirected(engine, plan, phase, error, proposed).await,
             outcome => return outcome,
         };
         tracing::debug!(%error, "no Streamable HTTP initialize; trying HTTP+SSE");
@@ -222,14 +221,22 @@ fn remember(plan: &Plan<'_>, opened: Opened) -> Opened {
 
 /// The stdio page's detection: `server/discover` (a discover result is
 /// 2026-07-28; a modern error names the revision to use and is never
-/// fallen back from); any other error, or no answer within
-/// [`STDIO_PROBE_TIMEOUT`]: `initialize`, on the same process.
+/// fallen back from); any other error: `initialize`, on the same process.
+/// No answer within [`STDIO_PROBE_PATIENCE`]: `initialize` too, beside
+/// the probe, which still counts (see [`initialize_beside`]).
 async fn detect_stdio<F: Front>(
     engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,
 ) -> Result<Opened> {
-    let proposed = match discover(engine, plan, ProtocolVersion::MODERN).await {
+    let mut probe = pin!(discover(engine, plan, ProtocolVersion::MODERN));
+    let answered = tokio::select! {
+        answered = &mut probe => answered,
+        () = tokio::time::sleep(STDIO_PROBE_PATIENCE) => {
+            return initialize_beside(engine, plan, phase, probe).await;
+        }
+    };
+    let proposed = match answered {
         Ok(Probe::Opened(opened)) => return Ok(opened),
         Ok(Probe::Prefers(instead)) => instead,
         Ok(Probe::Legacy(error)) => {
@@ -237,13 +244,110 @@ async fn detect_stdio<F: Front>(
             ProtocolVersion::LATEST
         }
         Err(error) if modern_error(&error) => return Err(error),
+        // A request timeout shorter than the patience cut the probe, not
+        // the connect's: no answer in time, as the spec puts it.
         Err(error) if error.is_rpc() || (error.is_timeout() && !plan.deadline_passed()) => {
             tracing::debug!(%error, "not a 2026-07-28 server; trying initialize");
             ProtocolVersion::LATEST
         }
         Err(error) => return Err(error),
     };
-    initialize(engine, plan, phase, proposed).await
+    match initialize(engine, plan, phase, proposed).await {
+        Err(error) => redirected(engine, plan, phase, error, proposed).await,
+        opened => opened,
+    }
+}
+
+/// `initialize` sent while the probe still waits (it went
+/// [`STDIO_PROBE_PATIENCE`] unanswered: a 2025 server silent to it, or
+/// any server still starting, which reads both in order). The server's
+/// last word decides: an `initialize` it accepted is the session (a
+/// server of both eras may settle on the handshake after answering the
+/// probe); refused, the probe's discover result is (a 2026-07-28 server
+/// that settled on the probe refuses the handshake with `-32022`), or the
+/// revision the refusal names. Within the connect's deadline.
+async fn initialize_beside<F: Front>(
+    engine: &Arc<Engine<F>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    mut probe: Pin<&mut impl Future<Output = Result<Probe>>>,
+) -> Result<Opened> {
+    tracing::debug!("no answer to server/discover yet; sending initialize beside it");
+    let proposed = ProtocolVersion::LATEST;
+    let mut handshake = pin!(initialize(engine, plan, phase, proposed));
+    let mut probed = None;
+    let refused = loop {
+        tokio::select! {
+            // The probe first: it was sent first, and an answer to it that
+            // is ready with the handshake's came first.
+            biased;
+            answer = &mut probe, if probed.is_none() => match answer {
+                Ok(Probe::Opened(opened)) => {
+                    // Bounded shorter than the connect, for a reason: the
+                    // server has shown it speaks 2026-07-28; the
+                    // handshake's answer only says whether it took a 2025
+                    // session after that, and a server that answers in
+                    // order has it on its way. One silent to `initialize`
+                    // took none.
+                    let took = tokio::time::timeout(STDIO_PROBE_PATIENCE, &mut handshake).await;
+                    return Ok(match took {
+                        Ok(Ok(session)) => session,
+                        _ => opened,
+                    });
+                }
+                other => probed = Some(other),
+            },
+            outcome = &mut handshake => match outcome {
+                Ok(session) => return Ok(session),
+                Err(error) => break error,
+            },
+        }
+    };
+    match probed {
+        Some(Err(error)) if modern_error(&error) => Err(error),
+        Some(_) => redirected(engine, plan, phase, refused, proposed).await,
+        // Refused naming nothing to go to: as a 2025 server refuses (a
+        // 2026-07-28 one would have answered the probe, read first).
+        None if supported_instead(&refused).is_none() => Err(refused),
+        // The revision to use, while the probe still waits (a server that
+        // dropped it, or answers out of order): the redirection is
+        // followed beside it, and the first opening wins.
+        None => {
+            let follow = redirected(engine, plan, phase, refused, proposed);
+            tokio::select! {
+                biased;
+                Ok(Probe::Opened(opened)) = &mut probe => Ok(opened),
+                followed = follow => followed,
+            }
+        }
+    }
+}
+
+/// A refused `initialize` (proposing `proposed`): an
+/// `UnsupportedProtocolVersion` that names another revision we speak is a
+/// redirection, followed once in the same connect (`server/discover` for
+/// a 2026-07-28 one, `initialize` again for a 2025 one); any other
+/// refusal, or a second one, is the error.
+async fn redirected<F: Front>(
+    engine: &Arc<Engine<F>>,
+    plan: &Plan<'_>,
+    phase: &PhaseCell,
+    refused: Error,
+    proposed: ProtocolVersion,
+) -> Result<Opened> {
+    let Some(version) = supported_instead(&refused).filter(|v| *v != proposed) else {
+        return Err(refused);
+    };
+    tracing::debug!(%proposed, %version, "initialize was refused naming another revision; opening it");
+    if !version.is_modern() {
+        return initialize(engine, plan, phase, version).await;
+    }
+    match discover(engine, plan, version).await? {
+        Probe::Opened(opened) => Ok(opened),
+        // Sent back to a 2025 revision, or no discover result: no second
+        // redirection; the refusal says most.
+        Probe::Prefers(_) | Probe::Legacy(_) => Err(refused),
+    }
 }
 
 /// Whether `error` shows the server does not speak the era tried (a modern
@@ -305,7 +409,7 @@ pub(crate) async fn discover<F: Front>(
             params: None,
         };
         let outcome = engine
-            .request_on(&generation, &request, plan.probe())
+            .request_on(&generation, &request, plan.exchange())
             .instrument(tracing::debug_span!("mcp.discover_server", %version))
             .await
             .and_then(|result| result_value(&result, "server/discover"))

@@ -28,6 +28,9 @@ Options, each a way real servers behave toward their host:
 - `--ignore-eof`: does not exit when its stdin closes: it keeps running
   (at most `--linger` seconds, 300 by default, so that a broken test still
   ends), a server that never honors the spec's shutdown signal.
+- `--start-delay SECONDS`: sleeps that long before it serves (before it
+  reads its stdin): a server slow to start, on a busy machine or behind
+  heavy imports; what the host wrote meanwhile waits in the pipe.
 
 Exits 0 once its stdin is closed (unless `--ignore-eof`).
 """
@@ -163,6 +166,7 @@ def main():
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--ignore-eof", action="store_true")
     parser.add_argument("--linger", type=float, default=300.0)
+    parser.add_argument("--start-delay", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
 
     if args.crash_at_start:
@@ -177,6 +181,8 @@ def main():
         os.write(1, b"starting the python stdio peer (not JSON)\n")
     if args.exit_after_init:
         sys.stdout = io.TextIOWrapper(io.BufferedWriter(ExitAfterInitialize()), encoding="utf-8")
+    if args.start_delay:
+        time.sleep(args.start_delay)
 
     build(args.print_env).run("stdio")
 

@@ -5,12 +5,15 @@ tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
         [--tools N] [--ignore-eof] [--ignore-term] [--grandchild]
         [--stderr-flood BYTES] [--crash-at-start] [--exit-after-init]
         [--noise] [--no-read-after-init] [--wrap] [--daemons]
+        [--start-delay SECONDS]
 
 - era: `legacy` answers `initialize` only (2025-11-25 and older); `modern`
   answers `server/discover` and every request with `_meta` only
   (2026-07-28); `both` does both.
 - probe: what a legacy server does with a request before `initialize`:
-  answer a JSON-RPC error (-32600), or say nothing.
+  answer a JSON-RPC error (-32600), or say nothing; `silent` also makes
+  a server of 2026-07-28 (`modern`, `both`) leave its first
+  `server/discover` unanswered.
 - ignore-eof: keeps running when stdin closes; ignore-term: SIGTERM is
   ignored (so only SIGKILL ends it).
 - grandchild: starts `sleep 1000` as a child of its own (a wrapper's
@@ -20,6 +23,8 @@ tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
   `setsid` shell that exits at once (a daemon, reparented away from us).
 - wrap: runs this same script (without --wrap) as a child, and waits for
   it, forwarding no signal: the shape of `npx -y` and `uvx`.
+- start-delay: sleeps that long before it reads its stdin (a server slow to
+  start: imports, a busy machine); what the client wrote waits in the pipe.
 
 Tools: `echo` (text), `env` (the value of the variable `name`, or null),
 `slow` (answers after `seconds`; progress every 0.1 s when asked),
@@ -63,6 +68,7 @@ def main():
     p.add_argument("--wrap", action="store_true")
     p.add_argument("--daemons", action="store_true")
     p.add_argument("--log")
+    p.add_argument("--start-delay", type=float, default=0)
     args, _ = p.parse_known_args()
 
     if args.wrap:
@@ -94,6 +100,8 @@ def main():
     if args.noise:
         out("this is a log line, not JSON-RPC")
         out('{"level": "info", "msg": "a JSON log line"}')
+    if args.start_delay:
+        time.sleep(args.start_delay)
 
     Server(args).run()
 
@@ -120,6 +128,7 @@ class Server:
         self.next_id = 0
         self.subscription = None  # the id of a subscriptions/listen, 2026
         self.extra_tools = 0
+        self.dropped_probe = False
 
     def run(self):
         for line in sys.stdin:
@@ -202,6 +211,9 @@ class Server:
                          "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": rid},
                                     "notifications": params.get("notifications")}})
         if method == "server/discover":
+            if self.args.probe == "silent" and not self.dropped_probe:
+                self.dropped_probe = True
+                return
             return self.result(rid, {"supportedVersions": [MODERN],
                                      "capabilities": {"tools": {"listChanged": True}},
                                      "ttlMs": 0, "cacheScope": "public",
