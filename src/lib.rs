@@ -262,9 +262,15 @@
 //!
 //! # Optional features
 //!
-//! - `rustls` (default): `https` for the owned client through hyper-rustls,
-//!   with the `ring` crypto provider (built with the system C compiler, no
-//!   cmake or nasm) and the Mozilla root set from webpki-roots.
+//! - `aws-lc-rs` (default): `https` for the owned client through
+//!   hyper-rustls with rustls' default crypto provider, aws-lc-rs
+//!   (post-quantum hybrid key exchange first; a C build of AWS-LC), the
+//!   Mozilla root set from webpki-roots and the system's roots.
+//! - `ring`: the same with the `ring` provider (a smaller, faster build, no
+//!   post-quantum key exchange); turn `aws-lc-rs` off to use it.
+//! - `rustls`: the TLS with no provider of its own (enabled by both): the
+//!   one given to `HttpClientBuilder::crypto_provider`, else the process
+//!   default, else the feature's.
 //! - `reqwest`: `HttpClient::from_reqwest` lends a caller's
 //!   `reqwest::Client` (see `adapters::reqwest` for what the client's own
 //!   redirect and timeout settings decide). It enables no reqwest feature:
@@ -316,6 +322,8 @@ pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod text;
+#[cfg(any(feature = "rustls", feature = "testkit"))]
+mod tls_provider;
 mod transport;
 // The one URL parser: OAuth's secret-carrying targets, and proxy URLs.
 #[cfg(any(feature = "oauth", feature = "proxy"))]

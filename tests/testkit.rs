@@ -832,7 +832,7 @@ async fn tls_with_self_signed_certificate() {
         .add(rustls::pki_types::CertificateDer::from(cert_der))
         .unwrap();
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()

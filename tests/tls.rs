@@ -63,6 +63,47 @@ async fn an_untrusted_certificate_is_refused_before_anything_is_sent() {
     assert!(server.requests().is_empty());
 }
 
+/// aws-lc-rs with only `groups` for key exchange.
+fn key_exchange_only(
+    groups: &[&'static dyn tokio_rustls::rustls::crypto::SupportedKxGroup],
+) -> std::sync::Arc<tokio_rustls::rustls::crypto::CryptoProvider> {
+    use tokio_rustls::rustls::crypto::{CryptoProvider, aws_lc_rs};
+    std::sync::Arc::new(CryptoProvider {
+        kx_groups: groups.to_vec(),
+        ..aws_lc_rs::default_provider()
+    })
+}
+
+#[tokio::test]
+async fn the_default_and_a_given_provider_agree_on_post_quantum_key_exchange() {
+    use tokio_rustls::rustls::crypto::aws_lc_rs::kx_group;
+    let (server, cert_der) = tls_server();
+    let builder = || {
+        HttpClient::builder()
+            .built_in_roots(false)
+            .add_root_certificate(cert_der.clone())
+    };
+    // The default provider, then one that offers the hybrid group alone:
+    // the test kit server (same default) takes both.
+    let pq = key_exchange_only(&[kx_group::X25519MLKEM768]);
+    for client in [builder(), builder().crypto_provider(pq)] {
+        let wire = wire(client.build().unwrap(), &server);
+        handshake(&wire).await;
+    }
+    // One that offers only what the server does not take: the given
+    // provider is the one used, so the handshake fails.
+    let unusable = key_exchange_only(&[kx_group::MLKEM1024]);
+    let wire = wire(
+        builder().crypto_provider(unusable).build().unwrap(),
+        &server,
+    );
+    let error = wire
+        .request(initialize_request(1, "2025-11-25"))
+        .await
+        .unwrap_err();
+    assert!(error.is_transport(), "{error:?}");
+}
+
 #[test]
 fn an_invalid_root_certificate_is_a_builder_error() {
     let error = HttpClient::builder()

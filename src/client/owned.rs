@@ -125,10 +125,46 @@ struct Settings {
     system_roots: bool,
     #[cfg(feature = "rustls")]
     client_identity: Option<ClientIdentity>,
+    #[cfg(feature = "rustls")]
+    crypto_provider: GivenProvider,
     #[cfg(feature = "proxy")]
     proxy: ProxySetting,
     #[cfg(feature = "proxy")]
     proxy_bypass: Option<String>,
+}
+
+/// A provider the caller gave, a setting compared by identity (a provider
+/// has no equality of its own).
+#[cfg(feature = "rustls")]
+#[derive(Clone)]
+struct GivenProvider(Option<std::sync::Arc<rustls::crypto::CryptoProvider>>);
+
+#[cfg(feature = "rustls")]
+impl PartialEq for GivenProvider {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(feature = "rustls")]
+impl Eq for GivenProvider {}
+
+#[cfg(feature = "rustls")]
+impl std::hash::Hash for GivenProvider {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.as_ref().map(std::sync::Arc::as_ptr).hash(state);
+    }
+}
+
+#[cfg(feature = "rustls")]
+impl std::fmt::Debug for GivenProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "given" } else { "default" })
+    }
 }
 
 impl PartialEq for HttpClientBuilder {
@@ -169,6 +205,8 @@ impl HttpClientBuilder {
                 system_roots: true,
                 #[cfg(feature = "rustls")]
                 client_identity: None,
+                #[cfg(feature = "rustls")]
+                crypto_provider: GivenProvider(None),
                 #[cfg(feature = "proxy")]
                 proxy: ProxySetting::Environment,
                 #[cfg(feature = "proxy")]
@@ -297,6 +335,25 @@ impl HttpClientBuilder {
         self
     }
 
+    /// The rustls crypto provider for `https` connections. Default: the
+    /// process default if one is installed
+    /// (`rustls::crypto::CryptoProvider::install_default`), else aws-lc-rs
+    /// (feature `aws-lc-rs`, on by default: post-quantum hybrid key
+    /// exchange, X25519MLKEM768, offered first), else ring (feature `ring`).
+    /// With none of them, [`build`](Self::build) fails saying so.
+    ///
+    /// Two builders given the same `Arc` compare equal; clones of one
+    /// provider in two `Arc`s do not.
+    #[cfg(feature = "rustls")]
+    pub fn crypto_provider(
+        mut self,
+        provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    ) -> Self {
+        self.settings.crypto_provider = GivenProvider(Some(provider));
+        self.tls = Default::default();
+        self
+    }
+
     /// Sends every request through the proxy at `url` (`http://host:port`,
     /// with `user:password@` before the host if the proxy asks for them),
     /// whatever the environment says; destinations named by
@@ -419,6 +476,7 @@ impl HttpClientBuilder {
             self.settings.system_roots,
             self.settings.extra_roots.clone(),
             self.settings.client_identity.clone(),
+            self.settings.crypto_provider.0.as_ref(),
         )
         .map(std::sync::Arc::new)
     }

@@ -60,6 +60,8 @@ pub(super) struct Trust<'a> {
     /// More roots, DER encoded.
     pub(super) extra_roots: &'a [Vec<u8>],
     pub(super) identity: Option<&'a ClientIdentity>,
+    /// The crypto provider (see `tls_provider::choose`).
+    pub(super) provider: &'a Arc<rustls::crypto::CryptoProvider>,
 }
 
 impl Trust<'_> {
@@ -78,8 +80,7 @@ impl Trust<'_> {
                 .add(CertificateDer::from(der.clone()))
                 .map_err(|e| Error::builder("invalid root certificate").with_source(e))?;
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let config = rustls::ClientConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::builder("TLS configuration").with_source(e))?
             .with_root_certificates(roots);
@@ -392,11 +393,23 @@ pub(super) struct LazyTls {
     pub(super) system_roots: bool,
     pub(super) extra_roots: Vec<Vec<u8>>,
     pub(super) identity: Option<ClientIdentity>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
     /// Made once, success or failure: a trust store refused for this
     /// client is refused for its every connection, in the same words,
     /// without being read again. A read the deadline cut short is not
     /// kept, and the next connection tries again.
     config: tokio::sync::OnceCell<std::result::Result<Arc<rustls::ClientConfig>, BoxedShared>>,
+}
+
+/// A provider in `Debug`: which key exchange it offers first, not its
+/// every table.
+struct ProviderName<'a>(&'a rustls::crypto::CryptoProvider);
+
+impl fmt::Debug for ProviderName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let first = self.0.kx_groups.first().map(|group| group.name());
+        write!(f, "CryptoProvider {{ first key exchange: {first:?}, .. }}")
+    }
 }
 
 /// A failure shared by a client's connections.
@@ -409,24 +422,28 @@ impl fmt::Debug for LazyTls {
             .field("system_roots", &self.system_roots)
             .field("extra_roots", &self.extra_roots.len())
             .field("identity", &self.identity)
+            .field("provider", &ProviderName(&self.provider))
             .finish_non_exhaustive()
     }
 }
 
 impl LazyTls {
-    /// Checks what can be checked without reading files (the extra roots,
-    /// the identity): an invalid one fails the build, as before.
+    /// Chooses the provider and checks what can be checked without reading
+    /// files (the extra roots, the identity): an invalid one fails the
+    /// build, as before.
     pub(super) fn new(
         built_in_roots: bool,
         system_roots: bool,
         extra_roots: Vec<Vec<u8>>,
         identity: Option<ClientIdentity>,
+        provider: Option<&Arc<rustls::crypto::CryptoProvider>>,
     ) -> Result<Self> {
         let lazy = LazyTls {
             built_in_roots,
             system_roots,
             extra_roots,
             identity,
+            provider: crate::tls_provider::choose(provider)?,
             config: tokio::sync::OnceCell::new(),
         };
         lazy.trust().client_config(&[])?;
@@ -439,6 +456,7 @@ impl LazyTls {
             system_roots: self.system_roots,
             extra_roots: &self.extra_roots,
             identity: self.identity.as_ref(),
+            provider: &self.provider,
         }
     }
 
@@ -824,6 +842,7 @@ mod tests {
             system_roots: false,
             extra_roots: &[],
             identity: Some(identity),
+            provider: &crate::tls_provider::choose(None)?,
         }
         .client_config(&[])
     }

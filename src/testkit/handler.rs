@@ -53,11 +53,12 @@ const SERVER_REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// JSON-RPC error code of a server request left unanswered.
 const NO_ANSWER: i64 = -32000;
 
-/// Builds the TLS acceptor for `id` (ring provider, h2 and http/1.1 ALPN),
+/// Builds the TLS acceptor for `id` (the owned client's provider choice,
+/// h2 and http/1.1 ALPN),
 /// requiring a client certificate issued by `client_ca` when given.
 pub(super) fn tls_acceptor(id: &TlsIdentity, client_ca: Option<&[u8]>) -> TlsAcceptor {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls_provider::choose(None).expect("testkit: TLS server");
     let certs = id
         .cert_chain_der
         .iter()
