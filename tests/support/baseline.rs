@@ -85,8 +85,19 @@ impl Caller {
     }
 }
 
+/// The process's open descriptors, less the stdio watchdog's image: a
+/// sealed memfd made at the first stdio spawn and kept for the process's
+/// life (one, however many servers), as a cache is.
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
+    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| {
+        dir.filter_map(|e| e.ok())
+            .filter(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|target| {
+                    !target.to_string_lossy().starts_with("/memfd:mcp-watchdog")
+                })
+            })
+            .count()
+    })
 }
 
 fn fd_targets() -> Vec<String> {
