@@ -1759,3 +1759,58 @@ async fn a_stubborn_sdk_server_behind_a_wrapper_is_killed_whole() {
     );
     processes::assert_no_marker(STDIO_MARKER, &marker, Duration::from_secs(10));
 }
+
+/// rmcp over `ScopedTransport::stdio` against an SDK's stdio server:
+/// rmcp's handshake (the revision it was told is returned), the tools
+/// listed, `echo` called, then rmcp's service dropped without a close (the
+/// hosts' usual way out): nothing of the tree is left once the reaper is
+/// done.
+#[cfg(feature = "rmcp")]
+async fn rmcp_over_stdio(command: mcp_scoped_http::stdio::StdioCommand, marker: &str) -> String {
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    let transport = ScopedTransport::stdio(command)
+        .opening_timeout(STARTUP)
+        .spawn()
+        .await
+        .expect("spawn the stdio peer");
+    let client = ().serve(transport).await.expect("rmcp initializes");
+    let revision = client
+        .peer_info()
+        .map(|info| info.protocol_version.to_string())
+        .unwrap_or_default();
+    let tools = client.peer().list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().any(|tool| tool.name == "echo"), "{tools:?}");
+    let echoed = client
+        .call_tool(
+            CallToolRequestParams::new("echo").with_arguments(
+                json!({"text": "rmcp over stdio"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .expect("echo");
+    let text = serde_json::to_string(&echoed.content).unwrap();
+    assert!(text.contains("rmcp over stdio"), "{text}");
+    drop(client);
+    mcp_scoped_http::shutdown().await;
+    processes::assert_no_marker(STDIO_MARKER, marker, Duration::from_secs(10));
+    revision
+}
+
+#[cfg(feature = "rmcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the peers: run .ci/install-peers first"]
+async fn rmcp_over_stdio_against_the_python_and_typescript_sdks() {
+    for wrapped in [false, true] {
+        let (command, marker) = python_stdio("venv", wrapped);
+        assert_eq!(rmcp_over_stdio(command, &marker).await, "2025-11-25");
+        let (command, marker) = python_stdio("venv2", wrapped);
+        assert_eq!(rmcp_over_stdio(command, &marker).await, "2026-07-28");
+        let (command, marker) = ts2_stdio(wrapped);
+        assert_eq!(rmcp_over_stdio(command, &marker).await, "2026-07-28");
+    }
+}

@@ -704,3 +704,121 @@ async fn a_server_that_stops_reading_its_stdin_fails_calls_within_their_deadline
     );
     session.close().await;
 }
+
+/// rmcp (the official Rust SDK) over `ScopedTransport::stdio`: the same
+/// supervision as `Connector::stdio`.
+#[cfg(feature = "rmcp")]
+mod rmcp_over_stdio {
+    use super::*;
+    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    /// Spawns `command`, runs rmcp's handshake, lists and calls `echo`,
+    /// cancels; returns the revision rmcp was told and how the process
+    /// ended.
+    async fn round_trip(
+        command: StdioCommand,
+        pinned: Option<ProtocolVersion>,
+    ) -> (String, Option<ProcessEnd>) {
+        let mut builder = ScopedTransport::stdio(command);
+        if let Some(version) = pinned {
+            builder = builder.protocol_version(version);
+        }
+        let mut transport = builder.spawn().await.expect("spawn");
+        let report = transport.release_report();
+        let client = ().serve(transport).await.expect("rmcp initializes");
+        let revision = client
+            .peer_info()
+            .map(|info| info.protocol_version.to_string())
+            .unwrap_or_default();
+        let tools = client.peer().list_all_tools().await.expect("tools/list");
+        assert!(tools.iter().any(|tool| tool.name == "echo"), "{tools:?}");
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("text".into(), "rmcp".into());
+        let result = client
+            .call_tool(CallToolRequestParams::new("echo").with_arguments(arguments))
+            .await
+            .expect("tools/call");
+        let text = serde_json::to_value(&result.content).unwrap();
+        assert_eq!(text[0]["text"], "rmcp", "{result:?}");
+        client.cancel().await.expect("cancel");
+        let released = report.released().await.expect("closed, not dropped");
+        (revision, released.process)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rmcp_speaks_every_era_over_stdio_and_the_server_exits_on_close() {
+        let _scene = scene();
+        let cases = [
+            ("legacy", None, "2025-11-25"),
+            ("modern", None, "2026-07-28"),
+            ("both", None, "2026-07-28"),
+            ("both", Some(ProtocolVersion::V2025_11_25), "2025-11-25"),
+            ("modern", Some(ProtocolVersion::MODERN), "2026-07-28"),
+        ];
+        for (era, pinned, expected) in cases {
+            let (revision, ended) = round_trip(fixture(&["--era", era]), pinned).await;
+            assert_eq!(revision, expected, "{era}, pinned {pinned:?}");
+            assert!(
+                matches!(ended, Some(ProcessEnd::Exited(status)) if status.success()),
+                "{era}, pinned {pinned:?}: {ended:?}"
+            );
+        }
+    }
+
+    /// A server 4 s slow to start: rmcp's `initialize` waits for it, as a
+    /// connect does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rmcp_waits_for_a_server_slow_to_start() {
+        let _scene = scene();
+        let (revision, _) =
+            round_trip(fixture(&["--era", "modern", "--start-delay", "4"]), None).await;
+        assert_eq!(revision, "2026-07-28");
+    }
+
+    /// The whole tree (a wrapper, a grandchild, two daemons) is gone when
+    /// rmcp's service is dropped without a close, and when the transport
+    /// is dropped before rmcp ever used it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_rmcp_service_or_transport_leaves_no_process() {
+        let _scene = scene();
+        let marker = marker();
+        let transport =
+            ScopedTransport::stdio(wrapped(&marker, &["--era", "legacy", "--ignore-term"]))
+                .spawn()
+                .await
+                .expect("spawn");
+        let client = ().serve(transport).await.expect("rmcp initializes");
+        until_tree(&marker, TREE).await;
+        drop(client);
+        mcp_scoped_http::shutdown().await;
+        assert_tree_gone(&marker);
+
+        let marker = super::marker();
+        let transport = ScopedTransport::stdio(wrapped(&marker, &["--era", "legacy"]))
+            .spawn()
+            .await
+            .expect("spawn");
+        until_tree(&marker, TREE).await;
+        drop(transport);
+        mcp_scoped_http::shutdown().await;
+        assert_tree_gone(&marker);
+    }
+
+    /// A program that does not exist: a configuration error from `spawn`,
+    /// nothing started.
+    #[tokio::test]
+    async fn a_missing_program_fails_spawn_naming_it() {
+        let _scene = scene();
+        let error = ScopedTransport::stdio(StdioCommand::new("no-such-mcp-server-here"))
+            .spawn()
+            .await
+            .expect_err("no such program");
+        assert!(error.is_builder(), "{error}");
+        assert!(
+            error.to_string().contains("no-such-mcp-server-here"),
+            "{error}"
+        );
+    }
+}

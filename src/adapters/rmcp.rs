@@ -51,6 +51,16 @@
 //!   it. The session is the
 //!   stream: closed at close, never DELETEd.
 //!
+//! - **stdio** ([`ScopedTransport::stdio`], feature `stdio`): the server is
+//!   started by [`StdioTransportBuilder::spawn`] under the supervision
+//!   [`Connector::stdio`](crate::Connector::stdio) gives it (its own
+//!   process group, the watchdog, the environment allowlist, the release
+//!   sequence), and rmcp's `initialize` opens its era as that connect does:
+//!   the stdio page's detection, a slow start waited for within
+//!   [`opening_timeout`](StdioTransportBuilder::opening_timeout), a
+//!   refusal naming a revision followed. Closing, or dropping, the
+//!   transport ends the process tree.
+//!
 //! Everything the server sends (responses, notifications, and requests such
 //! as `ping`, `roots/list` or `elicitation/create`) reaches rmcp through
 //! [`Transport::receive`]; rmcp's answers go out as POSTs carrying the
@@ -389,6 +399,7 @@ impl ScopedTransportBuilder {
                 .then(|| self.revisions.clone()),
             tools: Mutex::default(),
             attached,
+            stdio: false,
             initialize_sent: AtomicBool::new(false),
             discover_refused: AtomicBool::new(false),
             handshake: Mutex::default(),
@@ -408,6 +419,133 @@ impl ScopedTransportBuilder {
         let engine = Engine::new(front, Wire::Http(template), sessions, spawner, settings);
         if let Some((id, version)) = &self.attach {
             engine.attach(id.clone(), *version);
+        }
+        let (report, report_receiver) = oneshot::channel();
+        Ok(ScopedTransport {
+            engine,
+            stack: Some(stack),
+            incoming,
+            report: Some(report),
+            report_receiver: Some(report_receiver),
+        })
+    }
+}
+
+/// Starts a [`ScopedTransport`] to a stdio server: see
+/// [`ScopedTransport::stdio`].
+///
+/// Defaults: the era detected as [`Connector::stdio`](crate::Connector::stdio)
+/// detects it (no revision pinned); 30 s for rmcp's `initialize` to be
+/// answered, the server's start-up included;
+/// [`TransportConfig::default`] (the longest line, the memory budget of
+/// what waits).
+#[cfg(all(feature = "stdio", unix))]
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct StdioTransportBuilder {
+    command: crate::stdio::StdioCommand,
+    pinned: Option<ProtocolVersion>,
+    opening_timeout: Duration,
+    config: TransportConfig,
+}
+
+#[cfg(all(feature = "stdio", unix))]
+impl StdioTransportBuilder {
+    /// Speaks `version` without detection (a 2026-07-28 revision skips
+    /// `initialize`, a 2025 one the probe). Default: detected.
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.pinned = Some(version);
+        self
+    }
+
+    /// How long rmcp's `initialize` may take to be answered, the server's
+    /// start-up and any detection included. Default: 30 s, as a
+    /// [`Connector`](crate::Connector)'s connect.
+    pub fn opening_timeout(mut self, timeout: Duration) -> Self {
+        self.opening_timeout = timeout;
+        self
+    }
+
+    /// The wire's limits (the longest line, a batch's size). Default:
+    /// [`TransportConfig::default`].
+    pub fn transport_config(mut self, config: TransportConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Starts the server under the crate's supervision (its own process
+    /// group, a watchdog that ends the tree when the host dies, the
+    /// environment allowlist, stderr kept for errors) and returns the
+    /// transport, the process on its guard stack. Nothing is written to
+    /// the server until rmcp sends `initialize`.
+    ///
+    /// Cancel safety: dropped before it returns, the process tree (if it
+    /// was started) is killed and reaped; nothing else was acquired.
+    ///
+    /// # Errors
+    ///
+    /// The program not found or not executable, in no executable format,
+    /// or its working directory missing: [`Error::is_builder`]. The
+    /// watchdog could not be started: an I/O error.
+    pub async fn spawn(&self) -> Result<ScopedTransport> {
+        if self
+            .pinned
+            .is_some_and(|v| v.transport() == TransportKind::HttpSse)
+        {
+            return Err(Error::builder(
+                "a stdio server has no HTTP+SSE transport: pin a revision of 2025 or later",
+            ));
+        }
+        let mut stack = GuardStack::new(Arc::default());
+        let account = Account::new(crate::MemoryBudget::default());
+        // Below the process: its pipes' readers run until it has ended.
+        let pipes = stack.push_background();
+        let started = crate::stdio::start(
+            &self.command,
+            &account,
+            &self.config,
+            (&Value::Null, &json!({})),
+        )
+        .await?;
+        stack.push_process(started.tree, self.command.get_grace());
+        // As a connect's: a stdio session has nothing to DELETE, but the
+        // engine opens sessions only where this set exists.
+        let sessions = stack.push_server_sessions(Duration::ZERO);
+        let spawner = stack.push_background();
+        let (tx, incoming) = queue::bounded(
+            INCOMING_BUFFER,
+            INCOMING_BYTES,
+            "the rmcp transport's incoming queue (64 messages, 16 MiB)",
+        );
+        let front = RmcpFront {
+            tx,
+            account,
+            url: self.command.era_key(),
+            pinned: self.pinned,
+            // Per transport: each one spawns its own server.
+            revisions: Some(Arc::default()),
+            tools: Mutex::default(),
+            attached: false,
+            stdio: true,
+            initialize_sent: AtomicBool::new(false),
+            discover_refused: AtomicBool::new(false),
+            handshake: Mutex::default(),
+            asked: Mutex::default(),
+            readers: Mutex::default(),
+            next_reader: AtomicU64::new(0),
+        };
+        let settings = Settings {
+            resumption: Resumption::default(),
+            listen: false,
+            listen_backoff: crate::engine::LISTEN_BACKOFF,
+            renew_timeout: self.opening_timeout,
+            exchange_timeout: self.opening_timeout,
+            id_prefix: Some("mcp-scoped-http-"),
+        };
+        let wire = Wire::Stdio(Arc::new(started.wire));
+        let engine = Engine::new(front, wire, Some(sessions), spawner, settings);
+        if !engine.start_stdio(started.io, &pipes) {
+            return Err(Error::closed());
         }
         let (report, report_receiver) = oneshot::channel();
         Ok(ScopedTransport {
@@ -453,6 +591,8 @@ struct RmcpFront {
     /// why its annotations are invalid), from the `tools/list` answers.
     tools: Mutex<ToolHeaders>,
     attached: bool,
+    /// A stdio server: its era opened as `Connector::stdio` opens it.
+    stdio: bool,
     initialize_sent: AtomicBool,
     /// rmcp's own `server/discover` (its `Auto` lifecycle) was answered
     /// "not this era": its `initialize`, next, does not probe again.
@@ -527,6 +667,9 @@ struct Handshake {
     subscription: Option<Value>,
     /// How reading the `initialize` answer ended, once it has.
     answered: Option<Result<()>>,
+    /// `notifications/initialized` already went out (stdio: the era was
+    /// opened whole, handshake included): rmcp's is not sent again.
+    initialized_sent: bool,
 }
 
 impl RmcpFront {
@@ -759,6 +902,41 @@ impl ScopedTransport {
         }
     }
 
+    /// A builder for a transport to a stdio server: the process is started
+    /// by [`StdioTransportBuilder::spawn`], under the same supervision as
+    /// [`Connector::stdio`](crate::Connector::stdio)'s, and released with
+    /// the transport (stdin closed, the grace, SIGTERM, SIGKILL to its
+    /// tree, reaped), or killed with its tree if the transport is dropped
+    /// unclosed or the host dies. rmcp's own
+    /// `TokioChildProcess` keeps the child alone, with no group and
+    /// nothing when the host dies.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    /// use mcp_scoped_http::stdio::StdioCommand;
+    /// use rmcp::ServiceExt;
+    ///
+    /// let command = StdioCommand::new("npx").args(["-y", "@modelcontextprotocol/server-memory"]);
+    /// let transport = ScopedTransport::stdio(command).spawn().await?;
+    /// let client = ().serve(transport).await?;
+    /// let tools = client.peer().list_all_tools().await?;
+    /// client.cancel().await?; // the server's tree ended and reaped
+    /// # let _ = tools;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(all(feature = "stdio", unix))]
+    pub fn stdio(command: crate::stdio::StdioCommand) -> StdioTransportBuilder {
+        StdioTransportBuilder {
+            command,
+            pinned: None,
+            opening_timeout: Duration::from_secs(30),
+            config: TransportConfig::default(),
+        }
+    }
+
     /// A transport to `endpoint` with the defaults (an owned client, no
     /// hooks).
     pub fn new(endpoint: impl Into<String>) -> Result<ScopedTransport> {
@@ -857,8 +1035,16 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         request_timeout: None,
         deadline: engine.exchange_deadline(),
         sse_found: AtomicBool::new(false),
-        stdio: false,
+        stdio: front.stdio,
     };
+    #[cfg(all(feature = "stdio", unix))]
+    if front.stdio {
+        return tokio::select! {
+            biased;
+            _ = engine.closing().cancelled() => Err(Error::closed()),
+            opened = stdio_era(&engine, &plan, request.id) => opened,
+        };
+    }
     let known = plan.pinned.or_else(|| plan.memory.get(plan.url));
     let opened = async {
         let Some(version) = known else {
@@ -994,6 +1180,31 @@ async fn redirected(
         // No second redirection; the refusal says most.
         Probe::Prefers(_) | Probe::Legacy(_) => Err(refused),
     }
+}
+
+/// A stdio server's era, opened as [`Connector::stdio`](crate::Connector::stdio)
+/// opens it (the stdio page's detection, a slow start waited for within
+/// the deadline, a redirection followed), with rmcp's `clientInfo` and
+/// capabilities: 2026-07-28 is answered to rmcp as over HTTP; a 2025
+/// session's `initialize` result goes to rmcp as the server sent it, and
+/// the handshake's `notifications/initialized`, already sent, is not sent
+/// again when rmcp sends its own.
+#[cfg(all(feature = "stdio", unix))]
+async fn stdio_era(engine: &Arc<Engine<RmcpFront>>, plan: &Plan<'_>, id: RequestId) -> Result<()> {
+    let phase = crate::session::shared::PhaseCell::default();
+    let opened = era::open(engine, plan, &phase).await?;
+    if opened.generation.is_stateless() {
+        return stateless(engine, id, opened).await;
+    }
+    engine.set_ready(&opened.generation);
+    {
+        let mut handshake = lock(&engine.front.handshake);
+        handshake.opening = Some((opened.generation, None));
+        handshake.answered = Some(Ok(()));
+        handshake.initialized_sent = true;
+    }
+    engine.front.give(answer(id, &opened.result)?).await;
+    Ok(())
 }
 
 /// rmcp's `initialize` proposing `version` instead of its own choice.
@@ -1208,7 +1419,7 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
              initialized: `notifications/initialized` is not sent again",
         ));
     }
-    let generation = {
+    let (generation, already_sent) = {
         let handshake = lock(&front.handshake);
         match &handshake.answered {
             Some(Ok(())) => {}
@@ -1220,11 +1431,11 @@ async fn initialized(engine: Arc<Engine<RmcpFront>>, notification: Notification)
             }
         }
         match &handshake.opening {
-            Some((generation, _)) => generation.clone(),
+            Some((generation, _)) => (generation.clone(), handshake.initialized_sent),
             None => return Err(Error::protocol("`notifications/initialized` sent twice")),
         }
     };
-    if !generation.is_stateless() {
+    if !generation.is_stateless() && !already_sent {
         tokio::select! {
             biased;
             _ = engine.closing().cancelled() => return Err(Error::closed()),

@@ -870,8 +870,16 @@ impl<F: Front> Engine<F> {
     #[cfg(feature = "rmcp")]
     pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
         let mut template = lock(&self.template);
-        if let Some(Wire::Http(current)) = template.as_mut() {
-            *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+        match template.as_mut() {
+            Some(Wire::Http(current)) => {
+                *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+            }
+            #[cfg(all(feature = "stdio", unix))]
+            Some(Wire::Stdio(current)) => {
+                *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
     }
 

@@ -431,12 +431,7 @@ impl Config {
     fn era_key(&self) -> String {
         #[cfg(all(feature = "stdio", unix))]
         if let Some(command) = &self.command {
-            let mut key = String::from("stdio:");
-            for part in std::iter::once(command.get_program()).chain(command.get_args()) {
-                key.push_str(&part.to_string_lossy());
-                key.push('\0');
-            }
-            return key;
+            return command.era_key();
         }
         self.endpoint.url().to_owned()
     }

@@ -98,7 +98,7 @@ pub(crate) struct Opened {
 /// for the endpoint, else detection. A remembered revision that proves
 /// wrong is forgotten at once, and the era detected again in the same
 /// connect, within its deadline.
-pub(super) async fn open<F: Front>(
+pub(crate) async fn open<F: Front>(
     engine: &Arc<Engine<F>>,
     plan: &Plan<'_>,
     phase: &PhaseCell,

@@ -70,7 +70,7 @@ pub(crate) fn request_meta(
 
 /// The connect step in progress, for a connect timeout to name.
 #[derive(Default)]
-pub(super) struct PhaseCell(AtomicU8);
+pub(crate) struct PhaseCell(AtomicU8);
 
 impl PhaseCell {
     const STEPS: [ConnectPhase; 4] = [

@@ -223,6 +223,17 @@ impl StdioCommand {
         self.grace
     }
 
+    /// The key the revision a server speaks is remembered under: the
+    /// program and its arguments.
+    pub(crate) fn era_key(&self) -> String {
+        let mut key = String::from("stdio:");
+        for part in std::iter::once(self.get_program()).chain(self.get_args()) {
+            key.push_str(&part.to_string_lossy());
+            key.push('\0');
+        }
+        key
+    }
+
     /// The program's name, for spans and errors: its last path component.
     pub(crate) fn name(&self) -> Arc<str> {
         let name = Path::new(&self.program)
