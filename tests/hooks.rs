@@ -373,6 +373,38 @@ fn hook_values_never_show_in_debug_or_errors() {
     });
 }
 
+/// A configured value with non-ASCII UTF-8 (a display name, a workspace
+/// path) is a field value under RFC 9110 (obs-text): accepted, and sent as
+/// its bytes. http 1.6 narrowed `HeaderValue::from_str` to ASCII; a host's
+/// config that worked before must keep working.
+#[test]
+fn a_header_value_in_utf8_is_sent_as_its_bytes() {
+    scenario(async {
+        let server = TestServer::start(ServerConfig::default());
+        let caller = Caller::new();
+        let session = Connector::new(server.url())
+            .client(caller.client.clone())
+            .header("x-workspace", "/home/zoë/café")
+            .bearer("tökén")
+            .connect()
+            .await
+            .unwrap();
+        let init = seen(&server, "initialize").pop().unwrap();
+        assert_eq!(
+            init.headers.get("x-workspace").map(HeaderValue::as_bytes),
+            Some("/home/zoë/café".as_bytes())
+        );
+        assert_eq!(
+            init.headers.get("authorization").map(HeaderValue::as_bytes),
+            Some("Bearer tökén".as_bytes())
+        );
+        session.close().await;
+        // Control characters are still refused.
+        assert!(HeaderHook::header("x-workspace", "café\u{7f}").is_err());
+        assert!(HeaderHook::bearer("tö\nkén").is_err());
+    });
+}
+
 #[test]
 fn closing_one_session_mid_request_of_another_breaks_neither() {
     scenario(async {

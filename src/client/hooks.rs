@@ -36,6 +36,14 @@ pub struct HeaderHook {
     source: Source,
 }
 
+/// A configured header value as RFC 9110 reads a field value: visible
+/// ASCII, spaces and tabs, and bytes from 0x80 up (so UTF-8 passes as its
+/// bytes). `HeaderValue::from_str` took the same until http 1.6 narrowed it
+/// to ASCII; a host's config that worked must keep working.
+fn field_value(value: &str) -> std::result::Result<HeaderValue, http::header::InvalidHeaderValue> {
+    HeaderValue::from_bytes(value.as_bytes())
+}
+
 #[derive(Clone)]
 enum Source {
     Fixed(HeaderMap),
@@ -45,7 +53,7 @@ enum Source {
 impl HeaderHook {
     /// `Authorization: Bearer <token>`.
     pub fn bearer(token: &str) -> Result<HeaderHook> {
-        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+        let value = field_value(&format!("Bearer {token}"))
             .map_err(|_| Error::builder("the bearer token is not a valid header value"))?;
         Ok(HeaderHook::fixed(HeaderMap::from_iter([(
             AUTHORIZATION,
@@ -58,7 +66,7 @@ impl HeaderHook {
         let name = HeaderName::try_from(name)
             .map_err(|e| Error::builder("invalid header name").with_source(e))?;
         // The value is a credential as far as we know: never quote it.
-        let value = HeaderValue::from_str(value)
+        let value = field_value(value)
             .map_err(|_| Error::builder(format!("the value of header {name} is not valid")))?;
         Ok(HeaderHook::fixed(HeaderMap::from_iter([(name, value)])))
     }

@@ -371,7 +371,7 @@ impl Common {
                     name.chars().take(40).collect::<String>()
                 )));
             }
-            if http::HeaderValue::from_str(value.trim()).is_err() {
+            if http::HeaderValue::from_bytes(value.trim().as_bytes()).is_err() {
                 // The value may be a secret: never echo it.
                 return Err(Failure::usage(format!(
                     "--header {name:?} has an invalid value"
