@@ -203,6 +203,21 @@ pub(crate) async fn spawn(
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
 ) -> Result<Spawned> {
+    let image = watchdog::image().map_err(|error| {
+        Error::transport(Box::new(error))
+            .with_message(format!("could not start {program:?}: no watchdog"))
+    })?;
+    spawn_under(image.path(), program, args, env, cwd).await
+}
+
+/// [`spawn`], under the watchdog program at `image`.
+async fn spawn_under(
+    image: &Path,
+    program: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: Option<&Path>,
+) -> Result<Spawned> {
     if let Some(cwd) = cwd {
         // Checked here to name it: the child's `chdir` failing reads the
         // same as a missing program (ENOENT).
@@ -225,12 +240,11 @@ pub(crate) async fn spawn(
         Error::transport(Box::new(error))
             .with_message(format!("could not start {program:?}: {what}"))
     };
-    let image = watchdog::image().map_err(|error| unavailable("no watchdog", error))?;
     let (control, watchdog_end) = std::os::unix::net::UnixStream::pair()
         .map_err(|error| unavailable("no socket for its watchdog", error))?;
     let (stdin_read, stdin_write) =
         watchdog::pipe().map_err(|error| unavailable("no pipe for its stdin", error))?;
-    let mut command = tokio::process::Command::new(image.path());
+    let mut command = tokio::process::Command::new(image);
     command
         .arg0(watchdog::NAME)
         .arg(std::process::id().to_string())
@@ -241,22 +255,44 @@ pub(crate) async fn spawn(
         // The server's argv[0]: its path, as std gives a program.
         .arg(program)
         .args(args)
+        // The server's environment, less what the dynamic loader reads:
+        // that is sent on the control socket (below), so what is meant
+        // for the server (LD_PRELOAD, LD_LIBRARY_PATH) never loads into
+        // the watchdog.
         .env_clear()
-        .envs(env.iter().map(|(name, value)| (name, value)))
+        .envs(
+            env.iter()
+                .filter(|(name, _)| !watchdog::for_the_loader(name))
+                .map(|(name, value)| (name, value)),
+        )
         .stdin(Stdio::from(OwnedFd::from(watchdog_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Counted from here: a tree that is dropped before it is built is the
     // watchdog's to end, and it is gone as soon as it is (no wait here).
     let count = Count::new(Field::Processes, None);
-    let mut child = command
-        .spawn()
-        .map_err(|error| unavailable("its watchdog did not start", error))?;
+    let spawned = command.spawn();
+    // The watchdog's end of the control socket, held by the command: ours
+    // must close now, or a watchdog that dies before it reports is never
+    // seen gone.
+    drop(command);
+    let mut child = spawned.map_err(|error| {
+        // What the system refused of the server's own argv or environment
+        // (a NUL byte, past the argument size limit) is the configuration's.
+        if error.kind() == io::ErrorKind::InvalidInput || error.raw_os_error() == Some(libc::E2BIG)
+        {
+            spawn_error(program, error)
+        } else {
+            unavailable("its watchdog did not start", error)
+        }
+    })?;
     let watchdog_pid = child.id().unwrap_or(0);
     // The host's copy of the read end closes when this returns: the
     // watchdog and the server hold theirs.
     watchdog::send_fd(&control, &stdin_read)
         .map_err(|error| unavailable("could not hand its stdin to its watchdog", error))?;
+    watchdog::send_loader_env(&control, env)
+        .map_err(|error| unavailable("could not hand its environment to its watchdog", error))?;
     drop(stdin_read);
     control
         .set_nonblocking(true)
@@ -499,7 +535,7 @@ impl ProcessTree {
             // And what left the group (daemons), through the watchdog. One
             // byte into an idle socket's buffer: it never blocks.
             if let Some(lifeline) = &self.lifeline {
-                let _ = lifeline.try_write(watchdog::TERMINATE);
+                watchdog::send_terminate(lifeline);
             }
         }
         if self.stage == Stage::Terminating {
@@ -627,6 +663,40 @@ mod tests {
     fn marked_env(marker: &str) -> Vec<(OsString, OsString)> {
         let allow: Vec<OsString> = DEFAULT_ENV_ALLOWLIST.iter().map(OsString::from).collect();
         child_env(false, &allow, &[(MARKER.into(), marker.into())])
+    }
+
+    /// A watchdog that dies before it reports (the OOM killer, an
+    /// operator, a loader that fails): the spawn fails at once, naming it,
+    /// and does not wait for a record that never comes. The host must hold
+    /// no copy of the watchdog's end of the control socket for its end of
+    /// file to be seen.
+    #[tokio::test]
+    async fn a_watchdog_that_dies_before_it_reports_fails_the_spawn_at_once() {
+        let dir = std::env::temp_dir().join(unique("dying-watchdog"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("watchdog");
+        // Lives past the host's sending of the server's stdin, then ends
+        // with no record.
+        std::fs::write(&image, "#!/bin/sh\nsleep 0.3\nexit 3\n").unwrap();
+        std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let spawned = tokio::time::timeout(
+            Duration::from_secs(10),
+            spawn_under(&image, Path::new("/bin/true"), &[], &[], None),
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let error = match spawned {
+            Err(_) => panic!("the spawn waited on a watchdog that was gone"),
+            Ok(Ok(_)) => panic!("a server started with no watchdog"),
+            Ok(Err(error)) => error,
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("the watchdog ended before starting the server"),
+            "{error}"
+        );
     }
 
     /// `/bin/sh -c script`, marked.

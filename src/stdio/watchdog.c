@@ -14,7 +14,12 @@
  *      lifeline; the server's stdin arrives on it as SCM_RIGHTS
  *   1  the server's stdout (a pipe to the host)
  *   2  the server's stderr (a pipe to the host)
- * The environment is the server's. The working directory is changed in
+ * The environment is the server's, less the dynamic loader's variables
+ * (LD_*, DYLD_*): those come on the control socket after the server's
+ * stdin (a native u32 length, then NAME=VALUE strings each ending in a
+ * NUL), so what is meant for the server (LD_PRELOAD, LD_LIBRARY_PATH)
+ * never loads into the watchdog, and is added back for the server's exec.
+ * The working directory is changed in
  * the server, so std never needs a chdir in the spawn (which would make
  * it fork the host where posix_spawn has no chdir).
  *
@@ -34,8 +39,9 @@
  *       'Z' status  the server was reaped (its raw wait status)
  *   - reads from the host: 'T' (a release's SIGTERM step: SIGTERM to the
  *     server's group and to every child it has, orphans that left the
- *     group included) and end of file (the host is gone, or let the tree
- *     go);
+ *     group included, and to each orphan adopted after it, once, until
+ *     the tree is gone or killed) and end of file (the host is gone, or
+ *     let the tree go);
  *   - ends when nothing of the tree is left: by itself once every child is
  *     reaped; at once, killing the whole tree (the server's group, then
  *     every child it has until none is left) on the lifeline's end or on
@@ -80,6 +86,14 @@ enum { CONTROL = 0 };
 static int wake[2] = {-1, -1};
 static pid_t server = -1;
 static int server_reaped = 0;
+/* Since 'T': the children already sent SIGTERM (each gets it once). */
+static int terminating = 0;
+enum { TERMINATED_KEPT = 1024 };
+static pid_t terminated[TERMINATED_KEPT];
+static int terminated_count = 0;
+/* How long end_tree waits for children it cannot list (no /proc), in
+ * 50 ms steps: 5 s. */
+enum { UNLISTED_STEPS = 100 };
 
 static void on_child(int signal) {
     int saved = errno;
@@ -158,10 +172,60 @@ static int receive_stdin(void) {
     return fd;
 }
 
+/* Reads exactly `length` bytes from the control socket; 0 on success. */
+static int receive_exactly(void *buffer, size_t length) {
+    char *at = buffer;
+    while (length > 0) {
+        ssize_t got = recv(CONTROL, at, length, 0);
+        if (got == -1 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            return -1;
+        }
+        at += got;
+        length -= (size_t)got;
+    }
+    return 0;
+}
+
+/* The server's environment: ours, then the loader's variables the host
+ * kept out of it, from the control socket. NULL if they do not come. */
+static char **receive_loader_env(void) {
+    uint32_t length;
+    if (receive_exactly(&length, sizeof length) == -1 || length > (1u << 20)) {
+        return NULL;
+    }
+    char *block = malloc((size_t)length + 1);
+    if (block == NULL || receive_exactly(block, length) == -1) {
+        return NULL;
+    }
+    block[length] = '\0';
+    size_t ours = 0;
+    while (environ[ours] != NULL) {
+        ours++;
+    }
+    size_t theirs = 0;
+    for (uint32_t i = 0; i < length; i++) {
+        theirs += block[i] == '\0';
+    }
+    char **env = calloc(ours + theirs + 1, sizeof(char *));
+    if (env == NULL) {
+        return NULL;
+    }
+    memcpy(env, environ, ours * sizeof(char *));
+    size_t count = ours;
+    for (uint32_t start = 0; start < length;) {
+        env[count++] = block + start;
+        start += (uint32_t)strlen(block + start) + 1;
+    }
+    return env;
+}
+
 /* In the forked server, before exec: nothing of the watchdog's signal
  * set-up survives, and it gets a session and group of its own. */
 static void become_server(int input, int failed, pid_t watchdog, const char *cwd, char *path,
-                          char **argv) {
+                          char **argv, char **envp) {
     sigset_t none;
     sigemptyset(&none);
     for (int signal = 1; signal < NSIG; signal++) {
@@ -193,7 +257,7 @@ static void become_server(int input, int failed, pid_t watchdog, const char *cwd
         record[0] = 'E';
         error = errno;
     } else {
-        execve(path, argv, environ);
+        execve(path, argv, envp);
         record[0] = 'E';
         error = errno;
     }
@@ -247,13 +311,20 @@ static int children(pid_t *pids, int room) {
         fclose(file);
         return count;
     }
-    /* Kernels without CONFIG_PROC_CHILDREN: every process's parent. */
+    /* Kernels without CONFIG_PROC_CHILDREN: every process's parent. An
+     * empty /proc (unmounted, a bare chroot) lists nothing, which is not
+     * "no children": without our own entry we cannot list them. */
+    pid_t self = getpid();
+    char own[64];
+    snprintf(own, sizeof own, "/proc/%ld/stat", (long)self);
+    if (access(own, F_OK) != 0) {
+        return -1;
+    }
     DIR *proc = opendir("/proc");
     if (proc == NULL) {
         return -1;
     }
     int count = 0;
-    pid_t self = getpid();
     struct dirent *entry;
     while (count < room && (entry = readdir(proc)) != NULL) {
         char *end;
@@ -295,16 +366,35 @@ static int children(pid_t *pids, int room) {
 #endif
 }
 
-/* SIGTERM to the whole tree as it is now: the server's group, and every
- * child and the group it leads (a daemon that left the group gets the
- * release's SIGTERM too). */
-static void terminate_tree(void) {
-    if (!server_reaped) {
-        kill(-server, SIGTERM);
+/* Whether `pid` was sent SIGTERM already; remembers it if not. */
+static int already_terminated(pid_t pid) {
+    for (int i = 0; i < terminated_count; i++) {
+        if (terminated[i] == pid) {
+            return 1;
+        }
     }
+    if (terminated_count < TERMINATED_KEPT) {
+        terminated[terminated_count++] = pid;
+    }
+    return 0;
+}
+
+/* SIGTERM to the whole tree as it is now: the server's group (the first
+ * time), and every child not yet sent it and the group it leads (a daemon
+ * that left the group gets the release's SIGTERM too). Called again while
+ * terminating, for orphans adopted since. */
+static void terminate_tree(void) {
+    if (!terminating && !server_reaped) {
+        kill(-server, SIGTERM);
+        already_terminated(server);
+    }
+    terminating = 1;
     pid_t pids[256];
     int count = children(pids, 256);
     for (int i = 0; i < count; i++) {
+        if (already_terminated(pids[i])) {
+            continue;
+        }
         if (getpgid(pids[i]) == pids[i]) {
             kill(-pids[i], SIGTERM);
         }
@@ -320,14 +410,18 @@ static void end_tree(void) {
     if (!server_reaped) {
         kill(-server, SIGKILL);
     }
-    for (;;) {
+    for (int unlisted = 0;; ) {
         reap();
         pid_t pids[256];
         int count = children(pids, 256);
         if (count < 0) {
-            /* Cannot list them: what our group and the server's hold. */
+            /* Cannot list them (no /proc): the server is killed; orphans
+             * we cannot name are waited for, within a bound, then left
+             * (the guide's known gaps). */
             if (!server_reaped) {
                 kill(server, SIGKILL);
+            } else if (++unlisted > UNLISTED_STEPS) {
+                _exit(EXIT_DONE);
             }
         }
         for (int i = 0; i < count; i++) {
@@ -409,6 +503,10 @@ int main(int argc, char **argv) {
     if (input < 0) {
         return EXIT_USAGE;
     }
+    char **server_env = receive_loader_env();
+    if (server_env == NULL) {
+        return EXIT_USAGE;
+    }
 
     int status_pipe[2];
     if (pipe(status_pipe) == -1) {
@@ -424,7 +522,7 @@ int main(int argc, char **argv) {
         return EXIT_NO_EXEC;
     }
     if (server == 0) {
-        become_server(input, status_pipe[1], watchdog, cwd, path, server_argv);
+        become_server(input, status_pipe[1], watchdog, cwd, path, server_argv, server_env);
     }
     close(status_pipe[1]);
     close(input);
@@ -464,7 +562,9 @@ int main(int argc, char **argv) {
             {.fd = host_gone, .events = POLLIN},
         };
         nfds_t count = host_gone >= 0 ? 3 : 2;
-        if (poll(fds, count, -1) == -1) {
+        /* Terminating: orphans adopted from a grandchild's death bring no
+         * SIGCHLD, so the children are listed again every 100 ms. */
+        if (poll(fds, count, terminating ? 100 : -1) == -1) {
             if (errno == EINTR) {
                 continue;
             }
@@ -491,6 +591,10 @@ int main(int argc, char **argv) {
             char drain[64];
             while (read(wake[0], drain, sizeof drain) > 0) {
             }
+        }
+        if (terminating) {
+            reap();
+            terminate_tree();
         }
     }
 }

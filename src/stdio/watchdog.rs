@@ -18,7 +18,7 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 /// The program, as built for this target.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mcp-watchdog"));
@@ -35,7 +35,7 @@ pub(super) struct Image {
     path: PathBuf,
     /// The memfd the path names (`/proc/self/fd/N`), kept open for the
     /// host's life.
-    _memfd: Option<OwnedFd>,
+    memfd: Option<OwnedFd>,
 }
 
 impl Image {
@@ -45,13 +45,23 @@ impl Image {
     }
 }
 
-/// The image every spawn uses, found (and checked to run) once.
-pub(super) fn image() -> io::Result<&'static Image> {
-    static IMAGE: OnceLock<Result<Image, (io::ErrorKind, String)>> = OnceLock::new();
-    IMAGE
-        .get_or_init(|| find().map_err(|error| (error.kind(), error.to_string())))
-        .as_ref()
-        .map_err(|(kind, text)| io::Error::new(*kind, text.clone()))
+/// The image every spawn uses, found (and checked to run) once it works:
+/// a failure (no descriptor left, say) is not kept, so the next spawn
+/// tries again; a file a temporary-directory cleaner removed is written
+/// again.
+pub(super) fn image() -> io::Result<Arc<Image>> {
+    static IMAGE: Mutex<Option<Arc<Image>>> = Mutex::new(None);
+    let mut kept = crate::sync::lock(&IMAGE);
+    if let Some(image) = kept.as_ref() {
+        if image.memfd.is_some() || image.path.is_file() {
+            return Ok(Arc::clone(image));
+        }
+        tracing::debug!(path = ?image.path, "the stdio watchdog's file is gone; writing it again");
+    }
+    // Under the lock: one memfd, one file write at a time.
+    let image = Arc::new(find()?);
+    *kept = Some(Arc::clone(&image));
+    Ok(image)
 }
 
 /// The first image that runs: a memfd (Linux), else a file.
@@ -125,7 +135,7 @@ fn memfd() -> io::Result<Image> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
     Ok(Image {
         path,
-        _memfd: Some(memfd),
+        memfd: Some(memfd),
     })
 }
 
@@ -151,7 +161,7 @@ fn on_disk() -> io::Result<Image> {
     }
     let path = dir.join(format!("{NAME}-{:016x}", fnv1a(PROGRAM)));
     if std::fs::read(&path).is_ok_and(|content| content == PROGRAM) {
-        return Ok(Image { path, _memfd: None });
+        return Ok(Image { path, memfd: None });
     }
     // Written under a name of its own, then renamed: a spawn never runs a
     // half-written file.
@@ -166,7 +176,7 @@ fn on_disk() -> io::Result<Image> {
     file.sync_all()?;
     drop(file);
     std::fs::rename(&partial, &path)?;
-    Ok(Image { path, _memfd: None })
+    Ok(Image { path, memfd: None })
 }
 
 /// FNV-1a, 64 bits: names the image by its content (not a security
@@ -217,7 +227,74 @@ impl Record {
 /// SIGTERM to the server's group and to every child it has (descendants
 /// that left the group, reparented to it), which the host's group signal
 /// does not reach.
-pub(super) const TERMINATE: &[u8] = b"T";
+const TERMINATE: u8 = b'T';
+
+/// Whether the dynamic loader reads variable `name` (`LD_*`, `DYLD_*`):
+/// kept out of the watchdog's own environment.
+pub(super) fn for_the_loader(name: &std::ffi::OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    name.starts_with(b"LD_") || name.starts_with(b"DYLD_")
+}
+
+/// Sends the loader's variables of the server's environment (see
+/// [`for_the_loader`]): a native `u32` length, then `NAME=VALUE` strings
+/// each ending in a NUL. Blocking, before the socket is the runtime's; the
+/// watchdog reads it at once.
+pub(super) fn send_loader_env(
+    socket: &std::os::unix::net::UnixStream,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> io::Result<()> {
+    let mut block = Vec::new();
+    for (name, value) in env.iter().filter(|(name, _)| for_the_loader(name)) {
+        block.extend_from_slice(name.as_encoded_bytes());
+        block.push(b'=');
+        block.extend_from_slice(value.as_encoded_bytes());
+        block.push(0);
+    }
+    let length = u32::try_from(block.len())
+        .ok()
+        .filter(|length| *length <= 1 << 20)
+        .ok_or_else(|| io::Error::other("the loader's variables are over 1 MiB"))?;
+    let mut message = length.to_ne_bytes().to_vec();
+    message.extend_from_slice(&block);
+    let mut rest = &message[..];
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a live slice; send reads at most its length.
+        // MSG_NOSIGNAL: a watchdog gone is EPIPE, not a signal to the host.
+        let sent = unsafe {
+            libc::send(
+                socket.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                NO_SIGPIPE,
+            )
+        };
+        match usize::try_from(sent) {
+            Ok(sent) => rest = &rest[sent..],
+            Err(_) if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(io::Error::last_os_error()),
+        }
+    }
+    Ok(())
+}
+
+/// Sends [`TERMINATE`] on the lifeline: one byte into an idle socket's
+/// buffer, so it never blocks; with no SIGPIPE if the watchdog is gone
+/// (a host that is not Rust may not ignore it).
+pub(super) fn send_terminate(lifeline: &tokio::net::unix::OwnedWriteHalf) {
+    let socket: &tokio::net::UnixStream = lifeline.as_ref();
+    let byte = TERMINATE;
+    // SAFETY: one byte from a live local, on a descriptor the half keeps
+    // open for the call; MSG_DONTWAIT never blocks.
+    let _ = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            (&raw const byte).cast(),
+            1,
+            NO_SIGPIPE | libc::MSG_DONTWAIT,
+        )
+    };
+}
 
 /// Sends `fd` over the control socket `socket` (one byte and the
 /// descriptor, `SCM_RIGHTS`): the server's stdin, which std cannot put
