@@ -435,8 +435,8 @@ impl ScopedTransportBuilder {
 /// [`ScopedTransport::stdio`].
 ///
 /// Defaults: the era detected as [`Connector::stdio`](crate::Connector::stdio)
-/// detects it (no revision pinned); 30 s for rmcp's `initialize` to be
-/// answered, the server's start-up included;
+/// detects it (no revision pinned); 60 s for rmcp's `initialize` to be
+/// answered, the server's start-up included (a connect's default);
 /// [`TransportConfig::default`] (the longest line, the memory budget of
 /// what waits).
 #[cfg(all(feature = "stdio", unix))]
@@ -459,7 +459,7 @@ impl StdioTransportBuilder {
     }
 
     /// How long rmcp's `initialize` may take to be answered, the server's
-    /// start-up and any detection included. Default: 30 s, as a
+    /// start-up and any detection included. Default: 60 s, as a
     /// [`Connector`](crate::Connector)'s connect.
     pub fn opening_timeout(mut self, timeout: Duration) -> Self {
         self.opening_timeout = timeout;
@@ -932,7 +932,7 @@ impl ScopedTransport {
         StdioTransportBuilder {
             command,
             pinned: None,
-            opening_timeout: Duration::from_secs(30),
+            opening_timeout: Duration::from_secs(60),
             config: TransportConfig::default(),
         }
     }
