@@ -30,10 +30,18 @@
 //!    (default 100) stdio slots in one `Fleet`: time from `apply` to all
 //!    ready, the host's `VmRSS` per slot (after minus before, over N), the
 //!    `shutdown()` time, how each server ended, and the processes left
-//!    (descendants of the fleet's process, from `/proc`): 0.
+//!    (descendants of the fleet's process, from `/proc`): 0; and the
+//!    watchdogs' proportional set size (`Pss`) summed, while ready.
+//! 3. **Spawn at any host size** (`--only spawn`, not part of the default
+//!    run): for a host heap of 0, 1 and 2 GiB (allocated and written by a
+//!    fresh process of this binary, as a long-lived IDE's heap is), ours
+//!    and the floor churn in interleaved rounds in that process: the ratio
+//!    of ours to the floor must not grow with the heap (a fork of the host
+//!    per spawn would add tens of milliseconds a GiB).
 //!
 //! Options: `--cycles N` (200 per client), `--rounds R` (5), `--servers N`
-//! (100), `--only churn|fleet`, `--clients ours,floor,rmcp` (a subset, for
+//! (100), `--only churn|fleet|spawn`, `--heaps 0,1024,2048` (MiB, for
+//! `spawn`), `--clients ours,floor,rmcp` (a subset, for
 //! a profile), `--current-thread` (ours and the floor on a current-thread
 //! runtime), `--quick` (20 cycles, 10 servers).
 
@@ -75,15 +83,20 @@ const TOOL: &str = "tool-000";
 const ROLE: &str = "STDIO_BENCH_ROLE";
 /// The fleet process's server count.
 const COUNT: &str = "STDIO_BENCH_SERVERS";
+/// The spawn process's heap, in MiB.
+const HEAP: &str = "STDIO_BENCH_HEAP_MIB";
+/// The spawn process's cycles per client, and rounds.
+const SPAWN_CYCLES: &str = "STDIO_BENCH_SPAWN_CYCLES";
 /// The bound on one cycle, and on every wait.
 const BOUND: Duration = Duration::from_secs(60);
 
 /// The driver (the churn, then the fleet in a fresh process), or the
 /// fleet's process when run as one.
 fn main() {
-    if std::env::var(ROLE).as_deref() == Ok("fleet") {
-        fleet_main();
-        return;
+    match std::env::var(ROLE).as_deref() {
+        Ok("fleet") => return fleet_main(),
+        Ok("spawn") => return spawn_main(),
+        _ => {}
     }
     let options = Options::parse();
     let mut builder = if options.current_thread {
@@ -112,6 +125,9 @@ fn main() {
     if options.fleet {
         fleet(options.servers);
     }
+    if options.spawn {
+        spawn(&options);
+    }
     println!("\nload average after: {}", load_average());
 }
 
@@ -130,6 +146,10 @@ struct Options {
     churn: bool,
     /// Whether the fleet runs (not `--only churn`).
     fleet: bool,
+    /// Whether the spawn part runs (`--only spawn`).
+    spawn: bool,
+    /// Its host heaps, in MiB (`--heaps`).
+    heaps: Vec<usize>,
     /// The churn on a current-thread runtime (`--current-thread`), not
     /// a multi-thread one: no task of ours or the floor's wakes another
     /// thread (rmcp keeps its own process's multi-thread runtime).
@@ -155,6 +175,8 @@ impl Options {
             servers: 100,
             churn: true,
             fleet: true,
+            spawn: false,
+            heaps: vec![0, 1024, 2048],
             clients: Vec::new(),
             current_thread: false,
         };
@@ -182,8 +204,18 @@ impl Options {
                 "--only" => match args.next().as_deref() {
                     Some("churn") => options.fleet = false,
                     Some("fleet") => options.churn = false,
-                    _ => panic!("--only takes churn or fleet"),
+                    Some("spawn") => {
+                        (options.churn, options.fleet, options.spawn) = (false, false, true);
+                    }
+                    _ => panic!("--only takes churn, fleet or spawn"),
                 },
+                "--heaps" => {
+                    let list = args.next().expect("--heaps takes a list of MiB");
+                    options.heaps = list
+                        .split(',')
+                        .map(|n| n.parse().expect("--heaps takes numbers (MiB)"))
+                        .collect();
+                }
                 _ => {}
             }
         }
@@ -800,6 +832,11 @@ fn fleet(servers: usize) {
         "| processes under the host while ready | {} |",
         figures["processesWhileReady"]
     );
+    println!(
+        "| the {} watchdogs' `Pss`, summed, while ready | {:.0} KiB |",
+        figures["watchdogs"],
+        figures["watchdogPss"].as_f64().unwrap_or(f64::NAN) / 1024.0
+    );
     println!("| `shutdown()` | {} |", ms("shutdownMs"));
     println!("| how the servers ended | {} |", figures["ended"]);
     println!(
@@ -842,6 +879,7 @@ fn fleet_main() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let after = rss();
         let running = descendants().len();
+        let (watchdogs, watchdog_pss) = watchdogs_pss();
         let started = Instant::now();
         let report = fleet.shutdown().await;
         let shutdown = started.elapsed();
@@ -869,6 +907,8 @@ fn fleet_main() {
             "rssAfter": after,
             "rssPerSlot": (after.saturating_sub(before)) as f64 / n as f64,
             "processesWhileReady": running,
+            "watchdogs": watchdogs,
+            "watchdogPss": watchdog_pss,
             "shutdownMs": shutdown.as_secs_f64() * 1e3,
             "ended": ended,
             "processesLeft": left,
@@ -876,5 +916,143 @@ fn fleet_main() {
         })
     });
     drop(runtime);
+    println!("{figures}");
+}
+
+/// The watchdogs among this process's descendants, and their `Pss`
+/// summed, in bytes (`/proc/PID/smaps_rollup`).
+fn watchdogs_pss() -> (usize, u64) {
+    let mut count = 0;
+    let mut pss = 0;
+    for pid in descendants() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "mcp-watchdog" {
+            continue;
+        }
+        count += 1;
+        let rollup =
+            std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+        pss += rollup
+            .lines()
+            .find_map(|line| line.strip_prefix("Pss:"))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(0, |kib| kib * 1024);
+    }
+    (count, pss)
+}
+
+// ---------------------------------------------------------------- spawn
+
+/// The driver's side of the spawn part: one fresh process per heap size,
+/// its table row each.
+fn spawn(options: &Options) {
+    println!("\n## Spawn at any host size: ours and the floor under a written heap\n");
+    println!(
+        "{} cycles per client per heap, in {} interleaved rounds, multi-thread runtime\n",
+        options.cycles, options.rounds
+    );
+    println!(
+        "| host heap | host `VmRSS` | ours mean µs | floor mean µs | ours p50 µs | floor p50 µs | mean / floor's | p50 / floor's | failed |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let exe = std::env::current_exe().expect("this bench's path");
+    for &heap in &options.heaps {
+        let output = Command::new(&exe)
+            .env(ROLE, "spawn")
+            .env(HEAP, heap.to_string())
+            .env(
+                SPAWN_CYCLES,
+                format!("{},{}", options.cycles, options.rounds),
+            )
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run the spawn process");
+        let text = String::from_utf8_lossy(&output.stdout);
+        // Its figures are its last line (the recording says what it saw).
+        let last = text.lines().last().unwrap_or_default();
+        let f: Value = serde_json::from_str(last)
+            .unwrap_or_else(|_| panic!("the spawn process ({}) said {text:?}", output.status));
+        let n = |key: &str| f[key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {heap} MiB | {:.0} MiB | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {} |",
+            n("rss") / 1048576.0,
+            n("oursMean"),
+            n("floorMean"),
+            n("oursP50"),
+            n("floorP50"),
+            n("oursMean") / n("floorMean"),
+            n("oursP50") / n("floorP50"),
+            f["failed"],
+        );
+        assert!(output.status.success(), "the spawn process failed");
+    }
+}
+
+/// The spawn process: writes its heap, then ours and the floor in
+/// interleaved rounds; prints one JSON object of figures on stdout.
+fn spawn_main() {
+    let heap_mib: usize = std::env::var(HEAP)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .expect("STDIO_BENCH_HEAP_MIB");
+    let (cycles, rounds): (usize, usize) = std::env::var(SPAWN_CYCLES)
+        .ok()
+        .and_then(|v| {
+            let (c, r) = v.split_once(',')?;
+            Some((c.parse().ok()?, r.parse().ok()?))
+        })
+        .expect("STDIO_BENCH_SPAWN_CYCLES");
+    // Written, not just reserved: pages a fork would have to map again.
+    let heap = vec![1u8; heap_mib << 20];
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // On a worker, as a host's code runs (see the churn).
+    let figures = runtime
+        .block_on(runtime.spawn(async move {
+            let env = server_env();
+            let script = Script::parse(&record().await);
+            let command = StdioCommand::new(SERVER).args(SERVER_ARGS);
+            for _ in 0..3 {
+                ours_once(&command).await.expect("a warm-up cycle");
+                floor_once(&script, &env).await.expect("a warm-up cycle");
+            }
+            let (mut ours, mut floor) = (Stats::default(), Stats::default());
+            let per_round = cycles.div_ceil(rounds.max(1));
+            let mut left = cycles;
+            for round in 0..rounds {
+                let n = per_round.min(left);
+                left -= n;
+                if round % 2 == 0 {
+                    measure(n, &mut ours, || ours_once(&command)).await;
+                    measure(n, &mut floor, || floor_once(&script, &env)).await;
+                } else {
+                    measure(n, &mut floor, || floor_once(&script, &env)).await;
+                    measure(n, &mut ours, || ours_once(&command)).await;
+                }
+            }
+            if let Some(error) = ours.first_error.as_ref().or(floor.first_error.as_ref()) {
+                eprintln!("the first failure: {error}");
+            }
+            json!({
+                "rss": rss(),
+                "oursMean": micros(ours.mean()),
+                "floorMean": micros(floor.mean()),
+                "oursP50": micros(ours.percentile(50)),
+                "floorP50": micros(floor.percentile(50)),
+                "failed": ours.failures + floor.failures,
+            })
+        }))
+        .expect("the spawn rounds");
+    drop(runtime);
+    // The heap is alive until here, through every cycle.
+    std::hint::black_box(&heap);
     println!("{figures}");
 }
