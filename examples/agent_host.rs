@@ -22,7 +22,8 @@ async fn main() -> Result<()> {
     let search = TestServer::start(
         ServerConfig::default()
             .with_tools(2)
-            .with_response_mode(ResponseMode::Sse),
+            .with_response_mode(ResponseMode::Sse)
+            .with_instructions("Search before you answer."),
     );
     let notes = TestServer::start(ServerConfig::default().with_tools(3));
 
@@ -57,8 +58,14 @@ async fn main() -> Result<()> {
                     );
                 }
                 // Its session ids are credentials: not printed.
-                Ok(FleetEvent::Renewed { server, era, .. }) => {
-                    println!("  [{server}] session renewed ({era})");
+                Ok(FleetEvent::Renewed {
+                    server, era, info, ..
+                }) => {
+                    // A restarted server may say something new of itself.
+                    println!(
+                        "  [{server}] session renewed ({era}), instructions: {:?}",
+                        info.instructions.as_deref().unwrap_or("none")
+                    );
                 }
                 Ok(_) => {}
                 // A slow reader loses the oldest events, and is told.
@@ -93,6 +100,19 @@ async fn main() -> Result<()> {
         readiness.pending
     );
     print_catalog(&fleet);
+    // What each ready server said about itself: its instructions go into
+    // the model's system prompt.
+    for server in &readiness.ready {
+        if let Some(info) = fleet.info(server) {
+            println!(
+                "{server}: {} {} ({}), instructions: {:?}",
+                info.server_info["name"],
+                info.server_info["version"],
+                info.protocol_version,
+                info.instructions.as_deref().unwrap_or("none")
+            );
+        }
+    }
 
     let answer = fleet
         .call_qualified("search__tool-001", json!({"text": "rust"}))

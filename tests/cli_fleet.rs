@@ -319,7 +319,11 @@ fn deletes(server: &TestServer) -> usize {
 /// DELETEd once, exit 0.
 #[test]
 fn json_lines_commands_and_sigterm() {
-    let up = TestServer::start(ServerConfig::default());
+    let up = TestServer::start(
+        ServerConfig::default()
+            .with_server_name("up-server")
+            .with_instructions("Prefer tool-001."),
+    );
     let locked = TestServer::start(
         ServerConfig::default().with_fault(Fault::on_rpc("initialize", FaultAction::status(401))),
     );
@@ -426,8 +430,27 @@ fn json_lines_commands_and_sigterm() {
     let status = fleet.command(br#"{"status": true}"#);
     assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
     assert_eq!(status["status"]["up"]["tools"], 3, "{status}");
+    // What each ready server said about itself, as it sent it.
+    let up_line = &status["status"]["up"];
+    assert_eq!(up_line["serverInfo"]["name"], "up-server", "{status}");
+    assert_eq!(up_line["instructions"], "Prefer tool-001.", "{status}");
+    assert!(up_line["capabilities"]["tools"].is_object(), "{status}");
+    assert!(
+        up_line["protocolVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("20")),
+        "{status}"
+    );
+    assert!(
+        status["status"]["local"]["serverInfo"]["name"].is_string(),
+        "a stdio server's too: {status}"
+    );
     assert_eq!(
         status["status"]["locked"]["state"], "auth_required",
+        "{status}"
+    );
+    assert!(
+        status["status"]["locked"]["serverInfo"].is_null(),
         "{status}"
     );
     assert_eq!(status["status"]["local"]["state"], "ready", "{status}");

@@ -1010,14 +1010,30 @@ fn a_changed_list_reaches_the_catalog() {
 /// wake the slot; the slot stays ready. Its lists, listed again the same,
 /// are no change: no catalog event, the generation kept. Before, the
 /// fleet said nothing of the renewal, and bumped the generation for the
-/// same lists.
+/// same lists. What the server said about itself is the fleet's to give
+/// (`Fleet::info`) while ready, and the renewal carries the new session's.
 #[test]
 fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
     scenario(async {
-        let world = World::new(ServerConfig::default()).await;
+        let world = World::new(
+            ServerConfig::default()
+                .with_server_name("renewing")
+                .with_instructions("Call tool-000 first."),
+        )
+        .await;
         let fleet = fleet();
+        assert!(fleet.info("a").is_none(), "no slot, no info");
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
         assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let first = fleet.info("a").expect("ready: the session's info");
+        assert_eq!(first.server_info["name"], "renewing");
+        assert_eq!(first.instructions.as_deref(), Some("Call tool-000 first."));
+        assert!(first.capabilities["tools"].is_object(), "{first:?}");
+        assert_eq!(
+            first.protocol_version,
+            mcp_scoped_http::ProtocolVersion::LATEST
+        );
+        assert!(fleet.info("nobody").is_none());
         let before = fleet.catalog();
         let lists = seen(&world.server, "tools/list").len();
         let mut events = fleet.events();
@@ -1035,13 +1051,19 @@ fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
                     old_session_id,
                     new_session_id,
                     era,
+                    info,
                     ..
-                })) => break (server, old_session_id, new_session_id, era),
+                })) => break (server, old_session_id, new_session_id, era, info),
                 Ok(Ok(FleetEvent::State { .. })) => {}
                 other => panic!("no renewal: {other:?}"),
             }
         };
-        let (server, old, new, era) = renewed;
+        let (server, old, new, era, info) = renewed;
+        // The new session's, as the fleet gives it from now on.
+        assert_eq!(info.protocol_version, era);
+        assert_eq!(info.server_info["name"], "renewing");
+        assert_eq!(info.instructions.as_deref(), Some("Call tool-000 first."));
+        assert!(std::sync::Arc::ptr_eq(&info, &fleet.info("a").unwrap()));
         assert_eq!(&*server, "a");
         assert_eq!(old.as_ref().map(|id| id.expose()), Some(&*log[0].id));
         assert_eq!(new.as_ref().map(|id| id.expose()), Some(&*log[1].id));
@@ -1054,6 +1076,7 @@ fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
                 old_session_id: old,
                 new_session_id: new,
                 era,
+                info,
             }
         );
         assert!(!shown.contains(&*log[1].id), "{shown}");
@@ -1072,6 +1095,7 @@ fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
         assert!(is(&fleet, "a", "ready"), "a renewal is no loss");
         let report = fleet.shutdown().await;
         assert!(matches!(report.servers["a"], ServerShutdown::Closed(_)));
+        assert!(fleet.info("a").is_none(), "stopped: no info");
         // Up to the end: one renewal, and only the catalog's last change.
         let mut rest = Vec::new();
         loop {

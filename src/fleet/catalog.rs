@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use super::spec::{qualify, split_qualified};
 use super::state::{FleetEvent, SlotState};
-use crate::session::{Catalog, Entry};
+use crate::session::{Catalog, Entry, SessionInfo};
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId};
 
@@ -383,12 +383,14 @@ impl Hub {
         old_session_id: Option<SessionId>,
         new_session_id: Option<SessionId>,
         era: ProtocolVersion,
+        info: Arc<SessionInfo>,
     ) {
         self.announce(server, id, || FleetEvent::Renewed {
             server: server.clone(),
             old_session_id,
             new_session_id,
             era,
+            info,
         });
     }
 
@@ -602,9 +604,23 @@ mod tests {
         );
         // Not the owner: nothing, not even a renewal.
         hub.set_catalog(&server, 2, None);
-        hub.renewed(&server, 2, None, None, ProtocolVersion::LATEST);
+        let info = || {
+            Arc::new(SessionInfo {
+                server_info: Value::Null,
+                capabilities: Value::Null,
+                instructions: None,
+                protocol_version: ProtocolVersion::LATEST,
+                transport: crate::TransportKind::StreamableHttp,
+                probed: false,
+                session_id_issued: false,
+                ownership: crate::SessionOwnership::Owned,
+                client_ownership: crate::Ownership::Owned,
+                timings: crate::session::Timings::default(),
+            })
+        };
+        hub.renewed(&server, 2, None, None, ProtocolVersion::LATEST, info());
         assert!(events.try_recv().is_err());
-        hub.renewed(&server, 1, None, None, ProtocolVersion::LATEST);
+        hub.renewed(&server, 1, None, None, ProtocolVersion::LATEST, info());
         assert!(matches!(
             events.try_recv(),
             Ok(FleetEvent::Renewed { server, .. }) if &*server == "s"

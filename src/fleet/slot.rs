@@ -25,7 +25,7 @@ use crate::ledger::{Count, Field};
 use crate::scope::Released;
 use crate::sync::lock;
 use crate::transport::{ProtocolVersion, SessionId};
-use crate::{RequestOptions, Session, SessionEvent};
+use crate::{RequestOptions, Session, SessionEvent, SessionInfo};
 
 /// The fleet-wide settings a slot runs by.
 #[derive(Clone, Debug)]
@@ -507,7 +507,9 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     }
                 }
                 Ok(SessionEvent::Renewed { session_id, revision }) => {
-                    renewals.renewed(slot, hub, session_id, revision);
+                    // Set before the event was sent: the new session's.
+                    let info = live.session.info();
+                    renewals.renewed(slot, hub, session_id, revision, info);
                 }
                 Ok(SessionEvent::CatalogChanged { .. }) => {
                     hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
@@ -598,13 +600,20 @@ struct Renewals(Option<SessionId>);
 impl Renewals {
     /// A renewal to `new`: announced, unless it is the one already told
     /// (by [`catch_up`](Self::catch_up), before its event came).
-    fn renewed(&mut self, slot: &Slot, hub: &Hub, new: Option<SessionId>, era: ProtocolVersion) {
+    fn renewed(
+        &mut self,
+        slot: &Slot,
+        hub: &Hub,
+        new: Option<SessionId>,
+        era: ProtocolVersion,
+        info: Arc<SessionInfo>,
+    ) {
         if new.is_some() && new == self.0 {
             return;
         }
         tracing::info!(server = %slot.name, %era, "fleet: session renewed");
         let old = std::mem::replace(&mut self.0, new.clone());
-        hub.renewed(&slot.name, slot.id, old, new, era);
+        hub.renewed(&slot.name, slot.id, old, new, era, info);
     }
 
     /// A renewal the event stream did not tell (it came before the
@@ -614,7 +623,7 @@ impl Renewals {
     fn catch_up(&mut self, slot: &Slot, hub: &Hub, session: &Session) {
         let now = session.session_id();
         if now.is_some() && now != self.0 {
-            self.renewed(slot, hub, now, session.protocol_version());
+            self.renewed(slot, hub, now, session.protocol_version(), session.info());
         }
     }
 }

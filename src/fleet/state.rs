@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::catalog::CatalogChanges;
 use crate::error::Error;
+use crate::session::SessionInfo;
 use crate::transport::{ProtocolVersion, SessionId};
 
 /// Where a server's slot is. Every change is published on the slot's own
@@ -169,5 +170,11 @@ pub enum FleetEvent {
         new_session_id: Option<SessionId>,
         /// The revision negotiated with the new session.
         era: ProtocolVersion,
+        /// What the server said about itself for the new session
+        /// (`serverInfo`, capabilities, instructions, revision), as
+        /// [`Fleet::info`](super::Fleet::info) gives it from now on: a
+        /// host that put the instructions into its prompt compares them
+        /// here.
+        info: Arc<SessionInfo>,
     },
 }

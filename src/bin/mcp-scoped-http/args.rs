@@ -122,7 +122,9 @@ pub(crate) enum Command {
     /// reconciled by name. Commands on standard input, one JSON object a
     /// line, each answered by one JSON line (carrying the command's "id",
     /// if any): {"call": {"server", "tool", "arguments", "waitMs"}},
-    /// {"reconnect": NAME}, {"status": true}; a call with "progress": true
+    /// {"reconnect": NAME}, {"status": true} (each server's state; a ready
+    /// one's also "protocolVersion", "serverInfo", "capabilities" and
+    /// "instructions", as it sent them); a call with "progress": true
     /// gets {"id", "progress": {"progress", "total", "message"}} lines
     /// before its answer; at most 64 calls run at once
     /// (one more is refused at once), and every other command is answered

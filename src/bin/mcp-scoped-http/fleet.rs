@@ -614,12 +614,20 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
             .iter()
             .map(|(name, reason)| (name.clone(), unsupported_line(name, reason)))
             .collect();
-        servers.extend(
-            fleet
-                .states()
-                .iter()
-                .map(|(name, state)| (name.clone(), state_line(fleet, name, state))),
-        );
+        servers.extend(fleet.states().iter().map(|(name, state)| {
+            let mut line = state_line(fleet, name, state);
+            // What a ready server said about itself, as it sent it: hosts
+            // put the instructions into their model's prompt.
+            if let Some(info) = fleet.info(name).filter(|_| state.is_ready()) {
+                line["protocolVersion"] = json!(info.protocol_version.as_str());
+                line["serverInfo"] = info.server_info.clone();
+                line["capabilities"] = info.capabilities.clone();
+                if let Some(instructions) = &info.instructions {
+                    line["instructions"] = json!(instructions);
+                }
+            }
+            (name.clone(), line)
+        }));
         let catalog = fleet.catalog();
         return Command::Answer(json!({
             "status": servers,
