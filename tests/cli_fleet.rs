@@ -543,6 +543,69 @@ fn config_edits_and_sighup_reconcile_by_name() {
     assert_eq!(deletes(&first), 1);
 }
 
+/// One bad entry never empties the file: in VS Code's shape (`servers`,
+/// with `type`), an unset variable, an unknown `type`, a missing
+/// `command` and a name the fleet cannot take each print a `failed` line
+/// naming the entry and the key (never a value), and the two good entries
+/// run. A broken entry that is disabled stays disabled.
+#[test]
+fn bad_entries_fail_alone_and_the_rest_runs() {
+    let up = TestServer::start(ServerConfig::default());
+    let path = std::env::temp_dir().join(format!("cli-fleet-vscode-{}.json", std::process::id()));
+    let config = ConfigFile(path);
+    std::fs::write(
+        config.path(),
+        json!({"inputs": [], "servers": {
+            "up": {"type": "http", "url": up.url()},
+            "local": {"type": "stdio", "command": "python3",
+                      "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
+            "unset": {"type": "http", "url": "http://127.0.0.1:9/${MCP_CLI_TEST_UNSET_VAR}"},
+            "odd": {"type": "websocket", "url": "ws://127.0.0.1:9/"},
+            "nocommand": {"type": "stdio", "args": ["s3cret-arg"]},
+            "my server.v2": {"type": "http", "url": up.url()},
+            "off": {"type": "http", "url": "${MCP_CLI_TEST_UNSET_VAR}", "disabled": true},
+        }})
+        .to_string(),
+    )
+    .expect("write");
+    let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
+    fleet.wait_state("up", "ready");
+    fleet.wait_state("local", "ready");
+    for (server, says) in [
+        (
+            "unset",
+            "`url`: the variable `MCP_CLI_TEST_UNSET_VAR` is not set",
+        ),
+        ("odd", "`type` `websocket` is none of"),
+        ("nocommand", "no `command`"),
+        ("my server.v2", "the name may hold only"),
+    ] {
+        let line = fleet.wait_state(server, "failed");
+        let error = line["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("server `{server}`")) && error.contains(says),
+            "{server}: {line}"
+        );
+        assert!(!error.contains("s3cret"), "{line}");
+    }
+    let status = fleet.command(br#"{"status": true}"#);
+    assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
+    assert_eq!(status["status"]["odd"]["state"], "failed", "{status}");
+    assert_eq!(
+        status["status"]["my server.v2"]["state"], "failed",
+        "{status}"
+    );
+    assert!(
+        ["stopped", "disabled"].contains(&status["status"]["off"]["state"].as_str().unwrap_or(""))
+            || status["status"].get("off").is_none(),
+        "a disabled entry is not failed: {status}"
+    );
+    fleet.signal("INT");
+    let shutdown = fleet.shutdown_event();
+    assert_eq!(shutdown["servers"]["up"]["outcome"], "closed", "{shutdown}");
+    fleet.assert_all_json();
+}
+
 /// With --exit-on-eof, the end of input shuts the fleet down, but only
 /// once every command read has been answered: a slow call is not cut.
 #[test]
@@ -1293,21 +1356,39 @@ fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
     assert_eq!(call.header("x-default"), Some("fallback"));
     assert!(!stdout.contains("env5ecret") && !stderr.contains("env5ecret"));
 
-    // Unset: refused at startup, the entry and the variable named, the
-    // other variable's value nowhere.
-    let output = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+    // Unset: the entry fails alone (the fleet runs, with nothing to do),
+    // the entry and the variable named, the other variable's value
+    // nowhere.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
         .args(["fleet", "--exit-on-eof"])
         .arg(config.path())
         .env_remove("CFG_URL")
         .env("CFG_KEY", "env5ecret")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mcp-scoped-http fleet");
+    // A call that waits for the server: answered once its slot settled
+    // (failed), so the end of input comes after the state line.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            br#"{"id": 2, "call": {"server": "up", "tool": "tool-000", "arguments": {}, "waitMs": 20000}}
+"#,
+        )
+        .unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
+    let failed = stdout
+        .lines()
+        .find(|line| line.contains("failed"))
+        .unwrap_or_else(|| panic!("no failed line: {stdout}{stderr}"));
     assert!(
-        stderr.contains("server `up`: `url`: the variable `CFG_URL` is not set"),
-        "{stderr}"
+        failed.contains("server `up`: `url`: the variable `CFG_URL` is not set"),
+        "{stdout}{stderr}"
     );
-    assert!(!stderr.contains("env5ecret"), "{stderr}");
+    assert!(!stdout.contains("env5ecret") && !stderr.contains("env5ecret"));
 }

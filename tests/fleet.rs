@@ -1121,6 +1121,48 @@ fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
     });
 }
 
+/// An invalid spec (what the config loader makes of a bad entry) is a
+/// slot `failed` at once with its reason, as a builder error, and stays
+/// so after a reconnect, while a good server beside it is ready; it never
+/// reaches any server.
+#[test]
+fn an_invalid_spec_fails_alone_and_never_connects() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let reason = "server `bad`: `url`: the variable `NOPE` is not set";
+        fleet
+            .apply([
+                ("good", spec(&world.server)),
+                ("bad", ServerSpec::invalid(reason)),
+            ])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "good", "ready")).await);
+        assert!(eventually(SETTLE, || is(&fleet, "bad", "failed")).await);
+        let state = fleet.state("bad").unwrap();
+        let error = state.error().unwrap();
+        assert!(error.is_builder(), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!("invalid configuration: {reason}")
+        );
+        fleet.reconnect("bad").unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "bad", "failed")).await);
+        // The same reason is the same server: apply leaves the slot alone.
+        let report = fleet
+            .apply([
+                ("good", spec(&world.server)),
+                ("bad", ServerSpec::invalid(reason)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report.unchanged, ["bad", "good"]);
+        assert_eq!(world.server.stats().sessions_created, 1);
+        finish(fleet, &world, &[], "invalid spec").await;
+    });
+}
+
 /// `tools/list` answers these tools (a fault: the test kit's own tools
 /// only grow and shrink at the end).
 fn tools_answer(tools: serde_json::Value) -> Fault {

@@ -83,7 +83,7 @@ impl ClientCache {
             None => None,
         };
         Ok(SlotClient {
-            connector: spec.connector(shared.as_ref().map(|shared| &shared.client)),
+            connector: spec.connector(shared.as_ref().map(|shared| &shared.client))?,
             _shared: shared,
         })
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::spec::{ServerSpec, name_problem};
+use super::spec::{MAX_NAME_LEN, ServerSpec, name_problem};
 use crate::ProtocolVersion;
 use crate::error::{Error, Result};
 
@@ -14,16 +14,24 @@ use crate::error::{Error, Result};
 #[non_exhaustive]
 pub struct LoadedConfig {
     /// The servers, by name, ready for [`Fleet::apply`](super::Fleet::apply).
+    /// An entry that cannot be used is here too, as a
+    /// [`ServerSpec::invalid`]: its slot is `failed` with the reason, and
+    /// the others run.
     pub servers: BTreeMap<String, ServerSpec>,
-    /// Entries left out, and why (a stdio server, when the crate is built
-    /// without its `stdio` feature).
+    /// The entries that cannot be used, and why (each also in
+    /// [`servers`](Self::servers) as a [`ServerSpec::invalid`], or in
+    /// [`skipped`](Self::skipped) when the fleet cannot take its name).
+    pub invalid: Vec<Skipped>,
+    /// Entries left out, and why: a name the fleet cannot take (see
+    /// [`qualify`](super::qualify)), a stdio server when the crate is
+    /// built without its `stdio` feature.
     pub skipped: Vec<Skipped>,
     /// Keys that were ignored, each naming the entry and the key (never a
     /// value).
     pub warnings: Vec<String>,
 }
 
-/// An entry of the configuration that was left out.
+/// An entry of the configuration that was left out or cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Skipped {
@@ -173,16 +181,33 @@ pub fn parse_mcp_servers(json: &str) -> Result<LoadedConfig> {
 /// token, URL path or query, argument or `env` value. It does show a URL's
 /// origin, and a stdio entry's program and `cwd`: keep secrets out of those.
 ///
+/// # Shapes
+///
+/// `{"mcpServers": {...}}` (Claude Desktop, Cursor, Claude Code),
+/// `{"servers": {...}}` (VS Code's `mcp.json`, its `"type": "stdio" |
+/// "http" | "sse"` included) and `{"mcp": {"servers": {...}}}` (VS Code's
+/// settings): the first found is read, other top-level keys are warned
+/// of.
+///
+/// # One bad entry fails alone
+///
+/// An entry that cannot be used (a missing or non-string `url` or
+/// `command`, an unknown `type`, a header that is not a string, a flag
+/// that is not a boolean, a number of seconds out of range, an unknown
+/// `protocolVersion` or `logLevel`, a failed expansion, a `bearerEnv`
+/// variable unset or empty) is listed in [`LoadedConfig::invalid`] with a
+/// reason naming the entry and the key, never a value, and is in
+/// [`LoadedConfig::servers`] as a [`ServerSpec::invalid`]: applied, its
+/// slot is `failed` with that reason, and the other entries run. An entry
+/// whose name the fleet cannot take (see [`qualify`](super::qualify)) is
+/// in [`LoadedConfig::skipped`] instead. A broken entry that says
+/// `"disabled": true` stays disabled.
+///
 /// # Errors
 ///
-/// [`Error::is_builder`], naming every invalid entry and key: a file that
-/// is not JSON, no `mcpServers` object, a server name the fleet refuses
-/// (see [`qualify`](super::qualify)), a missing or non-string `url`, an
-/// unknown `type`, a header that is not a string, a flag that is not a
-/// boolean, a number of seconds out of range, an unknown `protocolVersion`
-/// or `logLevel`, a failed expansion, a `bearerEnv` variable unset or
-/// empty. Nothing is applied from a file with an error, so a typo never
-/// stops a server that was running.
+/// [`Error::is_builder`] only for the file as a whole: not JSON, not a
+/// JSON object, or none of the shapes above. Nothing is applied from such
+/// a file, so a half-written file never stops a server that was running.
 pub fn parse_mcp_servers_with(
     json: &str,
     mut env: impl FnMut(&str) -> Option<String>,
@@ -193,17 +218,30 @@ pub fn parse_mcp_servers_with(
         return Err(Error::builder("the configuration is not a JSON object"));
     };
     let mut loaded = LoadedConfig::default();
-    let mut problems = Vec::new();
-    for key in root.keys().filter(|key| *key != "mcpServers") {
+    // The shapes hosts write: `mcpServers` (Claude Desktop, Cursor, Claude
+    // Code), `servers` (VS Code's `mcp.json`), `mcp.servers` (VS Code's
+    // settings). The first found is read; the other keys are warned of.
+    let (key, servers) = match (root.get("mcpServers"), root.get("servers"), root.get("mcp")) {
+        (Some(servers), _, _) => ("mcpServers", servers),
+        (None, Some(servers), _) => ("servers", servers),
+        (None, None, Some(Value::Object(mcp))) if mcp.contains_key("servers") => {
+            ("mcp.servers", &mcp["servers"])
+        }
+        _ => {
+            return Err(Error::builder(
+                "no `mcpServers` object (nor VS Code's `servers` or `mcp.servers`)",
+            ));
+        }
+    };
+    let Value::Object(servers) = servers else {
+        return Err(Error::builder(format!("`{key}` is not an object")));
+    };
+    let read = key.split('.').next().unwrap_or(key);
+    for key in root.keys().filter(|key| *key != read) {
         loaded
             .warnings
             .push(format!("unknown top-level key `{key}` ignored"));
     }
-    let servers = match root.get("mcpServers") {
-        Some(Value::Object(servers)) => servers,
-        Some(_) => return Err(Error::builder("`mcpServers` is not an object")),
-        None => return Err(Error::builder("no `mcpServers` object")),
-    };
     let mut expander = Expander {
         env: &mut env,
         budget: MAX_SUBSTITUTED,
@@ -214,17 +252,34 @@ pub fn parse_mcp_servers_with(
                 loaded.servers.insert(name.clone(), spec);
             }
             Ok(None) => {}
-            Err(problem) => problems.push(format!("server `{name}`: {problem}")),
+            // This entry fails, the others run (a typo in one entry stops
+            // only its own server). A name is the host's, not a secret,
+            // but a long one is cut.
+            Err(problem) => {
+                let shown: String = name.chars().take(MAX_NAME_LEN).collect();
+                let invalid = Skipped {
+                    server: name.clone(),
+                    reason: format!("server `{shown}`: {problem}"),
+                };
+                if name_problem(name).is_none() {
+                    let spec =
+                        ServerSpec::invalid(invalid.reason.clone()).enabled(entry_enabled(entry));
+                    loaded.servers.insert(name.clone(), spec);
+                } else {
+                    loaded.skipped.push(invalid.clone());
+                }
+                loaded.invalid.push(invalid);
+            }
         }
     }
-    if problems.is_empty() {
-        Ok(loaded)
-    } else {
-        Err(Error::builder(format!(
-            "invalid configuration: {}",
-            problems.join("; ")
-        )))
-    }
+    Ok(loaded)
+}
+
+/// Whether an entry is enabled, as far as it says (an entry that cannot
+/// be used but is disabled stays disabled, not failed).
+fn entry_enabled(entry: &Value) -> bool {
+    entry.get("disabled") != Some(&Value::Bool(true))
+        && entry.get("enabled") != Some(&Value::Bool(false))
 }
 
 /// Expands `${...}` references through the caller's environment, under
@@ -594,6 +649,27 @@ fn warn_unknown(name: &str, entry: &Map<String, Value>, known: &[&str], loaded: 
 mod tests {
     use super::*;
 
+    /// What a configuration's bad entries say, joined; each is also a
+    /// failed spec (or, for a name the fleet cannot take, a skipped
+    /// entry), and the file itself parsed.
+    fn invalid(loaded: Result<LoadedConfig>) -> String {
+        let loaded = loaded.expect("bad entries are no error for the file");
+        assert!(!loaded.invalid.is_empty(), "no bad entry: {loaded:?}");
+        for bad in &loaded.invalid {
+            let failed = loaded
+                .servers
+                .get(&bad.server)
+                .and_then(ServerSpec::invalid_reason);
+            let skipped = loaded.skipped.iter().any(|s| s == bad);
+            assert!(
+                failed == Some(bad.reason.as_str()) || skipped,
+                "{bad:?} is neither failed nor skipped"
+            );
+        }
+        let reasons: Vec<&str> = loaded.invalid.iter().map(|i| i.reason.as_str()).collect();
+        reasons.join("; ")
+    }
+
     #[test]
     fn http_entries_are_read_stdio_skipped_unknown_keys_warned() {
         let loaded = parse_mcp_servers(
@@ -646,9 +722,8 @@ mod tests {
                 "bad-env": {"command": "x", "env": {"K": 1}},
                 "no-command": {"type": "stdio"}
             }}"#,
-        )
-        .unwrap_err();
-        let shown = loaded.to_string();
+        );
+        let shown = invalid(loaded);
         for part in [
             "server `bad-args`: `args` is not an array",
             "server `bad-env`: `env` variable `K` is not a string",
@@ -688,6 +763,58 @@ mod tests {
         assert!(!format!("{loaded:?}").contains("s3cret"));
     }
 
+    /// VS Code's shapes, and one bad entry of each kind beside two good
+    /// ones: the good ones are specs, each bad one an invalid spec (or,
+    /// for a name the fleet cannot take, skipped), a disabled bad one
+    /// disabled.
+    #[test]
+    fn vs_code_shapes_and_bad_entries_fail_alone() {
+        let entries = serde_json::json!({
+            "web": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
+            "unset": {"type": "http", "url": "${CONFIG_TEST_NEVER_SET}"},
+            "odd": {"type": "websocket", "url": "ws://127.0.0.1:1/"},
+            "bad.name": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "off": {"url": "${CONFIG_TEST_NEVER_SET}", "disabled": true},
+        });
+        for json in [
+            serde_json::json!({"servers": entries, "inputs": []}),
+            serde_json::json!({"mcp": {"servers": entries}}),
+            serde_json::json!({"mcpServers": entries, "servers": {}}),
+        ] {
+            let loaded = parse_mcp_servers_with(&json.to_string(), env(&[])).unwrap();
+            for good in ["web", "old"] {
+                assert!(loaded.servers[good].invalid_reason().is_none(), "{json}");
+            }
+            let reason = |name: &str| loaded.servers[name].invalid_reason().unwrap_or_default();
+            assert!(reason("unset").starts_with("server `unset`: `url`: the variable"));
+            assert!(reason("odd").starts_with("server `odd`: `type` `websocket`"));
+            assert!(!loaded.servers["off"].is_enabled());
+            assert!(loaded.servers["unset"].is_enabled());
+            assert!(!loaded.servers.contains_key("bad.name"));
+            assert_eq!(loaded.skipped.len(), 1, "{:?}", loaded.skipped);
+            assert_eq!(loaded.skipped[0].server, "bad.name");
+            let mut invalid: Vec<&str> = loaded.invalid.iter().map(|i| i.server.as_str()).collect();
+            invalid.sort_unstable();
+            assert_eq!(invalid, ["bad.name", "odd", "off", "unset"]);
+        }
+        // The other shape beside the one read is warned of.
+        let loaded = parse_mcp_servers_with(
+            r#"{"mcpServers": {}, "servers": {"x": {"url": "http://127.0.0.1:1/mcp"}}}"#,
+            env(&[]),
+        )
+        .unwrap();
+        assert!(loaded.servers.is_empty());
+        assert_eq!(loaded.warnings, ["unknown top-level key `servers` ignored"]);
+        for bad in [
+            r#"{"servers": []}"#,
+            r#"{"mcp": {"servers": 1}}"#,
+            r#"{"mcp": {}}"#,
+        ] {
+            assert!(parse_mcp_servers(bad).unwrap_err().is_builder(), "{bad}");
+        }
+    }
+
     #[test]
     fn invalid_entries_are_named_with_their_key() {
         let error = parse_mcp_servers(
@@ -700,10 +827,8 @@ mod tests {
                 "f.g": {"url": "http://x/mcp"},
                 "ok": {"url": "http://x/mcp"}
             }}"#,
-        )
-        .unwrap_err();
-        assert!(error.is_builder());
-        let shown = error.to_string();
+        );
+        let shown = invalid(error);
         for part in [
             "server `a`: `url` is not a string",
             "server `b`: header `Authorization` is not a string",
@@ -818,8 +943,11 @@ mod tests {
             "headers": args.iter().enumerate()
                 .map(|(i, a)| (format!("h{i}"), serde_json::json!(a)))
                 .collect::<Map<String, Value>>()}}});
-        let error = parse_mcp_servers_with(&json.to_string(), env(&[("V", &value)])).unwrap_err();
-        assert!(error.to_string().contains("in all"), "{error}");
+        let error = invalid(parse_mcp_servers_with(
+            &json.to_string(),
+            env(&[("V", &value)]),
+        ));
+        assert!(error.contains("in all"), "{error}");
     }
 
     #[test]
@@ -878,9 +1006,8 @@ mod tests {
                 "t": {"url": "http://x/${SECRET"}
             }}"#,
             env(&vars),
-        )
-        .unwrap_err();
-        let shown = error.to_string();
+        );
+        let shown = invalid(error);
         for part in [
             "server `u`: `url`: the variable `NOPE` is not set",
             "server `h`: header `X-Key`: the variable `MISSING_H` is not set",
@@ -946,9 +1073,8 @@ mod tests {
                 "empty": {"command": "${EMPTY_BIN:-}"}
             }}"#,
             env(&vars),
-        )
-        .unwrap_err()
-        .to_string();
+        );
+        let error = invalid(error);
         for part in [
             "server `c`: `command`: the variable `NO_BIN` is not set",
             "server `a`: `args[1]`: the variable `NO_ARG` is not set",
@@ -1066,10 +1192,8 @@ mod tests {
                 "gn": {"url": "http://x/mcp", "logLevel": 1}
             }}"#,
             env(&[]),
-        )
-        .unwrap_err();
-        assert!(error.is_builder());
-        let shown = error.to_string();
+        );
+        let shown = invalid(error);
         for part in [
             "server `t0`: `timeout` is not from 0.001 to 86400 seconds",
             "server `tn`: `timeout` is not from",

@@ -121,6 +121,9 @@ enum Source {
     /// environment, directory, grace periods).
     #[cfg(all(feature = "stdio", unix))]
     Stdio(Box<StdioPieces>),
+    /// An entry that cannot be used, and why (naming the entry and the
+    /// key, never a value): its slot fails at once, and never connects.
+    Invalid(Arc<str>),
 }
 
 /// A stdio server's spec: the command and the settings that apply to it.
@@ -242,6 +245,27 @@ impl ServerSpec {
         })))
     }
 
+    /// An entry that cannot be used: its slot is
+    /// [`Failed`](super::SlotState::Failed) with `reason` (an
+    /// [`Error::is_builder`] error) and never connects, while the others
+    /// run. What [`parse_mcp_servers`](super::parse_mcp_servers) makes of
+    /// a bad entry (an unset variable, a missing `command`, an unknown
+    /// `type`), and what a host's own loader can make of one. `reason` is
+    /// shown: name the key, never a value. The same server as another
+    /// spec only when that is invalid for the same reason.
+    pub fn invalid(reason: impl Into<String>) -> Self {
+        ServerSpec::with_source(Source::Invalid(reason.into().into()))
+    }
+
+    /// Why the entry cannot be used, for a spec made with
+    /// [`invalid`](Self::invalid).
+    pub fn invalid_reason(&self) -> Option<&str> {
+        match &self.source {
+            Source::Invalid(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
     /// The stdio command, for a stdio server's spec.
     #[cfg(all(feature = "stdio", unix))]
     pub fn get_stdio(&self) -> Option<&crate::stdio::StdioCommand> {
@@ -338,7 +362,7 @@ impl ServerSpec {
             Source::Pieces(pieces) => pieces.protocol_version = Some(version),
             #[cfg(all(feature = "stdio", unix))]
             Source::Stdio(stdio) => stdio.protocol_version = Some(version),
-            Source::Connector(_) => {}
+            Source::Connector(_) | Source::Invalid(_) => {}
         }
         self
     }
@@ -350,7 +374,7 @@ impl ServerSpec {
             Source::Pieces(pieces) => pieces.connect_timeout = timeout,
             #[cfg(all(feature = "stdio", unix))]
             Source::Stdio(stdio) => stdio.connect_timeout = timeout,
-            Source::Connector(_) => {}
+            Source::Connector(_) | Source::Invalid(_) => {}
         }
         self
     }
@@ -362,7 +386,7 @@ impl ServerSpec {
             Source::Pieces(pieces) => pieces.request_timeout = Some(timeout),
             #[cfg(all(feature = "stdio", unix))]
             Source::Stdio(stdio) => stdio.request_timeout = Some(timeout),
-            Source::Connector(_) => {}
+            Source::Connector(_) | Source::Invalid(_) => {}
         }
         self
     }
@@ -461,6 +485,7 @@ impl ServerSpec {
             (Source::Connector(a), Source::Connector(b)) => Arc::ptr_eq(a, b),
             #[cfg(all(feature = "stdio", unix))]
             (Source::Stdio(a), Source::Stdio(b)) => a == b,
+            (Source::Invalid(a), Source::Invalid(b)) => a == b,
             _ => false,
         }
     }
@@ -479,19 +504,23 @@ impl ServerSpec {
     /// client, else through `shared` (the fleet's owned client for the
     /// spec's settings), else with an owned client of each session's own,
     /// built with those settings.
-    pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Connector {
-        let connector = self.source_connector(shared);
-        if self.concurrent_discovery || matches!(self.source, Source::Connector(_)) {
-            connector
-        } else {
-            connector.discovery(crate::Discovery::default().concurrent(false))
-        }
+    /// An [`invalid`](Self::invalid) spec's reason is the error.
+    pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Result<Connector> {
+        let connector = self.source_connector(shared)?;
+        Ok(
+            if self.concurrent_discovery || matches!(self.source, Source::Connector(_)) {
+                connector
+            } else {
+                connector.discovery(crate::Discovery::default().concurrent(false))
+            },
+        )
     }
 
     /// [`connector`](Self::connector) before the spec's own settings.
-    fn source_connector(&self, shared: Option<&HttpClient>) -> Connector {
+    fn source_connector(&self, shared: Option<&HttpClient>) -> Result<Connector> {
         let pieces = match &self.source {
-            Source::Connector(connector) => return Connector::clone(connector),
+            Source::Invalid(reason) => return Err(Error::builder(reason.to_string())),
+            Source::Connector(connector) => return Ok(Connector::clone(connector)),
             #[cfg(all(feature = "stdio", unix))]
             Source::Stdio(stdio) => {
                 let mut connector =
@@ -502,7 +531,7 @@ impl ServerSpec {
                 if let Some(timeout) = stdio.request_timeout {
                     connector = connector.request_timeout(timeout);
                 }
-                return connector;
+                return Ok(connector);
             }
             Source::Pieces(pieces) => pieces,
         };
@@ -537,7 +566,7 @@ impl ServerSpec {
         if let Some(listen) = pieces.listen {
             connector = connector.listen(listen);
         }
-        connector
+        Ok(connector)
     }
 }
 
@@ -568,6 +597,9 @@ impl fmt::Debug for ServerSpec {
             }
             Source::Connector(connector) => {
                 d.field("connector", connector);
+            }
+            Source::Invalid(reason) => {
+                d.field("invalid", reason);
             }
             #[cfg(all(feature = "stdio", unix))]
             Source::Stdio(stdio) => {

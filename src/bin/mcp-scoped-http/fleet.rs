@@ -155,8 +155,8 @@ fn catalog_line(
     Value::Object(line)
 }
 
-fn unsupported_line(server: &str, reason: &str) -> Value {
-    json!({"server": server, "state": "unsupported", "error": reason})
+fn unsupported_line(server: &str, left: &Left) -> Value {
+    json!({"server": server, "state": left.state, "error": left.reason})
 }
 
 /// The settings of the command line that apply to every server of the
@@ -238,9 +238,18 @@ fn stamp(path: &Path) -> Stamp {
     Some((metadata.modified().ok()?, metadata.len(), metadata.ino()))
 }
 
-/// The servers of the last file applied that this crate does not run
-/// (stdio), by name, with why.
-type Unsupported = Arc<BTreeMap<String, String>>;
+/// The entries of the last file applied that the fleet does not run (a
+/// name it cannot take; stdio in a build without it), by name, with why.
+type Unsupported = Arc<BTreeMap<String, Left>>;
+
+/// An entry of the file the fleet does not run, and why.
+#[derive(Clone, Debug, PartialEq)]
+struct Left {
+    /// `failed` (the entry cannot be used: a name the fleet cannot take)
+    /// or `unsupported` (a stdio entry in a build without stdio).
+    state: &'static str,
+    reason: String,
+}
 
 /// Why a [`Reader`] gave no answer.
 #[derive(Debug, PartialEq)]
@@ -347,15 +356,25 @@ async fn apply(
         .map(|(name, spec)| (name, shared.spec(spec)));
     let report = fleet.apply(servers).await.map_err(|e| e.to_string())?;
     // A state change: a stdio entry not reported as such before.
-    let skipped: BTreeMap<String, String> = loaded
+    let invalid: std::collections::HashSet<&str> =
+        loaded.invalid.iter().map(|i| i.server.as_str()).collect();
+    let skipped: BTreeMap<String, Left> = loaded
         .skipped
-        .into_iter()
-        .map(|skipped| (skipped.server, skipped.reason))
+        .iter()
+        .map(|skipped| {
+            let state = if invalid.contains(skipped.server.as_str()) {
+                "failed"
+            } else {
+                "unsupported"
+            };
+            let reason = skipped.reason.clone();
+            (skipped.server.clone(), Left { state, reason })
+        })
         .collect();
     let known = unsupported.borrow().clone();
-    for (server, reason) in &skipped {
-        if known.get(server) != Some(reason) {
-            emit(json_mode, &unsupported_line(server, reason));
+    for (server, left) in &skipped {
+        if known.get(server) != Some(left) {
+            emit(json_mode, &unsupported_line(server, left));
         }
     }
     unsupported.send_replace(Arc::new(skipped));
@@ -587,7 +606,8 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
             }
         };
         // In the file, but not run: say why, not "no such server".
-        if let Some(reason) = unsupported.get(server) {
+        if let Some(left) = unsupported.get(server) {
+            let reason = &left.reason;
             let error = format!("server `{server}` is in the configuration but not run: {reason}");
             return Command::Answer(json!({"server": server, "tool": tool, "error": error}));
         }
@@ -612,7 +632,7 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
     if command.contains_key("status") {
         let mut servers: Map<String, Value> = unsupported
             .iter()
-            .map(|(name, reason)| (name.clone(), unsupported_line(name, reason)))
+            .map(|(name, left)| (name.clone(), unsupported_line(name, left)))
             .collect();
         servers.extend(fleet.states().iter().map(|(name, state)| {
             let mut line = state_line(fleet, name, state);
