@@ -1163,6 +1163,61 @@ fn an_invalid_spec_fails_alone_and_never_connects() {
     });
 }
 
+/// Tool names a model refuses (a dot, a space, 200 characters, two that
+/// clean to the same text) get qualified names every LLM API takes,
+/// distinct, and `call_qualified` sends each call to the server under the
+/// tool's own name.
+#[test]
+fn hostile_tool_names_get_model_safe_names_that_route_back() {
+    scenario(async {
+        let schema = json!({"type": "object"});
+        let long = "x".repeat(200);
+        let world = World::new(ServerConfig::default()).await;
+        world.server.push_fault(tools_answer(json!([
+            {"name": "files.read", "inputSchema": schema},
+            {"name": "files read", "inputSchema": schema},
+            {"name": "files_read", "inputSchema": schema},
+            {"name": long, "inputSchema": schema},
+        ])));
+        let fleet = fleet();
+        fleet.apply([("docs", spec(&world.server))]).await.unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "docs", "ready")).await);
+        let catalog = fleet.catalog();
+        let mut names = std::collections::HashSet::new();
+        for tool in catalog.tools() {
+            let qualified = tool.qualified_name().unwrap();
+            assert!(
+                (1..=64).contains(&qualified.len())
+                    && qualified
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                "{qualified}"
+            );
+            assert!(names.insert(qualified.clone()), "{qualified} twice");
+            assert_eq!(
+                catalog.tool(&qualified).unwrap().name(),
+                tool.name(),
+                "{qualified} finds its own tool"
+            );
+        }
+        assert_eq!(names.len(), 4);
+        assert!(names.contains("docs__files_read"));
+        for original in ["files.read", "files read", long.as_str()] {
+            let qualified = mcp_scoped_http::fleet::qualify("docs", original);
+            // The test kit refuses tools it does not have: the name sent
+            // is what counts.
+            let _ = fleet.call_qualified(&qualified, json!({})).await;
+            let sent = seen(&world.server, "tools/call").pop().unwrap();
+            assert_eq!(
+                sent.body.as_ref().unwrap()["params"]["name"],
+                original,
+                "{qualified}"
+            );
+        }
+        finish(fleet, &world, &[], "hostile tool names").await;
+    });
+}
+
 /// `tools/list` answers these tools (a fault: the test kit's own tools
 /// only grow and shrink at the end).
 fn tools_answer(tools: serde_json::Value) -> Fault {

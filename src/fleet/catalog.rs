@@ -7,7 +7,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::spec::{qualify, split_qualified};
+use super::spec::{MAX_QUALIFIED_LEN, qualify, qualify_uri, split_qualified};
+
+/// How a list's names are qualified: [`qualify`] for tools and prompts,
+/// [`qualify_uri`] for resources and templates.
+type Qualifier = fn(&str, &str) -> String;
 use super::state::{FleetEvent, SlotState};
 use crate::session::{Catalog, Entry, SessionInfo};
 use crate::sync::lock;
@@ -41,6 +45,8 @@ pub struct QualifiedEntry<'a> {
     pub server: &'a str,
     /// The entry as the server listed it.
     pub entry: &'a Entry,
+    /// How its list's names are qualified.
+    qualifier: Qualifier,
 }
 
 impl QualifiedEntry<'_> {
@@ -50,9 +56,13 @@ impl QualifiedEntry<'_> {
         self.entry.key()
     }
 
-    /// The name qualified by the server (`server__name`).
+    /// The name qualified by the server: a tool's or prompt's as a model
+    /// may be given it ([`qualify`](super::qualify): `server__name`, or
+    /// cleaned, cut and hashed when that is not a name a model accepts), a
+    /// resource's or template's `server__uri`
+    /// ([`qualify_uri`](super::qualify_uri)).
     pub fn qualified_name(&self) -> Option<String> {
-        self.name().map(|name| qualify(self.server, name))
+        self.name().map(|name| (self.qualifier)(self.server, name))
     }
 }
 
@@ -136,29 +146,39 @@ impl ListChanges {
 
     /// Records `name` of `server` as `change`: kept while within the
     /// bounds (qualified only then), counted otherwise.
-    fn record(&mut self, bytes: &mut usize, change: Change, server: &str, name: &str) {
+    fn record(
+        &mut self,
+        bytes: &mut usize,
+        change: Change,
+        (server, name): (&str, &str),
+        qualifier: Qualifier,
+    ) {
         let held = self.added.len() + self.removed.len() + self.changed.len();
-        // `server__name`: what the qualified name will take.
-        let size = server.len().saturating_add(2).saturating_add(name.len());
-        let fits = held < Self::MAX_NAMES
-            && bytes.saturating_add(size) <= Self::MAX_NAME_BYTES
-            // Over it, counted: never a half-kept list of one change
-            // while its later names are kept in another.
-            && self.more() == 0;
+        // Over a bound, counted: never a half-kept list of one change
+        // while its later names are kept in another. `server__name` may
+        // be longer than the qualified name (cut) or shorter (hashed): a
+        // name is made only when it may fit, and measured as made.
+        let plain = server.len().saturating_add(2).saturating_add(name.len());
+        let made = (held < Self::MAX_NAMES
+            && self.more() == 0
+            && bytes.saturating_add(plain.min(MAX_QUALIFIED_LEN)) <= Self::MAX_NAME_BYTES)
+            .then(|| qualifier(server, name))
+            .filter(|made| bytes.saturating_add(made.len()) <= Self::MAX_NAME_BYTES);
         let (names, more) = match change {
             Change::Added => (&mut self.added, &mut self.more_added),
             Change::Removed => (&mut self.removed, &mut self.more_removed),
             Change::Changed => (&mut self.changed, &mut self.more_changed),
         };
-        if fits {
-            *bytes += size;
-            names.push(qualify(server, name));
-        } else {
-            *more = more.saturating_add(1);
+        match made {
+            Some(made) => {
+                *bytes += made.len();
+                names.push(made);
+            }
+            None => *more = more.saturating_add(1),
         }
     }
 
-    fn between(server: &str, old: &[Entry], new: &[Entry]) -> ListChanges {
+    fn between(server: &str, old: &[Entry], new: &[Entry], qualifier: Qualifier) -> ListChanges {
         let mut changes = ListChanges::default();
         // The common case (a list announced again the same) costs one
         // comparison of texts.
@@ -175,16 +195,16 @@ impl ListChanges {
             let Some(name) = entry.key() else { continue };
             listed.insert(name);
             match before.get(name) {
-                None => changes.record(&mut bytes, Change::Added, server, name),
+                None => changes.record(&mut bytes, Change::Added, (server, name), qualifier),
                 Some(was) if !same_json(was, entry) => {
-                    changes.record(&mut bytes, Change::Changed, server, name);
+                    changes.record(&mut bytes, Change::Changed, (server, name), qualifier);
                 }
                 Some(_) => {}
             }
         }
         for name in old.iter().filter_map(Entry::key) {
             if !listed.contains(name) {
-                changes.record(&mut bytes, Change::Removed, server, name);
+                changes.record(&mut bytes, Change::Removed, (server, name), qualifier);
             }
         }
         changes
@@ -236,13 +256,14 @@ impl CatalogChanges {
         let empty = Catalog::default();
         let (old, new) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
         CatalogChanges {
-            tools: ListChanges::between(server, &old.tools, &new.tools),
-            prompts: ListChanges::between(server, &old.prompts, &new.prompts),
-            resources: ListChanges::between(server, &old.resources, &new.resources),
+            tools: ListChanges::between(server, &old.tools, &new.tools, qualify),
+            prompts: ListChanges::between(server, &old.prompts, &new.prompts, qualify),
+            resources: ListChanges::between(server, &old.resources, &new.resources, qualify_uri),
             resource_templates: ListChanges::between(
                 server,
                 &old.resource_templates,
                 &new.resource_templates,
+                qualify_uri,
             ),
         }
     }
@@ -252,28 +273,31 @@ impl FleetCatalog {
     fn entries<'a>(
         &'a self,
         list: impl Fn(&'a Catalog) -> &'a [Entry] + 'a,
+        qualifier: Qualifier,
     ) -> impl Iterator<Item = QualifiedEntry<'a>> + 'a {
         self.servers.iter().flat_map(move |(server, catalog)| {
-            list(catalog)
-                .iter()
-                .map(move |entry| QualifiedEntry { server, entry })
+            list(catalog).iter().map(move |entry| QualifiedEntry {
+                server,
+                entry,
+                qualifier,
+            })
         })
     }
 
     /// Every ready server's tools, by server name, then in the server's
     /// order.
     pub fn tools(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
-        self.entries(|c| &c.tools)
+        self.entries(|c| &c.tools, qualify)
     }
 
     /// Every ready server's prompts.
     pub fn prompts(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
-        self.entries(|c| &c.prompts)
+        self.entries(|c| &c.prompts, qualify)
     }
 
     /// Every ready server's resources.
     pub fn resources(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
-        self.entries(|c| &c.resources)
+        self.entries(|c| &c.resources, qualify_uri)
     }
 
     /// How many tools, from every ready server.
@@ -281,21 +305,37 @@ impl FleetCatalog {
         self.servers.values().map(|c| c.tools.len()).sum()
     }
 
-    /// The tool with this qualified name (`server__tool`).
+    /// The tool with this qualified name (see [`qualify`](super::qualify)).
     pub fn tool(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
-        let (server, name) = split_qualified(qualified)?;
-        let (server, catalog) = self.servers.get_key_value(server)?;
-        catalog
-            .tool(name)
-            .map(|entry| QualifiedEntry { server, entry })
+        self.find(qualified, |c| &c.tools)
     }
 
-    /// The prompt with this qualified name (`server__prompt`).
+    /// The prompt with this qualified name.
     pub fn prompt(&self, qualified: &str) -> Option<QualifiedEntry<'_>> {
-        let (server, name) = split_qualified(qualified)?;
-        let (server, catalog) = self.servers.get_key_value(server)?;
-        let entry = catalog.prompts.iter().find(|p| p.key() == Some(name))?;
-        Some(QualifiedEntry { server, entry })
+        self.find(qualified, |c| &c.prompts)
+    }
+
+    /// A plain name is split and looked up; one [`qualify`] changed (or
+    /// none found so) is searched for among the list's names.
+    fn find<'a>(
+        &'a self,
+        qualified: &str,
+        list: impl Fn(&'a Catalog) -> &'a [Entry] + Copy + 'a,
+    ) -> Option<QualifiedEntry<'a>> {
+        let plain = split_qualified(qualified).and_then(|(server, name)| {
+            let (server, catalog) = self.servers.get_key_value(server)?;
+            let entry = list(catalog).iter().find(|e| e.key() == Some(name))?;
+            Some(QualifiedEntry {
+                server,
+                entry,
+                qualifier: qualify,
+            })
+        });
+        if let Some(found) = plain.filter(|e| e.qualified_name().as_deref() == Some(qualified)) {
+            return Some(found);
+        }
+        self.entries(list, qualify)
+            .find(|e| e.qualified_name().as_deref() == Some(qualified))
     }
 }
 
@@ -553,18 +593,28 @@ mod tests {
             .map(String::len)
             .sum();
         assert!(bytes <= ListChanges::MAX_NAME_BYTES, "{bytes} bytes");
-        // Long names: the bytes bound holds too.
+        // Long names: the bytes bound holds too. A tool's qualified name
+        // is cut to 64 bytes: 128 of them fill the 8 KiB.
         let long = "x".repeat(4000);
+        let tools_json: Vec<String> = (0..200)
+            .map(|i| format!(r#"{{"name": "{long}{i}"}}"#))
+            .collect();
         hub.set_catalog(
             &server,
             1,
-            Some(catalog(&format!(
-                r#"[{{"name": "{long}1"}}, {{"name": "{long}2"}}, {{"name": "{long}3"}}]"#
-            ))),
+            Some(catalog(&format!("[{}]", tools_json.join(",")))),
         );
         let (_, long) = tools(events.try_recv().unwrap());
-        assert_eq!(long.added.len(), 2);
-        assert_eq!(long.more_added, 1);
+        assert_eq!(
+            long.added.len(),
+            ListChanges::MAX_NAME_BYTES / MAX_QUALIFIED_LEN
+        );
+        assert!(
+            long.added
+                .iter()
+                .all(|name| name.len() == MAX_QUALIFIED_LEN)
+        );
+        assert_eq!(long.more_added, 200 - long.added.len());
         assert_eq!(long.more_removed, 10_000);
         assert!(!long.is_empty());
     }

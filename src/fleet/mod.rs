@@ -38,8 +38,9 @@
 //!   ([`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged));
 //!   the fleet never waits for it.
 //! - **One catalog.** [`Fleet::catalog`] merges the lists of every ready
-//!   server under qualified names (`server__tool`, see [`qualify`] and
-//!   [`split_qualified`]), with a generation bumped on every change: a
+//!   server under qualified names a model accepts as tool names
+//!   (`server__tool`, cleaned, cut and hashed when that is not one: see
+//!   [`qualify`]), with a generation bumped on every change: a
 //!   server ready or lost, a list its session re-listed that reads
 //!   differently (each followed as it happens, through the session's
 //!   [`events`](crate::Session::events)); each change is announced with
@@ -151,7 +152,9 @@ pub use notify::ServerNotification;
 pub use ready::Readiness;
 pub use reconcile::ApplyReport;
 pub use slot::ServerShutdown;
-pub use spec::{MAX_NAME_LEN, SEPARATOR, ServerSpec, qualify, split_qualified};
+pub use spec::{
+    MAX_NAME_LEN, MAX_QUALIFIED_LEN, SEPARATOR, ServerSpec, qualify, qualify_uri, split_qualified,
+};
 pub use state::{FleetEvent, SlotState};
 
 use crate::RequestOptions;
@@ -733,12 +736,23 @@ impl Fleet {
         self.call_tool_with(server, tool, arguments, options).await
     }
 
-    /// [`call_tool`](Self::call_tool) by the tool's qualified name
-    /// (`server__tool`, as in [`catalog`](Self::catalog)).
+    /// [`call_tool`](Self::call_tool) by the tool's qualified name, as in
+    /// [`catalog`](Self::catalog) (see [`qualify`]): the name a model was
+    /// given. A name not in the catalog that splits as `server__tool` is
+    /// sent to that server's slot all the same (so a server not ready says
+    /// so).
     pub async fn call_qualified(&self, qualified: &str, arguments: Value) -> Result<Value> {
+        let found = self.catalog().tool(qualified).and_then(|entry| {
+            let tool = entry.name()?;
+            Some((entry.server.to_owned(), tool.to_owned()))
+        });
+        if let Some((server, tool)) = found {
+            return self.call_tool(&server, &tool, arguments).await;
+        }
         let (server, tool) = split_qualified(qualified).ok_or_else(|| {
+            let shown: String = qualified.chars().take(MAX_QUALIFIED_LEN).collect();
             Error::builder(format!(
-                "`{qualified}` is no qualified tool name (`server{SEPARATOR}tool`)"
+                "no tool `{shown}` in the fleet's catalog, and no qualified tool name (`server{SEPARATOR}tool`)"
             ))
         })?;
         self.call_tool(server, tool, arguments).await

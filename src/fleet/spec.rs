@@ -15,19 +15,93 @@ pub const SEPARATOR: &str = "__";
 /// The longest server name [`Fleet::apply`](super::Fleet::apply) accepts.
 pub const MAX_NAME_LEN: usize = 64;
 
-/// The qualified name of `item` (a tool or prompt name, a resource URI) of
-/// `server`: `server`, [`SEPARATOR`], `item`.
+/// The longest qualified name, and what a qualified name may hold: ASCII
+/// letters, digits, `_` and `-`, 1 to 64 of them (`^[a-zA-Z0-9_-]{1,64}$`),
+/// what the common LLM APIs take as a tool's name.
+pub const MAX_QUALIFIED_LEN: usize = 64;
+
+/// The hex digits of the hash that ends a qualified name [`qualify`] had
+/// to change.
+const HASH_DIGITS: usize = 10;
+
+/// The qualified name of `item` (a tool's or a prompt's name) of
+/// `server`, a name a model accepts as a tool's (see
+/// [`MAX_QUALIFIED_LEN`]):
+///
+/// - `server__item` ([`SEPARATOR`] between) when that already is one:
+///   `item` holds only ASCII letters, digits, `_` and `-`, and the whole
+///   is at most 64 bytes;
+/// - else that text with every other character made `_`, cut to 53 bytes,
+///   then `_` and 10 hex digits of a hash of the original pair
+///   (`files.read` of `docs`: `docs__files_read_` and the digits).
+///
+/// The same server and item always give the same name, whatever else the
+/// catalog holds, across restarts, reloads and versions of this crate
+/// (the hash is FNV-1a, fixed here). Two items that clean to the same
+/// text (`files.read`, `files read`, `files_read`) get different names:
+/// the first two end with their own hashes, the third stays plain. Names
+/// collide only if two hashes of 40 bits do (about one chance in 10^8 for
+/// 150 changed names), or a plain name happens to end with a changed
+/// one's hash.
 pub fn qualify(server: &str, item: &str) -> String {
-    let mut name = String::with_capacity(server.len() + SEPARATOR.len() + item.len());
-    name.push_str(server);
-    name.push_str(SEPARATOR);
-    name.push_str(item);
+    let safe = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let plain = server.len() + SEPARATOR.len() + item.len();
+    let mut name = String::with_capacity(plain.min(MAX_QUALIFIED_LEN));
+    if plain <= MAX_QUALIFIED_LEN
+        && !item.is_empty()
+        && server.chars().chain(item.chars()).all(safe)
+    {
+        name.push_str(server);
+        name.push_str(SEPARATOR);
+        name.push_str(item);
+        return name;
+    }
+    let keep = MAX_QUALIFIED_LEN - HASH_DIGITS - 1;
+    for c in server.chars().chain(SEPARATOR.chars()).chain(item.chars()) {
+        if name.len() == keep {
+            break;
+        }
+        name.push(if safe(c) { c } else { '_' });
+    }
+    let hash = fnv1a(server, item) >> (64 - 4 * HASH_DIGITS);
+    name.push('_');
+    name.push_str(&format!("{hash:0width$x}", width = HASH_DIGITS));
     name
 }
 
-/// The way back from [`qualify`]: `(server, item)`, split at the first
-/// [`SEPARATOR`]. Unambiguous for every server name the fleet accepts (no
-/// `__` inside, no `_` at the end), whatever the item's name holds.
+/// The qualified name of a resource's URI (or a template's) of `server`:
+/// `server__uri`, as it is. A URI is given to no model as a tool's name,
+/// and a host reads a resource by its own URI; kept readable.
+pub fn qualify_uri(server: &str, uri: &str) -> String {
+    let mut name = String::with_capacity(server.len() + SEPARATOR.len() + uri.len());
+    name.push_str(server);
+    name.push_str(SEPARATOR);
+    name.push_str(uri);
+    name
+}
+
+/// FNV-1a (64 bits) of `server`, a byte no UTF-8 text holds, and `item`:
+/// stable by construction, unlike `std`'s hashers.
+fn fnv1a(server: &str, item: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in server
+        .as_bytes()
+        .iter()
+        .chain(&[0xff])
+        .chain(item.as_bytes())
+    {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The way back from a plain [`qualify`] name: `(server, item)`, split at
+/// the first [`SEPARATOR`]. Unambiguous for every server name the fleet
+/// accepts (no `__` inside, no `_` at the end). A name `qualify` had to
+/// change (it ends with a hash) does not split back to the item: look it
+/// up in the catalog ([`FleetCatalog::tool`](super::FleetCatalog::tool)),
+/// as [`Fleet::call_qualified`](super::Fleet::call_qualified) does.
 pub fn split_qualified(qualified: &str) -> Option<(&str, &str)> {
     let at = qualified.find(SEPARATOR)?;
     let (server, item) = (&qualified[..at], &qualified[at + SEPARATOR.len()..]);
@@ -620,6 +694,51 @@ impl fmt::Debug for ServerSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hostile names: every qualified name fits `^[a-zA-Z0-9_-]{1,64}$`,
+    /// is the same on every call, and differs from every other pair's,
+    /// names that clean to the same text included; a plain one is kept.
+    #[test]
+    fn qualified_names_are_model_safe_stable_and_distinct() {
+        let long = "t".repeat(200);
+        let server_64 = "s".repeat(64);
+        let pairs = [
+            ("docs", "files.read"),
+            ("docs", "files read"),
+            ("docs", "files_read"),
+            ("docs", "files/read"),
+            ("docs", "ünïcode"),
+            ("docs", ""),
+            ("docs", long.as_str()),
+            ("docs", &long[..199]),
+            (server_64.as_str(), "x"),
+            (server_64.as_str(), "y"),
+            ("a", "file:///tmp/notes.md"),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (server, item) in pairs {
+            let name = qualify(server, item);
+            assert!(
+                (1..=MAX_QUALIFIED_LEN).contains(&name.len())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                "{name:?} for {server:?}, {item:?}"
+            );
+            assert_eq!(name, qualify(server, item), "stable");
+            assert!(seen.insert(name.clone()), "{name} twice");
+        }
+        assert_eq!(qualify("docs", "files_read"), "docs__files_read");
+        let changed = qualify("docs", "files.read");
+        assert!(changed.starts_with("docs__files_read_"), "{changed}");
+        assert_eq!(changed.len(), "docs__files_read_".len() + HASH_DIGITS);
+        // Fixed across versions: a host may have stored it (FNV-1a worked
+        // out apart from this code).
+        assert_eq!(changed, "docs__files_read_4ee7beee3f");
+        let cut = qualify("docs", &long);
+        assert_eq!(cut.len(), MAX_QUALIFIED_LEN);
+        assert!(cut.starts_with("docs__ttt"), "{cut}");
+    }
 
     #[test]
     fn qualified_names_split_back_at_the_server() {
