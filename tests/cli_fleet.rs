@@ -453,6 +453,19 @@ fn json_lines_commands_and_sigterm() {
         status["status"]["locked"]["serverInfo"].is_null(),
         "{status}"
     );
+    // A call by the qualified name alone, as a model names the tool.
+    let answer = fleet.command(
+        br#"{"id": 7, "call": {"tool": "up__tool-000", "arguments": {"text": "by name"}}}"#,
+    );
+    assert!(answer["result"].to_string().contains("by name"), "{answer}");
+    let answer = fleet.command(br#"{"call": {"tool": "nobody_has_this"}}"#);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("no such qualified tool"),
+        "{answer}"
+    );
     assert_eq!(status["status"]["local"]["state"], "ready", "{status}");
     let answer = fleet.command(
         br#"{"id": 8, "call": {"server": "local", "tool": "echo", "arguments": {"text": "piped"}}}"#,

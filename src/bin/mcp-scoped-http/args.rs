@@ -121,7 +121,8 @@ pub(crate) enum Command {
     /// the file is read again on SIGHUP and when it changes, and
     /// reconciled by name. Commands on standard input, one JSON object a
     /// line, each answered by one JSON line (carrying the command's "id",
-    /// if any): {"call": {"server", "tool", "arguments", "waitMs"}},
+    /// if any): {"call": {"server", "tool", "arguments", "waitMs"}} ("tool"
+    /// alone: the qualified name the catalog gives),
     /// {"reconnect": NAME}, {"status": true} (each server's state; a ready
     /// one's also "protocolVersion", "serverInfo", "capabilities" and
     /// "instructions", as it sent them); a call with "progress": true

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mcp_scoped_http::fleet::{
     ApplyReport, Backoff, Fleet, FleetEvent, LoadedConfig, Readiness, ServerNotification,
-    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers,
+    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers, split_qualified,
 };
 use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::{Map, Value, json};
@@ -577,13 +577,36 @@ fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
 /// The command, its `id` aside.
 fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>) -> Command {
     if let Some(call) = command.get("call") {
-        let (Some(server), Some(tool)) = (
+        // Without "server", "tool" is the qualified name the catalog
+        // gives (what a model was shown).
+        let qualified;
+        let (server, tool) = match (
             call.get("server").and_then(Value::as_str),
             call.get("tool").and_then(Value::as_str),
-        ) else {
-            return Command::Answer(
-                json!({"error": "a call needs \"server\" and \"tool\", strings"}),
-            );
+        ) {
+            (Some(server), Some(tool)) => (server, tool),
+            (None, Some(name)) if call.get("server").is_none() => {
+                let catalog = fleet.catalog();
+                let found = catalog
+                    .tool(name)
+                    .and_then(|entry| Some((entry.server.to_owned(), entry.name()?.to_owned())))
+                    .or_else(|| {
+                        let (server, tool) = split_qualified(name)?;
+                        Some((server.to_owned(), tool.to_owned()))
+                    });
+                let Some(found) = found else {
+                    return Command::Answer(
+                        json!({"tool": name, "error": "no such qualified tool in the catalog"}),
+                    );
+                };
+                qualified = found;
+                (qualified.0.as_str(), qualified.1.as_str())
+            }
+            _ => {
+                return Command::Answer(
+                    json!({"error": "a call needs \"tool\" (a qualified name), or \"server\" and \"tool\", strings"}),
+                );
+            }
         };
         let arguments = match call.get("arguments") {
             None => json!({}),
