@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::spec::{MAX_QUALIFIED_LEN, qualify, qualify_uri, split_qualified};
+use super::spec::{
+    MAX_QUALIFIED_LEN, changed_prefix, looks_changed, qualify, qualify_uri, split_qualified,
+};
 
 /// How a list's names are qualified: [`qualify`] for tools and prompts,
 /// [`qualify_uri`] for resources and templates.
@@ -334,7 +336,22 @@ impl FleetCatalog {
         if let Some(found) = plain.filter(|e| e.qualified_name().as_deref() == Some(qualified)) {
             return Some(found);
         }
-        self.entries(list, qualify)
+        // Only a name shaped as a changed one (`_` and the hash's 10 hex
+        // digits at the end) is searched for, and only among the servers
+        // its text begins with: a miss costs no scan of every tool.
+        if !looks_changed(qualified) {
+            return None;
+        }
+        self.servers
+            .iter()
+            .filter(|(server, _)| qualified.starts_with(changed_prefix(server)))
+            .flat_map(|(server, catalog)| {
+                list(catalog).iter().map(move |entry| QualifiedEntry {
+                    server,
+                    entry,
+                    qualifier: qualify,
+                })
+            })
             .find(|e| e.qualified_name().as_deref() == Some(qualified))
     }
 }
@@ -617,6 +634,33 @@ mod tests {
         assert_eq!(long.more_added, 200 - long.added.len());
         assert_eq!(long.more_removed, 10_000);
         assert!(!long.is_empty());
+    }
+
+    /// Two servers, one named as the other's cut name and `_b`: a changed
+    /// name of the longer one's tool finds that tool, never the other
+    /// server's, and the two qualified names differ.
+    #[test]
+    fn a_changed_name_finds_its_own_server() {
+        let a = "a".repeat(52);
+        let b = format!("{a}_b");
+        let changed = qualify(&b, "files.read");
+        let impostor = changed[changed.len() - 10..].to_owned();
+        let hub = Hub::new(16);
+        let (sa, sb): (Arc<str>, Arc<str>) = (a.as_str().into(), b.as_str().into());
+        hub.claim(&sa, 1);
+        hub.claim(&sb, 2);
+        hub.set_catalog(&sb, 2, Some(catalog(r#"[{"name": "files.read"}]"#)));
+        let listed = format!(r#"[{{"name": "{impostor}"}}]"#);
+        hub.set_catalog(&sa, 1, Some(catalog(&listed)));
+        let fleet = hub.catalog();
+        let names: Vec<String> = fleet.tools().filter_map(|t| t.qualified_name()).collect();
+        assert_ne!(names[0], names[1], "{names:?}");
+        let found = fleet.tool(&changed).expect("found");
+        assert_eq!(
+            (found.server, found.name()),
+            (b.as_str(), Some("files.read"))
+        );
+        assert!(fleet.tool(&format!("{a}_0123456789")).is_none());
     }
 
     /// Each event is the difference with what the catalog holds, whatever

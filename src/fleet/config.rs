@@ -262,8 +262,11 @@ pub fn parse_mcp_servers_with(
                     reason: format!("server `{shown}`: {problem}"),
                 };
                 if name_problem(name).is_none() {
-                    let spec =
-                        ServerSpec::invalid(invalid.reason.clone()).enabled(entry_enabled(entry));
+                    // Disabled stays disabled; required stays required,
+                    // so `Fleet::ready` fails for it.
+                    let spec = ServerSpec::invalid(invalid.reason.clone())
+                        .enabled(entry_enabled(entry))
+                        .required(entry.get("required") == Some(&Value::Bool(true)));
                     loaded.servers.insert(name.clone(), spec);
                 } else {
                     loaded.skipped.push(invalid.clone());
@@ -773,7 +776,7 @@ mod tests {
             "web": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
             "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
             "unset": {"type": "http", "url": "${CONFIG_TEST_NEVER_SET}"},
-            "odd": {"type": "websocket", "url": "ws://127.0.0.1:1/"},
+            "odd": {"type": "websocket", "url": "ws://127.0.0.1:1/", "required": true},
             "bad.name": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
             "off": {"url": "${CONFIG_TEST_NEVER_SET}", "disabled": true},
         });
@@ -790,6 +793,10 @@ mod tests {
             assert!(reason("unset").starts_with("server `unset`: `url`: the variable"));
             assert!(reason("odd").starts_with("server `odd`: `type` `websocket`"));
             assert!(!loaded.servers["off"].is_enabled());
+            assert!(
+                loaded.servers["odd"].is_required(),
+                "required stays required"
+            );
             assert!(loaded.servers["unset"].is_enabled());
             assert!(!loaded.servers.contains_key("bad.name"));
             assert_eq!(loaded.skipped.len(), 1, "{:?}", loaded.skipped);

@@ -790,10 +790,12 @@ impl Fleet {
     /// What `server` said about itself in the handshake of the session in
     /// use: its negotiated revision, `serverInfo`, `instructions` (hosts
     /// put them into the model's system prompt) and capabilities, as the
-    /// server sent them ([`SessionInfo`](crate::SessionInfo)). `None`
-    /// unless the slot is [`Ready`](SlotState::Ready), and for a name the
-    /// fleet does not have. A renewed session's info is announced with
-    /// [`FleetEvent::Renewed`]; a reconnect's comes with its `Ready`.
+    /// server sent them ([`SessionInfo`](crate::SessionInfo)). `Some` while
+    /// calls are routed to a session: from just before the slot's
+    /// [`Ready`](SlotState::Ready) is announced until it leaves that state;
+    /// `None` otherwise, and for a name the fleet does not have. A renewed
+    /// session's info is announced with [`FleetEvent::Renewed`]; a
+    /// reconnect's comes with its `Ready`.
     pub fn info(&self, server: &str) -> Option<Arc<crate::SessionInfo>> {
         let live = self.slot(server).ok()?.live()?;
         Some(live.session.info())

@@ -41,8 +41,9 @@ const HASH_DIGITS: usize = 10;
 /// text (`files.read`, `files read`, `files_read`) get different names:
 /// the first two end with their own hashes, the third stays plain. Names
 /// collide only if two hashes of 40 bits do (about one chance in 10^8 for
-/// 150 changed names), or a plain name happens to end with a changed
-/// one's hash.
+/// 150 changed names), or a plain name of the same server happens to end
+/// with a changed one's hash; a changed name holds `__` only right after
+/// its whole server name, so it is never another server's plain name.
 pub fn qualify(server: &str, item: &str) -> String {
     let safe = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     let plain = server.len() + SEPARATOR.len() + item.len();
@@ -63,10 +64,41 @@ pub fn qualify(server: &str, item: &str) -> String {
         }
         name.push(if safe(c) { c } else { '_' });
     }
+    // Cut within the server's name or the separator: no `_` left at the
+    // end, so no `__` comes before the hash, and the name never splits as
+    // another server's plain one (`aaa_b` cut to `aaa_` would read as the
+    // tool `<hash>` of `aaa`).
+    if name.len() <= server.len() + SEPARATOR.len() {
+        while name.ends_with('_') {
+            name.pop();
+        }
+    }
     let hash = fnv1a(server, item) >> (64 - 4 * HASH_DIGITS);
     name.push('_');
     name.push_str(&format!("{hash:0width$x}", width = HASH_DIGITS));
     name
+}
+
+/// Whether `qualified` has the shape of a name [`qualify`] changed: at
+/// most 64 bytes, ending with `_` and the hash's hex digits.
+pub(crate) fn looks_changed(qualified: &str) -> bool {
+    let bytes = qualified.as_bytes();
+    bytes.len() <= MAX_QUALIFIED_LEN
+        && bytes.len() > HASH_DIGITS
+        && bytes[bytes.len() - HASH_DIGITS - 1] == b'_'
+        && bytes[bytes.len() - HASH_DIGITS..]
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+/// What every name [`qualify`] changed for `server` (a name the fleet
+/// accepts: ASCII, no `_` at the end) begins with.
+pub(crate) fn changed_prefix(server: &str) -> &str {
+    let keep = MAX_QUALIFIED_LEN - HASH_DIGITS - 1;
+    server
+        .get(..server.len().min(keep))
+        .unwrap_or(server)
+        .trim_end_matches('_')
 }
 
 /// The qualified name of a resource's URI (or a template's) of `server`:
@@ -738,6 +770,30 @@ mod tests {
         let cut = qualify("docs", &long);
         assert_eq!(cut.len(), MAX_QUALIFIED_LEN);
         assert!(cut.starts_with("docs__ttt"), "{cut}");
+    }
+
+    /// A name changed for a long server is never another server's plain
+    /// name: `aaa…a_b` cut at its `_` would have read as the tool
+    /// `<hash>` of `aaa…a`.
+    #[test]
+    fn a_changed_name_never_splits_as_another_servers() {
+        let a = "a".repeat(52);
+        let b = format!("{a}_b");
+        check_name(&a).unwrap();
+        check_name(&b).unwrap();
+        let changed = qualify(&b, "files.read");
+        assert!(looks_changed(&changed), "{changed}");
+        assert!(changed.starts_with(changed_prefix(&b)));
+        assert_ne!(split_qualified(&changed).map(|(s, _)| s), Some(a.as_str()));
+        for server in ["s", "s-1", &"x".repeat(64), &b] {
+            for item in ["files.read", "", &"y".repeat(100)] {
+                let changed = qualify(server, item);
+                if let Some((split, _)) = split_qualified(&changed) {
+                    assert_eq!(split, server, "{changed}");
+                }
+            }
+        }
+        assert!(!looks_changed("docs__files_read"));
     }
 
     #[test]

@@ -174,7 +174,9 @@ pub enum FleetEvent {
         /// (`serverInfo`, capabilities, instructions, revision), as
         /// [`Fleet::info`](super::Fleet::info) gives it from now on: a
         /// host that put the instructions into its prompt compares them
-        /// here.
+        /// here. Read when the slot hears of the renewal: after two in
+        /// quick succession, the first event may already carry the
+        /// second session's (the newest is always right).
         info: Arc<SessionInfo>,
     },
 }
