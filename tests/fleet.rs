@@ -2480,9 +2480,14 @@ fn ready_waits_until_every_server_has_settled_and_says_which_are_ready() {
         let readiness = fleet.ready(SETTLE).await.unwrap();
         assert_eq!(readiness.ready, ["slow"], "{readiness:?}");
         assert!(readiness.pending.is_empty(), "{readiness:?}");
-        assert_eq!(
-            readiness.not_ready.get("dead").map(SlotState::name),
-            Some("retrying"),
+        // Its first attempt failed: waiting to retry, or (the test's
+        // backoff is 5 to 50 ms, and a loaded machine is slow to look)
+        // connecting again already, as `Readiness::not_ready` says.
+        assert!(
+            matches!(
+                readiness.not_ready.get("dead").map(SlotState::name),
+                Some("retrying" | "starting")
+            ),
             "{readiness:?}"
         );
         assert!(readiness.is_settled() && !readiness.all_ready());
