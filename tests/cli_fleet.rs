@@ -1322,6 +1322,41 @@ fn settled_notifications_and_progress_lines() {
 /// Issue 28: `${VAR}` references in the file are read from the CLI's own
 /// environment (set on the child here, never on the test process): the
 /// expanded header reaches the server and no output line; an unset
+/// Runs `fleet CONFIG --exit-on-eof` with `args` and the variables set
+/// (`Some`) or removed (`None`), sends one call (id `id`) to `up`'s
+/// `tool-000` that waits up to 20 s for the server, ends the input, and
+/// returns the output once the CLI has exited.
+fn run_one_call(
+    config: &ConfigFile,
+    args: &[&str],
+    vars: &[(&str, Option<&str>)],
+    id: u64,
+) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command
+        .arg("fleet")
+        .args(args)
+        .arg("--exit-on-eof")
+        .arg(config.path());
+    for (name, value) in vars {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mcp-scoped-http fleet");
+    let mut stdin = child.stdin.take().unwrap();
+    let call = json!({"id": id, "call": {"server": "up", "tool": "tool-000", "arguments": {}, "waitMs": 20000}});
+    stdin.write_all(format!("{call}\n").as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
 /// variable is a startup error naming the entry and the variable.
 #[test]
 fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
@@ -1330,27 +1365,17 @@ fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
         "up": {"url": "${CFG_URL}", "required": true, "timeout": 20,
                "headers": {"X-Key": "${CFG_KEY}", "X-Default": "${CFG_UNSET:-fallback}"}},
     }));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
-        .args(["fleet", "--json", "--exit-on-eof"])
-        .arg(config.path())
-        .env("CFG_URL", server.url())
-        .env("CFG_KEY", "env5ecret")
-        .env_remove("CFG_UNSET")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mcp-scoped-http fleet");
     // Answered once the server is ready; then the end of input ends it.
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(
-            br#"{"id": 1, "call": {"server": "up", "tool": "tool-000", "arguments": {}, "waitMs": 20000}}
-"#,
-        )
-        .unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().unwrap();
+    let output = run_one_call(
+        &config,
+        &["--json"],
+        &[
+            ("CFG_URL", Some(&server.url())),
+            ("CFG_KEY", Some("env5ecret")),
+            ("CFG_UNSET", None),
+        ],
+        1,
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}{stderr}");
@@ -1372,27 +1397,14 @@ fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
     // Unset: the entry fails alone (the fleet runs, with nothing to do),
     // the entry and the variable named, the other variable's value
     // nowhere.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
-        .args(["fleet", "--exit-on-eof"])
-        .arg(config.path())
-        .env_remove("CFG_URL")
-        .env("CFG_KEY", "env5ecret")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mcp-scoped-http fleet");
     // A call that waits for the server: answered once its slot settled
     // (failed), so the end of input comes after the state line.
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(
-            br#"{"id": 2, "call": {"server": "up", "tool": "tool-000", "arguments": {}, "waitMs": 20000}}
-"#,
-        )
-        .unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().unwrap();
+    let output = run_one_call(
+        &config,
+        &[],
+        &[("CFG_URL", None), ("CFG_KEY", Some("env5ecret"))],
+        2,
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let failed = stdout

@@ -621,6 +621,28 @@ async fn a_host_killed_mid_start_leaves_nothing() {
     }
 }
 
+/// A connect to the fixture in a 2025 era, marked, within 30 s.
+async fn connect_legacy(marker: &str) -> mcp_scoped_http::Result<mcp_scoped_http::Session> {
+    Connector::stdio(fixture(marker, &["--era", "legacy"]))
+        .connect_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+}
+
+/// Connects again and prints how it went (the re-run test reads it).
+async fn second_connect(marker: &str) {
+    match connect_legacy(marker).await {
+        Ok(session) => {
+            session.close().await;
+            println!("second connect: ok");
+        }
+        Err(error) => println!(
+            "second connect: {error} (retryable: {})",
+            !error.is_builder()
+        ),
+    }
+}
+
 /// The helper of the image test: connects and closes, removes the image's
 /// directory (as a temporary-file cleaner does to an idle file: macOS
 /// purges `$TMPDIR` files unused for 3 days, systemd-tmpfiles `/tmp` ones
@@ -632,27 +654,18 @@ async fn helper_image_removed() {
         return;
     };
     let marker = std::env::var(MARKER).expect("marker");
-    let connect = || {
-        Connector::stdio(fixture(&marker, &["--era", "legacy"]))
-            .connect_timeout(Duration::from_secs(30))
-            .connect()
-    };
-    connect().await.expect("the first connect").close().await;
+    connect_legacy(&marker)
+        .await
+        .expect("the first connect")
+        .close()
+        .await;
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
     let dir = std::env::temp_dir().join(format!("mcp-scoped-http-{uid}"));
     assert!(dir.is_dir(), "the image's directory {dir:?}");
     std::fs::remove_dir_all(&dir).expect("removed");
-    match connect().await {
-        Ok(session) => {
-            session.close().await;
-            println!("\nsecond connect: ok");
-        }
-        Err(error) => println!(
-            "\nsecond connect: {error} (retryable: {})",
-            !error.is_builder()
-        ),
-    }
+    println!();
+    second_connect(&marker).await;
 }
 
 /// Where the watchdog runs from the file under $TMPDIR (macOS and the
@@ -683,11 +696,6 @@ async fn helper_first_spawn_emfile() {
         return;
     };
     let marker = std::env::var(MARKER).expect("marker");
-    let connect = || {
-        Connector::stdio(fixture(&marker, &["--era", "legacy"]))
-            .connect_timeout(Duration::from_secs(30))
-            .connect()
-    };
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -717,7 +725,7 @@ async fn helper_first_spawn_emfile() {
         }
         filler.push(fd);
     }
-    let first = connect().await;
+    let first = connect_legacy(&marker).await;
     for fd in filler {
         // SAFETY: our own copies.
         unsafe { libc::close(fd) };
@@ -729,16 +737,7 @@ async fn helper_first_spawn_emfile() {
         first.as_ref().err().map(ToString::to_string)
     );
     drop(first);
-    match connect().await {
-        Ok(session) => {
-            session.close().await;
-            println!("second connect: ok");
-        }
-        Err(error) => println!(
-            "second connect: {error} (retryable: {})",
-            !error.is_builder()
-        ),
-    }
+    second_connect(&marker).await;
 }
 
 /// A first spawn that meets a transient shortage (no descriptor left)
