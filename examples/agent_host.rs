@@ -42,7 +42,7 @@ async fn main() -> Result<()> {
     let log = tokio::spawn(async move {
         loop {
             match events.recv().await {
-                Ok(FleetEvent::State { server, state }) => println!("  [{server}] {state}"),
+                Ok(FleetEvent::State { server, state, .. }) => println!("  [{server}] {state}"),
                 Ok(FleetEvent::Catalog {
                     generation,
                     tools,

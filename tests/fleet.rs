@@ -301,7 +301,9 @@ fn drain_states(
     let mut states = Vec::new();
     loop {
         match events.try_recv() {
-            Ok(FleetEvent::State { server: s, state }) if &*s == server => states.push(state),
+            Ok(FleetEvent::State {
+                server: s, state, ..
+            }) if &*s == server => states.push(state),
             Ok(_) => {}
             Err(TryRecvError::Empty | TryRecvError::Closed) => return states,
             Err(TryRecvError::Lagged(n)) => panic!("lost {n} events"),
@@ -1044,41 +1046,36 @@ fn a_renewal_is_announced_once_and_its_same_lists_are_no_change() {
             .expect("sent again on the new session");
         let log = world.server.session_log();
         assert_eq!(log.len(), 2);
-        let renewed = loop {
+        let event = loop {
             match tokio::time::timeout(SETTLE, events.recv()).await {
-                Ok(Ok(FleetEvent::Renewed {
-                    server,
-                    old_session_id,
-                    new_session_id,
-                    era,
-                    info,
-                    ..
-                })) => break (server, old_session_id, new_session_id, era, info),
+                Ok(Ok(event @ FleetEvent::Renewed { .. })) => break event,
                 Ok(Ok(FleetEvent::State { .. })) => {}
                 other => panic!("no renewal: {other:?}"),
             }
         };
-        let (server, old, new, era, info) = renewed;
+        let FleetEvent::Renewed {
+            server,
+            old_session_id: old,
+            new_session_id: new,
+            era,
+            info,
+            ..
+        } = &event
+        else {
+            unreachable!("matched above")
+        };
         // The new session's, as the fleet gives it from now on.
-        assert_eq!(info.protocol_version, era);
+        assert_eq!(info.protocol_version, *era);
         assert_eq!(info.server_info["name"], "renewing");
         assert_eq!(info.instructions.as_deref(), Some("Call tool-000 first."));
-        assert!(std::sync::Arc::ptr_eq(&info, &fleet.info("a").unwrap()));
-        assert_eq!(&*server, "a");
+        assert!(std::sync::Arc::ptr_eq(info, &fleet.info("a").unwrap()));
+        assert_eq!(&**server, "a");
         assert_eq!(old.as_ref().map(|id| id.expose()), Some(&*log[0].id));
         assert_eq!(new.as_ref().map(|id| id.expose()), Some(&*log[1].id));
-        assert_eq!(era, mcp_scoped_http::ProtocolVersion::LATEST);
+        assert_eq!(*era, mcp_scoped_http::ProtocolVersion::LATEST);
         // The ids stay credentials in the event.
-        let shown = format!(
-            "{:?}",
-            FleetEvent::Renewed {
-                server,
-                old_session_id: old,
-                new_session_id: new,
-                era,
-                info,
-            }
-        );
+        let shown = format!("{event:?}");
+        assert!(!shown.contains(&*log[0].id), "{shown}");
         assert!(!shown.contains(&*log[1].id), "{shown}");
 
         // The lists, listed again, reach the catalog (the session's, in
@@ -2116,7 +2113,7 @@ fn a_replaced_slot_ending_late_leaves_its_successor_in_the_catalog() {
         );
         let mut last = None;
         while let Ok(event) = events.try_recv() {
-            if let FleetEvent::State { server, state } = event {
+            if let FleetEvent::State { server, state, .. } = event {
                 assert_eq!(&*server, "a");
                 last = Some(state.name());
             }

@@ -213,7 +213,7 @@ fn a_client_that_cannot_be_built_fails_each_slot_asking_and_is_not_kept() {
         let mut states = Vec::new();
         let again = tokio::time::timeout(SETTLE, async {
             loop {
-                if let Ok(FleetEvent::State { server, state }) = events.recv().await
+                if let Ok(FleetEvent::State { server, state, .. }) = events.recv().await
                     && &*server == "a"
                 {
                     states.push(state.name());

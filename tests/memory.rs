@@ -695,7 +695,7 @@ fn fleet_of_hostile_servers() {
         let mut refused = std::collections::BTreeMap::new();
         let ended = hostile_http::eventually(DEADLINE, || {
             while let Ok(event) = events.try_recv() {
-                if let FleetEvent::State { server, state } = event {
+                if let FleetEvent::State { server, state, .. } = event {
                     if let Some(error) = state.error().filter(|error| error.is_limit()) {
                         refused.insert(server, error.to_string());
                     }

@@ -134,6 +134,7 @@ impl fmt::Display for Millis {
 #[non_exhaustive]
 pub enum FleetEvent {
     /// A slot changed state.
+    #[non_exhaustive]
     State {
         /// The server's name.
         server: Arc<str>,
@@ -144,6 +145,7 @@ pub enum FleetEvent {
     /// added) or left that state (all removed), or a list of its session
     /// was listed again and reads differently. A list listed again the
     /// same (many servers announce a change that is none) is no event.
+    #[non_exhaustive]
     Catalog {
         /// The catalog's new generation ([`FleetCatalog::generation`](super::FleetCatalog::generation)).
         generation: u64,
@@ -160,6 +162,7 @@ pub enum FleetEvent {
     /// old session (subscriptions, state of its own) is gone. Its lists
     /// are being listed again: a [`Catalog`](Self::Catalog) event follows
     /// if they changed.
+    #[non_exhaustive]
     Renewed {
         /// The server's name.
         server: Arc<str>,

@@ -855,7 +855,7 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Ok(FleetEvent::State { server, state }) => {
+                Ok(FleetEvent::State { server, state, .. }) => {
                     emit(json_mode, &state_line(&fleet, &server, &state));
                 }
                 Ok(FleetEvent::Catalog { generation, tools, server, changes, .. }) => {
