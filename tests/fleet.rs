@@ -2916,3 +2916,78 @@ fn a_call_to_a_disabled_server_says_it_is_disabled() {
         finish(fleet, &world, &[], "a disabled server").await;
     });
 }
+
+/// A sampling result naming the server that asked.
+fn sampled_by(server: &str) -> serde_json::Value {
+    json!({"role": "assistant", "model": "host", "content": {"type": "text", "text": server}})
+}
+
+#[test]
+fn http_servers_of_every_era_reach_the_fleet_s_handlers_told_which_server_asks() {
+    use mcp_scoped_http::Connector;
+    use mcp_scoped_http::testkit::{InputRequest, TestTool};
+    scenario(async {
+        // Started before the world's baseline is taken.
+        let modern = TestServer::start(
+            ServerConfig::default()
+                .with_eras(Eras::Modern)
+                .with_tool(TestTool::input_required("ask", InputRequest::Sampling, 1)),
+        );
+        let own = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(None)
+            .shutdown_timeout(SETTLE)
+            .on_sampling(|server, _params| async move { Ok(sampled_by(&server)) })
+            .build();
+        // A connector that answers sampling itself keeps its own handler.
+        let connector = Connector::new(own.url())
+            .bearer("fleet-token")
+            .on_sampling(|_| async { Ok(sampled_by("its own")) });
+        fleet
+            .apply([
+                ("legacy", spec(&world.server)),
+                (
+                    "modern",
+                    ServerSpec::new(modern.url()).connect_timeout(SETTLE),
+                ),
+                ("own", ServerSpec::from_connector(connector)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.expect("all ready");
+
+        // 2025: a server request on the call's stream.
+        for (server, test_server, answer) in [
+            ("legacy", &world.server, "legacy"),
+            ("own", &own, "its own"),
+        ] {
+            test_server.push_fault(
+                Fault::on_rpc(
+                    "tools/call",
+                    FaultAction::ServerRequest {
+                        method: "sampling/createMessage".into(),
+                        params: json!({"messages": [], "maxTokens": 1}),
+                    },
+                )
+                .times(1),
+            );
+            let result = fleet
+                .call_tool(server, "tool-000", json!({}))
+                .await
+                .unwrap();
+            assert_eq!(
+                result["structuredContent"]["clientAnswer"],
+                sampled_by(answer),
+                "{server}"
+            );
+        }
+        // 2026-07-28: an input request, answered and the call sent again.
+        let result = fleet.call_tool("modern", "ask", json!({})).await.unwrap();
+        assert_ne!(result["isError"], true, "{result}");
+        let answered = &result["structuredContent"]["inputResponses"]["sample"];
+        assert_eq!(*answered, sampled_by("modern"), "{result}");
+        finish(fleet, &world, &[&own], "server requests").await;
+    });
+}

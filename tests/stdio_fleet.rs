@@ -252,3 +252,138 @@ async fn a_call_in_flight_when_the_process_dies_is_never_sent_again() {
     mcp_scoped_http::shutdown().await;
     let _ = std::fs::remove_file(&log);
 }
+
+/// The text of `server`'s `ask` tool: it asks the client `method` with
+/// `params` (a server request in 2025, an input request in 2026-07-28).
+async fn ask(fleet: &Fleet, server: &str, method: &str, params: Value) -> Value {
+    let result = fleet
+        .call_tool(server, "ask", json!({"method": method, "params": params}))
+        .await
+        .unwrap_or_else(|error| panic!("{server} {method}: {error}"));
+    let text = result["content"][0]["text"].as_str().expect("text");
+    serde_json::from_str(text).expect("JSON")
+}
+
+/// The client capabilities `server` was told of.
+async fn capabilities(fleet: &Fleet, server: &str) -> Value {
+    let result = fleet
+        .call_tool(server, "capabilities", json!({}))
+        .await
+        .expect("capabilities");
+    serde_json::from_str(result["content"][0]["text"].as_str().expect("text")).expect("JSON")
+}
+
+/// The methods of the notifications `server` received so far.
+async fn notified(fleet: &Fleet, server: &str) -> Vec<String> {
+    let result = fleet
+        .call_tool(server, "notified", json!({}))
+        .await
+        .expect("notified");
+    serde_json::from_str(result["content"][0]["text"].as_str().expect("text")).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_servers_reach_the_fleet_s_handlers_in_every_era_and_keep_them_across_reloads()
+{
+    let fleet = Fleet::builder()
+        .backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(400),
+        ))
+        .health_interval(None)
+        .on_sampling(|server, params| async move {
+            Ok(json!({"role": "assistant", "model": "host",
+                      "content": {"type": "text", "text": format!("{server} asked: {}", params["messages"][0]["content"]["text"])}}))
+        })
+        .on_elicitation(|server, params| async move {
+            Ok(json!({"action": "accept", "content": {"from": &*server, "message": params["message"]}}))
+        })
+        .roots(vec![json!({"uri": "file:///first", "name": "first"})])
+        .build();
+    let text = config(&[("old", &["--era", "legacy"]), ("new", &["--era", "modern"])]);
+    apply(&fleet, &text).await;
+    until(&fleet, "old", ready).await;
+    until(&fleet, "new", ready).await;
+    let sample = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5});
+    for server in ["old", "new"] {
+        // Declared, as a handler exists for each.
+        assert_eq!(
+            capabilities(&fleet, server).await,
+            json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}}),
+            "{server}"
+        );
+        let sampled = ask(&fleet, server, "sampling/createMessage", sample.clone()).await;
+        assert_eq!(
+            sampled["content"]["text"],
+            format!("{server} asked: \"hi\""),
+            "{server}"
+        );
+        let elicited = ask(
+            &fleet,
+            server,
+            "elicitation/create",
+            json!({"message": "sure?", "requestedSchema": {"type": "object"}}),
+        )
+        .await;
+        assert_eq!(
+            elicited,
+            json!({"action": "accept", "content": {"from": server, "message": "sure?"}})
+        );
+        let roots = ask(&fleet, server, "roots/list", json!({})).await;
+        assert_eq!(roots["roots"][0]["uri"], "file:///first", "{server}");
+    }
+    let (old, new) = (pid(&fleet, "old").await, pid(&fleet, "new").await);
+
+    // New roots: the 2025 server is told, the 2026-07-28 one has no such
+    // notification; both are answered with them from now on.
+    let told = fleet
+        .set_roots(vec![json!({"uri": "file:///second", "name": "second"})])
+        .await
+        .expect("roots declared");
+    assert_eq!(told, ["old"]);
+    assert!(
+        notified(&fleet, "old")
+            .await
+            .contains(&"notifications/roots/list_changed".to_owned())
+    );
+    assert!(
+        !notified(&fleet, "new")
+            .await
+            .contains(&"notifications/roots/list_changed".to_owned())
+    );
+    for server in ["old", "new"] {
+        let roots = ask(&fleet, server, "roots/list", json!({})).await;
+        assert_eq!(
+            roots["roots"],
+            json!([{"uri": "file:///second", "name": "second"}]),
+            "{server}"
+        );
+    }
+
+    // The file again, unchanged: the handlers are the fleet's, so each
+    // entry is the same server and keeps its process.
+    apply(&fleet, &text).await;
+    assert_eq!(pid(&fleet, "old").await, old);
+    assert_eq!(pid(&fleet, "new").await, new);
+
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+    assert_gone("old");
+    assert_gone("new");
+}
+
+#[tokio::test]
+async fn without_handlers_nothing_is_declared_and_set_roots_is_refused() {
+    let fleet = fleet();
+    apply(&fleet, &config(&[("plain", &["--era", "legacy"])])).await;
+    until(&fleet, "plain", ready).await;
+    assert_eq!(capabilities(&fleet, "plain").await, json!({}));
+    let refused = ask(&fleet, "plain", "sampling/createMessage", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    let error = fleet.set_roots(vec![]).await.unwrap_err();
+    assert!(error.is_builder(), "{error}");
+    assert!(error.to_string().contains("FleetBuilder::roots"), "{error}");
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+    assert_gone("plain");
+}

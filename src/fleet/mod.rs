@@ -130,6 +130,7 @@ mod config;
 mod notify;
 mod ready;
 mod reconcile;
+mod requests;
 mod slot;
 mod spec;
 mod state;
@@ -164,6 +165,7 @@ use crate::sync::lock;
 use catalog::Hub;
 use clients::ClientCache;
 use notify::Notices;
+use requests::Requests;
 use slot::{Policy, Slot};
 
 /// The slots' tasks, each ending with its slot's id and outcome.
@@ -200,6 +202,7 @@ pub struct FleetBuilder {
     memory: usize,
     notification_capacity: usize,
     notification_memory: usize,
+    requests: Requests,
 }
 
 impl Default for FleetBuilder {
@@ -218,6 +221,7 @@ impl Default for FleetBuilder {
             memory: DEFAULT_FLEET_MEMORY,
             notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
             notification_memory: DEFAULT_NOTIFICATION_MEMORY,
+            requests: Requests::default(),
         }
     }
 }
@@ -349,6 +353,52 @@ impl FleetBuilder {
         self
     }
 
+    /// Answers every server's `sampling/createMessage` with `handler`,
+    /// given the asking server's name and the request's params, and
+    /// declares the `sampling` capability to every server. It answers
+    /// config-file entries and programmatic ones alike (a spec made
+    /// [`from_connector`](ServerSpec::from_connector) whose connector
+    /// answers sampling itself keeps its own), in every revision: a 2025
+    /// server's request, a 2026-07-28 server's input request. Each answer
+    /// is bounded as a session bounds it: by the request timeout (60 s by
+    /// default) and the session's memory budget. Default: none, and the
+    /// capability is not declared (servers are told the method is not
+    /// handled).
+    pub fn on_sampling<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Arc<str>, Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Value, crate::jsonrpc::ErrorObject>>
+            + Send
+            + 'static,
+    {
+        self.requests.sampling = Some(requests::fleet_handler(handler));
+        self
+    }
+
+    /// Answers every server's `elicitation/create` with `handler`, as
+    /// [`on_sampling`](Self::on_sampling) does sampling, and declares the
+    /// `elicitation` capability. Default: none.
+    pub fn on_elicitation<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Arc<str>, Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Value, crate::jsonrpc::ErrorObject>>
+            + Send
+            + 'static,
+    {
+        self.requests.elicitation = Some(requests::fleet_handler(handler));
+        self
+    }
+
+    /// The host's roots (each `{"uri": "file:///...", "name": ...}`), held
+    /// by the fleet: every server's `roots/list` is answered with the
+    /// roots of the moment, the `roots` capability is declared with
+    /// `listChanged`, and [`Fleet::set_roots`] changes them. Default: no
+    /// roots, the capability not declared, and `set_roots` refused.
+    pub fn roots(mut self, roots: Vec<Value>) -> Self {
+        self.requests.roots = Some(Arc::new(Mutex::new(Arc::new(Value::Array(roots)))));
+        self
+    }
+
     /// The fleet, with no server yet (see [`Fleet::apply`]).
     pub fn build(self) -> Fleet {
         let memory = Account::fleet(self.memory);
@@ -359,6 +409,7 @@ impl FleetBuilder {
                 &memory,
             )),
             memory,
+            requests: self.requests,
             hub: Arc::new(Hub::new(self.event_capacity)),
             clients: ClientCache::default(),
             policy: self.policy,
@@ -403,6 +454,8 @@ pub struct ShutdownReport {
 pub struct Fleet {
     /// The account every slot's session account is a child of.
     memory: Account,
+    /// What the fleet answers to its servers' requests.
+    requests: Requests,
     hub: Arc<Hub>,
     /// The stream of every server's notifications.
     notices: Arc<Notices>,
@@ -512,6 +565,7 @@ impl Fleet {
                     &self.clients,
                     &self.memory,
                     &self.notices,
+                    &self.requests,
                 ));
                 // Before it runs: from now on the name's events and lists
                 // are this slot's, not those of the slot it replaces.
@@ -768,6 +822,75 @@ impl Fleet {
         self.request(server, "logging/setLevel", Some(params))
             .await
             .map(drop)
+    }
+
+    /// Sends `server` the notification `method` with `params` (on its
+    /// ready session, bounded by its request timeout): a host's own
+    /// notification, or one the fleet does not send for it. Fails as
+    /// [`request`](Self::request) does when the server is not ready;
+    /// lifecycle methods (`notifications/initialized`, ...) are refused.
+    pub async fn notify(&self, server: &str, method: &str, params: Option<Value>) -> Result<()> {
+        let slot = self.slot(server)?;
+        let Some(live) = slot.live() else {
+            return Err(Error::closed()
+                .context(format!("server `{server}` is not ready ({})", slot.state())));
+        };
+        live.session
+            .notify(method, params)
+            .await
+            .map_err(|error| error.context(format!("server `{server}`")))
+    }
+
+    /// Replaces the roots the fleet answers `roots/list` with (declared
+    /// with [`FleetBuilder::roots`]), and tells every ready server of a
+    /// revision that has it (before 2026-07-28) with
+    /// `notifications/roots/list_changed`, all at once, each bounded by
+    /// the fleet's [`health_timeout`](FleetBuilder::health_timeout). A
+    /// server that is not ready, or misses the notification, gets the new
+    /// roots the next time it asks; a 2026-07-28 server asks with each
+    /// request that needs them. Returns the servers told. Fails with
+    /// [`Error::is_builder`] when the fleet declared no roots (its servers
+    /// were told the client has none, and would not ask).
+    ///
+    /// Cancel safety: the roots are replaced before the first await;
+    /// dropping the future leaves some servers untold.
+    pub async fn set_roots(&self, roots: Vec<Value>) -> Result<Vec<String>> {
+        if !self.requests.set_roots(roots) {
+            return Err(Error::builder(
+                "the fleet declared no roots: set them first with FleetBuilder::roots",
+            ));
+        }
+        let ready: Vec<(Arc<str>, Arc<slot::Live>)> = {
+            let guard = lock(&self.slots);
+            let slots = guard.as_ref().ok_or_else(shut_down)?;
+            slots
+                .by_name
+                .values()
+                .filter_map(|slot| Some((slot.name.clone(), slot.live()?)))
+                .filter(|(_, live)| !live.session.protocol_version().is_modern())
+                .collect()
+        };
+        let limit = self.policy.health_timeout;
+        let told = futures_util::future::join_all(ready.into_iter().map(|(name, live)| async move {
+            let sent = tokio::time::timeout(
+                limit,
+                live.session.notify("notifications/roots/list_changed", None),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => Some(name.to_string()),
+                Ok(Err(error)) => {
+                    tracing::debug!(server = &*name, %error, "fleet: roots/list_changed not sent");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(server = &*name, "fleet: roots/list_changed timed out");
+                    None
+                }
+            }
+        }))
+        .await;
+        Ok(told.into_iter().flatten().collect())
     }
 
     /// Wakes `server`'s slot: one waiting to retry, or in

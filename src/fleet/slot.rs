@@ -17,6 +17,7 @@ use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
 use super::notify::Notices;
+use super::requests::Requests;
 use super::spec::ServerSpec;
 use super::state::SlotState;
 use crate::budget::Account;
@@ -96,6 +97,8 @@ pub(crate) struct Slot {
     memory: Account,
     /// Where the session's notifications go.
     notices: Arc<Notices>,
+    /// What the fleet answers to the server's requests.
+    requests: Requests,
     state: watch::Sender<SlotState>,
     /// Latched true the first time the slot leaves `Starting` (its first
     /// attempt has ended, one way or another): what `Fleet::ready` waits
@@ -117,6 +120,7 @@ impl Slot {
         clients: &ClientCache,
         memory: &Account,
         notices: &Arc<Notices>,
+        requests: &Requests,
     ) -> Slot {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Slot {
@@ -126,6 +130,7 @@ impl Slot {
             clients: clients.clone(),
             memory: memory.clone(),
             notices: notices.clone(),
+            requests: requests.clone(),
             spec,
             state: watch::Sender::new(SlotState::Starting),
             first_settled: watch::Sender::new(false),
@@ -379,6 +384,7 @@ async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<
             let mut got = slot.clients.slot_client(&slot.spec).await?;
             // Every session of the slot draws from the fleet's budget.
             got.connector = got.connector.fleet_memory(slot.memory.clone());
+            got.connector = slot.requests.apply(&slot.name, got.connector);
             client.insert(got)
         }
     };

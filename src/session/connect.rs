@@ -343,6 +343,30 @@ impl Connector {
         self
     }
 
+    /// Answers `roots/list` with `handler` (given the request's params,
+    /// returning the result, `{"roots": [...]}`, or a JSON-RPC error), and
+    /// declares the `roots` capability with `listChanged`: the caller
+    /// tells the server when its answer changes, with
+    /// `notifications/roots/list_changed` ([`Session::notify`]) before
+    /// 2026-07-28 (that revision asks for roots with each request that
+    /// needs them, and has no such notification).
+    pub fn on_roots<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<Value, ErrorObject>> + Send + 'static,
+    {
+        self.config_mut().handlers.set_roots_changing(handler);
+        self
+    }
+
+    /// Whether a server request of `method` is answered by a handler set
+    /// on this connector ([`roots`](Self::roots),
+    /// [`on_roots`](Self::on_roots), [`on_elicitation`](Self::on_elicitation),
+    /// [`on_sampling`](Self::on_sampling)); `ping` is always answered.
+    pub fn handles(&self, method: &str) -> bool {
+        self.config.handlers.handles(method)
+    }
+
     /// Answers `elicitation/create` with `handler` (given the request's
     /// params, returning the result or a JSON-RPC error), and declares the
     /// `elicitation` capability.

@@ -27,6 +27,8 @@ where
 #[derive(Clone, Default)]
 pub(crate) struct Handlers {
     roots: Option<Handler>,
+    /// Whether the caller tells servers when its roots change.
+    roots_change: bool,
     elicitation: Option<Handler>,
     sampling: Option<Handler>,
 }
@@ -38,6 +40,28 @@ impl Handlers {
         Fut: Future<Output = Result<Value, ErrorObject>> + Send + 'static,
     {
         self.roots = Some(handler(f));
+        self.roots_change = false;
+    }
+
+    /// [`set_roots`](Self::set_roots), declaring `listChanged`.
+    pub(crate) fn set_roots_changing<F, Fut>(&mut self, f: F)
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ErrorObject>> + Send + 'static,
+    {
+        self.roots = Some(handler(f));
+        self.roots_change = true;
+    }
+
+    /// Whether `method` is answered (`ping` always is).
+    pub(crate) fn handles(&self, method: &str) -> bool {
+        match method {
+            "ping" => true,
+            "roots/list" => self.roots.is_some(),
+            "elicitation/create" => self.elicitation.is_some(),
+            "sampling/createMessage" => self.sampling.is_some(),
+            _ => false,
+        }
     }
 
     pub(crate) fn set_elicitation<F, Fut>(&mut self, f: F)
@@ -60,7 +84,12 @@ impl Handlers {
     pub(crate) fn capabilities(&self) -> Value {
         let mut capabilities = Map::new();
         if self.roots.is_some() {
-            capabilities.insert("roots".into(), json!({}));
+            let roots = if self.roots_change {
+                json!({ "listChanged": true })
+            } else {
+                json!({})
+            };
+            capabilities.insert("roots".into(), roots);
         }
         if self.elicitation.is_some() {
             capabilities.insert("elicitation".into(), json!({}));

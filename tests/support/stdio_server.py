@@ -28,9 +28,13 @@ tests/stdio*.rs (the real SDKs' servers are in tests/peers/).
 
 Tools: `echo` (text), `env` (the value of the variable `name`, or null),
 `slow` (answers after `seconds`; progress every 0.1 s when asked),
-`cancelled` (the ids of the requests cancelled so far), `big` (a text of
+`cancelled` (the ids of the requests cancelled so far), `notified` (the
+methods of the client's notifications so far), `capabilities` (what the
+client declared: in `initialize`, or in this request's `_meta`), `big` (a text of
 `bytes` bytes), `roots` (asks the client `roots/list`, 2025 only, and
-answers with what it said), `crash` (exits 3 at once), `pid` (its process
+answers with what it said), `ask` (asks the client the request
+`method` with `params`, and answers with its result as JSON: a server
+request in 2025, an input request in 2026-07-28), `crash` (exits 3 at once), `pid` (its process
 id), `change` (one more tool, and `notifications/tools/list_changed`: in
 2026-07-28 on the client's `subscriptions/listen`), `close_stdout`
 (closes its stdout and lives on), `bad_utf8` (writes a line that is not
@@ -129,6 +133,8 @@ class Server:
         self.subscription = None  # the id of a subscriptions/listen, 2026
         self.extra_tools = 0
         self.dropped_probe = False
+        self.client_capabilities = None  # from initialize (2025)
+        self.notified = []  # the methods of the client's notifications
 
     def run(self):
         for line in sys.stdin:
@@ -165,6 +171,7 @@ class Server:
             waiting[0].set()
 
     def on_notification(self, msg):
+        self.notified.append(msg["method"])
         if msg["method"] == "notifications/cancelled":
             self.cancelled.append(msg.get("params", {}).get("requestId"))
 
@@ -189,6 +196,7 @@ class Server:
             proposed = params.get("protocolVersion")
             version = proposed if proposed in LEGACY else LEGACY[0]
             self.initialized = True
+            self.client_capabilities = params.get("capabilities")
             self.result(rid, {"protocolVersion": version,
                               "capabilities": {"tools": {"listChanged": True}},
                               "serverInfo": {"name": "stdio-fixture", "version": "1.0"}})
@@ -227,7 +235,7 @@ class Server:
             return self.result(rid, {})
         if method == "tools/list":
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
-                     ["echo", "env", "slow", "cancelled", "big", "roots", "crash", "pid", "change", "close_stdout", "bad_utf8"]]
+                     ["echo", "env", "slow", "cancelled", "notified", "capabilities", "big", "roots", "ask", "crash", "pid", "change", "close_stdout", "bad_utf8"]]
             tools += [{"name": "tool-%03d" % i, "inputSchema": {"type": "object"}}
                       for i in range(self.args.tools + self.extra_tools)]
             return self.result(rid, {"tools": tools}, modern)
@@ -257,6 +265,14 @@ class Server:
             text = "slept"
         elif name == "cancelled":
             text = json.dumps(self.cancelled)
+        elif name == "capabilities":
+            if modern:
+                meta = params.get("_meta") or {}
+                text = json.dumps(meta.get("io.modelcontextprotocol/clientCapabilities"))
+            else:
+                text = json.dumps(self.client_capabilities)
+        elif name == "notified":
+            text = json.dumps(self.notified)
         elif name == "big":
             text = "x" * int(a.get("bytes", 0))
         elif name == "roots":
@@ -267,6 +283,26 @@ class Server:
             send({"jsonrpc": "2.0", "id": qid, "method": "roots/list"})
             event.wait(10)
             text = json.dumps(answer[0].get("result") if answer else None)
+        elif name == "ask":
+            if modern:
+                given = params.get("inputResponses") or {}
+                if "ask" not in given:
+                    return self.result(rid, {
+                        "resultType": "input_required",
+                        "inputRequests": {"ask": {"method": a.get("method"),
+                                                  "params": a.get("params", {})}},
+                        "requestState": "asked"})
+                text = json.dumps(given["ask"])
+            else:
+                self.next_id += 1
+                qid = "s%d" % self.next_id
+                event, answer = threading.Event(), []
+                self.waiting[qid] = (event, answer)
+                send({"jsonrpc": "2.0", "id": qid, "method": a.get("method"),
+                      "params": a.get("params", {})})
+                event.wait(10)
+                got = answer[0] if answer else {}
+                text = json.dumps(got.get("result", {"error": got.get("error")}))
         elif name == "change":
             # One more tool, and the notice: over a subscription in 2026.
             self.extra_tools += 1
