@@ -2991,3 +2991,74 @@ fn http_servers_of_every_era_reach_the_fleet_s_handlers_told_which_server_asks()
         finish(fleet, &world, &[&own], "server requests").await;
     });
 }
+
+#[test]
+fn filtered_tools_are_neither_listed_nor_called_and_a_new_filter_keeps_the_session() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let mut events = fleet.events();
+        fleet
+            .apply([("a", spec(&world.server).disabled_tools(["tool-001"]))])
+            .await
+            .unwrap();
+        assert!(eventually(SETTLE, || is(&fleet, "a", "ready")).await);
+        let listed = |fleet: &Fleet| -> Vec<String> {
+            fleet
+                .catalog()
+                .tools()
+                .filter_map(|t| t.qualified_name())
+                .collect()
+        };
+        assert_eq!(listed(&fleet), ["a__tool-000", "a__tool-002"]);
+        assert_eq!(fleet.catalog().tool_count(), 2);
+
+        // Refused every way, and the server never sees it.
+        let refusals = [
+            fleet
+                .call_tool("a", "tool-001", json!({}))
+                .await
+                .unwrap_err(),
+            fleet
+                .call_qualified("a__tool-001", json!({}))
+                .await
+                .unwrap_err(),
+            fleet
+                .request("a", "tools/call", Some(json!({"name": "tool-001"})))
+                .await
+                .unwrap_err(),
+        ];
+        for refused in refusals {
+            assert!(refused.is_builder(), "{refused}");
+            assert!(refused.to_string().contains("not offered"), "{refused}");
+        }
+        assert!(seen(&world.server, "tools/call").is_empty());
+        fleet.call_tool("a", "tool-000", json!({})).await.unwrap();
+
+        // Only tool-001 now: the same session, the catalog follows at once.
+        let report = fleet
+            .apply([("a", spec(&world.server).enabled_tools(["tool-001"]))])
+            .await
+            .unwrap();
+        assert_eq!(report.unchanged, ["a"]);
+        assert_eq!(listed(&fleet), ["a__tool-001"]);
+        fleet.call_tool("a", "tool-001", json!({})).await.unwrap();
+        assert!(fleet.call_tool("a", "tool-000", json!({})).await.is_err());
+        assert_eq!(world.server.session_log().len(), 1);
+        // Announced as a change of the server's lists.
+        let mut last = None;
+        while let Ok(event) = events.try_recv() {
+            if let FleetEvent::Catalog { changes, .. } = event {
+                last = Some(changes);
+            }
+        }
+        let last = last.expect("a catalog event");
+        assert_eq!(last.tools.added, ["a__tool-001"]);
+        assert_eq!(last.tools.removed, ["a__tool-000", "a__tool-002"]);
+
+        // No filter: every tool again.
+        fleet.apply([("a", spec(&world.server))]).await.unwrap();
+        assert_eq!(listed(&fleet).len(), 3);
+        finish(fleet, &world, &[], "tool filters").await;
+    });
+}

@@ -8,7 +8,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::spec::{
-    MAX_QUALIFIED_LEN, changed_prefix, looks_changed, qualify, qualify_uri, split_qualified,
+    MAX_QUALIFIED_LEN, ToolFilter, changed_prefix, looks_changed, qualify, qualify_uri,
+    split_qualified,
 };
 
 /// How a list's names are qualified: [`qualify`] for tools and prompts,
@@ -373,6 +374,11 @@ struct Current {
     catalog: Arc<FleetCatalog>,
     /// The owning slot's id, by server name: while a slot of that name runs.
     owners: HashMap<Arc<str>, u64>,
+    /// The tool filters of the owners that have one.
+    filters: HashMap<Arc<str>, Arc<ToolFilter>>,
+    /// The lists of each filtered owner as its session has them: what a
+    /// changed filter is applied to.
+    unfiltered: HashMap<Arc<str>, Arc<Catalog>>,
 }
 
 impl Hub {
@@ -382,6 +388,8 @@ impl Hub {
                 events: Some(broadcast::channel(capacity.max(1)).0),
                 catalog: Arc::default(),
                 owners: HashMap::new(),
+                filters: HashMap::new(),
+                unfiltered: HashMap::new(),
             }),
         }
     }
@@ -405,13 +413,53 @@ impl Hub {
         lock(&self.current).catalog.clone()
     }
 
-    /// Makes slot `id` the owner of `server`, before it runs: the lists of
-    /// a slot it replaces leave the catalog now (they are no longer
-    /// routed to), and that slot is heard from no more.
-    pub(crate) fn claim(&self, server: &Arc<str>, id: u64) {
+    /// Makes slot `id` the owner of `server`, before it runs, offering
+    /// the tools `filter` lets through: the lists of a slot it replaces
+    /// leave the catalog now (they are no longer routed to), and that
+    /// slot is heard from no more.
+    pub(crate) fn claim(&self, server: &Arc<str>, id: u64, filter: &Arc<ToolFilter>) {
         let mut current = lock(&self.current);
         current.owners.insert(server.clone(), id);
+        current.unfiltered.remove(server);
+        if filter.is_open() {
+            current.filters.remove(server);
+        } else {
+            current.filters.insert(server.clone(), filter.clone());
+        }
         self.update(&mut current, server, None);
+    }
+
+    /// Replaces the tool filter of `server` (owned by slot `id`), and its
+    /// lists in the catalog with what the new one lets through.
+    pub(crate) fn set_filter(&self, server: &Arc<str>, id: u64, filter: &Arc<ToolFilter>) {
+        let mut current = lock(&self.current);
+        if current.owners.get(server) != Some(&id) {
+            return;
+        }
+        let listed = match current.unfiltered.remove(server) {
+            Some(listed) => Some(listed),
+            // Not filtered until now: the catalog holds its lists whole.
+            None if !current.filters.contains_key(server) => {
+                current.catalog.servers.get(server).cloned()
+            }
+            None => None,
+        };
+        if filter.is_open() {
+            current.filters.remove(server);
+        } else {
+            current.filters.insert(server.clone(), filter.clone());
+        }
+        if let Some(listed) = listed {
+            self.publish(&mut current, server, listed);
+        }
+    }
+
+    /// Whether `server`'s tool `name` is offered (not filtered out).
+    pub(crate) fn offers(&self, server: &str, name: &str) -> bool {
+        lock(&self.current)
+            .filters
+            .get(server)
+            .is_none_or(|filter| filter.allows(name))
     }
 
     /// Slot `id` has ended: `server` has no owner now, unless another
@@ -420,6 +468,8 @@ impl Hub {
         let mut current = lock(&self.current);
         if current.owners.get(server) == Some(&id) {
             current.owners.remove(server);
+            current.filters.remove(server);
+            current.unfiltered.remove(server);
         }
     }
 
@@ -470,9 +520,29 @@ impl Hub {
     /// session's lists.
     pub(crate) fn set_catalog(&self, server: &Arc<str>, id: u64, catalog: Option<Arc<Catalog>>) {
         let mut current = lock(&self.current);
-        if current.owners.get(server) == Some(&id) {
-            self.update(&mut current, server, catalog);
+        if current.owners.get(server) != Some(&id) {
+            return;
         }
+        match catalog {
+            Some(listed) => self.publish(&mut current, server, listed),
+            None => {
+                current.unfiltered.remove(server);
+                self.update(&mut current, server, None);
+            }
+        }
+    }
+
+    /// Puts `server`'s session lists `listed` in the catalog, filtered.
+    fn publish(&self, current: &mut Current, server: &Arc<str>, listed: Arc<Catalog>) {
+        let shown = match current.filters.get(server) {
+            Some(filter) => {
+                let shown = filter.apply(&listed);
+                current.unfiltered.insert(server.clone(), listed);
+                shown
+            }
+            None => listed,
+        };
+        self.update(current, server, Some(shown));
     }
 
     fn update(&self, current: &mut Current, server: &Arc<str>, catalog: Option<Arc<Catalog>>) {
@@ -555,7 +625,7 @@ mod tests {
     fn a_huge_entry_written_otherwise_counts_as_changed_unparsed() {
         let hub = Hub::new(16);
         let server: Arc<str> = "s".into();
-        hub.claim(&server, 1);
+        hub.claim(&server, 1, &Arc::default());
         let mut events = hub.subscribe();
         let zeros = vec!["0"; 40_000].join(",");
         let list = |gap: &str| {
@@ -592,7 +662,7 @@ mod tests {
         };
         let hub = Hub::new(16);
         let server: Arc<str> = "s".into();
-        hub.claim(&server, 1);
+        hub.claim(&server, 1, &Arc::default());
         let mut events = hub.subscribe();
         hub.set_catalog(&server, 1, Some(list("a")));
         let (_, first) = tools(events.try_recv().unwrap());
@@ -647,8 +717,8 @@ mod tests {
         let impostor = changed[changed.len() - 10..].to_owned();
         let hub = Hub::new(16);
         let (sa, sb): (Arc<str>, Arc<str>) = (a.as_str().into(), b.as_str().into());
-        hub.claim(&sa, 1);
-        hub.claim(&sb, 2);
+        hub.claim(&sa, 1, &Arc::default());
+        hub.claim(&sb, 2, &Arc::default());
         hub.set_catalog(&sb, 2, Some(catalog(r#"[{"name": "files.read"}]"#)));
         let listed = format!(r#"[{{"name": "{impostor}"}}]"#);
         hub.set_catalog(&sa, 1, Some(catalog(&listed)));
@@ -671,7 +741,7 @@ mod tests {
     fn changes_are_against_what_the_catalog_holds() {
         let hub = Hub::new(16);
         let server: Arc<str> = "s".into();
-        hub.claim(&server, 1);
+        hub.claim(&server, 1, &Arc::default());
         let mut events = hub.subscribe();
         let a = r#"[{"name": "x", "v": 1}, {"name": "y"}, {"v": 0}]"#;
         hub.set_catalog(&server, 1, Some(catalog(a)));

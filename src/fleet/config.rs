@@ -43,7 +43,7 @@ pub struct Skipped {
 
 /// The keys this loader reads in every entry, HTTP or stdio (`listen` and
 /// `bearerEnv` on a stdio entry only to warn that they are ignored).
-const KNOWN_SETTINGS: [&str; 13] = [
+const KNOWN_SETTINGS: [&str; 15] = [
     "type",
     "disabled",
     "enabled",
@@ -57,6 +57,8 @@ const KNOWN_SETTINGS: [&str; 13] = [
     "logLevel",
     "bearerEnv",
     "concurrentDiscovery",
+    "enabledTools",
+    "disabledTools",
 ];
 
 /// The keys of an HTTP entry this loader reads, besides [`KNOWN_SETTINGS`].
@@ -152,6 +154,8 @@ pub fn parse_mcp_servers(json: &str) -> Result<LoadedConfig> {
 /// | `healthInterval` | seconds, or `0` or `null` for never ([`ServerSpec::health_interval`]) |
 /// | `logLevel` | `"debug"`, `"info"`, `"notice"`, `"warning"`, `"error"`, `"critical"`, `"alert"` or `"emergency"` ([`ServerSpec::log_level`]) |
 /// | `concurrentDiscovery` | `false` for a server that mishandles requests side by side ([`ServerSpec::concurrent_discovery`]) |
+/// | `enabledTools` | tool names: only these are offered ([`ServerSpec::enabled_tools`]) |
+/// | `disabledTools` | tool names: every tool but these is offered ([`ServerSpec::disabled_tools`]) |
 ///
 /// Seconds are a JSON number from 0.001 to 86400, fractions allowed.
 ///
@@ -557,6 +561,12 @@ fn settings(
     if let Some(at_once) = flag(entry, "concurrentDiscovery")? {
         spec = spec.concurrent_discovery(at_once);
     }
+    if let Some(names) = tool_names(entry, "enabledTools")? {
+        spec = spec.enabled_tools(names);
+    }
+    if let Some(names) = tool_names(entry, "disabledTools")? {
+        spec = spec.disabled_tools(names);
+    }
     match entry.get("logLevel") {
         None => {}
         Some(Value::String(level)) if LOG_LEVELS.contains(&level.as_str()) => {
@@ -570,6 +580,27 @@ fn settings(
         }
     }
     Ok(spec)
+}
+
+/// The list of tool names at `key`, if given (taken as written: a tool's
+/// name is the server's, and is never expanded).
+fn tool_names(
+    entry: &Map<String, Value>,
+    key: &str,
+) -> std::result::Result<Option<Vec<String>>, String> {
+    let Some(value) = entry.get(key) else {
+        return Ok(None);
+    };
+    value
+        .as_array()
+        .and_then(|names| {
+            names
+                .iter()
+                .map(|name| name.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .map(Some)
+        .ok_or_else(|| format!("`{key}` is not a list of tool names (strings)"))
 }
 
 /// A stdio entry: `command`, `args`, `env`, `cwd` and the settings.
@@ -857,7 +888,8 @@ mod tests {
         assert!(
             got.same_server(&want)
                 && got.is_enabled() == want.is_enabled()
-                && got.is_required() == want.is_required(),
+                && got.is_required() == want.is_required()
+                && got.tool_filter() == want.tool_filter(),
             "{got:?} is not {want:?}"
         );
     }
@@ -1160,7 +1192,8 @@ mod tests {
     fn settings_apply_to_stdio_entries() {
         let loaded = parse_mcp_servers_with(
             r#"{"mcpServers": {"s": {"command": "x", "timeout": 3, "requestTimeout": 4,
-                "protocolVersion": "2025-11-25", "healthInterval": 7, "logLevel": "error"}}}"#,
+                "protocolVersion": "2025-11-25", "healthInterval": 7, "logLevel": "error",
+                "enabledTools": ["read", "list"], "disabledTools": ["list"]}}}"#,
             env(&[]),
         )
         .unwrap();
@@ -1169,14 +1202,18 @@ mod tests {
             .request_timeout(Duration::from_secs(4))
             .protocol_version(ProtocolVersion::V2025_11_25)
             .health_interval(Some(Duration::from_secs(7)))
-            .log_level("error");
+            .log_level("error")
+            .enabled_tools(["read", "list"])
+            .disabled_tools(["list"]);
         let got = &loaded.servers["s"];
-        assert_same(got, want);
+        assert_same(got, want.clone());
         assert_eq!(
             got.health_interval_setting(),
             Some(Some(Duration::from_secs(7)))
         );
         assert_eq!(got.log_level_setting(), Some("error"));
+        assert_eq!(got.tool_filter(), want.tool_filter());
+        assert!(got.tool_filter().allows("read") && !got.tool_filter().allows("list"));
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     }
 
@@ -1196,7 +1233,9 @@ mod tests {
                 "h": {"url": "http://x/mcp", "healthInterval": -1},
                 "hs": {"url": "http://x/mcp", "healthInterval": "30"},
                 "g": {"url": "http://x/mcp", "logLevel": "verbose"},
-                "gn": {"url": "http://x/mcp", "logLevel": 1}
+                "gn": {"url": "http://x/mcp", "logLevel": 1},
+                "et": {"url": "http://x/mcp", "enabledTools": "read"},
+                "dt": {"url": "http://x/mcp", "disabledTools": ["ok", 1]}
             }}"#,
             env(&[]),
         );
@@ -1215,6 +1254,8 @@ mod tests {
             "server `hs`: `healthInterval` is not a number",
             "server `g`: `logLevel` is none of \"debug\"",
             "server `gn`: `logLevel` is none of",
+            "server `et`: `enabledTools` is not a list of tool names",
+            "server `dt`: `disabledTools` is not a list of tool names",
         ] {
             assert!(shown.contains(part), "{part} in {shown}");
         }

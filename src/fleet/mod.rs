@@ -558,6 +558,10 @@ impl Fleet {
                 slots.by_name.remove(&slot.name);
                 finished.push(slot.finished.clone());
             }
+            for slot in plan.refilter {
+                let filter = lock(&slot.tools).clone();
+                self.hub.set_filter(&slot.name, slot.id, &filter);
+            }
             for (name, spec) in plan.start {
                 let slot = Arc::new(Slot::new(
                     name.clone(),
@@ -569,7 +573,7 @@ impl Fleet {
                 ));
                 // Before it runs: from now on the name's events and lists
                 // are this slot's, not those of the slot it replaces.
-                self.hub.claim(&name, slot.id);
+                self.hub.claim(&name, slot.id, slot.spec.tool_filter());
                 slots.tasks.spawn_on(
                     slot::run(
                         slot.clone(),
@@ -703,6 +707,15 @@ impl Fleet {
         options: RequestOptions,
     ) -> Result<Value> {
         let slot = self.slot(server)?;
+        if method == "tools/call" {
+            let tool = name.or_else(|| params.as_ref()?.get("name")?.as_str());
+            if let Some(tool) = tool.filter(|tool| !self.hub.offers(server, tool)) {
+                return Err(Error::builder(format!(
+                    "tool `{tool}` of server `{server}` is not offered: the fleet's \
+                     configuration filters it out (enabledTools, disabledTools)"
+                )));
+            }
+        }
         let Some(live) = slot.live() else {
             return Err(Error::closed()
                 .context(format!("server `{server}` is not ready ({})", slot.state())));

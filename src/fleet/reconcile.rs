@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::slot::Slot;
 use super::spec::{ServerSpec, check_name};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// What [`Fleet::apply`](super::Fleet::apply) did, by server name, each
 /// list sorted.
@@ -55,11 +56,15 @@ pub(crate) struct Plan {
     pub(crate) stop: Vec<Arc<Slot>>,
     /// Servers to start a slot for (started, replaced).
     pub(crate) start: Vec<(Arc<str>, ServerSpec)>,
+    /// Slots left alone whose tool filter changed (already set on the
+    /// slot): the catalog is to follow.
+    pub(crate) refilter: Vec<Arc<Slot>>,
 }
 
 /// Compares the running slots with the desired set, by name and spec. It
 /// starts and stops nothing (the caller carries the plan out, under the
-/// same lock); an unchanged slot's `required` flag is updated in place.
+/// same lock); an unchanged slot's `required` flag and tool filter are
+/// updated in place.
 pub(crate) fn plan(
     running: &BTreeMap<Arc<str>, Arc<Slot>>,
     desired: BTreeMap<Arc<str>, ServerSpec>,
@@ -68,6 +73,7 @@ pub(crate) fn plan(
         report: ApplyReport::default(),
         stop: Vec::new(),
         start: Vec::new(),
+        refilter: Vec::new(),
     };
     for (name, slot) in running {
         if !desired.get(name).is_some_and(ServerSpec::is_enabled) {
@@ -83,6 +89,11 @@ pub(crate) fn plan(
             Some(slot) if slot.spec.same_server(&spec) => {
                 slot.required
                     .store(spec.is_required(), std::sync::atomic::Ordering::Release);
+                let mut tools = lock(&slot.tools);
+                if **tools != **spec.tool_filter() {
+                    *tools = spec.tool_filter().clone();
+                    plan.refilter.push(slot.clone());
+                }
                 plan.report.unchanged.push(name.to_string());
             }
             Some(slot) => {

@@ -18,7 +18,7 @@ use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
 use super::notify::Notices;
 use super::requests::Requests;
-use super::spec::ServerSpec;
+use super::spec::{ServerSpec, ToolFilter};
 use super::state::SlotState;
 use crate::budget::Account;
 use crate::error::Error;
@@ -90,6 +90,9 @@ pub(crate) struct Slot {
     pub(crate) name: Arc<str>,
     pub(crate) spec: ServerSpec,
     pub(crate) required: AtomicBool,
+    /// The tools offered: the spec's filter, or the one a later `apply`
+    /// of the same server set.
+    pub(crate) tools: Mutex<Arc<ToolFilter>>,
     /// Where the owner task gets its connector (and, with it, its hold on
     /// the fleet's owned client for the spec's settings).
     clients: ClientCache,
@@ -127,6 +130,7 @@ impl Slot {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
+            tools: Mutex::new(spec.tool_filter().clone()),
             clients: clients.clone(),
             memory: memory.clone(),
             notices: notices.clone(),

@@ -1,10 +1,12 @@
 //! What the host wants of one server, and the rules for server names.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::session::Catalog;
 use crate::{Connector, HeaderHook, HttpClient, HttpClientBuilder, ProtocolVersion};
 
 /// What separates the server's name from a tool's (or prompt's) name in
@@ -215,6 +217,42 @@ pub struct ServerSpec {
     /// A plain value, not "unset or said": the default said out loud is
     /// the same server.
     concurrent_discovery: bool,
+    /// Which of its tools the fleet offers: not part of the server's
+    /// identity (a change applies to the running slot).
+    tools: Arc<ToolFilter>,
+}
+
+/// Which of a server's tools the fleet lists and routes to: those
+/// `enabled` names (all when `None`), less the `disabled` ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ToolFilter {
+    enabled: Option<BTreeSet<String>>,
+    disabled: BTreeSet<String>,
+}
+
+impl ToolFilter {
+    /// Whether the filter lets every tool through.
+    pub(crate) fn is_open(&self) -> bool {
+        self.enabled.is_none() && self.disabled.is_empty()
+    }
+
+    /// Whether the tool called `name` is offered.
+    pub(crate) fn allows(&self, name: &str) -> bool {
+        self.enabled.as_ref().is_none_or(|only| only.contains(name))
+            && !self.disabled.contains(name)
+    }
+
+    /// `catalog` with only the tools offered (a tool without a name is
+    /// never offered: it cannot be called).
+    pub(crate) fn apply(&self, catalog: &Arc<Catalog>) -> Arc<Catalog> {
+        if self.is_open() {
+            return catalog.clone();
+        }
+        let mut kept = Catalog::clone(catalog);
+        kept.tools
+            .retain(|tool| tool.key().is_some_and(|name| self.allows(name)));
+        Arc::new(kept)
+    }
 }
 
 #[derive(Clone)]
@@ -303,6 +341,7 @@ impl ServerSpec {
             health_interval: None,
             log_level: None,
             concurrent_discovery: true,
+            tools: Arc::default(),
         }
     }
 
@@ -544,6 +583,38 @@ impl ServerSpec {
         self
     }
 
+    /// Offers only these of the server's tools (codex's `enabled_tools`,
+    /// a config file's `enabledTools`): the others are left out of the
+    /// fleet's catalog, and a call to one is refused without reaching the
+    /// server. With [`disabled_tools`](Self::disabled_tools) as well,
+    /// those are taken out of these. A change is no new server: a running
+    /// slot keeps its session, and the catalog follows at once. Default:
+    /// every tool.
+    pub fn enabled_tools<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Arc::make_mut(&mut self.tools).enabled = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Offers every tool of the server but these (`disabledTools`), as
+    /// [`enabled_tools`](Self::enabled_tools) says. Default: none.
+    pub fn disabled_tools<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Arc::make_mut(&mut self.tools).disabled = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Which tools are offered.
+    pub(crate) fn tool_filter(&self) -> &Arc<ToolFilter> {
+        &self.tools
+    }
+
     /// Whether the server's lists may be read side by side at connect
     /// (see [`Discovery::concurrent`](crate::Discovery::concurrent), whose
     /// default applies when true: at once through the fleet's shared
@@ -578,7 +649,8 @@ impl ServerSpec {
     }
 
     /// Whether `other` is the same server (everything equal but
-    /// `required`), so its slot is left alone.
+    /// `required` and the tool filter, which apply to a running slot), so
+    /// its slot is left alone.
     pub(crate) fn same_server(&self, other: &ServerSpec) -> bool {
         if self.health_interval != other.health_interval
             || self.log_level != other.log_level
@@ -719,6 +791,7 @@ impl fmt::Debug for ServerSpec {
             .field("required", &self.required)
             .field("health_interval", &self.health_interval)
             .field("log_level", &self.log_level)
+            .field("tools", &self.tools)
             .finish()
     }
 }
