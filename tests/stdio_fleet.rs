@@ -387,3 +387,56 @@ async fn without_handlers_nothing_is_declared_and_set_roots_is_refused() {
     mcp_scoped_http::shutdown().await;
     assert_gone("plain");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_messages_of_every_era_reach_the_fleet_when_a_level_is_asked() {
+    let fleet = fleet();
+    let mut notices = fleet.notifications();
+    // Each entry with a level, and one without: its server sends none.
+    let text = config(&[
+        ("old", &["--era", "legacy"]),
+        ("new", &["--era", "modern"]),
+        ("quiet", &["--era", "modern"]),
+    ]);
+    let mut file: Value = serde_json::from_str(&text).unwrap();
+    for name in ["old", "new"] {
+        file["mcpServers"][name]["logLevel"] = json!("info");
+    }
+    apply(&fleet, &file.to_string()).await;
+    for server in ["old", "new", "quiet"] {
+        until(&fleet, server, ready).await;
+        fleet
+            .call_tool(server, "echo", json!({"text": "x"}))
+            .await
+            .expect("echo");
+    }
+    // Each call's message came before its answer: all here by now.
+    let mut heard = Vec::new();
+    while let Ok(notice) = notices.try_recv() {
+        if notice.method() == "notifications/message" {
+            heard.push((
+                notice.server.to_string(),
+                notice.params().unwrap()["data"].clone(),
+            ));
+        }
+    }
+    assert_eq!(
+        heard,
+        [
+            ("old".to_owned(), json!("calling echo (asked: info)")),
+            ("new".to_owned(), json!("calling echo (asked: info)")),
+        ]
+    );
+    // 2026-07-28 has no logging/setLevel: refused here, not sent.
+    let refused = fleet.set_log_level("new", "debug").await.unwrap_err();
+    assert!(refused.is_builder(), "{refused}");
+    fleet
+        .set_log_level("old", "debug")
+        .await
+        .expect("2025 takes it");
+    fleet.shutdown().await;
+    mcp_scoped_http::shutdown().await;
+    for server in ["old", "new", "quiet"] {
+        assert_gone(server);
+    }
+}

@@ -504,7 +504,7 @@ impl StdioTransportBuilder {
             &self.command,
             &account,
             &self.config,
-            (&Value::Null, &json!({})),
+            crate::transport::metadata::client_meta(&Value::Null, &json!({}), None),
         )
         .await?;
         stack.push_process(started.tree, self.command.get_grace());

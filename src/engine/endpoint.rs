@@ -75,7 +75,7 @@ impl Endpoint {
     pub(crate) fn acquire(
         &self,
         stack: &mut GuardStack,
-        client_meta: Option<(&serde_json::Value, &serde_json::Value)>,
+        client_meta: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
         account: &Account,
     ) -> Result<(Arc<StreamableHttp>, Ownership)> {
         let (client, ownership) = match &self.client {
@@ -96,8 +96,8 @@ impl Endpoint {
             .with_config(self.transport.clone())
             .with_scope(scope)
             .with_account(account.clone());
-        if let Some((info, capabilities)) = client_meta {
-            template = template.with_client_meta(info, capabilities);
+        if let Some(meta) = client_meta {
+            template = template.with_client_meta(meta);
         }
         // The authorizer (its tokens, its in-memory store) lives with the
         // transport on the stack and goes with it.

@@ -869,14 +869,15 @@ impl<F: Front> Engine<F> {
     /// from its caller's own `initialize` (the rmcp adapter).
     #[cfg(feature = "rmcp")]
     pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
+        let meta = crate::transport::metadata::client_meta(client_info, capabilities, None);
         let mut template = lock(&self.template);
         match template.as_mut() {
             Some(Wire::Http(current)) => {
-                *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+                *current = Arc::new(current.fresh().with_client_meta(meta));
             }
             #[cfg(all(feature = "stdio", unix))]
             Some(Wire::Stdio(current)) => {
-                *current = Arc::new(current.fresh().with_client_meta(client_info, capabilities));
+                *current = Arc::new(current.fresh().with_client_meta(meta));
             }
             #[allow(unreachable_patterns)]
             _ => {}

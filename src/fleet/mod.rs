@@ -830,7 +830,20 @@ impl Fleet {
     /// come on [`notifications`](Self::notifications). For the current
     /// session only: after a reconnect, the spec's
     /// [`log_level`](ServerSpec::log_level), if any, is what is asked for.
+    /// A 2026-07-28 server has no `logging/setLevel` (the level goes with
+    /// each request, from the spec's `log_level`): refused with
+    /// [`Error::is_builder`], nothing sent.
     pub async fn set_log_level(&self, server: &str, level: &str) -> Result<()> {
+        let modern = self
+            .slot(server)?
+            .live()
+            .is_some_and(|live| live.session.protocol_version().is_modern());
+        if modern {
+            return Err(Error::builder(format!(
+                "server `{server}` speaks 2026-07-28, which has no logging/setLevel: \
+                 the level goes with each request (ServerSpec::log_level, logLevel)"
+            )));
+        }
         let params = serde_json::json!({ "level": level });
         self.request(server, "logging/setLevel", Some(params))
             .await

@@ -441,7 +441,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
         .unwrap_or(policy.health_interval);
     // Whether the check is only waiting for its interval: a listener lost
     // replaces it with a ping at once only then, never cutting short a
-    // ping in flight (nor the first check's `logging/setLevel`).
+    // ping in flight.
     let idle = AtomicBool::new(false);
     let idle = &idle;
     // When the check waiting now will ping (`None`: never), and when a
@@ -449,7 +449,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // one at most every `LISTENER_CHECK_GAP`, never a ping per flap.
     let mut next_check: Option<tokio::time::Instant> = None;
     let mut listener_checked: Option<tokio::time::Instant> = None;
-    let checking = |proving: bool, wait: Option<Option<tokio::time::Instant>>| {
+    let checking = |wait: Option<Option<tokio::time::Instant>>| {
         idle.store(wait.is_some(), Ordering::Relaxed);
         Box::pin(async move {
             if let Some(at) = wait {
@@ -458,14 +458,6 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                     None => std::future::pending().await,
                 }
                 idle.store(false, Ordering::Relaxed);
-            } else if let Some(level) = slot.spec.log_level_setting().filter(|_| proving) {
-                Box::pin(set_log_level(
-                    &slot.name,
-                    &live.session,
-                    level,
-                    policy.health_timeout,
-                ))
-                .await;
             }
             // Boxed apart: the wait above, most of a slot's life, then
             // holds a sleep only, not a request's state.
@@ -482,7 +474,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
     // flight), so a server with something to say more often than the
     // interval is still checked.
     let after_interval = || interval.map(|every| tokio::time::Instant::now() + every);
-    let mut check = checking(true, None);
+    let mut check = checking(None);
     loop {
         let event = async {
             match events.as_mut() {
@@ -512,7 +504,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
                         if next_check.is_none_or(|next| at < next) {
                             listener_checked = Some(at);
                             next_check = Some(at);
-                            check = checking(false, Some(Some(at)));
+                            check = checking(Some(Some(at)));
                         }
                     }
                 }
@@ -543,7 +535,7 @@ async fn serve(slot: &Slot, hub: &Hub, policy: &Policy, live: &Live) -> End {
             },
             answer = &mut check => {
                 next_check = after_interval();
-                check = checking(false, Some(next_check));
+                check = checking(Some(next_check));
                 match answer {
                     // A JSON-RPC error is an answer too (a 2026-07-28
                     // server may answer `ping` with "method not found",
@@ -576,30 +568,6 @@ async fn next(
     match receiver {
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Asks the server for `level` and above (`logging/setLevel`), if it
-/// offers logging. Not the session's proof: a refusal is logged, and the
-/// `ping` that follows decides.
-async fn set_log_level(server: &str, session: &Session, level: &str, timeout: Duration) {
-    // `"logging": {}` offers it; absent, `null` or anything else does not.
-    if !session
-        .info()
-        .capabilities
-        .get("logging")
-        .is_some_and(serde_json::Value::is_object)
-    {
-        tracing::debug!(server, "fleet: the server offers no logging; no level set");
-        return;
-    }
-    let params = serde_json::json!({ "level": level });
-    let options = RequestOptions::default().timeout(timeout);
-    if let Err(error) = session
-        .request_with("logging/setLevel", Some(params), options)
-        .await
-    {
-        tracing::warn!(server, %error, "fleet: logging/setLevel failed");
     }
 }
 

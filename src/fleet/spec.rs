@@ -575,9 +575,13 @@ impl ServerSpec {
     }
 
     /// The least severe `notifications/message` level the server is asked
-    /// to send (`logging/setLevel`, with a level such as `"debug"`,
-    /// `"info"` or `"error"`), after every connect, when it offers
-    /// logging. Default: none asked (the server's own choice).
+    /// to send (a level such as `"debug"`, `"info"` or `"error"`), on
+    /// every connect, as its revision wants it
+    /// ([`Connector::log_level`]: `logging/setLevel` when a 2025 server
+    /// offers logging, each request's `_meta` in 2026-07-28). The
+    /// messages come on [`Fleet::notifications`](super::Fleet::notifications).
+    /// Default: none asked (a 2025 server's own choice; none from a
+    /// 2026-07-28 server).
     pub fn log_level(mut self, level: impl Into<String>) -> Self {
         self.log_level = Some(Arc::from(level.into()));
         self
@@ -634,6 +638,7 @@ impl ServerSpec {
     }
 
     /// The level set by [`log_level`](Self::log_level).
+    #[cfg(test)]
     pub(crate) fn log_level_setting(&self) -> Option<&str> {
         self.log_level.as_deref()
     }
@@ -684,14 +689,14 @@ impl ServerSpec {
     /// built with those settings.
     /// An [`invalid`](Self::invalid) spec's reason is the error.
     pub(crate) fn connector(&self, shared: Option<&HttpClient>) -> Result<Connector> {
-        let connector = self.source_connector(shared)?;
-        Ok(
-            if self.concurrent_discovery || matches!(self.source, Source::Connector(_)) {
-                connector
-            } else {
-                connector.discovery(crate::Discovery::default().concurrent(false))
-            },
-        )
+        let mut connector = self.source_connector(shared)?;
+        if !self.concurrent_discovery && !matches!(self.source, Source::Connector(_)) {
+            connector = connector.discovery(crate::Discovery::default().concurrent(false));
+        }
+        if let Some(level) = &self.log_level {
+            connector = connector.log_level(&**level);
+        }
+        Ok(connector)
     }
 
     /// [`connector`](Self::connector) before the spec's own settings.

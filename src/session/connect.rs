@@ -87,6 +87,8 @@ struct Config {
     resumption: Resumption,
     handlers: Handlers,
     client_info: Value,
+    /// The least severe log level asked of the server, if any.
+    log_level: Option<Arc<str>>,
     /// A fleet's account, the parent of each session's (see
     /// `FleetBuilder::memory`); `None` outside a fleet.
     fleet_memory: Option<Account>,
@@ -113,6 +115,7 @@ impl fmt::Debug for Connector {
             .field("request_timeout", &config.request_timeout)
             .field("resumption", &config.resumption)
             .field("handlers", &config.handlers)
+            .field("log_level", &config.log_level)
             .finish_non_exhaustive()
     }
 }
@@ -141,6 +144,7 @@ impl Connector {
                 "name": env!("CARGO_PKG_NAME"),
                 "version": env!("CARGO_PKG_VERSION"),
             }),
+            log_level: None,
             fleet_memory: None,
             #[cfg(all(feature = "stdio", unix))]
             command: None,
@@ -390,6 +394,21 @@ impl Connector {
         self
     }
 
+    /// Asks the server for log messages (`notifications/message`, on
+    /// [`Session::notifications`]) of `level` and above (`"debug"`,
+    /// `"info"`, `"notice"`, `"warning"`, `"error"`, `"critical"`,
+    /// `"alert"`, `"emergency"`), as each revision wants it: in 2026-07-28,
+    /// in every request's `_meta` (`io.modelcontextprotocol/logLevel`;
+    /// without it, such a server sends none); before, with
+    /// `logging/setLevel` once connected, within the connect's time, when
+    /// the server offers `logging` (one that does not is not asked, and a
+    /// refusal is logged at debug level, never a failed connect). Default:
+    /// none asked (a 2025 server's own choice; no messages in 2026-07-28).
+    pub fn log_level(mut self, level: impl Into<String>) -> Self {
+        self.config_mut().log_level = Some(Arc::from(level.into()));
+        self
+    }
+
     /// Limits and policies of the wire.
     pub fn transport_config(mut self, config: TransportConfig) -> Self {
         self.config_mut().endpoint.transport = config;
@@ -409,6 +428,23 @@ impl Connector {
         let config = self.config.clone();
         async move { config.connect().await }
     }
+}
+
+/// `logging/setLevel` to a server of a 2025 revision that offers logging;
+/// nothing otherwise (2026-07-28 carries the level in each request).
+async fn ask_log_level(session: &Session, level: &str) -> Result<()> {
+    let info = session.info();
+    let offered = info
+        .capabilities
+        .get("logging")
+        .is_some_and(Value::is_object);
+    if info.protocol_version.is_modern() || !offered {
+        return Ok(());
+    }
+    session
+        .request("logging/setLevel", Some(json!({ "level": level })))
+        .await
+        .map(drop)
 }
 
 impl Config {
@@ -503,7 +539,18 @@ impl Config {
                     .unwrap_or_else(|_| Err(Error::connect_timeout(limit, phase.get()))),
             };
             match outcome {
-                Ok(established) => Ok(Session::new(established, stack)),
+                Ok(established) => {
+                    let session = Session::new(established, stack);
+                    if let Some(level) = &self.log_level {
+                        // Within what is left of the connect's time: a
+                        // refusal is no failure of the connect.
+                        let asked = deadline.run(ask_log_level(&session, level));
+                        if let Err(error) = asked.await {
+                            tracing::debug!(%error, "logging/setLevel was not taken");
+                        }
+                    }
+                    Ok(session)
+                }
                 Err(error) => {
                     let released = stack.unwind().await;
                     tracing::debug!(?released, "connect failed; released");
@@ -523,6 +570,11 @@ impl Config {
     ) -> Result<Established> {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
+        let client_meta = crate::transport::metadata::client_meta(
+            &self.client_info,
+            &capabilities,
+            self.log_level.as_deref(),
+        );
         // One account for all the session reads: its catalog, and every
         // message while the session holds it; in a fleet, charged to the
         // fleet's account too.
@@ -538,25 +590,18 @@ impl Config {
                 // run until it has ended (released after it), so it never
                 // writes into a closed pipe while it shuts down.
                 let pipes = stack.push_background();
-                let started = crate::stdio::start(
-                    command,
-                    &account,
-                    &self.endpoint.transport,
-                    (&self.client_info, &capabilities),
-                )
-                .await
-                .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
+                let started =
+                    crate::stdio::start(command, &account, &self.endpoint.transport, client_meta)
+                        .await
+                        .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
                 // On the stack the moment it exists.
                 stack.push_process(started.tree, command.get_grace());
                 stdio_io = Some((started.io, pipes));
                 (Wire::Stdio(Arc::new(started.wire)), Ownership::Owned, None)
             }
             _ => {
-                let (template, ownership) = self.endpoint.acquire(
-                    stack,
-                    Some((&self.client_info, &capabilities)),
-                    &account,
-                )?;
+                let (template, ownership) =
+                    self.endpoint.acquire(stack, Some(client_meta), &account)?;
                 let lent =
                     (ownership == Ownership::Borrowed).then(|| template.http_client().clone());
                 (Wire::Http(template), ownership, lent)

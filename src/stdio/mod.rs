@@ -290,7 +290,7 @@ pub(crate) async fn start(
     command: &StdioCommand,
     account: &Account,
     config: &TransportConfig,
-    client_meta: (&Value, &Value),
+    client_meta: Arc<serde_json::Map<String, Value>>,
 ) -> Result<Started> {
     let env = env::child_env(command.inherit_env, &command.allow_env, &command.env);
     let program =
@@ -304,8 +304,8 @@ pub(crate) async fn start(
     );
     let name = command.name();
     let (outgoing_tx, outgoing) = mpsc::channel(crate::transport::OUTGOING_LINES);
-    let wire = StdioWire::new(outgoing_tx, account.clone(), name.clone())
-        .with_client_meta(client_meta.0, client_meta.1);
+    let wire =
+        StdioWire::new(outgoing_tx, account.clone(), name.clone()).with_client_meta(client_meta);
     let exit = spawned.tree.exit();
     Ok(Started {
         tree: spawned.tree,

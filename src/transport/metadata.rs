@@ -19,6 +19,25 @@ pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocol
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// The `_meta` key of the client's name and version.
 pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The `_meta` key of the least severe log level the client asks for.
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// The `_meta` fields every request of 2026-07-28 carries: the client's
+/// `clientInfo` and `capabilities`, and the log level it asks for, if any
+/// (without it, the server sends no log message).
+pub(crate) fn client_meta(
+    client_info: &Value,
+    capabilities: &Value,
+    log_level: Option<&str>,
+) -> std::sync::Arc<Map<String, Value>> {
+    let mut meta = Map::new();
+    meta.insert(META_CLIENT_INFO.into(), client_info.clone());
+    meta.insert(META_CLIENT_CAPABILITIES.into(), capabilities.clone());
+    if let Some(level) = log_level {
+        meta.insert(META_LOG_LEVEL.into(), Value::from(level));
+    }
+    std::sync::Arc::new(meta)
+}
 
 /// The largest integer JavaScript represents exactly; `x-mcp-header`
 /// integers must stay within it.

@@ -59,16 +59,10 @@ impl StdioWire {
         }
     }
 
-    /// The client's `clientInfo` and `capabilities`, sent in `_meta` by
-    /// every request of 2026-07-28.
-    pub(crate) fn with_client_meta(mut self, client_info: &Value, capabilities: &Value) -> Self {
-        let mut meta = Map::new();
-        meta.insert(metadata::META_CLIENT_INFO.into(), client_info.clone());
-        meta.insert(
-            metadata::META_CLIENT_CAPABILITIES.into(),
-            capabilities.clone(),
-        );
-        self.client_meta = Some(Arc::new(meta));
+    /// The `_meta` fields every request of 2026-07-28 carries
+    /// ([`metadata::client_meta`]).
+    pub(crate) fn with_client_meta(mut self, meta: Arc<Map<String, Value>>) -> Self {
+        self.client_meta = Some(meta);
         self
     }
 

@@ -39,6 +39,11 @@ id), `change` (one more tool, and `notifications/tools/list_changed`: in
 2026-07-28 on the client's `subscriptions/listen`), `close_stdout`
 (closes its stdout and lives on), `bad_utf8` (writes a line that is not
 UTF-8). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
+
+Logging: once asked for a level (`logging/setLevel` in 2025, the request's
+`_meta` `io.modelcontextprotocol/logLevel` in 2026-07-28), each
+`tools/call` sends a `notifications/message` before its answer; never
+unasked.
 """
 
 import argparse
@@ -134,6 +139,7 @@ class Server:
         self.extra_tools = 0
         self.dropped_probe = False
         self.client_capabilities = None  # from initialize (2025)
+        self.log_level = None  # set by logging/setLevel (2025)
         self.notified = []  # the methods of the client's notifications
 
     def run(self):
@@ -198,7 +204,7 @@ class Server:
             self.initialized = True
             self.client_capabilities = params.get("capabilities")
             self.result(rid, {"protocolVersion": version,
-                              "capabilities": {"tools": {"listChanged": True}},
+                              "capabilities": {"tools": {"listChanged": True}, "logging": {}},
                               "serverInfo": {"name": "stdio-fixture", "version": "1.0"}})
             if self.args.exit_after_init:
                 sys.stderr.write("initialized; now failing on purpose\n")
@@ -223,7 +229,8 @@ class Server:
                 self.dropped_probe = True
                 return
             return self.result(rid, {"supportedVersions": [MODERN],
-                                     "capabilities": {"tools": {"listChanged": True}},
+                                     "capabilities": {"tools": {"listChanged": True},
+                                                      "logging": {}},
                                      "ttlMs": 0, "cacheScope": "public",
                                      "resultType": "complete",
                                      "_meta": {"io.modelcontextprotocol/serverInfo":
@@ -233,6 +240,13 @@ class Server:
     def answer_common(self, rid, method, params, modern):
         if method == "ping":
             return self.result(rid, {})
+        if method == "logging/setLevel" and not modern:
+            self.log_level = params.get("level")
+            return self.result(rid, {})
+        # The level asked for: set once (2025), or with this request (2026).
+        level = self.log_level
+        if modern:
+            level = (params.get("_meta") or {}).get("io.modelcontextprotocol/logLevel")
         if method == "tools/list":
             tools = [{"name": n, "inputSchema": {"type": "object"}} for n in
                      ["echo", "env", "slow", "cancelled", "notified", "capabilities", "big", "roots", "ask", "crash", "pid", "change", "close_stdout", "bad_utf8"]]
@@ -246,6 +260,10 @@ class Server:
         if self.args.log:
             with open(self.args.log, "a") as log:
                 log.write("call %s\n" % name)
+        if level is not None:
+            send({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "logger": "fixture",
+                             "data": "calling %s (asked: %s)" % (name, level)}})
         if name == "echo":
             text = a.get("text", "")
         elif name == "env":
