@@ -45,6 +45,11 @@ struct Inner {
     /// `host:port` a transport failure was trying to reach (never user
     /// info, path or query: those may hold secrets).
     target: Option<Box<str>>,
+    /// The last lines a stdio server wrote on its stderr before it ended:
+    /// kept apart from the message.
+    stderr: Option<Arc<str>>,
+    /// The message says it all: shown without the kind's words.
+    bare: bool,
 }
 
 /// The step of [`Connector::connect`](crate::Connector::connect) an error
@@ -117,6 +122,8 @@ impl Error {
                 cleanup: Vec::new(),
                 session_expired: false,
                 target: None,
+                stderr: None,
+                bare: false,
                 phase: None,
             }),
         }
@@ -152,6 +159,8 @@ impl Error {
                 session_expired: inner.session_expired,
                 phase: inner.phase,
                 target: inner.target.clone(),
+                stderr: inner.stderr.clone(),
+                bare: inner.bare,
             }),
         }
     }
@@ -208,8 +217,26 @@ impl Error {
         self
     }
 
+    /// Adds `hint` after the message: what may explain the failure.
+    pub(crate) fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        let hint = hint.into();
+        self.inner.message = Some(match self.inner.message.take() {
+            Some(message) => format!("{message}; {hint}"),
+            None => hint,
+        });
+        self
+    }
+
     pub(crate) fn builder(message: impl Into<String>) -> Self {
         Error::new(Kind::Builder).with_message(message)
+    }
+
+    /// This error, whose message says what happened in a host's words
+    /// ("no server named `x` in the fleet"), shown alone: without the
+    /// kind's words ("invalid configuration: ..."), which stay its kind.
+    pub(crate) fn plainly(mut self) -> Self {
+        self.inner.bare = true;
+        self
     }
 
     // `BoxError`, not `impl Into<BoxError>`: the generic form trips a rustc
@@ -270,6 +297,23 @@ impl Error {
     #[cfg(all(feature = "stdio", unix))]
     pub(crate) fn server_exited(message: impl Into<String>) -> Self {
         Error::new(Kind::Stdio).with_message(message)
+    }
+
+    /// Keeps the end of a stdio server's stderr with the error.
+    pub(crate) fn with_stderr(mut self, tail: impl Into<Arc<str>>) -> Self {
+        self.inner.stderr = Some(tail.into());
+        self
+    }
+
+    /// The last lines a stdio server wrote on its stderr before its
+    /// process ended (or closed its stdout), as this error's cause: what
+    /// a user needs to fix a crash ("fatal: no API key"). Kept apart from
+    /// the message: `Display` leaves it out, so a host shows the one-line
+    /// state and the server's own words where it wants them. Bounded by
+    /// [`StdioCommand::stderr_tail`](crate::stdio::StdioCommand::stderr_tail);
+    /// `None` for every other error, and for a server that wrote nothing.
+    pub fn stderr_tail(&self) -> Option<&str> {
+        self.inner.stderr.as_deref()
     }
 
     pub(crate) fn closed() -> Self {
@@ -567,6 +611,15 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.inner.bare {
+            if let Some(message) = &self.inner.message {
+                f.write_str(message)?;
+            }
+            if let Some(phase) = self.inner.phase {
+                write!(f, ", during {phase}")?;
+            }
+            return Ok(());
+        }
         f.write_str(self.kind_str())?;
         if let Some(status) = self.inner.status {
             write!(f, ": HTTP {status}")?;

@@ -334,14 +334,26 @@ fn json_lines_commands_and_sigterm() {
         "broken": {"url": "not a url"},
         "local": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
         "gone": {"command": "no-such-mcp-server-here"},
+        "crashy": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--crash-at-start"]},
     }));
     let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
 
     let applied = fleet.wait_json(0, "the applied event", |v| v["event"] == "applied");
     assert_eq!(
         applied["started"],
-        json!(["broken", "down", "gone", "local", "locked", "up"]),
+        json!(["broken", "crashy", "down", "gone", "local", "locked", "up"]),
         "{applied}"
+    );
+    // A crash: its exit status in the error, its stderr in a field apart.
+    let crashy = fleet.wait_state("crashy", "retrying");
+    assert_eq!(
+        crashy["error"],
+        "stdio transport failed: the stdio server `python3` exited with status 1, during connect",
+        "{crashy}"
+    );
+    assert_eq!(
+        crashy["stderr"], "starting up\nfatal: bad config (no API key)",
+        "{crashy}"
     );
     // A stdio entry runs as a slot; a program that is not there fails for
     // good, naming it.
@@ -1276,6 +1288,25 @@ fn settled_notifications_and_progress_lines() {
     assert_eq!(settled["ready"], json!(["up"]), "{settled}");
     assert_eq!(settled["notReady"], json!(["dead"]), "{settled}");
     assert_eq!(settled["pending"], json!(["hung"]), "{settled}");
+    // Every state it sums up was told before it.
+    let before: Vec<Value> = fleet
+        .seen
+        .iter()
+        .take_while(|line| !line.contains(r#""event":"settled""#))
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    for (server, states) in [
+        ("up", &["ready"][..]),
+        ("dead", &["retrying", "failed"][..]),
+    ] {
+        assert!(
+            before
+                .iter()
+                .any(|v| v["server"] == server && states.iter().any(|s| v["state"] == *s)),
+            "{server}: {}",
+            fleet.context()
+        );
+    }
 
     // A log message of the server, once its listening stream is up.
     let log = json!({"jsonrpc": "2.0", "method": "notifications/message",

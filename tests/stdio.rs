@@ -105,8 +105,44 @@ async fn a_server_that_crashes_at_start_fails_the_connect_with_its_stderr() {
         .await
         .expect_err("it crashed");
     let text = error.to_string();
-    assert!(text.contains("exit status: 1"), "{text}");
-    assert!(text.contains("fatal: bad config"), "{text}");
+    assert!(text.contains("exited with status 1"), "{text}");
+    // Its stderr is kept apart from the one-line message.
+    assert!(!text.contains("fatal"), "{text}");
+    let stderr = error.stderr_tail().expect("its stderr");
+    assert_eq!(stderr, "starting up\nfatal: bad config (no API key)");
+}
+
+/// A program that answers nothing but prints something else (a log line,
+/// a banner, not an MCP server at all): its connect times out naming what
+/// it printed.
+#[tokio::test]
+async fn a_server_that_prints_no_json_rpc_times_out_naming_what_it_printed() {
+    let _scene = scene();
+    let banner = StdioCommand::new("sh")
+        .arg("-c")
+        .arg("echo 'Server listening on port 3000'; echo '{\"level\":\"info\"}'; exec sleep 100");
+    let error = Connector::stdio(banner)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("never answers");
+    assert!(error.is_timeout(), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains(
+            "the server wrote 2 line(s) on its stdout that are not JSON-RPC \
+             (the first: `Server listening on port 3000`)"
+        ),
+        "{text}"
+    );
+    // A silent server's timeout says nothing of the kind.
+    let silent = StdioCommand::new("sleep").arg("100");
+    let error = Connector::stdio(silent)
+        .connect_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect_err("never answers");
+    assert!(!error.to_string().contains("stdout"), "{error}");
 }
 
 #[tokio::test]
@@ -291,14 +327,23 @@ async fn a_call_in_flight_when_the_server_dies_fails_and_later_calls_say_why() {
         .await
         .expect_err("it crashed");
     let text = error.to_string();
-    assert!(text.contains("exit status: 3"), "{text}");
-    assert!(text.contains("crashing on purpose"), "{text}");
+    assert!(text.contains("exited with status 3"), "{text}");
+    assert!(!text.contains("crashing"), "{text}");
+    assert!(
+        error
+            .stderr_tail()
+            .is_some_and(|tail| tail.contains("crashing on purpose")),
+        "{error:?}"
+    );
     assert!(error.is_retryable(), "{text}");
     let later = session
         .call_tool("echo", json!({"text": "x"}))
         .await
         .expect_err("the server is gone");
-    assert!(later.to_string().contains("exit status: 3"), "{later}");
+    assert!(
+        later.to_string().contains("exited with status 3"),
+        "{later}"
+    );
     let released = session.close().await;
     match released.process {
         Some(ProcessEnd::Exited(status)) => assert_eq!(status.code(), Some(3)),

@@ -162,7 +162,17 @@ async fn a_crash_loop_backs_off_and_a_missing_program_fails_for_good() {
     let end = Instant::now() + Duration::from_secs(30);
     while attempts.last().is_none_or(|&last| last < 6) {
         if let SlotState::Retrying { attempt, error, .. } = &*states.borrow_and_update() {
-            assert!(error.to_string().contains("fatal: bad config"), "{error}");
+            assert!(
+                error.to_string().contains("exited with status 1"),
+                "{error}"
+            );
+            // The server's own words, kept apart from the state's text.
+            assert!(
+                error
+                    .stderr_tail()
+                    .is_some_and(|tail| tail.contains("fatal: bad config")),
+                "{error:?}"
+            );
             if attempts.last() != Some(attempt) {
                 attempts.push(*attempt);
             }
@@ -239,7 +249,10 @@ async fn a_call_in_flight_when_the_process_dies_is_never_sent_again() {
         .call_tool("fragile", "crash", json!({}))
         .await
         .expect_err("it crashed");
-    assert!(error.to_string().contains("exit status: 3"), "{error}");
+    assert!(
+        error.to_string().contains("exited with status 3"),
+        "{error}"
+    );
     // The slot starts a new process, which is never asked the call again.
     until(&fleet, "fragile", ready).await;
     fleet

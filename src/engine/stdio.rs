@@ -52,6 +52,7 @@ impl<F: Front> Engine<F> {
             max_line,
             max_batch,
             account,
+            noise,
         } = io;
         let writer = self.spawner.spawn(move |closing| async move {
             tokio::select! {
@@ -69,7 +70,8 @@ impl<F: Front> Engine<F> {
         });
         let engine = self.clone();
         let reader = pipes.spawn(move |closing| async move {
-            let mut lines = Lines::new(stdout, max_line, max_batch, Some(account));
+            let mut lines =
+                Lines::new(stdout, max_line, max_batch, Some(account)).with_noise(noise);
             let read = async {
                 loop {
                     match lines.next().await {
@@ -125,14 +127,47 @@ async fn why_it_ended(
         let _ = tokio::time::timeout(EXIT_WAIT, tail.closed()).await;
     }
     let what = match exited {
-        Some(status) => format!("the stdio server `{program}` exited ({status})"),
+        Some(status) => format!("the stdio server `{program}` {}", ended_how(status)),
         None => format!("the stdio server `{program}` closed its stdout"),
     };
+    let error = Error::server_exited(what);
     let stderr = tail.text();
-    let message = if stderr.trim().is_empty() {
-        what
+    let stderr = stderr.trim_end();
+    if stderr.trim().is_empty() {
+        error
     } else {
-        format!("{what}; the end of its stderr: {}", stderr.trim_end())
-    };
-    Error::server_exited(message)
+        error.with_stderr(stderr)
+    }
+}
+
+/// How a process ended, in words: "exited with status 1", "was killed by
+/// signal 9 (SIGKILL)".
+fn ended_how(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => match signal_name(signal) {
+            Some(name) => format!("was killed by signal {signal} ({name})"),
+            None => format!("was killed by signal {signal}"),
+        },
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+/// The usual name of the signals that end a server.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return None,
+    })
 }

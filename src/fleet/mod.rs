@@ -600,13 +600,13 @@ impl Fleet {
             return Ok(slot.clone());
         }
         if slots.disabled.contains(server) {
-            return Err(Error::closed().context(format!(
-                "server `{server}` is disabled in the fleet's configuration"
-            )));
+            return Err(Error::closed()
+                .context(format!(
+                    "server `{server}` is disabled in the fleet's configuration"
+                ))
+                .plainly());
         }
-        Err(Error::builder(format!(
-            "no server named `{server}` in the fleet"
-        )))
+        Err(Error::builder(format!("no server named `{server}` in the fleet")).plainly())
     }
 
     /// Calls `tool` of `server` with `arguments`, on the slot's current
@@ -713,7 +713,8 @@ impl Fleet {
                 return Err(Error::builder(format!(
                     "tool `{tool}` of server `{server}` is not offered: the fleet's \
                      configuration filters it out (enabledTools, disabledTools)"
-                )));
+                ))
+                .plainly());
             }
         }
         let Some(live) = slot.live() else {
@@ -821,6 +822,7 @@ impl Fleet {
             Error::builder(format!(
                 "no tool `{shown}` in the fleet's catalog, and no qualified tool name (`server{SEPARATOR}tool`)"
             ))
+            .plainly()
         })?;
         self.call_tool(server, tool, arguments).await
     }

@@ -208,12 +208,15 @@ impl Slot {
                 tracing::info!(server = %self.name, state = state.name(), "fleet: slot state");
             }
         }
+        let settles = !matches!(state, SlotState::Starting);
         self.state.send_replace(state.clone());
-        if !matches!(state, SlotState::Starting) {
+        // Announced before a waiter of `Fleet::ready` is woken: whoever
+        // reads both finds the event of every state the readiness sums up.
+        hub.state(&self.name, self.id, state);
+        if settles {
             self.first_settled
                 .send_if_modified(|settled| !std::mem::replace(settled, true));
         }
-        hub.state(&self.name, self.id, state);
     }
 }
 

@@ -530,7 +530,15 @@ impl Config {
             let phase = PhaseCell::default();
             let limit = self.connect_limit();
             let deadline = Deadline::connect(limit);
-            let established = self.establish(&mut stack, &phase, deadline);
+            #[cfg(all(feature = "stdio", unix))]
+            let noise = crate::stdio::Noise::default();
+            let established = self.establish(
+                &mut stack,
+                &phase,
+                deadline,
+                #[cfg(all(feature = "stdio", unix))]
+                &noise,
+            );
             // The steps share `deadline`; this names the step it cut.
             let outcome = match deadline.instant() {
                 None => established.await,
@@ -552,6 +560,13 @@ impl Config {
                     Ok(session)
                 }
                 Err(error) => {
+                    // A stdio server that never answered but wrote
+                    // something else: say what.
+                    #[cfg(all(feature = "stdio", unix))]
+                    let error = match noise.describe() {
+                        Some(hint) if error.is_timeout() => error.with_hint(hint),
+                        _ => error,
+                    };
                     let released = stack.unwind().await;
                     tracing::debug!(?released, "connect failed; released");
                     Err(error.with_cleanup(cleanup_errors(released)))
@@ -567,6 +582,7 @@ impl Config {
         stack: &mut GuardStack,
         phase: &PhaseCell,
         deadline: Deadline,
+        #[cfg(all(feature = "stdio", unix))] noise: &crate::stdio::Noise,
     ) -> Result<Established> {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
@@ -590,12 +606,13 @@ impl Config {
                 // run until it has ended (released after it), so it never
                 // writes into a closed pipe while it shuts down.
                 let pipes = stack.push_background();
-                let started =
+                let mut started =
                     crate::stdio::start(command, &account, &self.endpoint.transport, client_meta)
                         .await
                         .map_err(|e| e.in_phase(ConnectPhase::Connect))?;
                 // On the stack the moment it exists.
                 stack.push_process(started.tree, command.get_grace());
+                started.io.noise = noise.clone();
                 stdio_io = Some((started.io, pipes));
                 (Wire::Stdio(Arc::new(started.wire)), Ownership::Owned, None)
             }

@@ -60,6 +60,8 @@ struct State {
     /// What is held, charged to the session's account (when it has one).
     charge: Option<Charge>,
     skips: Skips,
+    /// Where skipped lines are told to a connect that may time out.
+    noise: Option<Noise>,
     /// Lines read, for errors to name where.
     lines: u64,
     /// Where the next line starts in the stream, for errors to name.
@@ -89,6 +91,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 max_batch,
                 charge: account.as_ref().map(Account::holding),
                 skips: Skips::default(),
+                noise: None,
                 lines: 0,
                 offset: 0,
                 ended: false,
@@ -127,6 +130,12 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 return Err(error);
             }
         }
+    }
+
+    /// Tells `noise` of every line skipped as not JSON-RPC.
+    pub(crate) fn with_noise(mut self, noise: Noise) -> Self {
+        self.state.noise = Some(noise);
+        self
     }
 
     /// Lines skipped so far because they were not JSON-RPC.
@@ -306,6 +315,9 @@ impl State {
 
     /// Counts a line that is not JSON-RPC, and warns if it is time.
     fn skip(&mut self, text: &[u8]) {
+        if let Some(noise) = &self.noise {
+            noise.note(text);
+        }
         if let Some(count) = self.skips.note(Instant::now()) {
             let excerpt = crate::text::escape(&String::from_utf8_lossy(text), EXCERPT);
             tracing::warn!(
@@ -324,6 +336,33 @@ fn too_many(max: usize) -> Error {
     Error::limit(format!(
         "a line of the server's stdout holds a batch of more than {max} messages"
     ))
+}
+
+/// What a server wrote on its stdout that is not JSON-RPC, as a connect
+/// that times out names it: how many lines, and the first (cut, escaped).
+#[derive(Clone, Default)]
+pub(crate) struct Noise(std::sync::Arc<std::sync::Mutex<(u64, Option<String>)>>);
+
+impl Noise {
+    fn note(&self, text: &[u8]) {
+        let mut seen = crate::sync::lock(&self.0);
+        seen.0 = seen.0.saturating_add(1);
+        if seen.1.is_none() {
+            let line = String::from_utf8_lossy(text);
+            seen.1 = Some(crate::text::escape(line.trim_end(), EXCERPT));
+        }
+    }
+
+    /// The words for an error, if any line was skipped.
+    pub(crate) fn describe(&self) -> Option<String> {
+        let seen = crate::sync::lock(&self.0);
+        let first = seen.1.as_deref()?;
+        Some(format!(
+            "the server wrote {} line(s) on its stdout that are not JSON-RPC (the first: \
+             `{first}`): a server that logs to stdout, or not an MCP server?",
+            seen.0
+        ))
+    }
 }
 
 /// The count of skipped lines, and when to warn about them.

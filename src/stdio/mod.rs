@@ -74,10 +74,10 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, watch};
 
 pub use env::DEFAULT_ENV_ALLOWLIST;
-pub(crate) use framing::Lines;
 #[cfg(feature = "wire")]
 #[doc(hidden)]
 pub use framing::stdio_lines;
+pub(crate) use framing::{Lines, Noise};
 pub(crate) use process::ProcessTree;
 pub use process::{Grace, ProcessEnd};
 pub(crate) use stderr::{StderrTail, drain as drain_stderr};
@@ -281,6 +281,8 @@ pub(crate) struct Io {
     pub(crate) max_line: usize,
     pub(crate) max_batch: usize,
     pub(crate) account: Account,
+    /// What its stdout had that is not JSON-RPC.
+    pub(crate) noise: framing::Noise,
 }
 
 /// Starts `command`'s process: the environment it gets, its program found
@@ -321,6 +323,7 @@ pub(crate) async fn start(
             max_line: config.max_json_body,
             max_batch: config.max_batch_messages,
             account: account.clone(),
+            noise: framing::Noise::default(),
         },
     })
 }

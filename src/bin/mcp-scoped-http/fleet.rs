@@ -22,7 +22,7 @@ use mcp_scoped_http::fleet::{
 use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::{Map, Value, json};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
@@ -101,6 +101,10 @@ fn state_line(fleet: &Fleet, server: &str, state: &SlotState) -> Value {
     }
     if let Some(error) = state.error() {
         line["error"] = json!(crate::with_causes(error));
+        // A crashed server's own words, apart from the one-line error.
+        if let Some(stderr) = error.stderr_tail() {
+            line["stderr"] = json!(stderr);
+        }
     }
     line
 }
@@ -733,6 +737,35 @@ fn notification_line(note: &ServerNotification) -> Value {
     json!({"server": &*note.server, "notification": notification})
 }
 
+/// The line of one fleet event.
+fn emit_event(fleet: &Fleet, json_mode: bool, event: FleetEvent) {
+    match event {
+        FleetEvent::State { server, state, .. } => {
+            emit(json_mode, &state_line(fleet, &server, &state));
+        }
+        FleetEvent::Catalog {
+            generation,
+            tools,
+            server,
+            changes,
+            ..
+        } => {
+            emit(
+                json_mode,
+                &catalog_line(json_mode, generation, tools, &server, &changes),
+            );
+        }
+        // No session ids: they are credentials.
+        FleetEvent::Renewed { server, era, .. } => {
+            emit(
+                json_mode,
+                &json!({"server": &*server, "event": "renewed", "era": era.as_str()}),
+            );
+        }
+        _ => {}
+    }
+}
+
 /// The line said once every server has settled or the ready timeout
 /// passed (with an error when a required server is not ready).
 fn settled_line(readiness: &mcp_scoped_http::Result<Readiness>) -> Value {
@@ -855,17 +888,7 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Ok(FleetEvent::State { server, state, .. }) => {
-                    emit(json_mode, &state_line(&fleet, &server, &state));
-                }
-                Ok(FleetEvent::Catalog { generation, tools, server, changes, .. }) => {
-                    emit(json_mode, &catalog_line(json_mode, generation, tools, &server, &changes));
-                }
-                // No session ids: they are credentials.
-                Ok(FleetEvent::Renewed { server, era, .. }) => {
-                    emit(json_mode, &json!({"server": &*server, "event": "renewed", "era": era.as_str()}));
-                }
-                Ok(_) => {}
+                Ok(event) => emit_event(&fleet, json_mode, event),
                 Err(RecvError::Lagged(lost)) => {
                     emit(json_mode, &json!({"event": "lagged", "lost": lost}));
                 }
@@ -881,6 +904,17 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
             },
             Some(readiness) = async { Some(settling.as_mut()?.as_mut().await) }, if settling.is_some() => {
                 settling = None;
+                // Every state line the readiness sums up comes first: the
+                // slots announce a state before they wake `ready`.
+                loop {
+                    match events.try_recv() {
+                        Ok(event) => emit_event(&fleet, json_mode, event),
+                        Err(TryRecvError::Lagged(lost)) => {
+                            emit(json_mode, &json!({"event": "lagged", "lost": lost}));
+                        }
+                        Err(_) => break,
+                    }
+                }
                 emit(json_mode, &settled_line(&readiness));
             }
             line = input.recv(), if reading => match line {

@@ -150,7 +150,12 @@ impl Failure {
     /// A library error during `phase`, with what it says about the HTTP
     /// status or JSON-RPC code.
     pub(crate) fn at(phase: phase::Phase, error: &mcp_scoped_http::Error) -> Self {
-        let message = format!("{phase} failed: {}", with_causes(error));
+        let mut message = format!("{phase} failed: {}", with_causes(error));
+        // A crashed server's own last words, on lines of their own.
+        if let Some(stderr) = error.stderr_tail() {
+            message.push_str("\nthe end of the server's stderr:\n");
+            message.push_str(stderr);
+        }
         Failure::Server(message)
     }
 }
