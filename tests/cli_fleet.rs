@@ -1448,3 +1448,140 @@ fn config_variables_come_from_the_cli_s_environment_and_reach_no_output() {
     );
     assert!(!stdout.contains("env5ecret") && !stderr.contains("env5ecret"));
 }
+
+/// The CLI as a host's whole server layer: server requests out as lines
+/// and answered on stdin, in both eras; roots set from stdin and told to
+/// the 2025 server; the catalog with every server's own words.
+#[test]
+fn a_host_answers_server_requests_sets_roots_and_reads_the_catalog_over_the_cli() {
+    let config = ConfigFile::new(&json!({
+        "old": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
+        "new": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "modern"]},
+    }));
+    let mut fleet = Fleet::start(
+        &["--json", "--handle", "sampling,elicitation,roots"],
+        &config,
+    );
+    fleet.wait_state("old", "ready");
+    fleet.wait_state("new", "ready");
+
+    let roots = fleet.command(br#"{"id": 1, "roots": [{"uri": "file:///work", "name": "work"}]}"#);
+    assert_eq!(roots, json!({"id": 1, "roots": {"told": ["old"]}}));
+
+    for (n, server) in [(10, "old"), (20, "new")] {
+        let sample = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 3});
+        let call = json!({"id": n, "call": {"server": server, "tool": "ask",
+                          "arguments": {"method": "sampling/createMessage", "params": sample}}});
+        let from = fleet.seen.len();
+        fleet.send(call.to_string().as_bytes());
+        let asked = fleet.wait_json(from, "a server request", |v| v.get("request").is_some());
+        assert_eq!(asked["server"], server, "{asked}");
+        assert_eq!(
+            asked["request"]["method"], "sampling/createMessage",
+            "{asked}"
+        );
+        assert_eq!(asked["request"]["params"], sample, "{asked}");
+        let id = asked["request"]["id"].as_u64().expect("an id");
+        // Another server's request cannot be answered in its name.
+        let other = if server == "old" { "new" } else { "old" };
+        let refused = fleet.command(
+            json!({"respond": {"server": other, "id": id, "result": {}}})
+                .to_string()
+                .as_bytes(),
+        );
+        assert!(refused["error"].as_str().is_some(), "{refused}");
+        let result = json!({"role": "assistant", "model": "host", "content": {"type": "text", "text": format!("to {server}")}});
+        let ok = fleet.command(
+            json!({"respond": {"server": server, "id": id, "result": result}})
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(ok, json!({"respond": id, "ok": true}));
+        let answer = fleet.wait_json(from, "the call's answer", |v| v["id"] == n);
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .expect("text");
+        assert_eq!(
+            serde_json::from_str::<Value>(text).unwrap(),
+            result,
+            "{answer}"
+        );
+        // Answered once: a second answer finds nothing waiting.
+        let late = fleet.command(
+            json!({"respond": {"id": id, "result": {}}})
+                .to_string()
+                .as_bytes(),
+        );
+        assert!(
+            late["error"].as_str().unwrap().contains("no request"),
+            "{late}"
+        );
+
+        // Roots, from what the host set.
+        let call = json!({"id": n + 1, "call": {"server": server, "tool": "ask",
+                          "arguments": {"method": "roots/list"}}});
+        let answer = fleet.command(call.to_string().as_bytes());
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .expect("text");
+        assert_eq!(
+            serde_json::from_str::<Value>(text).unwrap(),
+            json!({"roots": [{"uri": "file:///work", "name": "work"}]}),
+            "{answer}"
+        );
+    }
+
+    let catalog = fleet.command(br#"{"catalog": true}"#);
+    let tools = catalog["catalog"]["tools"].as_array().expect("tools");
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "old__echo")
+        .unwrap_or_else(|| panic!("{catalog}"));
+    assert_eq!(echo["server"], "old");
+    assert_eq!(echo["tool"], "echo");
+    assert_eq!(echo["inputSchema"], json!({"type": "object"}));
+    assert_eq!(
+        tools.len(),
+        catalog["catalog"]["tools"].as_array().unwrap().len()
+    );
+    assert!(tools.iter().any(|t| t["name"] == "new__echo"), "{catalog}");
+    for list in ["prompts", "resources", "resourceTemplates"] {
+        assert!(catalog["catalog"][list].is_array(), "{catalog}");
+    }
+
+    fleet.signal("TERM");
+    fleet.shutdown_event();
+    fleet.assert_all_json();
+}
+
+#[test]
+fn without_handle_server_requests_are_not_declared_and_respond_is_refused() {
+    let config = ConfigFile::new(&json!({
+        "old": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
+    }));
+    let mut fleet = Fleet::start(&["--json"], &config);
+    fleet.wait_state("old", "ready");
+    let answer = fleet.command(
+        br#"{"id": 1, "call": {"server": "old", "tool": "ask", "arguments": {"method": "sampling/createMessage"}}}"#,
+    );
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap()["error"]["code"],
+        -32601,
+        "{answer}"
+    );
+    let refused = fleet.command(br#"{"respond": {"id": 1, "result": {}}}"#);
+    assert!(
+        refused["error"].as_str().unwrap().contains("--handle"),
+        "{refused}"
+    );
+    let roots = fleet.command(br#"{"roots": []}"#);
+    assert!(
+        roots["roots"]["error"].as_str().unwrap().contains("roots"),
+        "{roots}"
+    );
+    fleet.signal("TERM");
+    fleet.shutdown_event();
+}

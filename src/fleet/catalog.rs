@@ -303,6 +303,11 @@ impl FleetCatalog {
         self.entries(|c| &c.resources, qualify_uri)
     }
 
+    /// Every ready server's resource templates (named by URI template).
+    pub fn resource_templates(&self) -> impl Iterator<Item = QualifiedEntry<'_>> {
+        self.entries(|c| &c.resource_templates, qualify_uri)
+    }
+
     /// How many tools, from every ready server.
     pub fn tool_count(&self) -> usize {
         self.servers.values().map(|c| c.tools.len()).sum()

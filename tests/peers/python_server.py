@@ -64,6 +64,22 @@ def build(mode: str, shout: bool = False) -> FastMCP:
             await ctx.info(text)
             return "logged"
 
+        @mcp.tool()
+        async def sample(text: str, ctx: Context) -> str:
+            """Asks the client's model (sampling/createMessage), and answers
+            with what it said."""
+            result = await ctx.session.create_message(
+                messages=[
+                    types.SamplingMessage(
+                        role="user", content=types.TextContent(type="text", text=text)
+                    )
+                ],
+                max_tokens=16,
+                # On this call's own stream (the fleet does not listen).
+                related_request_id=ctx.request_id,
+            )
+            return result.content.text if result.content.type == "text" else "?"
+
     @mcp.tool()
     def add(a: int, b: int) -> int:
         """Adds two integers."""

@@ -171,6 +171,25 @@ pub(crate) struct FleetArgs {
     /// (default 30).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub(crate) health_interval: Option<Duration>,
+    /// Server requests the host answers over stdin, comma-separated:
+    /// `sampling` and `elicitation` come out as lines {"server", "request":
+    /// {"id", "method", "params"}}, answered with {"respond": {"server",
+    /// "id", "result"}} (or "error") within --timeout (default 60 s);
+    /// `roots` declares roots, set with {"roots": [{"uri", "name"}]}. Only
+    /// what is named is declared to the servers.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
+    pub(crate) handle: Vec<Handled>,
+}
+
+/// A kind of server request `fleet --handle` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Handled {
+    /// `sampling/createMessage`, asked of the host.
+    Sampling,
+    /// `elicitation/create`, asked of the host.
+    Elicitation,
+    /// `roots/list`, answered from the roots the host set.
+    Roots,
 }
 
 #[derive(Debug, Args)]

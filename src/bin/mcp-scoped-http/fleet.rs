@@ -26,7 +26,8 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::args::FleetArgs;
+use crate::args::{FleetArgs, Handled};
+use crate::asks::Asks;
 use crate::commands::released_json;
 use crate::{Failure, Outcome};
 
@@ -535,6 +536,11 @@ enum Command {
     Answer(Value),
     /// A call, to run aside.
     Call(Call),
+    /// New roots, told to the servers aside.
+    Roots {
+        id: Option<Value>,
+        roots: Vec<Value>,
+    },
 }
 
 /// A valid call command.
@@ -559,7 +565,7 @@ fn with_id(mut answer: Value, id: Option<&Value>) -> Value {
 
 /// One line of standard input, as a command. Everything but a call is
 /// answered here, at once: nothing in it waits.
-fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
+fn command(fleet: &Fleet, unsupported: &Unsupported, asks: Option<&Asks>, line: &[u8]) -> Command {
     let Ok(Value::Object(command)) = serde_json::from_slice::<Value>(line) else {
         return Command::Answer(
             json!({"error": "a command is one JSON object a line: {\"call\": {\"server\", \
@@ -567,7 +573,7 @@ fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
         );
     };
     let id = command.get("id");
-    match parse(fleet, unsupported, &command) {
+    match parse(fleet, unsupported, asks, &command) {
         Command::Call(mut call) => {
             call.id = id.cloned();
             // Asked for beside "call" or inside it.
@@ -575,11 +581,45 @@ fn command(fleet: &Fleet, unsupported: &Unsupported, line: &[u8]) -> Command {
             Command::Call(call)
         }
         Command::Answer(answer) => Command::Answer(with_id(answer, id)),
+        Command::Roots { roots, .. } => Command::Roots {
+            id: id.cloned(),
+            roots,
+        },
     }
 }
 
 /// The command, its `id` aside.
-fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>) -> Command {
+fn parse(
+    fleet: &Fleet,
+    unsupported: &Unsupported,
+    asks: Option<&Asks>,
+    command: &Map<String, Value>,
+) -> Command {
+    if let Some(respond) = command.get("respond") {
+        return Command::Answer(match asks {
+            Some(asks) => asks.respond(respond),
+            None => json!({"error": "no server request is asked of the host: start with --handle"}),
+        });
+    }
+    if let Some(roots) = command.get("roots") {
+        let valid = roots.as_array().filter(|roots| {
+            roots
+                .iter()
+                .all(|root| root.get("uri").is_some_and(Value::is_string))
+        });
+        return match valid {
+            Some(roots) => Command::Roots {
+                id: None,
+                roots: roots.clone(),
+            },
+            None => Command::Answer(
+                json!({"error": "\"roots\" takes a list of {\"uri\": STRING, \"name\"}"}),
+            ),
+        };
+    }
+    if command.contains_key("catalog") {
+        return Command::Answer(json!({"catalog": catalog_json(fleet)}));
+    }
     if let Some(call) = command.get("call") {
         // Without "server", "tool" is the qualified name the catalog
         // gives (what a model was shown).
@@ -682,7 +722,46 @@ fn parse(fleet: &Fleet, unsupported: &Unsupported, command: &Map<String, Value>)
             "tools": catalog.tool_count(),
         }));
     }
-    Command::Answer(json!({"error": "unknown command: one of \"call\", \"reconnect\", \"status\""}))
+    Command::Answer(
+        json!({"error": "unknown command: one of \"call\", \"reconnect\", \"status\", \"catalog\", \"roots\", \"respond\""}),
+    )
+}
+
+/// Every ready server's tools, prompts, resources and templates, as each
+/// server listed them, with the qualified names a model is given.
+fn catalog_json(fleet: &Fleet) -> Value {
+    let catalog = fleet.catalog();
+    // `own`: the key the entry's own name goes under ("tool", "prompt"),
+    // its qualified name taking "name"; `None`: the entry keeps its keys
+    // and gets "qualified" beside them (resources, templates).
+    let list = |entries: Vec<mcp_scoped_http::fleet::QualifiedEntry<'_>>, own: Option<&str>| {
+        entries
+            .into_iter()
+            .filter_map(|entry| {
+                let mut object: Map<String, Value> = entry.entry.parse().ok()?;
+                let qualified = entry.qualified_name()?;
+                match own {
+                    Some(key) => {
+                        let name = object.remove("name").unwrap_or(Value::Null);
+                        object.insert(key.to_owned(), name);
+                        object.insert("name".into(), json!(qualified));
+                    }
+                    None => {
+                        object.insert("qualified".into(), json!(qualified));
+                    }
+                }
+                object.insert("server".into(), json!(entry.server));
+                Some(Value::Object(object))
+            })
+            .collect::<Vec<Value>>()
+    };
+    json!({
+        "generation": catalog.generation,
+        "tools": list(catalog.tools().collect(), Some("tool")),
+        "prompts": list(catalog.prompts().collect(), Some("prompt")),
+        "resources": list(catalog.resources().collect(), None),
+        "resourceTemplates": list(catalog.resource_templates().collect(), None),
+    })
 }
 
 /// Runs a call; its answer.
@@ -844,6 +923,22 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     if let Some(every) = options.health_interval {
         builder = builder.health_interval(Some(every));
     }
+    let asks = (!options.handle.is_empty())
+        .then(|| Asks::new(options.timeout.unwrap_or(Duration::from_secs(60))));
+    for handled in &options.handle {
+        let asks = asks.clone().expect("made when anything is handled");
+        builder = match handled {
+            Handled::Sampling => builder.on_sampling(move |server, params| {
+                let asks = asks.clone();
+                async move { asks.ask(server, "sampling/createMessage", params).await }
+            }),
+            Handled::Elicitation => builder.on_elicitation(move |server, params| {
+                let asks = asks.clone();
+                async move { asks.ask(server, "elicitation/create", params).await }
+            }),
+            Handled::Roots => builder.roots(Vec::new()),
+        };
+    }
     let fleet = Arc::new(builder.build());
     let mut events = fleet.events();
     let mut notifications = fleet.notifications();
@@ -921,8 +1016,18 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                 Some(Input::Line(line)) if line.trim_ascii().is_empty() => {}
                 Some(Input::Line(line)) => {
                     let unsupported = unsupported_now.borrow().clone();
-                    match command(&fleet, &unsupported, &line) {
+                    match command(&fleet, &unsupported, asks.as_deref(), &line) {
                         Command::Answer(answer) => crate::out_json(&answer),
+                        Command::Roots { id, roots } => {
+                            let fleet = fleet.clone();
+                            commands.spawn(async move {
+                                let answer = match fleet.set_roots(roots).await {
+                                    Ok(told) => json!({"roots": {"told": told}}),
+                                    Err(error) => json!({"roots": {"error": crate::with_causes(&error)}}),
+                                };
+                                with_id(answer, id.as_ref())
+                            });
+                        }
                         Command::Call(call) if commands.len() >= MAX_IN_FLIGHT => {
                             crate::out_json(&refused(&call));
                         }

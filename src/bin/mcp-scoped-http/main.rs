@@ -116,6 +116,7 @@ pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 mod args;
+mod asks;
 mod churn;
 mod commands;
 mod conformance;
