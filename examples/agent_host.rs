@@ -2,7 +2,9 @@
 //! start (and never holds the others up), one goes down mid-run and comes
 //! back (its tools leave the catalog and return), one is restarted (its
 //! session renewed in place), and the host routes calls by qualified tool
-//! name, shows a long call's progress, and watches the fleet's events.
+//! name, shows a long call's progress, answers a server's sampling request
+//! (told which server asks), holds the roots its servers may list, hides
+//! a tool it does not want offered, and watches the fleet's events.
 //!
 //! ```text
 //! cargo run --example agent_host --features testkit,fleet
@@ -35,6 +37,19 @@ async fn main() -> Result<()> {
             Duration::from_millis(200),
         ))
         .health_interval(Some(Duration::from_millis(100)))
+        // A server asking the host's model: told which server asks.
+        .on_sampling(|server, params| async move {
+            println!(
+                "  [{server}] asks the model: {}",
+                params["messages"][0]["content"]["text"]
+            );
+            Ok(json!({"role": "assistant", "model": "host-model",
+                      "content": {"type": "text", "text": "42"}}))
+        })
+        // The host's workspace, answered to every server's roots/list.
+        .roots(vec![
+            json!({"uri": "file:///work/project", "name": "project"}),
+        ])
         .build();
 
     // The host's log: every state change and catalog change, as they come.
@@ -84,7 +99,14 @@ async fn main() -> Result<()> {
                     .bearer("s-token")
                     .required(true),
             ),
-            ("notes", ServerSpec::new(notes.url()).required(true)),
+            // Its tool-002 is not offered: not in the catalog, and a call
+            // to it never reaches the server.
+            (
+                "notes",
+                ServerSpec::new(notes.url())
+                    .required(true)
+                    .disabled_tools(["tool-002"]),
+            ),
             // Nothing listens there: retried in its own slot, forever.
             ("calendar", ServerSpec::new("http://127.0.0.1:9/mcp")),
         ])
@@ -114,9 +136,36 @@ async fn main() -> Result<()> {
         }
     }
 
+    if let Err(error) = fleet.call_qualified("notes__tool-002", json!({})).await {
+        println!("notes__tool-002: {error}");
+    }
+
+    // `search` asks the host's model in the middle of a call: the fleet's
+    // handler answers, and the call goes on.
+    search.push_fault(
+        Fault::on_rpc(
+            "tools/call",
+            FaultAction::ServerRequest {
+                method: "sampling/createMessage".into(),
+                params: json!({"messages": [{"role": "user",
+                    "content": {"type": "text", "text": "the answer?"}}], "maxTokens": 5}),
+            },
+        )
+        .times(1),
+    );
     let answer = fleet
         .call_qualified("search__tool-001", json!({"text": "rust"}))
         .await?;
+    println!(
+        "the model told search: {}",
+        answer["structuredContent"]["clientAnswer"]["content"]["text"]
+    );
+    // The workspace changes: servers of a 2025 revision are told.
+    let told = fleet
+        .set_roots(vec![json!({"uri": "file:///work/other", "name": "other"})])
+        .await?;
+    println!("roots changed; told {told:?}");
+
     println!(
         "search__tool-001 -> {}",
         answer["structuredContent"]["tool"]
@@ -172,7 +221,12 @@ async fn main() -> Result<()> {
                     .bearer("s-token")
                     .required(true),
             ),
-            ("notes", ServerSpec::new(notes.url()).required(true)),
+            (
+                "notes",
+                ServerSpec::new(notes.url())
+                    .required(true)
+                    .disabled_tools(["tool-002"]),
+            ),
         ])
         .await?;
     println!(
