@@ -16,6 +16,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mcp_scoped_http::fleet::qualify;
 use mcp_scoped_http::testkit::{
     Fault, FaultAction, ListenMode, ResponseMode, ServerConfig, TestServer,
 };
@@ -596,6 +597,18 @@ fn bad_entries_fail_alone_and_the_rest_runs() {
     let mut fleet = Fleet::start(&["--json", "--max-backoff", "0.2"], &config);
     fleet.wait_state("up", "ready");
     fleet.wait_state("local", "ready");
+    // Any name is the user's: it runs, and a call by its qualified name
+    // (one a model accepts) reaches it.
+    fleet.wait_state("my server.v2", "ready");
+    let called = fleet.command(
+        json!({"id": 3, "call": {"tool": qualify("my server.v2", "tool-000")}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(
+        called["result"]["structuredContent"]["tool"], "tool-000",
+        "{called}"
+    );
     for (server, says) in [
         (
             "unset",
@@ -603,7 +616,6 @@ fn bad_entries_fail_alone_and_the_rest_runs() {
         ),
         ("odd", "`type` `websocket` is none of"),
         ("nocommand", "no `command`"),
-        ("my server.v2", "the name may hold only"),
     ] {
         let line = fleet.wait_state(server, "failed");
         let error = line["error"].as_str().unwrap_or_default();
@@ -617,7 +629,7 @@ fn bad_entries_fail_alone_and_the_rest_runs() {
     assert_eq!(status["status"]["up"]["state"], "ready", "{status}");
     assert_eq!(status["status"]["odd"]["state"], "failed", "{status}");
     assert_eq!(
-        status["status"]["my server.v2"]["state"], "failed",
+        status["status"]["my server.v2"]["state"], "ready",
         "{status}"
     );
     assert!(

@@ -817,7 +817,7 @@ fn invalid_names_are_refused_before_anything_changes() {
         let world = World::new(ServerConfig::default()).await;
         let fleet = fleet();
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
-        for bad in ["", "a__b", "a_", "sp ace"] {
+        for bad in ["", "new\nline", &"x".repeat(65)] {
             let error = fleet
                 .apply([("a", spec(&world.server)), (bad, spec(&world.server))])
                 .await
@@ -3058,5 +3058,43 @@ fn filtered_tools_are_neither_listed_nor_called_and_a_new_filter_keeps_the_sessi
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
         assert_eq!(listed(&fleet).len(), 3);
         finish(fleet, &world, &[], "tool filters").await;
+    });
+}
+
+/// A name is the user's: one with spaces and dots runs, and its tools get
+/// qualified names a model accepts, which route back to it.
+#[test]
+fn any_server_name_runs_and_its_tools_route_by_their_model_safe_names() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        fleet
+            .apply([
+                ("my files.v2", spec(&world.server)),
+                ("plain", spec(&world.server)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.expect("both ready");
+        let catalog = fleet.catalog();
+        let names: Vec<String> = catalog
+            .tools()
+            .filter(|t| t.server == "my files.v2")
+            .filter_map(|t| t.qualified_name())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        for name in &names {
+            assert!(name.starts_with("my_files_v2__tool-00"), "{name}");
+            assert!(name.len() <= 64);
+            let found = catalog.tool(name).expect("found by its name");
+            assert_eq!(found.server, "my files.v2");
+            let answer = fleet.call_qualified(name, json!({})).await.unwrap();
+            assert_eq!(answer["structuredContent"]["tool"], found.name().unwrap());
+        }
+        fleet
+            .call_tool("my files.v2", "tool-001", json!({}))
+            .await
+            .unwrap();
+        finish(fleet, &world, &[], "any name").await;
     });
 }

@@ -350,7 +350,7 @@ impl FleetCatalog {
         }
         self.servers
             .iter()
-            .filter(|(server, _)| qualified.starts_with(changed_prefix(server)))
+            .filter(|(server, _)| qualified.starts_with(&changed_prefix(server)))
             .flat_map(|(server, catalog)| {
                 list(catalog).iter().map(move |entry| QualifiedEntry {
                     server,

@@ -808,7 +808,8 @@ mod tests {
             "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
             "unset": {"type": "http", "url": "${CONFIG_TEST_NEVER_SET}"},
             "odd": {"type": "websocket", "url": "ws://127.0.0.1:1/", "required": true},
-            "bad.name": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "any.name": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "bad\nname": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
             "off": {"url": "${CONFIG_TEST_NEVER_SET}", "disabled": true},
         });
         for json in [
@@ -817,7 +818,7 @@ mod tests {
             serde_json::json!({"mcpServers": entries, "servers": {}}),
         ] {
             let loaded = parse_mcp_servers_with(&json.to_string(), env(&[])).unwrap();
-            for good in ["web", "old"] {
+            for good in ["web", "old", "any.name"] {
                 assert!(loaded.servers[good].invalid_reason().is_none(), "{json}");
             }
             let reason = |name: &str| loaded.servers[name].invalid_reason().unwrap_or_default();
@@ -829,12 +830,12 @@ mod tests {
                 "required stays required"
             );
             assert!(loaded.servers["unset"].is_enabled());
-            assert!(!loaded.servers.contains_key("bad.name"));
+            assert!(!loaded.servers.contains_key("bad\nname"));
             assert_eq!(loaded.skipped.len(), 1, "{:?}", loaded.skipped);
-            assert_eq!(loaded.skipped[0].server, "bad.name");
+            assert_eq!(loaded.skipped[0].server, "bad\nname");
             let mut invalid: Vec<&str> = loaded.invalid.iter().map(|i| i.server.as_str()).collect();
             invalid.sort_unstable();
-            assert_eq!(invalid, ["bad.name", "odd", "off", "unset"]);
+            assert_eq!(invalid, ["bad\nname", "odd", "off", "unset"]);
         }
         // The other shape beside the one read is warned of.
         let loaded = parse_mcp_servers_with(
@@ -862,7 +863,7 @@ mod tests {
                 "c": {"url": "http://x/mcp", "type": "websocket"},
                 "d": {"url": "http://x/mcp", "required": "yes"},
                 "e": {},
-                "f.g": {"url": "http://x/mcp"},
+                "f\u0000g": {"url": "http://x/mcp"},
                 "ok": {"url": "http://x/mcp"}
             }}"#,
         );
@@ -873,7 +874,7 @@ mod tests {
             "server `c`: `type` `websocket`",
             "server `d`: `required` is not a boolean",
             "server `e`: no `url`",
-            "server `f.g`: the name may hold only",
+            "the name holds a control character",
         ] {
             assert!(shown.contains(part), "{part} in {shown}");
         }

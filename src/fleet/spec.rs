@@ -31,10 +31,13 @@ const HASH_DIGITS: usize = 10;
 /// [`MAX_QUALIFIED_LEN`]):
 ///
 /// - `server__item` ([`SEPARATOR`] between) when that already is one:
-///   `item` holds only ASCII letters, digits, `_` and `-`, and the whole
-///   is at most 64 bytes;
-/// - else that text with every other character made `_`, cut to 53 bytes,
-///   then `_` and 10 hex digits of a hash of the original pair
+///   `item` holds only ASCII letters, digits, `_` and `-`, `server` too
+///   with no `__` inside and no `_` at the end, and the whole is at most
+///   64 bytes;
+/// - else the server's name cleaned (every other character made `_`, a
+///   run of `_` made one, none at either end: `my files` is `my_files`),
+///   `__`, the item with every other character made `_`, all cut to 53
+///   bytes, then `_` and 10 hex digits of a hash of the original pair
 ///   (`files.read` of `docs`: `docs__files_read_` and the digits).
 ///
 /// The same server and item always give the same name, whatever else the
@@ -45,14 +48,16 @@ const HASH_DIGITS: usize = 10;
 /// collide only if two hashes of 40 bits do (about one chance in 10^8 for
 /// 150 changed names), or a plain name of the same server happens to end
 /// with a changed one's hash; a changed name holds `__` only right after
-/// its whole server name, so it is never another server's plain name.
+/// its whole cleaned server name, so it is never another server's plain
+/// name but by such a hash's coincidence.
 pub fn qualify(server: &str, item: &str) -> String {
     let safe = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     let plain = server.len() + SEPARATOR.len() + item.len();
     let mut name = String::with_capacity(plain.min(MAX_QUALIFIED_LEN));
     if plain <= MAX_QUALIFIED_LEN
         && !item.is_empty()
-        && server.chars().chain(item.chars()).all(safe)
+        && is_plain_server(server)
+        && item.chars().all(safe)
     {
         name.push_str(server);
         name.push_str(SEPARATOR);
@@ -60,7 +65,12 @@ pub fn qualify(server: &str, item: &str) -> String {
         return name;
     }
     let keep = MAX_QUALIFIED_LEN - HASH_DIGITS - 1;
-    for c in server.chars().chain(SEPARATOR.chars()).chain(item.chars()) {
+    let server_part = clean_server(server);
+    for c in server_part
+        .chars()
+        .chain(SEPARATOR.chars())
+        .chain(item.chars())
+    {
         if name.len() == keep {
             break;
         }
@@ -70,7 +80,7 @@ pub fn qualify(server: &str, item: &str) -> String {
     // end, so no `__` comes before the hash, and the name never splits as
     // another server's plain one (`aaa_b` cut to `aaa_` would read as the
     // tool `<hash>` of `aaa`).
-    if name.len() <= server.len() + SEPARATOR.len() {
+    if name.len() <= server_part.len() + SEPARATOR.len() {
         while name.ends_with('_') {
             name.pop();
         }
@@ -93,14 +103,54 @@ pub(crate) fn looks_changed(qualified: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
-/// What every name [`qualify`] changed for `server` (a name the fleet
-/// accepts: ASCII, no `_` at the end) begins with.
-pub(crate) fn changed_prefix(server: &str) -> &str {
+/// What every name [`qualify`] changed for `server` begins with.
+pub(crate) fn changed_prefix(server: &str) -> String {
     let keep = MAX_QUALIFIED_LEN - HASH_DIGITS - 1;
-    server
-        .get(..server.len().min(keep))
-        .unwrap_or(server)
-        .trim_end_matches('_')
+    let mut prefix = clean_server(server).into_owned();
+    // Clean text is ASCII: any cut is at a character.
+    prefix.truncate(keep);
+    prefix.truncate(prefix.trim_end_matches('_').len());
+    prefix
+}
+
+/// Whether a server name goes into qualified names as it is: 1 or more
+/// ASCII letters, digits, `-` and `_`, with no [`SEPARATOR`] inside and no
+/// `_` at the end, so that `server__item` splits back one way only.
+pub(crate) fn is_plain_server(server: &str) -> bool {
+    !server.is_empty()
+        && server
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !server.contains(SEPARATOR)
+        && !server.ends_with('_')
+}
+
+/// A server name as changed qualified names hold it: itself when plain
+/// ([`is_plain_server`]), else every other character made `_`, each run
+/// of `_` made one, none at the end (`my server.v2` is `my_server_v2`),
+/// and `server` when nothing is left. The hash that ends a changed name
+/// is of the name as it is, so two names that clean alike still differ.
+fn clean_server(server: &str) -> std::borrow::Cow<'_, str> {
+    if is_plain_server(server) {
+        return std::borrow::Cow::Borrowed(server);
+    }
+    let mut clean = String::with_capacity(server.len());
+    for c in server.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '-' {
+            c
+        } else {
+            '_'
+        };
+        if !(c == '_' && clean.ends_with('_')) {
+            clean.push(c);
+        }
+    }
+    let kept = clean.trim_matches('_').len();
+    if kept == 0 {
+        return std::borrow::Cow::Borrowed("server");
+    }
+    let start = clean.len() - clean.trim_start_matches('_').len();
+    std::borrow::Cow::Owned(clean[start..start + kept].to_owned())
 }
 
 /// The qualified name of a resource's URI (or a template's) of `server`:
@@ -131,8 +181,10 @@ fn fnv1a(server: &str, item: &str) -> u64 {
 }
 
 /// The way back from a plain [`qualify`] name: `(server, item)`, split at
-/// the first [`SEPARATOR`]. Unambiguous for every server name the fleet
-/// accepts (no `__` inside, no `_` at the end). A name `qualify` had to
+/// the first [`SEPARATOR`]. Unambiguous for every server name that goes
+/// into qualified names as it is (ASCII letters, digits, `-` and `_`, no
+/// `__` inside, no `_` at the end); another name's qualified names are
+/// all changed ones. A name `qualify` had to
 /// change (it ends with a hash) does not split back to the item: look it
 /// up in the catalog ([`FleetCatalog::tool`](super::FleetCatalog::tool)),
 /// as [`Fleet::call_qualified`](super::Fleet::call_qualified) does.
@@ -142,24 +194,18 @@ pub fn split_qualified(qualified: &str) -> Option<(&str, &str)> {
     (!server.is_empty() && !item.is_empty()).then_some((server, item))
 }
 
-/// What is wrong with a server name, if anything: it must be 1 to
-/// [`MAX_NAME_LEN`] ASCII letters, digits, `-` and `_`, with no
-/// [`SEPARATOR`] inside and no `_` at the end, so that a qualified name
-/// splits back one way only (and is a tool name the common LLM APIs take).
+/// What is wrong with a server name, if anything. A name is the user's:
+/// any text of 1 to [`MAX_NAME_LEN`] bytes is taken (`my files`,
+/// `files.v2`, `日本`), but for control characters, which would break the
+/// lines of logs and of the CLI. What a model is shown is the qualified
+/// name ([`qualify`]), always one it accepts.
 pub(crate) fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         Some("is empty".to_owned())
     } else if name.len() > MAX_NAME_LEN {
         Some(format!("is longer than {MAX_NAME_LEN} bytes"))
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        Some("may hold only ASCII letters, digits, `-` and `_`".to_owned())
-    } else if name.contains(SEPARATOR) || name.ends_with('_') {
-        Some(format!(
-            "may not contain `{SEPARATOR}` nor end with `_` (the catalog's separator)"
-        ))
+    } else if name.chars().any(char::is_control) {
+        Some("holds a control character".to_owned())
     } else {
         None
     }
@@ -861,7 +907,7 @@ mod tests {
         check_name(&b).unwrap();
         let changed = qualify(&b, "files.read");
         assert!(looks_changed(&changed), "{changed}");
-        assert!(changed.starts_with(changed_prefix(&b)));
+        assert!(changed.starts_with(&changed_prefix(&b)));
         assert_ne!(split_qualified(&changed).map(|(s, _)| s), Some(a.as_str()));
         for server in ["s", "s-1", &"x".repeat(64), &b] {
             for item in ["files.read", "", &"y".repeat(100)] {
@@ -887,12 +933,58 @@ mod tests {
     }
 
     #[test]
-    fn names_that_would_split_two_ways_are_refused() {
-        for name in ["", "a__b", "a_", "a b", "é", &"x".repeat(65)] {
+    fn any_name_is_taken_but_an_empty_or_long_one_or_a_control_character() {
+        for name in ["", "a\nb", "tab\there", "\u{7f}", &"x".repeat(65)] {
             let error = check_name(name).unwrap_err();
-            assert!(error.is_builder(), "{name}: {error}");
+            assert!(error.is_builder(), "{name:?}: {error}");
         }
-        check_name(&"x".repeat(64)).unwrap();
+        for name in ["a__b", "a_", "a b", "é", "files.v2", "__", &"x".repeat(64)] {
+            check_name(name).unwrap();
+        }
+    }
+
+    /// Names that do not go into qualified names as they are: every
+    /// qualified name of theirs is a changed one a model accepts, begins
+    /// with the server's cleaned name and `__`, never splits as another
+    /// server's, and differs for names that clean alike.
+    #[test]
+    fn any_server_name_gets_model_safe_distinct_qualified_names() {
+        let servers = [
+            "my files",
+            "my.files",
+            "my_files",
+            "a__b",
+            "a_",
+            "é",
+            "__",
+            "日本語",
+            "x y z ",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for server in servers {
+            check_name(server).unwrap();
+            for item in ["read", "files.read"] {
+                let name = qualify(server, item);
+                assert!(
+                    (1..=MAX_QUALIFIED_LEN).contains(&name.len())
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                    "{name:?} for {server:?}"
+                );
+                assert!(seen.insert(name.clone()), "{name} twice");
+                if !is_plain_server(server) {
+                    assert!(looks_changed(&name), "{name}");
+                    assert!(name.starts_with(&changed_prefix(server)), "{name}");
+                    assert_eq!(name.matches(SEPARATOR).count(), 1, "{name}");
+                }
+            }
+        }
+        assert_eq!(clean_server("my files"), "my_files");
+        assert_eq!(clean_server("a__b"), "a_b");
+        assert_eq!(clean_server("x y z "), "x_y_z");
+        assert_eq!(clean_server("日本語"), "server");
+        assert!(qualify("my files", "read").starts_with("my_files__read_"));
     }
 
     #[test]
