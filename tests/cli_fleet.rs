@@ -193,13 +193,16 @@ impl Fleet {
     }
 
     /// Sends one line on standard input and returns the answer: the first
-    /// new line that is no event and no state change.
+    /// new line that is no event, state change, notification or server
+    /// request.
     #[track_caller]
     fn command(&mut self, line: &[u8]) -> Value {
         let from = self.seen.len();
         self.send(line);
         self.wait_json(from, "an answer", |v| {
-            v.get("event").is_none() && v.get("state").is_none()
+            ["event", "state", "notification", "request"]
+                .iter()
+                .all(|key| v.get(key).is_none())
         })
     }
 
@@ -1593,6 +1596,50 @@ fn without_handle_server_requests_are_not_declared_and_respond_is_refused() {
     assert!(
         roots["roots"]["error"].as_str().unwrap().contains("roots"),
         "{roots}"
+    );
+    fleet.signal("TERM");
+    fleet.shutdown_event();
+}
+
+/// A server request the host never answers is an error to the server
+/// once --answer-timeout has passed; a late answer finds nothing waiting.
+#[test]
+fn an_unanswered_server_request_is_an_error_to_the_server_after_the_timeout() {
+    let config = ConfigFile::new(&json!({
+        "old": {"command": "python3", "args": ["-u", STDIO_FIXTURE, "--era", "legacy"]},
+    }));
+    let mut fleet = Fleet::start(
+        &["--json", "--handle", "elicitation", "--answer-timeout", "1"],
+        &config,
+    );
+    fleet.wait_state("old", "ready");
+    let from = fleet.seen.len();
+    fleet.send(
+        br#"{"id": 1, "call": {"server": "old", "tool": "ask", "arguments": {"method": "elicitation/create", "params": {"message": "sure?"}}}}"#,
+    );
+    let asked = fleet.wait_json(from, "the request", |v| v.get("request").is_some());
+    let id = asked["request"]["id"].as_u64().expect("an id");
+    let answer = fleet.wait_json(from, "the call's answer", |v| v["id"] == 1);
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    let told: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(told["error"]["code"], -32603, "{answer}");
+    assert!(
+        told["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 1s"),
+        "{answer}"
+    );
+    let late = fleet.command(
+        json!({"respond": {"id": id, "result": {}}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert!(
+        late["error"].as_str().unwrap().contains("no request"),
+        "{late}"
     );
     fleet.signal("TERM");
     fleet.shutdown_event();

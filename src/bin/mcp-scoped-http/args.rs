@@ -174,11 +174,15 @@ pub(crate) struct FleetArgs {
     /// Server requests the host answers over stdin, comma-separated:
     /// `sampling` and `elicitation` come out as lines {"server", "request":
     /// {"id", "method", "params"}}, answered with {"respond": {"server",
-    /// "id", "result"}} (or "error") within --timeout (default 60 s);
+    /// "id", "result"}} (or "error") within --answer-timeout;
     /// `roots` declares roots, set with {"roots": [{"uri", "name"}]}. Only
     /// what is named is declared to the servers.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     pub(crate) handle: Vec<Handled>,
+    /// How long the host has to answer a server request (--handle), in
+    /// seconds; then the server is told it was not answered.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "60")]
+    pub(crate) answer_timeout: Duration,
 }
 
 /// A kind of server request `fleet --handle` answers.

@@ -923,8 +923,7 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     if let Some(every) = options.health_interval {
         builder = builder.health_interval(Some(every));
     }
-    let asks = (!options.handle.is_empty())
-        .then(|| Asks::new(options.timeout.unwrap_or(Duration::from_secs(60))));
+    let asks = (!options.handle.is_empty()).then(|| Asks::new(options.answer_timeout));
     for handled in &options.handle {
         let asks = asks.clone().expect("made when anything is handled");
         builder = match handled {
