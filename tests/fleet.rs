@@ -3098,3 +3098,90 @@ fn any_server_name_runs_and_its_tools_route_by_their_model_safe_names() {
         finish(fleet, &world, &[], "any name").await;
     });
 }
+
+/// Roots changes are told only to servers that have the fleet's roots: a
+/// connector that answers roots itself is left alone.
+#[test]
+fn set_roots_tells_only_the_servers_that_have_the_fleet_s_roots() {
+    use mcp_scoped_http::Connector;
+    scenario(async {
+        let own = TestServer::start(ServerConfig::default());
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(None)
+            .shutdown_timeout(SETTLE)
+            .roots(vec![json!({"uri": "file:///a"})])
+            .build();
+        let connector = Connector::new(own.url())
+            .bearer("fleet-token")
+            .roots(vec![json!({"uri": "file:///its-own"})]);
+        fleet
+            .apply([
+                ("a", spec(&world.server)),
+                ("own", ServerSpec::from_connector(connector)),
+            ])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.expect("ready");
+        let told = fleet
+            .set_roots(vec![json!({"uri": "file:///b"})])
+            .await
+            .unwrap();
+        assert_eq!(told, ["a"]);
+        let notified = |server: &TestServer| seen(server, "notifications/roots/list_changed").len();
+        assert!(eventually(SETTLE, || notified(&world.server) == 1).await);
+        assert_eq!(notified(&own), 0);
+        finish(fleet, &world, &[&own], "roots told").await;
+    });
+}
+
+/// A handler that never answers holds nothing for good: the server is
+/// told after the session's request timeout, and the call goes on.
+#[test]
+fn a_handler_that_never_answers_is_cut_at_the_request_timeout() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = dropped.clone();
+        let fleet = Fleet::builder()
+            .backoff(Backoff::new(5 * MS, 50 * MS))
+            .health_interval(None)
+            .shutdown_timeout(SETTLE)
+            .on_sampling(move |_, _| {
+                let guard = scopeguard::guard(flag.clone(), |flag| {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                });
+                async move {
+                    let _guard = guard;
+                    std::future::pending().await
+                }
+            })
+            .build();
+        fleet
+            .apply([("a", spec(&world.server).request_timeout(200 * MS))])
+            .await
+            .unwrap();
+        fleet.ready(SETTLE).await.expect("ready");
+        world.server.push_fault(
+            Fault::on_rpc(
+                "tools/call",
+                FaultAction::ServerRequest {
+                    method: "sampling/createMessage".into(),
+                    params: json!({"messages": [], "maxTokens": 1}),
+                },
+            )
+            .times(1),
+        );
+        // The call itself may take longer than the handler may.
+        let options = RequestOptions::default().timeout(SETTLE);
+        let result = fleet
+            .call_tool_with("a", "tool-000", json!({}), options)
+            .await
+            .unwrap();
+        let answer = &result["structuredContent"]["clientAnswer"];
+        assert_eq!(answer["error"]["code"], -32603, "{result}");
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+        finish(fleet, &world, &[], "handler cut").await;
+    });
+}

@@ -319,10 +319,16 @@ async fn config_file_servers_reach_the_fleet_s_handlers_in_every_era_and_keep_th
     until(&fleet, "new", ready).await;
     let sample = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5});
     for server in ["old", "new"] {
-        // Declared, as a handler exists for each.
+        // Declared, as a handler exists for each (2026-07-28 has no
+        // roots list_changed).
+        let roots = if server == "old" {
+            json!({"listChanged": true})
+        } else {
+            json!({})
+        };
         assert_eq!(
             capabilities(&fleet, server).await,
-            json!({"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}}),
+            json!({"sampling": {}, "elicitation": {}, "roots": roots}),
             "{server}"
         );
         let sampled = ask(&fleet, server, "sampling/createMessage", sample.clone()).await;

@@ -478,12 +478,33 @@ impl Hub {
         }
     }
 
-    /// Slot `id` of `server` changed state: announced if it owns the name.
-    pub(crate) fn state(&self, server: &Arc<str>, id: u64, state: SlotState) {
-        self.announce(server, id, || FleetEvent::State {
-            server: server.clone(),
-            state,
-        });
+    /// Slot `id` of `server` changed state: `update` (which makes the
+    /// new state visible) runs under the hub's lock, and the change is
+    /// announced in the same hold if the slot owns the name. So whoever
+    /// saw the state and then [`sync`](Self::sync)s finds its event sent.
+    pub(crate) fn state(
+        &self,
+        server: &Arc<str>,
+        id: u64,
+        state: SlotState,
+        update: impl FnOnce(),
+    ) {
+        let current = lock(&self.current);
+        update();
+        if current.owners.get(server) != Some(&id) {
+            return;
+        }
+        if let Some(events) = &current.events {
+            let _ = events.send(FleetEvent::State {
+                server: server.clone(),
+                state,
+            });
+        }
+    }
+
+    /// Waits for any state change being announced to be sent.
+    pub(crate) fn sync(&self) {
+        drop(lock(&self.current));
     }
 
     /// The session of slot `id` of `server` was renewed: announced if the

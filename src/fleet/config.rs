@@ -85,17 +85,7 @@ const MAX_SECONDS: f64 = 86_400.0;
 /// round to zero.
 const MIN_SECONDS: f64 = 0.001;
 
-/// The levels of `logging/setLevel`, as the specification names them.
-const LOG_LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+use crate::session::LOG_LEVELS;
 
 /// Reads the common `mcpServers` shape, with `${VAR}` references read from
 /// this process's environment (see [`parse_mcp_servers_with`], which says

@@ -391,8 +391,9 @@ impl FleetBuilder {
 
     /// The host's roots (each `{"uri": "file:///...", "name": ...}`), held
     /// by the fleet: every server's `roots/list` is answered with the
-    /// roots of the moment, the `roots` capability is declared with
-    /// `listChanged`, and [`Fleet::set_roots`] changes them. Default: no
+    /// roots of the moment, the `roots` capability is declared (with
+    /// `listChanged` before 2026-07-28, which has no such notification),
+    /// and [`Fleet::set_roots`] changes them. Default: no
     /// roots, the capability not declared, and `set_roots` refused.
     pub fn roots(mut self, roots: Vec<Value>) -> Self {
         self.requests.roots = Some(Arc::new(Mutex::new(Arc::new(Value::Array(roots)))));
@@ -870,13 +871,14 @@ impl Fleet {
     }
 
     /// Replaces the roots the fleet answers `roots/list` with (declared
-    /// with [`FleetBuilder::roots`]), and tells every ready server of a
-    /// revision that has it (before 2026-07-28) with
+    /// with [`FleetBuilder::roots`]), and tells every ready server that
+    /// has them (not one whose spec's connector answers roots itself) of
+    /// a revision that has it (before 2026-07-28) with
     /// `notifications/roots/list_changed`, all at once, each bounded by
     /// the fleet's [`health_timeout`](FleetBuilder::health_timeout). A
-    /// server that is not ready, or misses the notification, gets the new
-    /// roots the next time it asks; a 2026-07-28 server asks with each
-    /// request that needs them. Returns the servers told. Fails with
+    /// server connecting meanwhile is told once it is ready; one that
+    /// connects later reads the new roots. A 2026-07-28 server asks with
+    /// each request that needs them. Returns the servers told. Fails with
     /// [`Error::is_builder`] when the fleet declared no roots (its servers
     /// were told the client has none, and would not ask).
     ///
@@ -888,36 +890,23 @@ impl Fleet {
                 "the fleet declared no roots: set them first with FleetBuilder::roots",
             ));
         }
-        let ready: Vec<(Arc<str>, Arc<slot::Live>)> = {
+        let ready: Vec<(Arc<Slot>, Arc<slot::Live>)> = {
             let guard = lock(&self.slots);
             let slots = guard.as_ref().ok_or_else(shut_down)?;
             slots
                 .by_name
                 .values()
-                .filter_map(|slot| Some((slot.name.clone(), slot.live()?)))
-                .filter(|(_, live)| !live.session.protocol_version().is_modern())
+                .filter_map(|slot| Some((slot.clone(), slot.live()?)))
                 .collect()
         };
         let limit = self.policy.health_timeout;
-        let told = futures_util::future::join_all(ready.into_iter().map(|(name, live)| async move {
-            let sent = tokio::time::timeout(
-                limit,
-                live.session.notify("notifications/roots/list_changed", None),
-            )
+        let told =
+            futures_util::future::join_all(ready.into_iter().map(|(slot, live)| async move {
+                slot::tell_roots_changed(&slot, &live, limit)
+                    .await
+                    .then(|| slot.name.to_string())
+            }))
             .await;
-            match sent {
-                Ok(Ok(())) => Some(name.to_string()),
-                Ok(Err(error)) => {
-                    tracing::debug!(server = &*name, %error, "fleet: roots/list_changed not sent");
-                    None
-                }
-                Err(_) => {
-                    tracing::debug!(server = &*name, "fleet: roots/list_changed timed out");
-                    None
-                }
-            }
-        }))
-        .await;
         Ok(told.into_iter().flatten().collect())
     }
 

@@ -70,7 +70,10 @@ impl Fleet {
         // Every slot at once: a required server's failure is said at once,
         // whatever the others are doing.
         let waiting = try_join_all(slots.iter().map(|slot| self.settle(slot.clone())));
-        let timed_out = match tokio::time::timeout(within, waiting).await {
+        let waited = tokio::time::timeout(within, waiting).await;
+        // Every state seen here has had its event sent.
+        self.hub.sync();
+        let timed_out = match waited {
             Ok(Ok(_)) => false,
             Ok(Err(error)) => return Err(error),
             Err(_) => true,

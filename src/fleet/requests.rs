@@ -8,6 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -36,12 +37,17 @@ pub(crate) struct Requests {
     pub(crate) elicitation: Option<FleetHandler>,
     /// `Some` once the host declared roots: what `roots/list` answers now.
     pub(crate) roots: Option<Arc<Mutex<Arc<Value>>>>,
+    /// Bumped by every [`set_roots`](Self::set_roots), after the roots
+    /// changed: a slot that connected meanwhile tells its server itself.
+    roots_generation: Arc<AtomicU64>,
 }
 
 impl Requests {
     /// `connector` with the fleet's answers for `server`, each where the
-    /// connector has none of its own.
-    pub(crate) fn apply(&self, server: &Arc<str>, mut connector: Connector) -> Connector {
+    /// connector has none of its own; and whether the fleet's roots are
+    /// the ones it answers (so its server is to hear of their changes).
+    pub(crate) fn apply(&self, server: &Arc<str>, mut connector: Connector) -> (Connector, bool) {
+        let fleet_roots = self.roots.is_some() && !connector.handles("roots/list");
         if let Some(handler) = self
             .sampling
             .as_ref()
@@ -70,7 +76,12 @@ impl Requests {
                 async move { Ok(json!({ "roots": *now })) }
             });
         }
-        connector
+        (connector, fleet_roots)
+    }
+
+    /// How many times the roots were replaced so far.
+    pub(crate) fn roots_generation(&self) -> u64 {
+        self.roots_generation.load(Ordering::SeqCst)
     }
 
     /// Replaces the roots; false when the host declared none.
@@ -78,6 +89,7 @@ impl Requests {
         match &self.roots {
             Some(held) => {
                 *crate::sync::lock(held) = Arc::new(Value::Array(roots));
+                self.roots_generation.fetch_add(1, Ordering::SeqCst);
                 true
             }
             None => false,

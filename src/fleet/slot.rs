@@ -90,6 +90,9 @@ pub(crate) struct Slot {
     pub(crate) name: Arc<str>,
     pub(crate) spec: ServerSpec,
     pub(crate) required: AtomicBool,
+    /// Whether its session answers `roots/list` with the fleet's roots
+    /// (its spec's connector brought none of its own).
+    pub(crate) answers_roots: AtomicBool,
     /// The tools offered: the spec's filter, or the one a later `apply`
     /// of the same server set.
     pub(crate) tools: Mutex<Arc<ToolFilter>>,
@@ -130,6 +133,7 @@ impl Slot {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             name,
             required: AtomicBool::new(spec.is_required()),
+            answers_roots: AtomicBool::new(false),
             tools: Mutex::new(spec.tool_filter().clone()),
             clients: clients.clone(),
             memory: memory.clone(),
@@ -209,10 +213,13 @@ impl Slot {
             }
         }
         let settles = !matches!(state, SlotState::Starting);
-        self.state.send_replace(state.clone());
-        // Announced before a waiter of `Fleet::ready` is woken: whoever
-        // reads both finds the event of every state the readiness sums up.
-        hub.state(&self.name, self.id, state);
+        // Made visible and announced in one hold of the hub's lock, which
+        // `Fleet::ready` takes before it returns: whoever reads both finds
+        // the event of every state the readiness sums up (and a reader of
+        // the event finds the state already set).
+        hub.state(&self.name, self.id, state.clone(), || {
+            self.state.send_replace(state);
+        });
         if settles {
             self.first_settled
                 .send_if_modified(|settled| !std::mem::replace(settled, true));
@@ -275,6 +282,9 @@ async fn supervise(
         // (or the place in line left) the moment the future is dropped,
         // before the reap of what it created is waited for.
         let refusals = slot.memory.refusals();
+        // The roots as the connect may read them: a change from here on,
+        // until the slot is routed to, is told to the server below.
+        let roots_seen = slot.requests.roots_generation();
         let mut connecting = Box::pin(async {
             // The semaphore is never closed: `Err` cannot happen, and would
             // only mean connecting without a permit.
@@ -308,6 +318,15 @@ async fn supervise(
                 // Routed first, then in the catalog, then announced: a
                 // host that sees the tools (or the state) can call them.
                 *lock(&slot.live) = Some(live.clone());
+                if slot.requests.roots_generation() != roots_seen {
+                    // `Fleet::set_roots` ran during the connect, perhaps
+                    // before this slot could be told: told now.
+                    tokio::select! {
+                        biased;
+                        () = slot.stop.cancelled() => {}
+                        _ = tell_roots_changed(slot, &live, policy.health_timeout) => {}
+                    }
+                }
                 hub.set_catalog(&slot.name, slot.id, Some(live.session.catalog()));
                 slot.set_state(hub, SlotState::Ready);
                 let up_since = tokio::time::Instant::now();
@@ -383,6 +402,32 @@ async fn supervise(
     }
 }
 
+/// Tells a ready slot's server its roots changed, if it has the fleet's
+/// roots and a revision with that notification (before 2026-07-28),
+/// within `limit`. Whether it was told.
+pub(crate) async fn tell_roots_changed(slot: &Slot, live: &Live, limit: Duration) -> bool {
+    if !slot.answers_roots.load(Ordering::SeqCst) || live.session.protocol_version().is_modern() {
+        return false;
+    }
+    let sent = tokio::time::timeout(
+        limit,
+        live.session
+            .notify("notifications/roots/list_changed", None),
+    )
+    .await;
+    match sent {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::debug!(server = %slot.name, %error, "fleet: roots/list_changed not sent");
+            false
+        }
+        Err(_) => {
+            tracing::debug!(server = %slot.name, "fleet: roots/list_changed timed out");
+            false
+        }
+    }
+}
+
 /// Connects with the slot's connector, got first if the slot has none.
 async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<Session> {
     let held = match client {
@@ -391,7 +436,9 @@ async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<
             let mut got = slot.clients.slot_client(&slot.spec).await?;
             // Every session of the slot draws from the fleet's budget.
             got.connector = got.connector.fleet_memory(slot.memory.clone());
-            got.connector = slot.requests.apply(&slot.name, got.connector);
+            let (connector, fleet_roots) = slot.requests.apply(&slot.name, got.connector);
+            got.connector = connector;
+            slot.answers_roots.store(fleet_roots, Ordering::SeqCst);
             client.insert(got)
         }
     };

@@ -404,6 +404,7 @@ impl Connector {
     /// the server offers `logging` (one that does not is not asked, and a
     /// refusal is logged at debug level, never a failed connect). Default:
     /// none asked (a 2025 server's own choice; no messages in 2026-07-28).
+    /// A level none of these fails the connect ([`Error::is_builder`]).
     pub fn log_level(mut self, level: impl Into<String>) -> Self {
         self.config_mut().log_level = Some(Arc::from(level.into()));
         self
@@ -429,6 +430,22 @@ impl Connector {
         async move { config.connect().await }
     }
 }
+
+/// The log levels, as the specification names them (RFC 5424's).
+pub(crate) const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// How long a 2025 server's `logging/setLevel` may hold up a connect, at
+/// most: the session is ready without it.
+const SET_LEVEL_WAIT: Duration = Duration::from_secs(5);
 
 /// `logging/setLevel` to a server of a 2025 revision that offers logging;
 /// nothing otherwise (2026-07-28 carries the level in each request).
@@ -522,6 +539,14 @@ impl Config {
 
     async fn connect(&self) -> Result<Session> {
         let origin = self.label()?;
+        if let Some(level) = self.log_level.as_deref() {
+            if !LOG_LEVELS.contains(&level) {
+                return Err(Error::builder(format!(
+                    "the log level `{level}` is none of \"{}\"",
+                    LOG_LEVELS.join("\", \"")
+                )));
+            }
+        }
         let span = tracing::info_span!("mcp.connect", endpoint = %origin);
         async move {
             // Declared first so that it is dropped last, after every handle
@@ -550,11 +575,16 @@ impl Config {
                 Ok(established) => {
                     let session = Session::new(established, stack);
                     if let Some(level) = &self.log_level {
-                        // Within what is left of the connect's time: a
-                        // refusal is no failure of the connect.
+                        // Within what is left of the connect's time, and
+                        // a few seconds at most: a refusal or a slow
+                        // answer is no failure of the connect.
                         let asked = deadline.run(ask_log_level(&session, level));
-                        if let Err(error) = asked.await {
-                            tracing::debug!(%error, "logging/setLevel was not taken");
+                        match tokio::time::timeout(SET_LEVEL_WAIT, asked).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(error)) => {
+                                tracing::debug!(%error, "logging/setLevel was not taken");
+                            }
+                            Err(_) => tracing::debug!("logging/setLevel was not answered in time"),
                         }
                     }
                     Ok(session)

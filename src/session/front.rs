@@ -19,7 +19,7 @@ use super::options::{Progress, ProgressFn, ResumptionToken, TokenFn, call_guarde
 use crate::budget::{Account, value_cost};
 use crate::engine::{Engine, Front, Generation, ListenerChange, ServerMessage};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Message, Notification, RequestId, Response};
+use crate::jsonrpc::{ErrorObject, Message, Notification, RequestId, Response};
 use crate::queue;
 use crate::sync::lock;
 use crate::transport::ProtocolVersion;
@@ -68,6 +68,10 @@ impl Renewed {
 
 /// What the session's progress tokens start with: progress with such a
 /// token is a request's own, never the shared receiver's.
+/// How long a handler may take to answer a server request when the
+/// session has no request timeout.
+const ANSWER_LIMIT: Duration = Duration::from_secs(60);
+
 const PROGRESS_TOKEN_PREFIX: &str = "mcp-scoped-http/progress/";
 
 /// The callbacks of the requests in flight that asked for them: one entry
@@ -379,11 +383,25 @@ impl Front for SessionFront {
                 // Answered on the session that asked, with its headers.
                 let span = tracing::debug_span!("mcp.answer", method = %request.method);
                 async {
-                    let outcome = engine
+                    // A handler that never returns must not hold one of
+                    // the session's answering slots for good: bounded by
+                    // the request timeout (60 s without one), then the
+                    // server is told.
+                    let limit = engine.front.request_timeout.unwrap_or(ANSWER_LIMIT);
+                    let answering = engine
                         .front
                         .handlers
-                        .answer(&request.method, request.params)
-                        .await;
+                        .answer(&request.method, request.params);
+                    let outcome =
+                        tokio::time::timeout(limit, answering)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(ErrorObject {
+                                    code: crate::jsonrpc::codes::INTERNAL_ERROR,
+                                    message: format!("the client did not answer within {limit:?}"),
+                                    data: None,
+                                })
+                            });
                     let response = match outcome {
                         Ok(result) => Response {
                             id: Some(request.id),

@@ -32,7 +32,13 @@ pub(crate) fn client_meta(
 ) -> std::sync::Arc<Map<String, Value>> {
     let mut meta = Map::new();
     meta.insert(META_CLIENT_INFO.into(), client_info.clone());
-    meta.insert(META_CLIENT_CAPABILITIES.into(), capabilities.clone());
+    // 2026-07-28 has no `notifications/roots/list_changed`: its roots
+    // capability is `{}` (a server asks for roots when it needs them).
+    let mut capabilities = capabilities.clone();
+    if let Some(roots) = capabilities.get_mut("roots").and_then(Value::as_object_mut) {
+        roots.remove("listChanged");
+    }
+    meta.insert(META_CLIENT_CAPABILITIES.into(), capabilities);
     if let Some(level) = log_level {
         meta.insert(META_LOG_LEVEL.into(), Value::from(level));
     }
