@@ -1497,7 +1497,17 @@ fn a_host_answers_server_requests_sets_roots_and_reads_the_catalog_over_the_cli(
         );
         assert_eq!(asked["request"]["params"], sample, "{asked}");
         let id = asked["request"]["id"].as_u64().expect("an id");
-        // Another server's request cannot be answered in its name.
+        // Without the server, or in another server's name, nothing is
+        // answered.
+        let anonymous = fleet.command(
+            json!({"respond": {"id": id, "result": {}}})
+                .to_string()
+                .as_bytes(),
+        );
+        assert!(
+            anonymous["error"].as_str().unwrap().contains("\"server\""),
+            "{anonymous}"
+        );
         let other = if server == "old" { "new" } else { "old" };
         let refused = fleet.command(
             json!({"respond": {"server": other, "id": id, "result": {}}})
@@ -1523,7 +1533,7 @@ fn a_host_answers_server_requests_sets_roots_and_reads_the_catalog_over_the_cli(
         );
         // Answered once: a second answer finds nothing waiting.
         let late = fleet.command(
-            json!({"respond": {"id": id, "result": {}}})
+            json!({"respond": {"server": server, "id": id, "result": {}}})
                 .to_string()
                 .as_bytes(),
         );
@@ -1633,7 +1643,7 @@ fn an_unanswered_server_request_is_an_error_to_the_server_after_the_timeout() {
         "{answer}"
     );
     let late = fleet.command(
-        json!({"respond": {"id": id, "result": {}}})
+        json!({"respond": {"server": "old", "id": id, "result": {}}})
             .to_string()
             .as_bytes(),
     );

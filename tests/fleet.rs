@@ -3185,3 +3185,54 @@ fn a_handler_that_never_answers_is_cut_at_the_request_timeout() {
         finish(fleet, &world, &[], "handler cut").await;
     });
 }
+
+/// Names that would share qualified names are refused (in a file: the
+/// one not plain fails, the other runs); a changed name routes only
+/// through the catalog, never split into another server's.
+#[test]
+fn names_that_clean_alike_are_refused_and_changed_names_never_split() {
+    use mcp_scoped_http::fleet::{parse_mcp_servers, qualify};
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let fleet = fleet();
+        let clash = fleet
+            .apply([
+                ("my files", spec(&world.server)),
+                ("my_files", spec(&world.server)),
+            ])
+            .await
+            .unwrap_err();
+        assert!(clash.is_builder(), "{clash}");
+        assert!(
+            clash.to_string().contains("`my files` and `my_files`"),
+            "{clash}"
+        );
+        assert!(fleet.states().is_empty());
+
+        let file = json!({"mcpServers": {
+            "my files": {"url": world.server.url()},
+            "my_files": {"url": world.server.url()},
+        }});
+        let loaded = parse_mcp_servers(&file.to_string()).unwrap();
+        assert!(loaded.servers["my_files"].invalid_reason().is_none());
+        let reason = loaded.servers["my files"].invalid_reason().unwrap();
+        assert!(reason.contains("rename one"), "{reason}");
+
+        // Not ready (nothing listens): its changed names route nowhere;
+        // a plain server's plain names still reach its slot.
+        fleet
+            .apply([
+                ("far away", ServerSpec::new(refused_url())),
+                ("near", ServerSpec::new(refused_url())),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(fleet.tool_of(&qualify("far away", "read")), None);
+        assert_eq!(
+            fleet.tool_of("near__read"),
+            Some(("near".to_owned(), "read".to_owned()))
+        );
+        assert_eq!(fleet.tool_of(&qualify("near", "files.read")), None);
+        finish(fleet, &world, &[], "clashes").await;
+    });
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::spec::{MAX_NAME_LEN, ServerSpec, name_problem};
+use super::spec::{MAX_NAME_LEN, ServerSpec, name_clash, name_problem};
 use crate::ProtocolVersion;
 use crate::error::{Error, Result};
 
@@ -267,6 +267,26 @@ pub fn parse_mcp_servers_with(
                 }
                 loaded.invalid.push(invalid);
             }
+        }
+    }
+    // A name that cleans to another entry's: that entry runs, this one
+    // fails (naming both), so the file as a whole still applies.
+    let names: Vec<String> = loaded.servers.keys().cloned().collect();
+    for name in &names {
+        if let Some(other) = name_clash(name, names.iter().map(String::as_str)) {
+            let reason = format!(
+                "server `{name}`: its qualified tool names would be those of `{other}` \
+                 (`{other}__...`): rename one"
+            );
+            let entry = &servers[name.as_str()];
+            let spec = ServerSpec::invalid(reason.clone())
+                .enabled(entry_enabled(entry))
+                .required(entry.get("required") == Some(&Value::Bool(true)));
+            loaded.servers.insert(name.clone(), spec);
+            loaded.invalid.push(Skipped {
+                server: name.clone(),
+                reason,
+            });
         }
     }
     Ok(loaded)

@@ -807,25 +807,40 @@ impl Fleet {
 
     /// [`call_tool`](Self::call_tool) by the tool's qualified name, as in
     /// [`catalog`](Self::catalog) (see [`qualify`]): the name a model was
-    /// given. A name not in the catalog that splits as `server__tool` is
-    /// sent to that server's slot all the same (so a server not ready says
-    /// so).
+    /// given, routed by [`tool_of`](Self::tool_of).
     pub async fn call_qualified(&self, qualified: &str, arguments: Value) -> Result<Value> {
-        let found = self.catalog().tool(qualified).and_then(|entry| {
-            let tool = entry.name()?;
-            Some((entry.server.to_owned(), tool.to_owned()))
-        });
-        if let Some((server, tool)) = found {
-            return self.call_tool(&server, &tool, arguments).await;
-        }
-        let (server, tool) = split_qualified(qualified).ok_or_else(|| {
+        let Some((server, tool)) = self.tool_of(qualified) else {
             let shown: String = qualified.chars().take(MAX_QUALIFIED_LEN).collect();
-            Error::builder(format!(
+            return Err(Error::builder(format!(
                 "no tool `{shown}` in the fleet's catalog, and no qualified tool name (`server{SEPARATOR}tool`)"
             ))
-            .plainly()
-        })?;
-        self.call_tool(server, tool, arguments).await
+            .plainly());
+        };
+        self.call_tool(&server, &tool, arguments).await
+    }
+
+    /// The server and tool a qualified tool name routes to: the catalog's
+    /// entry of that name; else, for a server not ready (not in the
+    /// catalog), the name split at its first `__` when that names a server
+    /// of the fleet and is how its names are made (its name plain, the
+    /// tool's too: `qualify` gives the name back), so that its slot says
+    /// it is not ready. A name shaped as one `qualify` changed (ending
+    /// with `_` and 10 hex digits) routes only through the catalog: it
+    /// never splits into another server's, nor into a tool of another
+    /// name.
+    pub fn tool_of(&self, qualified: &str) -> Option<(String, String)> {
+        let catalog = self.catalog();
+        if let Some(entry) = catalog.tool(qualified) {
+            return Some((entry.server.to_owned(), entry.name()?.to_owned()));
+        }
+        if spec::looks_changed(qualified) {
+            return None;
+        }
+        let (server, tool) = split_qualified(qualified)?;
+        (spec::is_plain_server(server)
+            && qualify(server, tool) == qualified
+            && self.slot(server).is_ok())
+        .then(|| (server.to_owned(), tool.to_owned()))
     }
 
     /// Asks `server` for log messages of `level` and above

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::slot::Slot;
-use super::spec::{ServerSpec, check_name};
+use super::spec::{ServerSpec, check_name, name_clash};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -43,6 +43,14 @@ pub(crate) fn desired(
         if desired.insert(Arc::from(name.as_str()), spec).is_some() {
             return Err(Error::builder(format!(
                 "server name `{name}` is given more than once"
+            )));
+        }
+    }
+    for name in desired.keys() {
+        if let Some(other) = name_clash(name, desired.keys().map(|n| &**n)) {
+            return Err(Error::builder(format!(
+                "server names `{name}` and `{other}` would share qualified tool names \
+                 (`{other}__...`): rename one"
             )));
         }
     }

@@ -130,7 +130,7 @@ pub(crate) fn is_plain_server(server: &str) -> bool {
 /// of `_` made one, none at the end (`my server.v2` is `my_server_v2`),
 /// and `server` when nothing is left. The hash that ends a changed name
 /// is of the name as it is, so two names that clean alike still differ.
-fn clean_server(server: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn clean_server(server: &str) -> std::borrow::Cow<'_, str> {
     if is_plain_server(server) {
         return std::borrow::Cow::Borrowed(server);
     }
@@ -209,6 +209,21 @@ pub(crate) fn name_problem(name: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The name among `names` that a server name (one not plain) would share
+/// its tools' qualified names with: the plain name it cleans to
+/// (`my files` and `my_files`). Such a pair is refused, or a server could
+/// list a tool named as the other's changed names and take its calls.
+pub(crate) fn name_clash<'a>(
+    name: &str,
+    mut names: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    if is_plain_server(name) {
+        return None;
+    }
+    let clean = clean_server(name);
+    names.find(|other| *other != name && *other == clean)
 }
 
 /// Checks a server name (see [`name_problem`]).

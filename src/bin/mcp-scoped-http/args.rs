@@ -180,7 +180,9 @@ pub(crate) struct FleetArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     pub(crate) handle: Vec<Handled>,
     /// How long the host has to answer a server request (--handle), in
-    /// seconds; then the server is told it was not answered.
+    /// seconds; then the server is told it was not answered. A 2025
+    /// server's request is also cut at the request timeout (--timeout, or
+    /// the entry's; 60 s by default), whichever comes first.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "60")]
     pub(crate) answer_timeout: Duration,
 }

@@ -89,7 +89,11 @@ impl Asks {
         let Some(id) = respond.get("id").and_then(Value::as_u64) else {
             return json!({"error": "\"respond\" needs the request's \"id\" (a number)"});
         };
-        let server = respond.get("server").and_then(Value::as_str);
+        // The server is named: an id alone (they count from 1) cannot
+        // answer another server's request.
+        let Some(server) = respond.get("server").and_then(Value::as_str) else {
+            return json!({"respond": id, "error": "\"respond\" needs the asking \"server\""});
+        };
         let answer = match (respond.get("result"), respond.get("error")) {
             (Some(result), None) => Ok(result.clone()),
             (None, Some(error)) => match serde_json::from_value::<ErrorObject>(error.clone()) {
@@ -105,7 +109,7 @@ impl Asks {
         let waiting = {
             let mut pending = self.pending();
             match pending.get(&id) {
-                Some((asker, _)) if server.is_some_and(|server| server != &**asker) => {
+                Some((asker, _)) if server != &**asker => {
                     return json!({"respond": id, "error": format!("request {id} is `{asker}`'s")});
                 }
                 Some(_) => pending.remove(&id),

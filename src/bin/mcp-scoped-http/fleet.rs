@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mcp_scoped_http::fleet::{
     ApplyReport, Backoff, Fleet, FleetEvent, LoadedConfig, Readiness, ServerNotification,
-    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers, split_qualified,
+    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers,
 };
 use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::{Map, Value, json};
@@ -42,6 +42,9 @@ const MAX_COMMAND_LINE: usize = 1 << 20;
 /// error (standard input is always read: a status is answered whatever is
 /// in flight).
 const MAX_IN_FLIGHT: usize = 64;
+
+/// Roots changes waiting to be applied at most; one more is refused.
+const ROOTS_QUEUE: usize = 16;
 
 /// The bound on one read of the config file (or one look at its time and
 /// size), on a thread of its own: a file on a hung network mount makes the
@@ -617,7 +620,7 @@ fn parse(
             ),
         };
     }
-    if command.contains_key("catalog") {
+    if command.get("catalog") == Some(&Value::Bool(true)) {
         return Command::Answer(json!({"catalog": catalog_json(fleet)}));
     }
     if let Some(call) = command.get("call") {
@@ -630,15 +633,7 @@ fn parse(
         ) {
             (Some(server), Some(tool)) => (server, tool),
             (None, Some(name)) if call.get("server").is_none() => {
-                let catalog = fleet.catalog();
-                let found = catalog
-                    .tool(name)
-                    .and_then(|entry| Some((entry.server.to_owned(), entry.name()?.to_owned())))
-                    .or_else(|| {
-                        let (server, tool) = split_qualified(name)?;
-                        Some((server.to_owned(), tool.to_owned()))
-                    });
-                let Some(found) = found else {
+                let Some(found) = fleet.tool_of(name) else {
                     return Command::Answer(
                         json!({"tool": name, "error": "no such qualified tool in the catalog"}),
                     );
@@ -960,6 +955,21 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     // Aborted at shutdown: a reconcile cut there leaves its stopped slots
     // to end on their own, still the fleet's, drained by `shutdown`.
     let reloader = tokio::spawn(reloader.run(reload.clone()));
+    // Roots changes, one after the other in the order they came: the
+    // last line read is the roots in force.
+    let (roots_in, mut roots_out) = mpsc::channel::<(Option<Value>, Vec<Value>)>(ROOTS_QUEUE);
+    let roots_worker = {
+        let fleet = fleet.clone();
+        tokio::spawn(async move {
+            while let Some((id, roots)) = roots_out.recv().await {
+                let answer = match fleet.set_roots(roots).await {
+                    Ok(told) => json!({"roots": {"told": told}}),
+                    Err(error) => json!({"roots": {"error": crate::with_causes(&error)}}),
+                };
+                crate::out_json(&with_id(answer, id.as_ref()));
+            }
+        })
+    };
 
     let (send, mut input) = mpsc::channel(1);
     std::thread::Builder::new()
@@ -1018,14 +1028,13 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
                     match command(&fleet, &unsupported, asks.as_deref(), &line) {
                         Command::Answer(answer) => crate::out_json(&answer),
                         Command::Roots { id, roots } => {
-                            let fleet = fleet.clone();
-                            commands.spawn(async move {
-                                let answer = match fleet.set_roots(roots).await {
-                                    Ok(told) => json!({"roots": {"told": told}}),
-                                    Err(error) => json!({"roots": {"error": crate::with_causes(&error)}}),
-                                };
-                                with_id(answer, id.as_ref())
-                            });
+                            if let Err(full) = roots_in.try_send((id, roots)) {
+                                let (id, _) = full.into_inner();
+                                crate::out_json(&with_id(
+                                    json!({"roots": {"error": format!("{ROOTS_QUEUE} roots changes already wait")}}),
+                                    id.as_ref(),
+                                ));
+                            }
                         }
                         Command::Call(call) if commands.len() >= MAX_IN_FLIGHT => {
                             crate::out_json(&refused(&call));
@@ -1064,6 +1073,8 @@ pub(crate) async fn run(options: FleetArgs) -> Outcome {
     let finishing = async move {
         reloader.abort();
         let _ = reloader.await;
+        roots_worker.abort();
+        let _ = roots_worker.await;
         // Calls still running end with the shutdown (their sessions close),
         // each still answered.
         let report = fleet.shutdown().await;
