@@ -218,6 +218,7 @@ impl Error {
     }
 
     /// Adds `hint` after the message: what may explain the failure.
+    #[cfg(all(feature = "stdio", unix))]
     pub(crate) fn with_hint(mut self, hint: impl Into<String>) -> Self {
         let hint = hint.into();
         self.inner.message = Some(match self.inner.message.take() {
@@ -234,6 +235,7 @@ impl Error {
     /// This error, whose message says what happened in a host's words
     /// ("no server named `x` in the fleet"), shown alone: without the
     /// kind's words ("invalid configuration: ..."), which stay its kind.
+    #[cfg(feature = "fleet")]
     pub(crate) fn plainly(mut self) -> Self {
         self.inner.bare = true;
         self
@@ -300,6 +302,7 @@ impl Error {
     }
 
     /// Keeps the end of a stdio server's stderr with the error.
+    #[cfg(all(feature = "stdio", unix))]
     pub(crate) fn with_stderr(mut self, tail: impl Into<Arc<str>>) -> Self {
         self.inner.stderr = Some(tail.into());
         self

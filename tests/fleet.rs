@@ -2576,12 +2576,7 @@ fn a_fleet_call_carries_its_options() {
 fn every_server_notification_reaches_the_fleet_s_stream() {
     scenario(async {
         let world = World::new(ServerConfig::default().with_listen(ListenMode::Open)).await;
-        let fleet = Fleet::builder()
-            .backoff(Backoff::new(5 * MS, 50 * MS))
-            .health_interval(None)
-            .shutdown_timeout(SETTLE)
-            .notification_capacity(4)
-            .build();
+        let fleet = builder().notification_capacity(4).build();
         let mut notes = fleet.notifications();
         fleet.apply([("a", spec(&world.server))]).await.unwrap();
         fleet.ready(SETTLE).await.unwrap();
@@ -2933,10 +2928,7 @@ fn http_servers_of_every_era_reach_the_fleet_s_handlers_told_which_server_asks()
         );
         let own = TestServer::start(ServerConfig::default());
         let world = World::new(ServerConfig::default()).await;
-        let fleet = Fleet::builder()
-            .backoff(Backoff::new(5 * MS, 50 * MS))
-            .health_interval(None)
-            .shutdown_timeout(SETTLE)
+        let fleet = builder()
             .on_sampling(|server, _params| async move { Ok(sampled_by(&server)) })
             .build();
         // A connector that answers sampling itself keeps its own handler.
@@ -3107,12 +3099,7 @@ fn set_roots_tells_only_the_servers_that_have_the_fleet_s_roots() {
     scenario(async {
         let own = TestServer::start(ServerConfig::default());
         let world = World::new(ServerConfig::default()).await;
-        let fleet = Fleet::builder()
-            .backoff(Backoff::new(5 * MS, 50 * MS))
-            .health_interval(None)
-            .shutdown_timeout(SETTLE)
-            .roots(vec![json!({"uri": "file:///a"})])
-            .build();
+        let fleet = builder().roots(vec![json!({"uri": "file:///a"})]).build();
         let connector = Connector::new(own.url())
             .bearer("fleet-token")
             .roots(vec![json!({"uri": "file:///its-own"})]);
@@ -3144,10 +3131,7 @@ fn a_handler_that_never_answers_is_cut_at_the_request_timeout() {
         let world = World::new(ServerConfig::default()).await;
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = dropped.clone();
-        let fleet = Fleet::builder()
-            .backoff(Backoff::new(5 * MS, 50 * MS))
-            .health_interval(None)
-            .shutdown_timeout(SETTLE)
+        let fleet = builder()
             .on_sampling(move |_, _| {
                 let guard = scopeguard::guard(flag.clone(), |flag| {
                     flag.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -866,6 +866,19 @@ impl fmt::Debug for ServerSpec {
 mod tests {
     use super::*;
 
+    /// `qualify(server, item)`, checked to be a name a model accepts.
+    fn model_safe(server: &str, item: &str) -> String {
+        let name = qualify(server, item);
+        assert!(
+            (1..=MAX_QUALIFIED_LEN).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "{name:?} for {server:?}, {item:?}"
+        );
+        name
+    }
+
     /// Hostile names: every qualified name fits `^[a-zA-Z0-9_-]{1,64}$`,
     /// is the same on every call, and differs from every other pair's,
     /// names that clean to the same text included; a plain one is kept.
@@ -888,14 +901,7 @@ mod tests {
         ];
         let mut seen = std::collections::HashSet::new();
         for (server, item) in pairs {
-            let name = qualify(server, item);
-            assert!(
-                (1..=MAX_QUALIFIED_LEN).contains(&name.len())
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
-                "{name:?} for {server:?}, {item:?}"
-            );
+            let name = model_safe(server, item);
             assert_eq!(name, qualify(server, item), "stable");
             assert!(seen.insert(name.clone()), "{name} twice");
         }
@@ -979,14 +985,7 @@ mod tests {
         for server in servers {
             check_name(server).unwrap();
             for item in ["read", "files.read"] {
-                let name = qualify(server, item);
-                assert!(
-                    (1..=MAX_QUALIFIED_LEN).contains(&name.len())
-                        && name
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
-                    "{name:?} for {server:?}"
-                );
+                let name = model_safe(server, item);
                 assert!(seen.insert(name.clone()), "{name} twice");
                 if !is_plain_server(server) {
                     assert!(looks_changed(&name), "{name}");

@@ -6,6 +6,7 @@
 //! does.
 
 mod connect;
+#[cfg(feature = "fleet")]
 pub(crate) use connect::LOG_LEVELS;
 mod discovery;
 pub(crate) mod entry;

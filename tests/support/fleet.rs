@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, ServerSpec};
+use mcp_scoped_http::fleet::{Backoff, Fleet, FleetBuilder, ServerSpec};
 use mcp_scoped_http::testkit::TestServer;
 
 use super::baseline::World;
@@ -16,11 +16,15 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 /// Short backoff (5 ms doubling to 50 ms), no health pings unless a test
 /// asks for them.
 pub fn fleet() -> Fleet {
+    builder().build()
+}
+
+/// The settings of [`fleet`], for a test to add to.
+pub fn builder() -> FleetBuilder {
     Fleet::builder()
         .backoff(Backoff::new(5 * MS, 50 * MS))
         .health_interval(None)
         .shutdown_timeout(SETTLE)
-        .build()
 }
 
 pub fn spec(server: &TestServer) -> ServerSpec {
