@@ -842,7 +842,7 @@ impl StreamableHttp {
     // `Location`, one not UTF-8 or not a URL, a 300 or 304, a body it
     // cannot clone) comes back as an ordinary `Ok` response, the policy
     // never asked: we would still read `Location` ourselves to say why
-    // (tests/redirects.rs, `..._without_a_usable_location_...`), box a
+    // (tests/it/redirects.rs, `..._without_a_usable_location_...`), box a
     // future per hop, and put tower-http in default features, to replace
     // this loop. One difference in its favour: it resolves
     // relative-path references (`Location: mcp`), which `redirect_target`
