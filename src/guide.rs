@@ -2,6 +2,8 @@
 //! Markdown file in `src/guide/` that reads on its own. The README is the
 //! short version; these are what it links to.
 //!
+//! - [`design`]: ownership, the guard stack and its release order, cancel
+//!   safety, what `Drop` can do, the steady state.
 //! - [`guarantees`]: what the crate promises, and the tests that prove it.
 //! - [`limits`]: every bound (time, memory, counts, rates) with its default.
 //! - [`eras`]: the three eras of MCP over HTTP, detection and pinning.
@@ -17,6 +19,9 @@
 //! - [`known_gaps`]: what is not done, or not done well, yet.
 //!
 //! The benchmarks are in `BENCHMARKS.md` at the top of the repository.
+
+#[doc = include_str!("guide/design.md")]
+pub mod design {}
 
 #[doc = include_str!("guide/guarantees.md")]
 pub mod guarantees {}
