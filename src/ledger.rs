@@ -10,7 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
-/// A snapshot of live resources.
+/// A snapshot of live resources: what the crate holds right now,
+/// process-wide ([`ledger()`]) or for one session's client
+/// ([`Session::ledger`](crate::Session::ledger)).
+///
+/// Every acquisition is counted by a guard value that decrements on drop,
+/// so a count cannot leak on an error path or a cancelled future: if the
+/// resource is gone, so is its count. Tests assert on these numbers;
+/// operators can export them (the type is `Serialize`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]

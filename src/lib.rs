@@ -101,7 +101,7 @@ pub mod fleet;
 pub mod guide;
 mod headers;
 pub mod jsonrpc;
-pub mod ledger;
+mod ledger;
 mod origin;
 mod queue;
 mod scope;
@@ -178,3 +178,35 @@ pub mod wire {
 #[cfg(all(doctest, feature = "fleet", feature = "stdio"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The public handles are moved into tasks and shared between threads:
+// checked here, so a change that makes one `!Send` or `!Sync` fails this
+// crate's build, not a user's.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Connector>();
+    send_sync::<Session>();
+    send_sync::<SessionInfo>();
+    send_sync::<Catalog>();
+    send_sync::<HttpClient>();
+    send_sync::<HttpClientBuilder>();
+    send_sync::<HookHandle>();
+    send_sync::<Error>();
+    send_sync::<Released>();
+    send_sync::<SessionEvent>();
+    send_sync::<MemoryBudget>();
+    send_sync::<TransportConfig>();
+    send_sync::<RequestOptions>();
+    #[cfg(feature = "fleet")]
+    {
+        send_sync::<fleet::Fleet>();
+        send_sync::<fleet::FleetBuilder>();
+        send_sync::<fleet::ServerSpec>();
+        send_sync::<fleet::FleetCatalog>();
+        send_sync::<fleet::FleetEvent>();
+    }
+    #[cfg(feature = "oauth")]
+    send_sync::<oauth::OAuth>();
+    #[cfg(all(feature = "stdio", unix))]
+    send_sync::<stdio::StdioCommand>();
+};

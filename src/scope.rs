@@ -23,7 +23,7 @@
 //! bounded by the DELETE timeout, and awaited by [`shutdown`]. When no
 //! runtime can run it (the runtime is shutting down, or gone), the rest is
 //! released synchronously and the DELETE is counted as abandoned
-//! ([`crate::ledger::abandoned_deletes`]).
+//! ([`crate::abandoned_deletes`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -275,7 +275,7 @@ impl Session {
     }
 
     /// What the session's client holds right now (hooks, tasks, sessions,
-    /// reaps), per [`mod@crate::ledger`].
+    /// reaps), per [`Ledger`] (the process-wide figures are [`crate::ledger()`]).
     pub fn ledger(&self) -> Ledger {
         self.counters.snapshot()
     }
