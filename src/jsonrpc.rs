@@ -231,31 +231,11 @@ impl From<Response> for Message {
     }
 }
 
-/// Parses a body that holds one message or a batch of them.
-///
-/// An empty batch is an error (JSON-RPC says so), as is any element that is
-/// not a message.
-pub fn parse_messages(bytes: &[u8]) -> Result<Vec<Message>, serde_json::Error> {
-    let first = bytes
-        .iter()
-        .copied()
-        .find(|b| !b.is_ascii_whitespace())
-        .unwrap_or(b'{');
-    if first == b'[' {
-        let batch: Vec<Message> = serde_json::from_slice(bytes)?;
-        if batch.is_empty() {
-            return Err(serde_json::Error::custom("empty JSON-RPC batch"));
-        }
-        Ok(batch)
-    } else {
-        Ok(vec![serde_json::from_slice(bytes)?])
-    }
-}
-
 /// What a body held: one message (the usual case, kept without a vector),
 /// or a batch.
 #[derive(Debug)]
-pub(crate) enum Batch {
+#[non_exhaustive]
+pub enum Batch {
     /// A single message.
     One(Message),
     /// A JSON array of messages, in order.
@@ -264,19 +244,33 @@ pub(crate) enum Batch {
 
 impl Batch {
     /// How many messages.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         match self {
             Batch::One(_) => 1,
             Batch::Many(messages) => messages.len(),
         }
     }
+
+    /// Never: a body holds one message or a batch of at least one.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The messages, in order.
+    pub fn into_vec(self) -> Vec<Message> {
+        match self {
+            Batch::One(message) => vec![message],
+            Batch::Many(messages) => messages,
+        }
+    }
 }
 
-/// Why [`parse_messages_bounded`] refused a body.
+/// Why [`parse_messages`] refused a body.
 #[derive(Debug)]
-pub(crate) enum ParseError {
+#[non_exhaustive]
+pub enum ParseError {
     /// A batch of more messages than allowed.
+    #[non_exhaustive]
     TooMany {
         /// The most allowed.
         max: usize,
@@ -285,11 +279,33 @@ pub(crate) enum ParseError {
     Json(serde_json::Error),
 }
 
-/// Like [`parse_messages`], but a batch of more than `max` messages is
-/// refused when its message `max + 1` is reached, before that one or any
-/// later one is built: a body of many tiny messages does not expand into as
-/// many values.
-pub(crate) fn parse_messages_bounded(bytes: &[u8], max: usize) -> Result<Batch, ParseError> {
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::TooMany { max } => {
+                write!(f, "a JSON-RPC batch of more than {max} messages")
+            }
+            ParseError::Json(error) => write!(f, "not JSON-RPC: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ParseError::TooMany { .. } => None,
+            ParseError::Json(error) => Some(error),
+        }
+    }
+}
+
+/// Parses a body that holds one message or a batch of them, as the crate
+/// reads every body, SSE event and stdio line: a batch of more than `max`
+/// messages is refused when its message `max + 1` is reached, before that
+/// one or any later one is built, so a body of many tiny messages does not
+/// expand into as many values. An empty batch is an error (JSON-RPC says
+/// so), as is any element that is not a message.
+pub fn parse_messages(bytes: &[u8], max: usize) -> Result<Batch, ParseError> {
     let first = bytes
         .iter()
         .copied()
@@ -701,11 +717,12 @@ mod tests {
     #[test]
     fn batches_parse_and_empty_batches_do_not() {
         let batch = br#" [{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":1,"result":{}}]"#;
-        assert_eq!(parse_messages(batch).unwrap().len(), 2);
-        assert!(parse_messages(b"[]").is_err());
+        assert_eq!(parse_messages(batch, 8).unwrap().len(), 2);
+        assert!(parse_messages(b"[]", 8).is_err());
         assert_eq!(
-            parse_messages(br#"{"jsonrpc":"2.0","method":"a"}"#)
+            parse_messages(br#"{"jsonrpc":"2.0","method":"a"}"#, 8)
                 .unwrap()
+                .into_vec()
                 .len(),
             1
         );
@@ -714,18 +731,13 @@ mod tests {
     #[test]
     fn bounded_batches_stop_at_the_bound() {
         let batch = br#"[{"method":"a"},{"method":"b"},{"id":1,"result":{}}]"#;
-        assert_eq!(parse_messages_bounded(batch, 3).unwrap().len(), 3);
+        assert_eq!(parse_messages(batch, 3).unwrap().len(), 3);
         assert!(matches!(
-            parse_messages_bounded(batch, 2),
+            parse_messages(batch, 2),
             Err(ParseError::TooMany { max: 2 })
         ));
         // One message is no batch, whatever the bound.
-        assert_eq!(
-            parse_messages_bounded(br#" {"method":"a"}"#, 0)
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(parse_messages(br#" {"method":"a"}"#, 0).unwrap().len(), 1);
         for bad in [
             &b"[]"[..],
             b"[{\"method\":\"a\"}] x",
@@ -733,7 +745,7 @@ mod tests {
             b"[1,",
         ] {
             assert!(
-                matches!(parse_messages_bounded(bad, 8), Err(ParseError::Json(_))),
+                matches!(parse_messages(bad, 8), Err(ParseError::Json(_))),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
@@ -744,7 +756,7 @@ mod tests {
         huge.extend_from_slice(&br#"{"method":"n"},"#.repeat(10_000));
         huge.extend_from_slice(b"not json");
         assert!(matches!(
-            parse_messages_bounded(&huge, 1024),
+            parse_messages(&huge, 1024),
             Err(ParseError::TooMany { max: 1024 })
         ));
     }

@@ -16,11 +16,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_scoped_http::jsonrpc::{Message, parse_messages};
+use mcp_scoped_http::jsonrpc::{Batch, Message, parse_messages};
 use mcp_scoped_http::wire::estimated_messages_cost;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(messages) = parse_messages(data) else {
+    let Ok(messages) = parse_messages(data, usize::MAX).map(Batch::into_vec) else {
         return;
     };
     // What is parsed was estimated first, to be charged to the budget: an
@@ -73,12 +73,14 @@ fuzz_target!(|data: &[u8]| {
             "serialized without jsonrpc first: {}",
             String::from_utf8_lossy(&bytes)
         );
-        let again = parse_messages(&bytes).unwrap_or_else(|e| {
-            panic!(
-                "our own output does not parse ({e}): {}",
-                String::from_utf8_lossy(&bytes)
-            )
-        });
+        let again = parse_messages(&bytes, usize::MAX)
+            .map(Batch::into_vec)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "our own output does not parse ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            });
         assert_eq!(
             again.as_slice(),
             std::slice::from_ref(message),
@@ -92,7 +94,9 @@ fuzz_target!(|data: &[u8]| {
     }
     batch.push(b']');
     assert_eq!(
-        parse_messages(&batch).expect("our batch does not parse"),
+        parse_messages(&batch, usize::MAX)
+            .map(Batch::into_vec)
+            .expect("our batch does not parse"),
         messages,
         "batch round trip"
     );

@@ -35,7 +35,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use libfuzzer_sys::fuzz_target;
-use mcp_scoped_http::jsonrpc::{Message, Request, parse_messages};
+use mcp_scoped_http::jsonrpc::{Batch, Message, Request, parse_messages};
 use mcp_scoped_http::wire::{MessageStream, StreamableHttp};
 use mcp_scoped_http::{HttpClient, TransportConfig};
 use mcp_scoped_http_fuzz::chunks::Plan;
@@ -111,7 +111,7 @@ fn expected_sse(stream: &[u8], limit: usize) -> (Vec<Message>, End, sse_model::D
             Item::Event(event) => {
                 let is_message = event.event.as_deref().is_none_or(|e| e == "message");
                 if is_message && !event.data.is_empty() {
-                    match parse_messages(event.data.as_bytes()) {
+                    match parse_messages(event.data.as_bytes(), usize::MAX).map(Batch::into_vec) {
                         Ok(parsed) => messages.extend(parsed),
                         Err(_) => return (messages, End::Protocol, decoded),
                     }
@@ -192,7 +192,10 @@ fuzz_target!(|data: &[u8]| {
                     .stream
                     .strip_prefix(b"\xEF\xBB\xBF")
                     .unwrap_or(plan.stream);
-                match (answer, parse_messages(body)) {
+                match (
+                    answer,
+                    parse_messages(body, usize::MAX).map(Batch::into_vec),
+                ) {
                     (Ok(mut stream), Ok(messages)) => {
                         assert!(!stream.is_sse());
                         assert_eq!(stream.last_event_id(), None);
@@ -212,12 +215,15 @@ fuzz_target!(|data: &[u8]| {
                     .stream
                     .strip_prefix(b"\xEF\xBB\xBF")
                     .unwrap_or(plan.stream);
-                let rpc = parse_messages(body).ok().and_then(|messages| {
-                    messages.into_iter().find_map(|m| match m {
-                        Message::Response(r) => r.outcome.err(),
-                        _ => None,
-                    })
-                });
+                let rpc = parse_messages(body, usize::MAX)
+                    .map(Batch::into_vec)
+                    .ok()
+                    .and_then(|messages| {
+                        messages.into_iter().find_map(|m| match m {
+                            Message::Response(r) => r.outcome.err(),
+                            _ => None,
+                        })
+                    });
                 assert_eq!(e.rpc_error(), rpc.as_ref(), "the JSON-RPC error");
             }
         }

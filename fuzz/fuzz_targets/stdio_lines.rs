@@ -32,7 +32,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_scoped_http::jsonrpc::{Message, parse_messages};
+use mcp_scoped_http::jsonrpc::{Batch, Message, parse_messages};
 use mcp_scoped_http::wire::{estimated_messages_cost, stdio_lines};
 
 /// What the model says one line does.
@@ -67,7 +67,7 @@ fn model(stream: &[u8], max_line: usize, max_batch: usize) -> Vec<Line> {
             Line::Protocol
         } else {
             let batch = text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-            match parse_messages(text) {
+            match parse_messages(text, usize::MAX).map(Batch::into_vec) {
                 Ok(messages) => {
                     assert!(
                         estimated_messages_cost(text).is_some(),

@@ -69,7 +69,11 @@ fuzz_target!(|data: &[u8]| {
                 Some(Host::Ipv6(ip)) => dialed.parse::<IpAddr>().is_ok_and(|d| d == ip),
                 None => false,
             };
-            assert!(same_host, "{text:?}: WHATWG reads {:?}, sent to {dialed}", url.host());
+            assert!(
+                same_host,
+                "{text:?}: WHATWG reads {:?}, sent to {dialed}",
+                url.host()
+            );
         }
         None => {
             let Some(mut url) = whatwg else {

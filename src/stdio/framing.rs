@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::budget::{Account, Charge, messages_cost};
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Batch, Message, ParseError, parse_messages_bounded};
+use crate::jsonrpc::{Batch, Message, ParseError, parse_messages};
 
 /// The bytes read from stdout at a time: a line that fits is parsed where
 /// it lies, never copied. Fixed for the reader's life, and not charged to
@@ -295,7 +295,7 @@ impl State {
             }
         };
         self.hold(capacity, cost)?;
-        match parse_messages_bounded(text, self.max_batch) {
+        match parse_messages(text, self.max_batch) {
             Ok(batch) => {
                 match batch {
                     Batch::One(message) => self.queue.push_back(message),

@@ -72,7 +72,7 @@ use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
 use crate::error::{BODY_EXCERPT, Error, Result, body_excerpt, status_error};
 use crate::jsonrpc::{
-    Batch, Message, Notification, Request, Response, encode, encode_call, parse_messages_bounded,
+    Batch, Message, Notification, Request, Response, encode, encode_call, parse_messages,
 };
 use crate::origin::Origin;
 use crate::sync::lock;
@@ -975,7 +975,7 @@ impl StreamableHttp {
         } else {
             0
         };
-        let messages = parse_messages_bounded(text, self.config.max_batch_messages)
+        let messages = parse_messages(text, self.config.max_batch_messages)
             .map_err(|e| stream::parse_error(e, what))?;
         Ok((messages, cost))
     }

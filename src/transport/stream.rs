@@ -12,7 +12,7 @@ use super::sse::{SseDecoder, SseError};
 use crate::budget::{Account, Charge, messages_cost};
 use crate::client::ResponseBody;
 use crate::error::{Error, Result};
-use crate::jsonrpc::{Batch, Message, ParseError, parse_messages_bounded};
+use crate::jsonrpc::{Batch, Message, ParseError, parse_messages};
 
 /// The server's messages on one HTTP response, in the order sent.
 ///
@@ -187,7 +187,7 @@ impl MessageStream {
                             return self.fail(error);
                         }
                         self.queued = cost;
-                        match parse_messages_bounded(event.data.as_bytes(), self.max_batch) {
+                        match parse_messages(event.data.as_bytes(), self.max_batch) {
                             Ok(Batch::One(message)) => self.front = Some(message),
                             Ok(Batch::Many(messages)) => self.queue.extend(messages),
                             Err(e) => return self.fail(parse_error(e, "an SSE event")),

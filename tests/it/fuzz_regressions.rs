@@ -1,14 +1,18 @@
 //! Inputs the fuzz targets (fuzz/) found, kept as plain tests.
 
-use mcp_scoped_http::jsonrpc::{Message, parse_messages};
+use mcp_scoped_http::jsonrpc::{Batch, Message, parse_messages};
 
 /// A message parsed, serialized and parsed again is the same message.
 fn assert_round_trip(input: &[u8]) {
-    let messages = parse_messages(input).expect("the input parses");
+    let messages = parse_messages(input, usize::MAX)
+        .map(Batch::into_vec)
+        .expect("the input parses");
     for message in &messages {
         let bytes = message.to_vec();
         assert_eq!(
-            parse_messages(&bytes).unwrap(),
+            parse_messages(&bytes, usize::MAX)
+                .map(Batch::into_vec)
+                .unwrap(),
             std::slice::from_ref(message),
             "{}",
             String::from_utf8_lossy(&bytes)
@@ -36,7 +40,9 @@ fn floats_parse_alike_from_bytes_and_from_a_value() {
     let _shared = crate::support::shared();
     let input = br#"{"jsonrpc":"2.0","id":1,"result":123456789012345678908}"#;
     let value: serde_json::Value = serde_json::from_slice(input).unwrap();
-    let from_bytes = &parse_messages(input).unwrap()[0];
+    let from_bytes = &parse_messages(input, usize::MAX)
+        .map(Batch::into_vec)
+        .unwrap()[0];
     assert_eq!(
         serde_json::to_value(Message::from_value(value).unwrap()).unwrap(),
         serde_json::to_value(from_bytes).unwrap()
