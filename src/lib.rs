@@ -102,6 +102,8 @@ pub mod guide;
 mod headers;
 pub mod jsonrpc;
 mod ledger;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 mod origin;
 mod queue;
 mod scope;
@@ -123,8 +125,6 @@ mod url_target;
 mod version;
 
 pub use budget::MemoryBudget;
-#[cfg(feature = "oauth")]
-pub use client::oauth;
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
 pub use engine::Resumption;
 pub use error::{ConnectPhase, Error, Result};
@@ -168,8 +168,8 @@ pub mod wire {
     /// `Bearer` challenge and the two metadata documents, checked.
     #[cfg(feature = "oauth")]
     pub mod oauth {
-        pub use crate::client::oauth::challenge::BearerChallenge;
-        pub use crate::client::oauth::metadata::{AuthorizationServer, ProtectedResource};
+        pub use crate::oauth::challenge::BearerChallenge;
+        pub use crate::oauth::metadata::{AuthorizationServer, ProtectedResource};
         pub use crate::url_target::secure_request_uri;
     }
 }

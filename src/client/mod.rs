@@ -11,8 +11,6 @@
 //! and shares the underlying client.
 
 mod hooks;
-#[cfg(feature = "oauth")]
-pub mod oauth;
 pub(crate) mod owned;
 #[cfg(feature = "proxy")]
 pub(crate) mod proxy;

@@ -22,7 +22,7 @@ pub(crate) struct Endpoint {
     pub(crate) transport: TransportConfig,
     /// OAuth for the session's requests.
     #[cfg(feature = "oauth")]
-    pub(crate) oauth: Option<crate::client::oauth::OAuth>,
+    pub(crate) oauth: Option<crate::oauth::OAuth>,
 }
 
 /// A setter's error, reported by every connect.
@@ -103,7 +103,7 @@ impl Endpoint {
         // transport on the stack and goes with it.
         #[cfg(feature = "oauth")]
         if let Some(oauth) = &self.oauth {
-            template = template.with_auth(Arc::new(crate::client::oauth::Authorizer::new(
+            template = template.with_auth(Arc::new(crate::oauth::Authorizer::new(
                 oauth,
                 &self.url,
                 client.clone(),

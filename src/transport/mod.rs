@@ -214,7 +214,7 @@ pub struct StreamableHttp {
     /// The session's OAuth authorizer: the bearer on every request, and
     /// the flow when one is refused.
     #[cfg(feature = "oauth")]
-    auth: Option<Arc<crate::client::oauth::Authorizer>>,
+    auth: Option<Arc<crate::oauth::Authorizer>>,
     /// The session's memory account, which every message read is charged
     /// to while the transport holds it (none for a bare transport).
     account: Option<Account>,
@@ -270,7 +270,7 @@ impl StreamableHttp {
     /// Authorizes with OAuth: `auth` adds the bearer, and runs the flow
     /// when a request is refused.
     #[cfg(feature = "oauth")]
-    pub(crate) fn with_auth(mut self, auth: Arc<crate::client::oauth::Authorizer>) -> Self {
+    pub(crate) fn with_auth(mut self, auth: Arc<crate::oauth::Authorizer>) -> Self {
         self.auth = Some(auth);
         self
     }
@@ -812,7 +812,7 @@ impl StreamableHttp {
                 let (response, answered) = self
                     .send_redirects(method.clone(), uri.clone(), &headers, body.clone())
                     .await?;
-                let Some(refusal) = crate::client::oauth::Refusal::of(&response) else {
+                let Some(refusal) = crate::oauth::Refusal::of(&response) else {
                     return Ok((response, answered));
                 };
                 if authorizations >= auth.max_authorizations() {
