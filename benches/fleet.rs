@@ -43,8 +43,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::fleet::{Backoff, Fleet, ServerSpec};
-use mcp_scoped_http::testkit::{Eras, ListenMode, ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, HttpClient};
+use mcp_scoped_http_testkit::{Eras, ListenMode, ServerConfig, TestServer};
 use serde_json::{Value, json};
 
 /// Which part of the bench this process is: unset for the driver.

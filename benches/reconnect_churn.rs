@@ -6,7 +6,7 @@
 //! one `tools/call` + close (DELETE), with the GET stream off.
 //!
 //! 1. **In process** (criterion): the test kit server on its own threads;
-//!    every variant of `testkit::churn` (borrowed pooled client, owned client
+//!    every variant of `mcp_scoped_http_testkit::churn` (borrowed pooled client, owned client
 //!    per session, attached session, connects failing at each step, a
 //!    connect dropped half-way) at concurrency 1, 16 and 256, each beside
 //!    its floor: the same HTTP exchanges (recorded from one of our cycles)
@@ -28,16 +28,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
-use mcp_scoped_http::testkit::TestServer;
-use mcp_scoped_http::testkit::churn::{
-    Churn, Cycle, Figures, Floor, FloorClient, Recording, drive, server_config,
-};
 use mcp_scoped_http::{Discovery, HttpClient, HttpClientBuilder, ProtocolVersion};
+use mcp_scoped_http_testkit::churn::{
+    Churn, Cycle, Figures, Floor, FloorClient, FloorSettings, Recording, drive, server_config,
+};
+use mcp_scoped_http_testkit::{Eras, ListenMode, ResponseMode, ServerConfig, TestServer};
 
 // Allocations per cycle in every row (the test kit server's left out).
 #[global_allocator]
-static ALLOCATOR: mcp_scoped_http::testkit::churn::CountingAllocator =
-    mcp_scoped_http::testkit::churn::CountingAllocator;
+static ALLOCATOR: mcp_scoped_http_testkit::churn::CountingAllocator =
+    mcp_scoped_http_testkit::churn::CountingAllocator;
 use serde_json::{Value, json};
 
 fn quick() -> bool {
@@ -128,7 +128,7 @@ enum Runner {
 }
 
 impl Runner {
-    async fn once(&self) -> mcp_scoped_http::Result<()> {
+    async fn once(&self) -> mcp_scoped_http_testkit::churn::Result<()> {
         match self {
             Runner::Ours(churn) => churn.run_once().await,
             Runner::Floor(floor) => floor.cycle().await,
@@ -189,7 +189,7 @@ async fn pair(
     url: &str,
     cycle: Cycle,
     client: Option<HttpClient>,
-    settings: &HttpClientBuilder,
+    settings: &FloorSettings,
     call: Option<(String, Value)>,
     pin: Option<ProtocolVersion>,
 ) -> Pair {
@@ -208,7 +208,7 @@ async fn pair(
     let recording = Recording::of(&mut churn, settings)
         .await
         .expect("one cycle is recorded");
-    let floor = Floor::new(recording, settings.clone(), floor_client).expect("the floor client");
+    let floor = Floor::new(recording, settings.clone(), floor_client);
     Pair {
         churn: Arc::new(churn),
         floor: Arc::new(floor),
@@ -219,8 +219,8 @@ async fn pair(
 const CONCURRENCY: [usize; 3] = [1, 16, 256];
 
 fn in_process(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime, table: &Table) {
-    let settings = HttpClientBuilder::new();
-    let shared = settings.clone().build().expect("the shared client");
+    let settings = FloorSettings::new();
+    let shared = HttpClientBuilder::new().build().expect("the shared client");
     let mut order = 0;
     let mut servers = Vec::new();
     let cases = [
@@ -325,27 +325,49 @@ fn start(mut command: Command, url_of: impl Fn(&str) -> Option<String>) -> Optio
     }
 }
 
+/// The test kit's server (the churn's catalog, answers as SSE streams) in
+/// a process of its own: this bench's binary again ([`serve_http`]).
 fn serve_process(revision: Option<&str>) -> Option<Process> {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
-    command.arg("serve");
+    let mut command = Command::new(std::env::current_exe().ok()?);
+    command.arg(SERVE_HTTP);
     if let Some(revision) = revision {
-        command.args(["--revision", revision]);
+        command.arg(revision);
     }
-    command.args([
-        "--tools",
-        "20",
-        "--page-size",
-        "5",
-        "--prompts",
-        "3",
-        "--resources",
-        "3",
-        "--sse",
-    ]);
     start(command, |line| {
-        let rest = line.split(" at ").nth(1)?;
-        Some(rest.split_whitespace().next()?.to_owned())
+        line.strip_prefix(SERVING).map(str::to_owned)
     })
+}
+
+/// The argument that makes this binary the server, and what it prints
+/// before its URL.
+const SERVE_HTTP: &str = "--serve-http";
+const SERVING: &str = "serving at ";
+
+/// The server's body: the churn's catalog (the test kit's `serve` with
+/// `--tools 20 --page-size 5 --prompts 3 --resources 3 --sse`), of the
+/// eras `revision` names, until the process is killed.
+fn serve_http(revision: Option<String>) {
+    let eras: Eras = revision
+        .as_deref()
+        .unwrap_or("2025-11-25")
+        .parse()
+        .expect("eras");
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_tools(20)
+            .with_page_size(5)
+            .with_prompts(3)
+            .with_resources(3)
+            .with_response_mode(ResponseMode::Sse)
+            .with_listen(ListenMode::Open)
+            .with_eras(eras)
+            .with_record_requests(false),
+    );
+    println!("{SERVING}{}", server.url());
+    // Until killed: the bench stops it when its rounds are done.
+    loop {
+        std::thread::park();
+    }
 }
 
 fn repo_path(relative: &str) -> PathBuf {
@@ -500,17 +522,17 @@ fn external(runtime: &tokio::runtime::Runtime) {
     let echo = ("echo".to_owned(), json!({"text": "churn"}));
     let servers = vec![
         External {
-            name: "test kit server, 2025-11-25 (mcp-scoped-http serve)",
+            name: "test kit server, 2025-11-25 (the test kit in a process of its own)",
             process: serve_process(None),
-            install: "the crate's own binary: `cargo bench` builds it",
+            install: "the test kit, in this bench's binary",
             call: test_kit_call.clone(),
             pin: None,
             rmcp: true,
         },
         External {
-            name: "test kit server, 2026-07-28 (mcp-scoped-http serve --revision 2026-07-28)",
+            name: "test kit server, 2026-07-28 (the test kit in a process of its own)",
             process: serve_process(Some("2026-07-28")),
-            install: "the crate's own binary: `cargo bench` builds it",
+            install: "the test kit, in this bench's binary",
             call: test_kit_call,
             pin: None,
             rmcp: false,
@@ -671,10 +693,10 @@ fn contenders(
 ) -> Vec<Contender> {
     // The most cycles one round of a contender runs.
     let cycles = if quick { 300 } else { 3000 };
-    let settings = HttpClientBuilder::new();
-    let plain = HttpClientBuilder::new().tcp_quickack(false);
-    let fresh = HttpClientBuilder::new().pool_max_idle_per_host(0);
-    let shared = settings.clone().build().expect("the shared client");
+    let settings = FloorSettings::new();
+    let plain = FloorSettings::new().tcp_quickack(false);
+    let fresh = FloorSettings::new().pool_max_idle_per_host(0);
+    let shared = HttpClientBuilder::new().build().expect("the shared client");
     let handle = runtime.handle().clone();
     let call_some = Some(call.clone());
     let borrowed = runtime.block_on(pair(
@@ -704,9 +726,8 @@ fn contenders(
             Recording::of(&mut churn, &settings).await
         })
         .expect("one cycle is recorded");
-    let floor_plain =
-        Arc::new(Floor::new(recording.clone(), plain, FloorClient::Shared).expect("floor"));
-    let floor_fresh = Arc::new(Floor::new(recording, fresh, FloorClient::Shared).expect("floor"));
+    let floor_plain = Arc::new(Floor::new(recording.clone(), plain, FloorClient::Shared));
+    let floor_fresh = Arc::new(Floor::new(recording, fresh, FloorClient::Shared));
 
     let mut list = Vec::new();
     let measured = |name: &str, runner: Runner, concurrency: usize| {
@@ -748,7 +769,7 @@ fn contenders(
         Churn::new(
             url,
             Cycle::Complete,
-            Some(settings.clone().build().expect("a client")),
+            Some(HttpClientBuilder::new().build().expect("a client")),
         )
         .await
         .expect("the churn starts")
@@ -816,6 +837,10 @@ fn contenders(
 }
 
 fn main() {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(SERVE_HTTP) {
+        return serve_http(args.next());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,8 +1,8 @@
 //! stdio servers: churn against a floor and the official Rust SDK, and a
 //! fleet of them, measured in one run.
 //!
-//! The server is this crate's own, `mcp-scoped-http serve --stdio` (the
-//! test kit's catalog on its standard streams, a Rust binary: a Python
+//! The server is the test kit's, this bench's binary run again (the test
+//! kit's catalog on its standard streams, a Rust binary: a Python
 //! server's start-up would swamp every figure), with 20 tools in pages of
 //! 5, 3 prompts, 3 resources and 1 resource template, as the HTTP churn.
 //!
@@ -58,25 +58,22 @@ use std::time::{Duration, Instant};
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::fleet::{Fleet, ServerShutdown, ServerSpec};
 use mcp_scoped_http::stdio::{DEFAULT_ENV_ALLOWLIST, ProcessEnd, StdioCommand};
-use mcp_scoped_http::testkit::churn::process_cpu_time;
+use mcp_scoped_http_testkit::churn::process_cpu_time;
+use mcp_scoped_http_testkit::stdio::serve_lines;
+use mcp_scoped_http_testkit::{ListenMode, ServerConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
-/// The server: this crate's CLI, built for this bench.
-const SERVER: &str = env!("CARGO_BIN_EXE_mcp-scoped-http");
-/// Its arguments: the HTTP churn's catalog.
-const SERVER_ARGS: [&str; 10] = [
-    "serve",
-    "--stdio",
-    "--tools",
-    "20",
-    "--page-size",
-    "5",
-    "--prompts",
-    "3",
-    "--resources",
-    "3",
-];
+/// The server: this bench's binary again, serving the test kit's catalog
+/// (the HTTP churn's: 20 tools in pages of 5, 3 prompts, 3 resources) on
+/// its standard input and output ([`serve_stdio`]).
+fn server() -> PathBuf {
+    std::env::current_exe().expect("this bench's binary")
+}
+/// Its arguments.
+const SERVER_ARGS: [&str; 1] = [SERVE_STDIO];
+/// The argument that makes this binary the server.
+const SERVE_STDIO: &str = "--serve-stdio";
 /// The tool each cycle calls, and its arguments.
 const TOOL: &str = "tool-000";
 /// Which part of the bench this process is: unset for the driver.
@@ -90,9 +87,35 @@ const SPAWN_CYCLES: &str = "STDIO_BENCH_SPAWN_CYCLES";
 /// The bound on one cycle, and on every wait.
 const BOUND: Duration = Duration::from_secs(60);
 
+/// The server's body: the test kit's catalog on standard input and output
+/// until standard input ends.
+fn serve_stdio() {
+    let config = ServerConfig::default()
+        .with_tools(20)
+        .with_page_size(5)
+        .with_prompts(3)
+        .with_resources(3)
+        .with_listen(ListenMode::Open)
+        .with_record_requests(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime
+        .block_on(serve_lines(
+            &config,
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+        ))
+        .expect("serving on standard input and output");
+}
+
 /// The driver (the churn, then the fleet in a fresh process), or the
 /// fleet's process when run as one.
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(SERVE_STDIO) {
+        return serve_stdio();
+    }
     match std::env::var(ROLE).as_deref() {
         Ok("fleet") => return fleet_main(),
         Ok("spawn") => return spawn_main(),
@@ -107,7 +130,7 @@ fn main() {
     let runtime = builder.enable_all().build().expect("a runtime");
     println!("# stdio benchmarks\n");
     println!(
-        "server: `mcp-scoped-http {}`; {} cores; load average before: {}",
+        "server: the test kit's catalog over stdio (this binary, `{}`); {} cores; load average before: {}",
         SERVER_ARGS.join(" "),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
@@ -417,7 +440,7 @@ impl Script {
 /// The floor's cycle: spawn, the script's lines written and answered,
 /// stdin closed, the exit awaited.
 async fn floor_once(script: &Script, env: &[(OsString, OsString)]) -> Result<(), String> {
-    let mut child = tokio::process::Command::new(SERVER)
+    let mut child = tokio::process::Command::new(server())
         .args(SERVER_ARGS)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -505,7 +528,7 @@ async fn record() -> String {
         .arg("-c")
         .arg("tee \"$0\" | exec \"$@\"")
         .arg(&file)
-        .arg(SERVER)
+        .arg(server())
         .args(SERVER_ARGS);
     let session = Connector::stdio(command)
         .connect()
@@ -548,7 +571,7 @@ fn rmcp_round(program: &PathBuf, cycles: usize, env: &[(OsString, OsString)], st
         .args(["--stdio", "--json", "--latencies", "--warmup", "2"])
         .args(["--cycles", &cycles.to_string(), "--call", TOOL])
         .arg("--")
-        .arg(SERVER)
+        .arg(server())
         .args(SERVER_ARGS)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -649,7 +672,7 @@ async fn churn(options: &Options) {
         script.methods.len(),
         script.methods.join(", ")
     );
-    let ours_command = StdioCommand::new(SERVER).args(SERVER_ARGS);
+    let ours_command = StdioCommand::new(server()).args(SERVER_ARGS);
     let rmcp = rmcp_churn().filter(|_| options.runs("rmcp"));
     if rmcp.is_none() {
         println!(
@@ -857,7 +880,7 @@ fn fleet_main() {
         .build()
         .expect("a runtime");
     let figures = runtime.block_on(async move {
-        let command = StdioCommand::new(SERVER).args(SERVER_ARGS);
+        let command = StdioCommand::new(server()).args(SERVER_ARGS);
         // One session first: what every session shares exists before the
         // baseline.
         let warm = Connector::stdio(command.clone())
@@ -1019,7 +1042,7 @@ fn spawn_main() {
         .block_on(runtime.spawn(async move {
             let env = server_env();
             let script = Script::parse(&record().await);
-            let command = StdioCommand::new(SERVER).args(SERVER_ARGS);
+            let command = StdioCommand::new(server()).args(SERVER_ARGS);
             for _ in 0..3 {
                 ours_once(&command).await.expect("a warm-up cycle");
                 floor_once(&script, &env).await.expect("a warm-up cycle");

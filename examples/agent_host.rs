@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
-use mcp_scoped_http::testkit::{Fault, FaultAction, ResponseMode, ServerConfig, TestServer};
 use mcp_scoped_http::{RequestOptions, Result, ledger};
+use mcp_scoped_http_testkit::{Fault, FaultAction, ResponseMode, ServerConfig, TestServer};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 

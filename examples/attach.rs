@@ -8,9 +8,9 @@
 //! ```
 
 use mcp_scoped_http::jsonrpc::{Notification, Request};
-use mcp_scoped_http::testkit::{ServerConfig, TestServer};
 use mcp_scoped_http::wire::StreamableHttp;
 use mcp_scoped_http::{Connector, HttpClient, Result, SessionOwnership, SessionRelease};
+use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

@@ -7,8 +7,8 @@
 //! cargo run --example handshake --features testkit
 //! ```
 
-use mcp_scoped_http::testkit::{ListenMode, ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, Result, SessionRelease, ledger};
+use mcp_scoped_http_testkit::{ListenMode, ServerConfig, TestServer};
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

@@ -20,8 +20,8 @@ use std::time::Duration;
 use mcp_scoped_http::oauth::{
     ClientCredentials, CredentialStore, HeadlessAgent, LoopbackAgent, OAuth, TokenSet,
 };
-use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, Result};
+use mcp_scoped_http_testkit::{AuthConfig, AuthServer, ServerConfig, TestServer};
 use serde::{Deserialize, Serialize};
 
 /// Clients per issuer and tokens per endpoint, written to a file after each

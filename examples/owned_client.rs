@@ -5,8 +5,8 @@
 //! cargo run --example owned_client --features testkit
 //! ```
 
-use mcp_scoped_http::testkit::{ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, Result, ledger};
+use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

@@ -6,8 +6,8 @@
 //! cargo run --example reqwest --features reqwest,testkit
 //! ```
 
-use mcp_scoped_http::testkit::{ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, HttpClient, Result};
+use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

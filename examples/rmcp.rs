@@ -7,7 +7,7 @@
 //! ```
 
 use mcp_scoped_http::adapters::rmcp::ScopedTransport;
-use mcp_scoped_http::testkit::{ServerConfig, TestServer};
+use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 

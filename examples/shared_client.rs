@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use mcp_scoped_http::testkit::{ServerConfig, TestServer};
 use mcp_scoped_http::{Connector, HttpClient, Result};
+use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use serde_json::json;
 use tokio::task::JoinSet;
 

@@ -18,10 +18,9 @@
 //! a draining shutdown.
 //!
 //! ```
-//! # #[cfg(feature = "testkit")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> mcp_scoped_http::Result<()> {
-//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let server = mcp_scoped_http_testkit::TestServer::start(Default::default());
 //! # let url = server.url();
 //! use mcp_scoped_http::Connector;
 //! use serde_json::json;
@@ -35,8 +34,6 @@
 //! # assert!(released.owned_client_released);
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "testkit"))]
-//! # fn main() {}
 //! ```
 //!
 //! # Where to read on
@@ -71,12 +68,13 @@
 //!   to sessions.
 //! - `otel`: W3C trace context in each request's `_meta` and the
 //!   `mcp.client.*.duration` histograms.
-//! - `testkit`: the fault-injecting MCP test server, in every era.
 //! - `wire`: the raw Streamable HTTP wire with no guard stack, for tests and
 //!   tooling.
-//! - `cli`: the `mcp-scoped-http` binary (`probe`, `call`, `churn`, `serve`,
-//!   `conformance`, `fleet`); enables `testkit`, `oauth`, `fleet`, `stdio`
-//!   and `aws-lc-rs`.
+//!
+//! The fault-injecting test server (every era, OAuth, stdio) and the churn
+//! harness are the crate `mcp-scoped-http-testkit`; the `mcp-scoped-http`
+//! command (`probe`, `call`, `churn`, `serve`, `conformance`, `fleet`) is
+//! the crate `mcp-scoped-http-cli`.
 
 #![warn(missing_docs)]
 // `deny`, not `forbid`: the stdio process tree (`stdio::process`,
@@ -112,10 +110,8 @@ mod session;
 pub mod stdio;
 mod sync;
 pub mod telemetry;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 mod text;
-#[cfg(any(feature = "rustls", feature = "testkit"))]
+#[cfg(feature = "rustls")]
 mod tls_provider;
 mod transport;
 // The one URL parser: OAuth's secret-carrying targets, and proxy URLs.

@@ -149,10 +149,9 @@
 //! - rmcp 3.11 needs Rust 1.88: this feature raises the crate's MSRV to it.
 //!
 //! ```
-//! # #[cfg(feature = "testkit")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let server = mcp_scoped_http_testkit::TestServer::start(Default::default());
 //! # let url = server.url();
 //! use mcp_scoped_http::adapters::rmcp::ScopedTransport;
 //! use rmcp::ServiceExt;
@@ -167,8 +166,6 @@
 //! assert!(released.owned_client_released);
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "testkit"))]
-//! # fn main() {}
 //! ```
 //!
 //! [`Transport<RoleClient>`]: rmcp::transport::Transport

@@ -354,6 +354,16 @@ impl HttpClientBuilder {
         self
     }
 
+    /// The provider a builder uses when none is given to
+    /// [`crypto_provider`](Self::crypto_provider): the process default,
+    /// else the one a feature brings (aws-lc-rs, then ring), else an error
+    /// that says how to get one. For TLS of your own (a test server, a
+    /// client you lend) that should match the owned client's.
+    #[cfg(feature = "rustls")]
+    pub fn default_crypto_provider() -> Result<std::sync::Arc<rustls::crypto::CryptoProvider>> {
+        crate::tls_provider::choose(None)
+    }
+
     /// Sends every request through the proxy at `url` (`http://host:port`,
     /// with `user:password@` before the host if the proxy asks for them),
     /// whatever the environment says; destinations named by
@@ -404,20 +414,6 @@ impl HttpClientBuilder {
             Ownership::Owned,
             Some(OwnedParts { tasks }),
         ))
-    }
-
-    /// The bare hyper-util client an owned [`HttpClient`] wraps, with these
-    /// settings: what the churn floor sends its exchanges through.
-    #[cfg(feature = "testkit")]
-    pub(crate) fn bare_client(&self) -> Result<Client<Connector, RequestBody>> {
-        self.hyper_client(TrackedExecutor {
-            tasks: TaskTracker::new(),
-        })
-    }
-
-    #[cfg(feature = "testkit")]
-    fn hyper_client(&self, executor: TrackedExecutor) -> Result<Client<Connector, RequestBody>> {
-        self.hyper_client_with(executor, &self.extras()?)
     }
 
     fn extras(&self) -> Result<Extras> {

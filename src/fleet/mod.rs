@@ -87,10 +87,9 @@
 //! # Example
 //!
 //! ```
-//! # #[cfg(feature = "testkit")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> mcp_scoped_http::Result<()> {
-//! # let server = mcp_scoped_http::testkit::TestServer::start(Default::default());
+//! # let server = mcp_scoped_http_testkit::TestServer::start(Default::default());
 //! # let url = server.url();
 //! use std::time::Duration;
 //! use mcp_scoped_http::fleet::{Fleet, ServerSpec};
@@ -120,8 +119,6 @@
 //! assert_eq!(report.servers.len(), 2);
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "testkit"))]
-//! # fn main() {}
 //! ```
 
 mod catalog;

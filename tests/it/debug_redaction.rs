@@ -177,7 +177,7 @@ fn no_secret_reaches_tracing_at_any_level() {
 fn no_oauth_secret_reaches_tracing_errors_or_debug() {
     use base64::Engine as _;
     use mcp_scoped_http::oauth::{CredentialStore, HeadlessAgent, MemoryStore, OAuth};
-    use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer};
+    use mcp_scoped_http_testkit::{AuthConfig, AuthFault, AuthServer};
 
     let capture = Capture::default();
     let dispatch = tracing::Dispatch::new(capture.clone());

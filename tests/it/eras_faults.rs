@@ -563,7 +563,7 @@ fn f27_oversized_answers_are_refused_and_the_session_goes_on() {
 
 #[test]
 fn f33_churn_in_every_era_comes_back_to_baseline() {
-    use mcp_scoped_http::testkit::churn::{Churn, Cycle};
+    use mcp_scoped_http_testkit::churn::{Churn, Cycle};
     scenario(async {
         for (eras, borrowed) in cases() {
             let world = world(eras, ServerConfig::default()).await;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
 use mcp_scoped_http::{ConnectPhase, Connector, HttpClient};
+use mcp_scoped_http_testkit::{Fault, FaultAction, ServerConfig, TestServer};
 
 /// A port nothing listens on: bound, then released.
 fn refused_port() -> u16 {

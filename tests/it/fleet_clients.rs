@@ -404,7 +404,7 @@ fn a_hook_compares_by_identity() {
 #[test]
 fn oauth_is_part_of_a_spec_compared_by_identity_and_a_refusal_without_it_waits() {
     use crate::support::oauth::headless;
-    use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
+    use mcp_scoped_http_testkit::{AuthConfig, AuthServer};
 
     scenario(async {
         let auth = AuthServer::start(AuthConfig::default());

@@ -19,12 +19,6 @@ static ALLOCATOR: support::alloc::Counting = support::alloc::Counting;
 
 mod attach;
 mod cancellation;
-#[cfg(feature = "cli")]
-mod cli;
-#[cfg(feature = "cli")]
-mod cli_fleet;
-#[cfg(feature = "cli")]
-mod cli_hostile;
 mod close;
 mod connect_faults;
 mod creation_window;
@@ -87,7 +81,5 @@ mod telemetry;
 mod testkit;
 mod testkit_auth;
 mod testkit_eras;
-#[cfg(feature = "cli")]
-mod testkit_stdio;
 mod tls;
 mod tower_stack;

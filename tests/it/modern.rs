@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::support::baseline::Caller;
 use crate::support::*;
-use mcp_scoped_http::testkit::{InputRequest, InvalidHeader, TestTool};
 use mcp_scoped_http::{Connector, ProtocolVersion, Session, SessionRelease, TransportKind};
+use mcp_scoped_http_testkit::{InputRequest, InvalidHeader, TestTool};
 use serde_json::{Value, json};
 
 fn modern(config: ServerConfig) -> TestServer {

@@ -11,8 +11,8 @@ use crate::support::baseline::{Caller, scene};
 use crate::support::oauth::{call_first_tool, headless, protected};
 use crate::support::*;
 use mcp_scoped_http::oauth::{CredentialStore, MemoryStore, OAuth};
-use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer, ResourceFault, ServerStats};
 use mcp_scoped_http::{Connector, SessionRelease};
+use mcp_scoped_http_testkit::{AuthConfig, AuthFault, AuthServer, ResourceFault, ServerStats};
 use serde_json::json;
 
 fn connector(server: &TestServer, oauth: &OAuth, caller: Option<&Caller>) -> Connector {
@@ -156,7 +156,7 @@ fn a_server_that_keeps_asking_for_more_scope_is_refused_within_bounds() {
 #[test]
 fn refusals_stop_before_the_next_step_and_leave_nothing() {
     scenario(async {
-        type Check = fn(&mcp_scoped_http::testkit::AuthStats) -> bool;
+        type Check = fn(&mcp_scoped_http_testkit::AuthStats) -> bool;
         let cases: [(&str, Option<AuthFault>, bool, Check); 5] = [
             ("wrong issuer", Some(AuthFault::WrongIssuer), false, |s| {
                 s.registrations + s.authorize_requests + s.token_requests == 0

@@ -10,7 +10,7 @@ use crate::support::oauth::{call_first_tool, headless};
 use crate::support::*;
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::oauth::{ClientCredentials, CredentialStore, MemoryStore, TokenAuthMethod};
-use mcp_scoped_http::testkit::{AuthConfig, AuthFault, AuthServer};
+use mcp_scoped_http_testkit::{AuthConfig, AuthFault, AuthServer};
 use serde_json::json;
 
 use crate::support::hostile_http;

@@ -14,8 +14,8 @@ use crate::support::*;
 use bytes::Bytes;
 use http_body_util::Full;
 use mcp_scoped_http::oauth::{LoopbackAgent, OAuth};
-use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
 use mcp_scoped_http::{Connector, HttpClient};
+use mcp_scoped_http_testkit::{AuthConfig, AuthServer};
 use serde_json::json;
 
 /// The bound on K: far above the polls a connect with the flow takes here.

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::processes::{Group, SpawnGroup};
 use crate::support::*;
-use mcp_scoped_http::testkit::TlsIdentity;
 use mcp_scoped_http::wire::StreamableHttp;
+use mcp_scoped_http_testkit::TlsIdentity;
 
 /// How long proxy.py gets to start listening (Python on 2 busy cores).
 const STARTUP: Duration = Duration::from_secs(30);

@@ -14,8 +14,8 @@ use http::Method;
 use mcp_scoped_http::adapters::rmcp::{
     ReleaseReport, ScopedTransport, ScopedTransportBuilder, scoped_error,
 };
-use mcp_scoped_http::testkit::{Eras, InputRequest, TestTool};
 use mcp_scoped_http::{Error, ProtocolVersion, Released, SessionRelease};
+use mcp_scoped_http_testkit::{Eras, InputRequest, TestTool};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
 use rmcp::{ServiceError, ServiceExt};

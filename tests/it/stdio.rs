@@ -643,27 +643,21 @@ async fn a_connect_dropped_at_every_await_leaves_no_process() {
 
 /// The host killed with SIGKILL (no destructor runs): the watchdog ends
 /// the whole tree, a wrapper's grandchild included, though the server
-/// ignores both stdin's end and SIGTERM. The host is the CLI's `fleet`
-/// with one stdio server, killed once that server is ready.
+/// ignores both stdin's end and SIGTERM. The host is this binary again
+/// ([`host_with_a_tree`]), killed once its session is up.
 #[test]
 fn a_host_killed_with_sigkill_leaves_no_process() {
     let _scene = scene();
     let marker = marker();
-    let dir = std::env::temp_dir().join(format!("stdio-host-{marker}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("fleet.json");
-    let entry = json!({"mcpServers": {"tree": {
-        "command": "python3",
-        "args": ["-u", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/stdio_server.py"),
-                 "--wrap", "--grandchild", "--daemons", "--ignore-term", "--ignore-eof",
-                 "--era", "legacy"],
-        "env": {MARKER: &marker}
-    }}});
-    std::fs::write(&config, entry.to_string()).unwrap();
-    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
-        .args(["fleet", "--json"])
-        .arg(&config)
-        .stdin(std::process::Stdio::piped())
+    let mut host = std::process::Command::new(std::env::current_exe().expect("this binary"))
+        .args([
+            "--exact",
+            &support::this_test(module_path!(), "host_with_a_tree"),
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HOST_MARKER, &marker)
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -674,7 +668,7 @@ fn a_host_killed_with_sigkill_leaves_no_process() {
         std::io::BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
-            .any(|line| line.contains(r#""state":"ready""#))
+            .any(|line| line == HOST_READY)
     });
     // Bounded: the host is killed below whatever happens.
     let end = std::time::Instant::now() + Duration::from_secs(30);
@@ -687,7 +681,47 @@ fn a_host_killed_with_sigkill_leaves_no_process() {
     assert!(ready.join().unwrap(), "the server never became ready");
     assert!(tree.len() >= TREE, "the tree: {tree:?}");
     assert_tree_gone(&marker);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The host's marker for its tree.
+const HOST_MARKER: &str = "MCP_SCOPED_HTTP_TEST_HOST_MARKER";
+/// What the host prints once its session is up.
+const HOST_READY: &str = "host: ready";
+
+/// The host of [`a_host_killed_with_sigkill_leaves_no_process`]: one
+/// session with a wrapped tree that ignores stdin's end and SIGTERM,
+/// then a wait that the test's SIGKILL ends.
+#[tokio::test]
+#[ignore = "the host of a_host_killed_with_sigkill_leaves_no_process, which runs it"]
+async fn host_with_a_tree() {
+    let Ok(marker) = std::env::var(HOST_MARKER) else {
+        return;
+    };
+    let server = StdioCommand::new("python3")
+        .arg("-u")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/support/stdio_server.py"
+        ))
+        .args([
+            "--wrap",
+            "--grandchild",
+            "--daemons",
+            "--ignore-term",
+            "--ignore-eof",
+            "--era",
+            "legacy",
+        ])
+        .env(MARKER, &marker);
+    let session = Connector::stdio(server)
+        .connect_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .expect("the server connects");
+    println!("{HOST_READY}");
+    // Killed long before this ends: the test's bound is 30 s.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    drop(session);
 }
 
 #[tokio::test]

@@ -1,6 +1,5 @@
 //! Self-tests of the test kit, driven by a plain hyper-util client (no client
 //! code of this crate). Every wait is bounded.
-#![cfg(feature = "testkit")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::TokioExecutor;
-use mcp_scoped_http::testkit::{
+use mcp_scoped_http_testkit::{
     Fault, FaultAction, ListenMode, ResponseMode, ServerConfig, TestServer, TlsIdentity,
 };
 use serde_json::{Value, json};

@@ -3,7 +3,6 @@
 //! `HttpClient::send` (no OAuth client code of this crate). The PKCE pair
 //! is RFC 7636's Appendix B example, so the server's S256 is checked
 //! against the RFC, not against itself. Every wait is bounded.
-#![cfg(feature = "testkit")]
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use mcp_scoped_http::HttpClient;
-use mcp_scoped_http::testkit::{
+use mcp_scoped_http_testkit::{
     AuthConfig, AuthFault, AuthServer, ChallengeScope, ClientAuthMethod, Eras, Fault, FaultAction,
     MetadataLocation, ResourceAuth, ResourceFault, ServerConfig, TestServer, TestTool,
 };

@@ -3,7 +3,6 @@
 //! ladder, discover, multi round-trip tools, `subscriptions/listen`), the
 //! dual-era endpoint, the 2025 answer to a modern request, and the
 //! 2024-11-05 HTTP+SSE transport. Every wait is bounded; only 127.0.0.1.
-#![cfg(feature = "testkit")]
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use mcp_scoped_http::TransportKind;
-use mcp_scoped_http::testkit::{
+use mcp_scoped_http_testkit::{
     Era, Eras, Fault, FaultAction, InputRequest, InvalidHeader, ResponseMode, ServerConfig,
     SseEndpoint, TestServer, TestTool,
 };

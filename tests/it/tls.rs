@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
-use mcp_scoped_http::testkit::TlsIdentity;
 use mcp_scoped_http::wire::StreamableHttp;
+use mcp_scoped_http_testkit::TlsIdentity;
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 
 fn tls_server() -> (TestServer, Vec<u8>) {
@@ -420,25 +420,5 @@ fn a_certificate_directory_past_its_file_count_is_refused() {
     assert!(!ok, "{output}");
     assert!(output.contains("MAX_TRUST_STORE_FILES"), "{output}");
     assert!(output.contains(&certs.display().to_string()), "{output}");
-    assert_eq!(seen(&server, "initialize").len(), 1);
-}
-
-#[cfg(feature = "cli")]
-#[test]
-fn probe_of_an_http_url_returns_whatever_ssl_cert_file_names() {
-    let _shared = crate::support::shared();
-    let server = TestServer::start(ServerConfig::default());
-    let dir = temp_dir("cli-fifo");
-    let fifo = fifo(&dir);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
-    command
-        .args(["probe", &server.url(), "--timeout", "2"])
-        .env("SSL_CERT_FILE", &fifo)
-        .env_remove("SSL_CERT_DIR")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (ok, output) = run_child(command, HOSTILE_RUN);
-    assert!(ok, "{output}");
     assert_eq!(seen(&server, "initialize").len(), 1);
 }

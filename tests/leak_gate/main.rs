@@ -5,7 +5,7 @@
 //! ledger exactly where they started, every session created DELETEd once,
 //! and the same number of allocations per cycle at the end as at the start.
 //!
-//! The cycles are those of the benchmark (`mcp_scoped_http::testkit::churn`).
+//! The cycles are those of the benchmark (`mcp_scoped_http_testkit::churn`).
 //!
 //! A binary apart from `tests/it`: CI runs it in release, and a release
 //! build of this file alone takes a fraction of one of every test.
@@ -21,7 +21,7 @@ static ALLOCATOR: support::alloc::Counting = support::alloc::Counting;
 
 use crate::support::baseline::{Baseline, Caller, alive_tasks, open_fds};
 use crate::support::*;
-use mcp_scoped_http::testkit::churn::{Churn, Cycle};
+use mcp_scoped_http_testkit::churn::{Churn, Cycle};
 
 use crate::support::alloc::{ALLOCATIONS, LIVE};
 
@@ -50,7 +50,7 @@ fn gate_server(cycle: Cycle) -> TestServer {
     // Like the benchmark's server, smaller: 9 tools over 3 pages (so the
     // discovery fault on page 3 has a page 3), SSE answers.
     TestServer::start(
-        mcp_scoped_http::testkit::churn::server_config()
+        mcp_scoped_http_testkit::churn::server_config()
             .with_tools(9)
             .with_page_size(3)
             .with_record_requests(true)

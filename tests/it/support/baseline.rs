@@ -11,7 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use mcp_scoped_http::HttpClient;
 use mcp_scoped_http::client::HookInfo;
-use mcp_scoped_http::testkit::TestServer;
+use mcp_scoped_http_testkit::TestServer;
 
 /// Live tasks spawned by the caller's own client: its pooled connections are
 /// the caller's and may outlive our sessions, so they are discounted.
@@ -248,7 +248,7 @@ pub struct World {
 }
 
 impl World {
-    pub async fn new(config: mcp_scoped_http::testkit::ServerConfig) -> World {
+    pub async fn new(config: mcp_scoped_http_testkit::ServerConfig) -> World {
         let (server, caller, baseline) = scene(TestServer::start(config)).await;
         World {
             server,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mcp_scoped_http::fleet::{Backoff, Fleet, FleetBuilder, ServerSpec};
-use mcp_scoped_http::testkit::TestServer;
+use mcp_scoped_http_testkit::TestServer;
 
 use super::baseline::World;
 use super::{assert_each_session_deleted_once, deletes_owed};

@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod fleet;
 pub mod hostile_http;
 pub mod oauth;
+pub mod peers;
 pub mod processes;
 pub mod server_process;
 
@@ -21,7 +22,7 @@ use serde_json::json;
 
 pub use mcp_scoped_http::HttpClient;
 #[allow(unused_imports)]
-pub use mcp_scoped_http::testkit::{
+pub use mcp_scoped_http_testkit::{
     Eras, Fault, FaultAction, FaultMatch, ListenMode, RecordedRequest, ResponseMode, ServerConfig,
     ServerStats, SessionRecord, TestServer,
 };
@@ -97,6 +98,25 @@ pub fn request(id: i64, method: &str, params: Option<serde_json::Value>) -> Requ
         method: method.into(),
         params,
     }
+}
+
+/// The workspace's root (where `.peers` and `tests/` are), from the
+/// library's directory or a member crate's.
+pub fn repo_root() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|dir| dir.join("tests/it/support").is_dir())
+        .unwrap_or(here)
+        .to_path_buf()
+}
+
+/// An MCP URL on 127.0.0.1 where nothing listens (a port that was free a
+/// moment ago): a connect there is refused.
+pub fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/mcp")
 }
 
 /// Requests the server saw for one JSON-RPC method.

@@ -3,7 +3,7 @@
 
 use mcp_scoped_http::Session;
 use mcp_scoped_http::oauth::{HeadlessAgent, OAuth};
-use mcp_scoped_http::testkit::{Eras, ResourceAuth, ServerConfig, TestServer};
+use mcp_scoped_http_testkit::{Eras, ResourceAuth, ServerConfig, TestServer};
 use serde_json::json;
 
 /// Nothing listens there: the headless agent reads the redirect from

@@ -1,20 +1,72 @@
-//! A test kit server in its own process (`mcp-scoped-http serve`), which a
-//! test kills, stops, resumes and restarts on the same port: a real server
-//! going away, with its sessions, its connections and its port.
+//! A test kit server in its own process (this test binary again, running
+//! [`serve`] alone), which a test kills, stops, resumes and restarts on the
+//! same port: a real server going away, with its sessions, its connections
+//! and its port.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_scoped_http::testkit::Eras;
+use mcp_scoped_http_testkit::{Eras, ListenMode, ServerConfig, TestServer};
 
 use super::processes::{self, Group, SpawnGroup};
 
 /// How long a started process may take to listen.
 const STARTUP: Duration = Duration::from_secs(10);
+/// The port a server process listens on, and the eras it serves.
+const PORT: &str = "MCP_SCOPED_HTTP_TEST_SERVER_PORT";
+const ERAS: &str = "MCP_SCOPED_HTTP_TEST_SERVER_ERAS";
 
-/// A `serve --port P --revision R` process, in a process group of its own,
-/// killed whole when dropped.
+/// The body of a [`ServerProcess`]: a test server of the eras `ERAS` names,
+/// reached on 127.0.0.1:`PORT` through a forwarder (the test server binds
+/// a port of its own), until the process is killed. Run by
+/// [`ServerProcess::restart`] alone in a process; without `PORT` it
+/// returns at once.
+#[test]
+#[ignore = "the body of a server process: ServerProcess runs it"]
+fn serve() {
+    let Ok(port) = std::env::var(PORT) else {
+        return;
+    };
+    let eras: Eras = std::env::var(ERAS)
+        .expect("the eras to serve")
+        .parse()
+        .expect("eras");
+    // As a long-running server: open to GET streams, no record kept.
+    let server = TestServer::start(
+        ServerConfig::default()
+            .with_eras(eras)
+            .with_listen(ListenMode::Open)
+            .with_record_requests(false),
+    );
+    let to = server.addr();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>().unwrap()))
+            .await
+            .expect("the port is free");
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                // Out of descriptors, say: back off rather than spin.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let _ = inbound.set_nodelay(true);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = outbound.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+}
+
+/// A server process on port P serving eras R, in a process group of its
+/// own, killed whole when dropped.
 pub struct ServerProcess {
     port: u16,
     eras: Eras,
@@ -75,20 +127,20 @@ impl ServerProcess {
     /// waits, bounded, until it accepts connections.
     pub async fn restart(&mut self) {
         self.kill();
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"))
+        let child = Command::new(std::env::current_exe().expect("this test binary"))
             .args([
-                "serve",
-                "--port",
-                &self.port.to_string(),
-                "--revision",
-                self.eras.as_str(),
+                "--exact",
+                &super::this_test(module_path!(), "serve"),
+                "--ignored",
+                "--nocapture",
             ])
-            .env_remove("MCP_CONFORMANCE_SCENARIO")
+            .env(PORT, self.port.to_string())
+            .env(ERAS, self.eras.as_str())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn_group()
-            .expect("run mcp-scoped-http serve");
+            .expect("run this binary as a server");
         self.child = Some(child);
         self.starts += 1;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
@@ -104,11 +156,11 @@ impl ServerProcess {
                 .as_mut()
                 .and_then(|c| c.child().try_wait().ok().flatten())
             {
-                panic!("serve --port {} exited at start: {status}", self.port);
+                panic!("the server on port {} exited at start: {status}", self.port);
             }
             assert!(
                 started.elapsed() < STARTUP,
-                "serve --port {} did not listen within {STARTUP:?}",
+                "the server on port {} did not listen within {STARTUP:?}",
                 self.port
             );
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -6,10 +6,10 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::testkit::churn::{
-    Churn, Cycle, Figures, Floor, FloorClient, Recording, drive,
-};
 use mcp_scoped_http::{Connector, Discovery, HttpClient, HttpClientBuilder};
+use mcp_scoped_http_testkit::churn::{
+    Churn, ChurnError, Cycle, Figures, Floor, FloorClient, FloorSettings, Recording, drive,
+};
 use serde_json::{Value, json};
 
 use crate::args::{ChurnArgs, ClientKind, Common, json_object};
@@ -43,7 +43,26 @@ async fn settle(tasks: usize, fds: Option<usize>) -> (usize, Option<usize>) {
 }
 
 /// The first failed cycle, as the command's failure.
-fn failed(figures: &Figures, error: Option<mcp_scoped_http::Error>) -> Outcome {
+/// What a cycle's error says, in the phase it failed in when the client
+/// failed.
+fn churn_failure(error: &ChurnError) -> Failure {
+    match error {
+        ChurnError::Client(error) => {
+            Failure::at(crate::phase::Phase::of(error.connect_phase()), error)
+        }
+        other => Failure::server(other.to_string()),
+    }
+}
+
+/// An error while setting a churn up, worded as a failed connect.
+fn connect_failure(error: &ChurnError) -> Failure {
+    match error {
+        ChurnError::Client(error) => Failure::at(crate::phase::Phase::Connect, error),
+        other => Failure::server(other.to_string()),
+    }
+}
+
+fn failed(figures: &Figures, error: Option<ChurnError>) -> Outcome {
     match error {
         None if figures.failures == 0 => Ok(()),
         None => Err(Failure::server(format!(
@@ -51,7 +70,7 @@ fn failed(figures: &Figures, error: Option<mcp_scoped_http::Error>) -> Outcome {
             figures.failures, figures.cycles
         ))),
         Some(error) => {
-            let mut failure = Failure::at(crate::phase::Phase::of(error.connect_phase()), &error);
+            let mut failure = churn_failure(&error);
             if let Failure::Server(message) = &mut failure {
                 *message = format!(
                     "churn: {} of {} cycles failed; the first: {message}",
@@ -151,18 +170,18 @@ pub(crate) async fn run(options: ChurnArgs, common: &Common) -> Outcome {
     let floor = if options.floor {
         let mut churn = Arc::into_inner(churn)
             .ok_or_else(|| Failure::server("churn: a worker still holds the churn"))?;
-        let recording = Recording::of(&mut churn, &settings)
+        let recording = Recording::of(&mut churn, &FloorSettings::new())
             .await
-            .map_err(|error| Failure::at(crate::phase::Phase::Connect, &error))?;
+            .map_err(|error| connect_failure(&error))?;
         let floor_client = match options.client {
             ClientKind::Owned => FloorClient::PerCycle,
             ClientKind::Borrowed => FloorClient::Shared,
         };
-        let floor = Arc::new(
-            Floor::new(recording.clone(), settings.clone(), floor_client).map_err(|error| {
-                Failure::usage(format!("cannot build the floor client: {error}"))
-            })?,
-        );
+        let floor = Arc::new(Floor::new(
+            recording.clone(),
+            FloorSettings::new(),
+            floor_client,
+        ));
         let make = || {
             let floor = floor.clone();
             move || {
@@ -291,7 +310,7 @@ async fn make_churn(
 ) -> Result<Churn, Failure> {
     let churn = Churn::new(url, Cycle::Complete, shared)
         .await
-        .map_err(|error| Failure::at(crate::phase::Phase::Connect, &error))?;
+        .map_err(|error| connect_failure(&error))?;
     let (common, url) = (common.clone(), url.to_owned());
     Ok(churn.with_call(call).configure(move |_| {
         // Validated before the churn began; same inputs, same outcome.

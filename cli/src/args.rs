@@ -6,8 +6,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::oauth::{ClientCredentials, LoopbackAgent, OAuth, TokenAuthMethod};
 use mcp_scoped_http::stdio::StdioCommand;
-use mcp_scoped_http::testkit::Eras;
 use mcp_scoped_http::{ProtocolVersion, SessionId};
+use mcp_scoped_http_testkit::Eras;
 
 use crate::Failure;
 

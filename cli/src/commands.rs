@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use mcp_scoped_http::stdio::ProcessEnd;
-use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ListenMode, ServerConfig, TestServer};
 use mcp_scoped_http::{Catalog, Entry, Released, Session, SessionRelease, ledger};
+use mcp_scoped_http_testkit::{AuthConfig, AuthServer, ListenMode, ServerConfig, TestServer};
 use serde_json::{Value, json};
 
 use crate::args::{Common, json_object};
@@ -361,7 +361,7 @@ pub(crate) async fn serve(port: u16, mut config: ServerConfig, oauth: bool) -> O
 /// `serve --stdio`: the test kit's catalog on standard input and output
 /// until standard input ends. Standard output carries protocol only.
 pub(crate) async fn serve_stdio(config: ServerConfig) -> Outcome {
-    let served = mcp_scoped_http::testkit::stdio::serve_lines(
+    let served = mcp_scoped_http_testkit::stdio::serve_lines(
         &config,
         tokio::io::stdin(),
         tokio::io::stdout(),

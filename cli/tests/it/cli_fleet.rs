@@ -1,4 +1,3 @@
-#![cfg(feature = "cli")]
 //! `mcp-scoped-http fleet CONFIG`, run as a process against test kit
 //! servers and a dead port: its lines, its commands on standard input, its
 //! reloads, and its shutdown.
@@ -17,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_scoped_http::fleet::qualify;
-use mcp_scoped_http::testkit::{
+use mcp_scoped_http_testkit::{
     Fault, FaultAction, ListenMode, ResponseMode, ServerConfig, TestServer,
 };
 use serde_json::{Value, json};
@@ -63,7 +62,7 @@ impl Drop for ConfigFile {
 /// The scriptable stdio server of the tests (Python's standard library).
 const STDIO_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/it/support/stdio_server.py"
+    "/../tests/it/support/stdio_server.py"
 );
 
 /// A URL on 127.0.0.1 where nothing listens.
@@ -787,7 +786,7 @@ fn renewed_and_catalog_lines() {
     let _shared = crate::support::shared();
     let up = TestServer::start(
         ServerConfig::default()
-            .with_listen(mcp_scoped_http::testkit::ListenMode::Open)
+            .with_listen(mcp_scoped_http_testkit::ListenMode::Open)
             .with_fault(tools_answer(json!([{"name": "keep"}, {"name": "lose"}]))),
     );
     let config = ConfigFile::new(&json!({"up": {"url": up.url()}}));

@@ -1,4 +1,3 @@
-#![cfg(feature = "cli")]
 //! The command line tool, run as a process: output, exit status, and what
 //! the server saw.
 
@@ -6,7 +5,7 @@ use std::process::{Command, Output};
 
 use mcp_scoped_http::Connector;
 use mcp_scoped_http::ProtocolVersion;
-use mcp_scoped_http::testkit::{Eras, Fault, FaultAction, ServerConfig, TestServer};
+use mcp_scoped_http_testkit::{Eras, Fault, FaultAction, ServerConfig, TestServer};
 use serde_json::Value;
 
 fn cli(args: &[&str]) -> Output {
@@ -466,7 +465,7 @@ fn probe_with_oauth_takes_the_loopback_redirect() {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    use mcp_scoped_http::testkit::{AuthConfig, AuthServer};
+    use mcp_scoped_http_testkit::{AuthConfig, AuthServer};
 
     let auth = AuthServer::start(AuthConfig::default());
     let server = TestServer::start(ServerConfig::default().with_authorization(auth.resource()));
@@ -765,7 +764,7 @@ fn readable_output_escapes_unicode_format_characters() {
 
 const STDIO_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/it/support/stdio_server.py"
+    "/../tests/it/support/stdio_server.py"
 );
 
 #[test]
@@ -823,4 +822,30 @@ fn probe_and_call_a_stdio_server_after_a_double_dash() {
         "{}",
         stderr(&output)
     );
+}
+
+/// `probe` of an `http` URL never opens what `SSL_CERT_FILE` names (the
+/// trust store is read only for `https`): a FIFO with no writer, which
+/// would block whatever opened it, changes nothing.
+#[test]
+fn probe_of_an_http_url_returns_whatever_ssl_cert_file_names() {
+    let _shared = crate::support::shared();
+    let server = TestServer::start(ServerConfig::default());
+    let dir = std::env::temp_dir().join(format!("mcp-scoped-http-cli-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo.pem");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-scoped-http"));
+    command
+        .args(["probe", &server.url(), "--timeout", "2"])
+        .env("SSL_CERT_FILE", &fifo)
+        .env_remove("SSL_CERT_DIR")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let (ok, output) = crate::support::run_child(command, std::time::Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "{output}");
+    assert_eq!(crate::support::seen(&server, "initialize").len(), 1);
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::auth::ResourceAuth;
 use super::fault::Fault;
-use crate::TransportKind;
+use mcp_scoped_http::TransportKind;
 
 /// Which protocol eras a [`TestServer`](super::TestServer) serves on its
 /// endpoint. The CLI's `serve --revision` takes [`Eras::as_str`]'s values.

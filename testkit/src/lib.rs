@@ -8,7 +8,7 @@
 //! [`Fault`]s replace normal answers for the requests they match.
 //!
 //! ```no_run
-//! use mcp_scoped_http::testkit::{Fault, FaultAction, ServerConfig, TestServer};
+//! use mcp_scoped_http_testkit::{Fault, FaultAction, ServerConfig, TestServer};
 //!
 //! let server = TestServer::start(
 //!     ServerConfig::default()
@@ -30,7 +30,7 @@
 //! [`RecordedRequest::mcp_param`], [`RecordedRequest::meta`]...).
 //!
 //! ```no_run
-//! use mcp_scoped_http::testkit::{
+//! use mcp_scoped_http_testkit::{
 //!     Eras, Fault, FaultAction, InputRequest, ServerConfig, TestServer, TestTool,
 //! };
 //!
@@ -99,7 +99,15 @@ use fault::ActiveFault;
 use mcp::Catalog;
 use serde_json::Value;
 
-use crate::TransportKind;
+use mcp_scoped_http::TransportKind;
+
+/// Locks `mutex`, ignoring poison: every value the kit keeps under a lock
+/// is changed in one step, so a panic elsewhere cannot leave it half-made.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// One request as the server received it.
 #[derive(Clone, Debug)]
@@ -438,7 +446,7 @@ impl State {
 
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
-        crate::sync::lock(&self.state)
+        lock(&self.state)
     }
 
     /// A fresh, server-wide unique SSE event id.

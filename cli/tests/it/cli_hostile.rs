@@ -1,4 +1,3 @@
-#![cfg(feature = "cli")]
 //! The command line tool against a hostile server and a careless user:
 //! nothing the server names reaches the terminal as control characters, and
 //! no option value that may be a secret is echoed.

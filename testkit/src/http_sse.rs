@@ -17,7 +17,7 @@ use super::handler::{
 use super::mcp::{self, Kind};
 use super::sse::ChanBody;
 use super::{CountGuard, SessionRecord, Shared};
-use crate::TransportKind;
+use mcp_scoped_http::TransportKind;
 
 /// The path POSTs go to (with `?session_id=...`), as Python servers name it.
 pub(super) const MESSAGES_PATH: &str = "/messages/";

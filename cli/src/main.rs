@@ -21,8 +21,8 @@ mod output;
 // `churn` reports allocations per cycle, ours and the floor's; the count
 // is one relaxed atomic add per allocation.
 #[global_allocator]
-static ALLOCATOR: mcp_scoped_http::testkit::churn::CountingAllocator =
-    mcp_scoped_http::testkit::churn::CountingAllocator;
+static ALLOCATOR: mcp_scoped_http_testkit::churn::CountingAllocator =
+    mcp_scoped_http_testkit::churn::CountingAllocator;
 
 /// One JSON value on one line of stdout. serde_json escapes C0 controls;
 /// DEL and the C1 controls (U+0080 to U+009F: a lone U+009B is a CSI to
@@ -128,7 +128,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::{Cli, Command};
-use mcp_scoped_http::testkit::{ListenMode, ResponseMode, ServerConfig};
+use mcp_scoped_http_testkit::{ListenMode, ResponseMode, ServerConfig};
 
 /// Why the tool stopped early.
 #[derive(Debug)]

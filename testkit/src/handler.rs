@@ -35,7 +35,7 @@ use super::{
     SessionRecord, Shared,
 };
 use super::{http_sse, modern};
-use crate::TransportKind;
+use mcp_scoped_http::TransportKind;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(super) type RespBody = UnsyncBoxBody<Bytes, io::Error>;
@@ -58,7 +58,8 @@ const NO_ANSWER: i64 = -32000;
 /// requiring a client certificate issued by `client_ca` when given.
 pub(super) fn tls_acceptor(id: &TlsIdentity, client_ca: Option<&[u8]>) -> TlsAcceptor {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-    let provider = crate::tls_provider::choose(None).expect("testkit: TLS server");
+    let provider =
+        mcp_scoped_http::HttpClientBuilder::default_crypto_provider().expect("testkit: TLS server");
     let certs = id
         .cert_chain_der
         .iter()

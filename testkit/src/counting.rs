@@ -34,8 +34,8 @@ thread_local! {
 ///
 /// ```no_run
 /// #[global_allocator]
-/// static ALLOCATOR: mcp_scoped_http::testkit::churn::CountingAllocator =
-///     mcp_scoped_http::testkit::churn::CountingAllocator;
+/// static ALLOCATOR: mcp_scoped_http_testkit::churn::CountingAllocator =
+///     mcp_scoped_http_testkit::churn::CountingAllocator;
 /// ```
 ///
 /// The count is one relaxed atomic add per allocation, shared by all

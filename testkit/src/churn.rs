@@ -26,11 +26,56 @@ use serde_json::{Value, json};
 
 pub use super::counting::{CountingAllocator, allocations, client_cpu_time};
 use super::{Fault, FaultAction, ServerConfig};
-use crate::client::RequestBody;
-use crate::client::owned::Connector as BareConnector;
-use crate::error::{BoxError, Error, Result};
-use crate::transport::{ProtocolVersion, SessionId};
-use crate::{Connector, HttpClient, HttpClientBuilder, Session, SessionRelease};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use mcp_scoped_http::client::{QuickAckConnector, RequestBody};
+use mcp_scoped_http::error::BoxError;
+use mcp_scoped_http::{Connector, HttpClient, ProtocolVersion, Session, SessionId, SessionRelease};
+
+use crate::lock;
+
+/// What stopped a cycle: the client's own error, or the harness's finding
+/// that the cycle did not go as its kind says.
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum ChurnError {
+    /// The session's or the client's error.
+    Client(mcp_scoped_http::Error),
+    /// The cycle went otherwise than its kind says (a connect meant to
+    /// fail did not, a worker stopped).
+    Unexpected(String),
+    /// The floor's bare client failed, or a floor answer passed its limit.
+    Floor(BoxError),
+}
+
+impl std::fmt::Display for ChurnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChurnError::Client(error) => error.fmt(f),
+            ChurnError::Unexpected(what) => f.write_str(what),
+            ChurnError::Floor(error) => write!(f, "the floor: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ChurnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ChurnError::Client(error) => Some(error),
+            ChurnError::Unexpected(_) => None,
+            ChurnError::Floor(error) => Some(&**error),
+        }
+    }
+}
+
+impl From<mcp_scoped_http::Error> for ChurnError {
+    fn from(error: mcp_scoped_http::Error) -> Self {
+        ChurnError::Client(error)
+    }
+}
+
+/// The result of a cycle, a recording or a floor.
+pub type Result<T> = std::result::Result<T, ChurnError>;
 
 /// The server the churn figures are measured against: 20 tools over 4
 /// pages, 3 prompts, 3 resources, 1 resource template, answers as SSE
@@ -169,7 +214,7 @@ impl Churn {
                 }
                 let own = connector.connect().await?;
                 let id = own.session_id().ok_or_else(|| {
-                    Error::protocol("the server issued no session id to attach to")
+                    ChurnError::Unexpected("the server issued no session id to attach to".into())
                 })?;
                 let version = own.protocol_version();
                 Some((own, id, version))
@@ -256,7 +301,7 @@ impl Churn {
                 let released = session.close().await;
                 called?;
                 match released.session {
-                    SessionRelease::DeleteFailed(error) => Err(error),
+                    SessionRelease::DeleteFailed(error) => Err(error.into()),
                     _ => Ok(()),
                 }
             }
@@ -266,20 +311,22 @@ impl Churn {
                     None => Ok(()),
                     Some(Ok(session)) => {
                         session.close().await;
-                        Err(Error::protocol(
-                            "the connect finished before it could be dropped",
+                        Err(ChurnError::Unexpected(
+                            "the connect finished before it could be dropped".into(),
                         ))
                     }
-                    Some(Err(error)) => Err(error),
+                    Some(Err(error)) => Err(error.into()),
                 }
             }
             Cycle::InitializeFails | Cycle::InitializedFails | Cycle::DiscoveryFails => {
                 match connector.connect().await {
                     Err(error) if error.status().is_some() => Ok(()),
-                    Err(error) => Err(error),
+                    Err(error) => Err(error.into()),
                     Ok(session) => {
                         session.close().await;
-                        Err(Error::protocol("the connect was meant to fail and did not"))
+                        Err(ChurnError::Unexpected(
+                            "the connect was meant to fail and did not".into(),
+                        ))
                     }
                 }
             }
@@ -499,7 +546,7 @@ pub async fn drive<F, Fut>(
     cycles: usize,
     concurrency: usize,
     cycle: F,
-) -> (Figures, Option<Error>)
+) -> (Figures, Option<ChurnError>)
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<()>> + Send + 'static,
@@ -546,9 +593,9 @@ where
             }
             Err(join) => {
                 figures.failures += 1;
-                first_error.get_or_insert(Error::transport(BoxError::from(format!(
+                first_error.get_or_insert(ChurnError::Unexpected(format!(
                     "a churn worker stopped: {join}"
-                ))));
+                )));
             }
         }
     }
@@ -617,9 +664,9 @@ impl Recording {
     /// cycle runs first, unrecorded, so that the cycle recorded is a
     /// steady one (the server's era already known, as in every later
     /// cycle).
-    pub async fn of(churn: &mut Churn, settings: &HttpClientBuilder) -> Result<Recording> {
+    pub async fn of(churn: &mut Churn, settings: &FloorSettings) -> Result<Recording> {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let bare = settings.bare_client()?;
+        let bare = settings.client();
         let recorder = {
             let log = log.clone();
             tower::service_fn(move |request: http::Request<RequestBody>| {
@@ -631,14 +678,14 @@ impl Recording {
                         .await
                         .map(|c| c.to_bytes())
                         .unwrap_or_default();
-                    crate::sync::lock(&log).push(Exchange {
+                    lock(&log).push(Exchange {
                         method: parts.method.clone(),
                         uri: parts.uri.clone(),
                         headers: parts.headers.clone(),
                         body: bytes.clone(),
                     });
                     let request = http::Request::from_parts(parts, Full::new(bytes));
-                    bare.request(request).await.map_err(BoxError::from)
+                    bare.request(request).await
                 }
             })
         };
@@ -646,21 +693,21 @@ impl Recording {
         let own = churn.lend(Some(recording_client));
         let warm_up = churn.run_once().await;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {
+        while mcp_scoped_http::ledger().pending_reaps > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        crate::sync::lock(&log).clear();
+        lock(&log).clear();
         let outcome = match warm_up {
             Ok(()) => churn.run_once().await,
             Err(error) => Err(error),
         };
         churn.lend(own);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while crate::ledger().pending_reaps > 0 && Instant::now() < deadline {
+        while mcp_scoped_http::ledger().pending_reaps > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         outcome?;
-        let exchanges = std::mem::take(&mut *crate::sync::lock(&log));
+        let exchanges = std::mem::take(&mut *lock(&log));
         Ok(Recording { exchanges })
     }
 }
@@ -675,16 +722,96 @@ pub enum FloorClient {
     PerCycle,
 }
 
-type BareClient = Client<BareConnector, RequestBody>;
+/// The settings of a floor's bare client, as those of an owned
+/// [`HttpClient`] a plain-http exchange goes through: `TCP_NODELAY`, the
+/// connect timeout, TCP keep-alive and the pool as
+/// [`HttpClientBuilder`](mcp_scoped_http::HttpClientBuilder) sets them by
+/// default. No proxy and no TLS: the floor serves loopback `http` URLs.
+#[derive(Clone, Debug)]
+pub struct FloorSettings {
+    tcp_quickack: bool,
+    pool_max_idle_per_host: usize,
+}
 
-/// The bare-HTTP floor: replays a [`Recording`] through the hyper-util
-/// client an owned [`HttpClient`] is built on, with the same settings and
-/// no MCP logic. The only change to the requests is the session id, taken
-/// from each cycle's `initialize` answer; each response body is read to its
-/// end (up to 16 MiB).
+impl Default for FloorSettings {
+    /// Quick acknowledgements on, 32 idle connections a host: an owned
+    /// client's defaults.
+    fn default() -> Self {
+        FloorSettings {
+            tcp_quickack: true,
+            pool_max_idle_per_host: 32,
+        }
+    }
+}
+
+impl FloorSettings {
+    /// The defaults (see [`FloorSettings::default`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether connections re-arm `TCP_QUICKACK` after each read
+    /// ([`QuickAckConnector`]), as an owned client's do unless told
+    /// otherwise. Default: on.
+    pub fn tcp_quickack(mut self, enabled: bool) -> Self {
+        self.tcp_quickack = enabled;
+        self
+    }
+
+    /// Idle connections kept a host (0: a new connection every exchange).
+    /// Default: 32.
+    pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
+        self.pool_max_idle_per_host = max;
+        self
+    }
+
+    fn client(&self) -> BareClient {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        http.set_keepalive(Some(Duration::from_secs(60)));
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(self.pool_max_idle_per_host);
+        if self.tcp_quickack {
+            BareClient::QuickAck(builder.build(QuickAckConnector::new(http)))
+        } else {
+            BareClient::Plain(builder.build(http))
+        }
+    }
+}
+
+/// A bare hyper-util client, with or without quick acknowledgements.
+#[derive(Clone)]
+enum BareClient {
+    QuickAck(Client<QuickAckConnector, RequestBody>),
+    Plain(Client<HttpConnector, RequestBody>),
+}
+
+impl BareClient {
+    async fn request(
+        &self,
+        request: http::Request<RequestBody>,
+    ) -> std::result::Result<http::Response<hyper::body::Incoming>, BoxError> {
+        match self {
+            BareClient::QuickAck(client) => client.request(request).await,
+            BareClient::Plain(client) => client.request(request).await,
+        }
+        .map_err(BoxError::from)
+    }
+}
+
+/// The bare-HTTP floor: replays a [`Recording`] through a bare hyper-util
+/// client (the one an owned [`HttpClient`] is built on, with its settings,
+/// [`FloorSettings`]) and no MCP logic. The only change to the requests is
+/// the session id, taken from each cycle's `initialize` answer; each
+/// response body is read to its end (up to 16 MiB).
 pub struct Floor {
     recording: Arc<Recording>,
-    settings: HttpClientBuilder,
+    settings: FloorSettings,
     shared: Option<BareClient>,
 }
 
@@ -701,20 +828,16 @@ const FLOOR_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 impl Floor {
     /// A floor replaying `recording` with clients built from `settings`.
-    pub fn new(
-        recording: Recording,
-        settings: HttpClientBuilder,
-        client: FloorClient,
-    ) -> Result<Floor> {
+    pub fn new(recording: Recording, settings: FloorSettings, client: FloorClient) -> Floor {
         let shared = match client {
-            FloorClient::Shared => Some(settings.bare_client()?),
+            FloorClient::Shared => Some(settings.client()),
             FloorClient::PerCycle => None,
         };
-        Ok(Floor {
+        Floor {
             recording: Arc::new(recording),
             settings,
             shared,
-        })
+        }
     }
 
     /// Replays the recorded exchanges once.
@@ -723,7 +846,7 @@ impl Floor {
         let client = match &self.shared {
             Some(client) => client,
             None => {
-                fresh = self.settings.bare_client()?;
+                fresh = self.settings.client();
                 &fresh
             }
         };
@@ -738,21 +861,18 @@ impl Floor {
                     request.headers_mut().insert(SESSION_HEADER, id.clone());
                 }
             }
-            let response = client
-                .request(request)
-                .await
-                .map_err(|e| Error::transport(BoxError::from(e)))?;
+            let response = client.request(request).await.map_err(ChurnError::Floor)?;
             if let Some(id) = response.headers().get(SESSION_HEADER) {
                 session = Some(id.clone());
             }
             let mut body = response.into_body();
             let mut read = 0;
             while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| Error::transport(BoxError::from(e)))?;
+                let frame = frame.map_err(|e| ChurnError::Floor(e.into()))?;
                 if let Some(data) = frame.data_ref() {
                     read += data.len();
                     if read > FLOOR_BODY_LIMIT {
-                        return Err(Error::limit("a floor response passed 16 MiB"));
+                        return Err(ChurnError::Floor("a response passed 16 MiB".into()));
                     }
                 }
             }

@@ -502,7 +502,7 @@ impl TokenBook {
 ///   body echoed.
 ///
 /// ```no_run
-/// use mcp_scoped_http::testkit::{AuthConfig, AuthServer, ServerConfig, TestServer};
+/// use mcp_scoped_http_testkit::{AuthConfig, AuthServer, ServerConfig, TestServer};
 ///
 /// let auth = AuthServer::start(AuthConfig::default().with_path_prefix("/tenant1"));
 /// let mcp = TestServer::start(
