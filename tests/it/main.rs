@@ -9,8 +9,7 @@
 //! (a host killed with SIGKILL, a descriptor limit, a memory peak) run this
 //! binary again for that one test ([`support::this_test`]). The memory
 //! attacks, measured as the resident size of a process of their own, are
-//! a binary apart (`tests/memory`), and so is the leak gate
-//! (`tests/leak_gate`), which CI builds in release.
+//! a binary apart (`tests/memory`).
 
 mod support;
 
@@ -42,6 +41,7 @@ mod get_stream;
 mod hooks;
 mod hostile;
 mod interop;
+mod leak_gate;
 mod lifecycle;
 mod lifecycle_methods;
 mod limits;
