@@ -15,10 +15,9 @@ use super::spec::{
 /// How a list's names are qualified: [`qualify`] for tools and prompts,
 /// [`qualify_uri`] for resources and templates.
 type Qualifier = fn(&str, &str) -> String;
+use super::lock;
 use super::state::{FleetEvent, SlotState};
-use crate::session::{Catalog, Entry, SessionInfo};
-use crate::sync::lock;
-use crate::transport::{ProtocolVersion, SessionId};
+use crate::{Catalog, Entry, ProtocolVersion, SessionId, SessionInfo};
 
 /// What every ready server offers, under names qualified by server (see
 /// [`qualify`](super::qualify)): a snapshot, replaced as a whole on every
@@ -606,17 +605,17 @@ impl Hub {
     }
 }
 
-#[cfg(test)]
+// Pages are read with the public `wire::parse_page`, as a fleet of its own
+// crate would: so with the feature `wire`.
+#[cfg(all(test, feature = "wire"))]
 mod tests {
     use super::*;
-    use crate::MemoryBudget;
-    use crate::budget::Account;
-    use crate::session::entry::read_page;
+    use crate::wire::parse_page;
 
     fn catalog(tools: &str) -> Arc<Catalog> {
         let text = format!(r#"{{"tools": {tools}}}"#);
-        let account = Account::new(MemoryBudget::default());
-        let page = read_page(text.into(), "tools", "name", &account).expect("a page");
+        let raw = serde_json::value::RawValue::from_string(text).expect("JSON");
+        let page = parse_page(&raw, "tools", "name").expect("a page");
         Arc::new(Catalog {
             tools: page.entries.expect("tools"),
             ..Catalog::default()
@@ -805,7 +804,7 @@ mod tests {
                 session_id_issued: false,
                 ownership: crate::SessionOwnership::Owned,
                 client_ownership: crate::Ownership::Owned,
-                timings: crate::session::Timings::default(),
+                timings: crate::Timings::default(),
             })
         };
         hub.renewed(&server, 2, None, None, ProtocolVersion::LATEST, info());
