@@ -125,6 +125,7 @@
 //! ```
 
 mod catalog;
+mod changes;
 mod clients;
 mod config;
 mod notify;

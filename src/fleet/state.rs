@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::catalog::CatalogChanges;
+use super::changes::CatalogChanges;
 use crate::Error;
 use crate::{ProtocolVersion, SessionId, SessionInfo};
 
