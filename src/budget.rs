@@ -110,19 +110,21 @@ impl MemoryBudget {
 }
 
 /// Whose budget an account keeps: a session's (its [`MemoryBudget`]) or
-/// a fleet's (`FleetBuilder::memory`, shared by its sessions' accounts).
+/// a [`MemoryPool`]'s (shared by the accounts under it), by its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Whose {
     Session,
-    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-    Fleet,
+    Pool {
+        what: &'static str,
+        set_by: &'static str,
+    },
 }
 
 /// A bound of [`MemoryBudget`] (or of a fleet's budget) that a charge
 /// would have crossed; its `Display` names the bound and its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Spent {
-    /// `max_bytes` (or the fleet's budget): `wanted` more bytes with `held`
+    /// `max_bytes` (or a pool's): `wanted` more bytes with `held`
     /// already held.
     Bytes {
         whose: Whose,
@@ -140,13 +142,13 @@ impl fmt::Display for Spent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Spent::Bytes {
-                whose: Whose::Fleet,
+                whose: Whose::Pool { what, set_by },
                 limit,
                 held,
                 wanted,
             } => write!(
                 f,
-                "the fleet's memory budget of {} (FleetBuilder::memory) is spent: \
+                "{what} of {} ({set_by}) is spent: \
                  {} held by its sessions, {wanted} more bytes wanted",
                 show(limit),
                 show(held),
@@ -192,7 +194,7 @@ fn show(bytes: usize) -> String {
 }
 
 /// One session's account: shared by everything that reads its catalog.
-/// A session of a fleet has a parent, the fleet's account: every byte
+/// A session of a fleet has a parent, the fleet's [`MemoryPool`]: every byte
 /// charged here is charged there too, all or nothing, and released from
 /// both (entries, cursors and the notification queue stay the session's
 /// own bounds).
@@ -228,25 +230,21 @@ impl Account {
         }))
     }
 
-    /// A fleet's account: `max_bytes` for all its sessions together, the
-    /// parent of each of their accounts. Only bytes are charged to it.
-    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-    pub(crate) fn fleet(max_bytes: usize) -> Self {
+    /// A pool's account: `max_bytes` for all the accounts under it
+    /// together, and under `parent` if any. Only bytes are charged to it.
+    fn pool(max_bytes: usize, whose: Whose, parent: Option<Account>) -> Self {
         Account(Arc::new(Held {
-            whose: Whose::Fleet,
+            whose,
             budget: MemoryBudget::default().max_bytes(max_bytes),
             bytes: AtomicUsize::new(0),
             entries: AtomicUsize::new(0),
-            parent: None,
+            parent,
             refused: AtomicU64::new(0),
         }))
     }
 
-    /// How many charges this account refused over its bytes so far: a
-    /// fleet's slot compares it across a connect to tell a refusal of the
-    /// fleet's budget (which another slot may lift) from its own.
-    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-    pub(crate) fn refusals(&self) -> u64 {
+    /// How many charges this account refused over its bytes so far.
+    fn refusals(&self) -> u64 {
         self.0.refused.load(Ordering::Acquire)
     }
 
@@ -327,6 +325,137 @@ impl Account {
             return Err(Spent::Cursor { limit, len });
         }
         Ok(())
+    }
+}
+
+/// A memory budget shared by many sessions (and whatever else its owner
+/// charges to it): every byte a session's [`MemoryBudget`] lets it hold is
+/// also drawn from the pool, all or nothing, and given back to both.
+///
+/// Give it to each [`Connector`](crate::Connector) whose sessions share it
+/// ([`Connector::memory_pool`](crate::Connector::memory_pool)); a host
+/// that supervises many servers bounds them together so (the fleet's
+/// `FleetBuilder::memory` is one). A refusal by the pool is an
+/// [`Error::is_limit`](crate::Error::is_limit) naming it; its
+/// [`refusals`](Self::refusals) tell it from a session's own bound.
+///
+/// A pool is a cheap handle: clones share one budget.
+///
+/// ```
+/// use mcp_scoped_http::{Connector, MemoryPool};
+///
+/// let pool = MemoryPool::builder(256 << 20)
+///     .name("the agent's memory budget", "Agent::memory")
+///     .build();
+/// let a = Connector::new("http://127.0.0.1:8080/mcp").memory_pool(pool.clone());
+/// let b = Connector::new("http://127.0.0.1:8081/mcp").memory_pool(pool.clone());
+/// # drop((a, b));
+/// let held = pool.charge(1024).expect("within the pool");
+/// assert_eq!(pool.held(), 1024);
+/// drop(held);
+/// assert_eq!(pool.held(), 0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryPool(Account);
+
+/// Builds a [`MemoryPool`] ([`MemoryPool::builder`]).
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct MemoryPoolBuilder {
+    max_bytes: usize,
+    what: &'static str,
+    set_by: &'static str,
+    parent: Option<MemoryPool>,
+}
+
+impl MemoryPoolBuilder {
+    /// How a refusal names the pool: "{what} of {max_bytes} ({set_by}) is
+    /// spent". Default: "the shared memory pool", "MemoryPool::builder".
+    pub fn name(mut self, what: &'static str, set_by: &'static str) -> Self {
+        self.what = what;
+        self.set_by = set_by;
+        self
+    }
+
+    /// Draws every byte from `parent` too, all or nothing: a share of a
+    /// larger pool. Default: none.
+    pub fn parent(mut self, parent: &MemoryPool) -> Self {
+        self.parent = Some(parent.clone());
+        self
+    }
+
+    /// The pool, with nothing held.
+    pub fn build(self) -> MemoryPool {
+        let whose = Whose::Pool {
+            what: self.what,
+            set_by: self.set_by,
+        };
+        MemoryPool(Account::pool(
+            self.max_bytes,
+            whose,
+            self.parent.map(|parent| parent.0),
+        ))
+    }
+}
+
+impl MemoryPool {
+    /// A pool of `max_bytes`, with the defaults of [`builder`](Self::builder).
+    pub fn new(max_bytes: usize) -> MemoryPool {
+        MemoryPool::builder(max_bytes).build()
+    }
+
+    /// A pool of `max_bytes`, to name or nest first.
+    pub fn builder(max_bytes: usize) -> MemoryPoolBuilder {
+        MemoryPoolBuilder {
+            max_bytes,
+            what: "the shared memory pool",
+            set_by: "MemoryPool::builder",
+            parent: None,
+        }
+    }
+
+    /// The most bytes held at once.
+    pub fn max_bytes(&self) -> usize {
+        self.0.0.budget.max_bytes
+    }
+
+    /// Bytes held now, by every session and charge under the pool.
+    pub fn held(&self) -> usize {
+        self.0.0.bytes.load(Ordering::Acquire)
+    }
+
+    /// How many charges the pool refused, ever: compared across a connect,
+    /// it tells a refusal of the pool (which another holder may lift by
+    /// letting go) from one of the session's own budget.
+    pub fn refusals(&self) -> u64 {
+        self.0.refusals()
+    }
+
+    /// Holds `bytes` of the pool (and of its parents) until the charge is
+    /// dropped; over the pool's bound, nothing is held and the error is an
+    /// [`Error::is_limit`](crate::Error::is_limit) naming the pool.
+    pub fn charge(&self, bytes: usize) -> crate::Result<MemoryCharge> {
+        self.0
+            .charge(bytes, 0)
+            .map(MemoryCharge)
+            .map_err(|spent| crate::Error::limit(spent.to_string()))
+    }
+
+    /// The account each session's is a child of.
+    pub(crate) fn account(&self) -> &Account {
+        &self.0
+    }
+}
+
+/// Bytes held from a [`MemoryPool`] ([`MemoryPool::charge`]), given back
+/// when dropped.
+#[derive(Debug)]
+pub struct MemoryCharge(Charge);
+
+impl MemoryCharge {
+    /// The bytes held.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes.load(Ordering::Acquire)
     }
 }
 
@@ -843,7 +972,14 @@ mod tests {
 
     #[test]
     fn a_fleet_account_bounds_its_sessions_together_all_or_nothing() {
-        let fleet = Account::fleet(100);
+        let fleet = Account::pool(
+            100,
+            Whose::Pool {
+                what: "the fleet's memory budget",
+                set_by: "FleetBuilder::memory",
+            },
+            None,
+        );
         let budget = MemoryBudget::default().max_bytes(80).max_entries(2);
         let a = Account::with_parent(budget, Some(fleet.clone()));
         let b = Account::with_parent(budget, Some(fleet.clone()));
@@ -855,7 +991,10 @@ mod tests {
         assert_eq!(
             spent,
             Spent::Bytes {
-                whose: Whose::Fleet,
+                whose: Whose::Pool {
+                    what: "the fleet's memory budget",
+                    set_by: "FleetBuilder::memory",
+                },
                 limit: 100,
                 held: 60,
                 wanted: 50

@@ -120,6 +120,46 @@ pub(crate) fn count_abandoned_delete() {
     ABANDONED_DELETES.fetch_add(1, Ordering::AcqRel);
 }
 
+/// One task of the caller's counted in [`ledger()`]'s `tasks` until this
+/// is dropped: a host that supervises sessions (the fleet's slot tasks are
+/// counted so) makes its own tasks show in the same leak checks as the
+/// crate's. Hold it inside the task, so that the count goes with the task
+/// however it ends, aborted included.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use mcp_scoped_http::{TaskCount, ledger};
+///
+/// let before = ledger().tasks;
+/// let task = tokio::spawn(async {
+///     let _counted = TaskCount::new();
+///     // ... the host's own work ...
+/// });
+/// task.await.unwrap();
+/// assert_eq!(ledger().tasks, before);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct TaskCount {
+    _count: Count,
+}
+
+impl TaskCount {
+    /// Counts one task, from now until dropped.
+    pub fn new() -> TaskCount {
+        TaskCount {
+            _count: Count::new(Field::Tasks, None),
+        }
+    }
+}
+
+impl Default for TaskCount {
+    fn default() -> Self {
+        TaskCount::new()
+    }
+}
+
 /// One unit of one field, counted process-wide and on one client, until
 /// dropped.
 #[derive(Debug)]

@@ -84,9 +84,8 @@
 
 #[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
-// The fleet's public `Backoff` and the engine's `Retries`; without the
-// fleet, only the latter is used.
-#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+// The public `Backoff` (the fleet's, or a host's own supervisor's) and
+// the engine's `Retries`.
 mod backoff;
 mod body;
 mod budget;
@@ -120,14 +119,15 @@ mod transport;
 mod url_target;
 mod version;
 
-pub use budget::MemoryBudget;
+pub use backoff::Backoff;
+pub use budget::{MemoryBudget, MemoryCharge, MemoryPool, MemoryPoolBuilder};
 pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
 pub use engine::Resumption;
 pub use error::{ConnectPhase, Error, Result};
-pub use ledger::{Ledger, abandoned_deletes, ledger};
-pub use scope::{Released, SessionRelease, shutdown};
+pub use ledger::{Ledger, TaskCount, abandoned_deletes, ledger};
+pub use scope::{Reaper, Released, SessionRelease, shutdown};
 pub use session::{
-    Catalog, CatalogList, Connector, Discovery, Entry, Page, Progress, RequestOptions,
+    Catalog, CatalogList, Connector, Discovery, Entry, LOG_LEVELS, Page, Progress, RequestOptions,
     ResumptionToken, SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo, SessionOwnership,
     Timings,
 };
@@ -189,8 +189,12 @@ const _: () = {
     send_sync::<HookHandle>();
     send_sync::<Error>();
     send_sync::<Released>();
+    send_sync::<Reaper>();
+    send_sync::<TaskCount>();
     send_sync::<SessionEvent>();
     send_sync::<MemoryBudget>();
+    send_sync::<MemoryPool>();
+    send_sync::<MemoryCharge>();
     send_sync::<TransportConfig>();
     send_sync::<RequestOptions>();
     #[cfg(feature = "fleet")]

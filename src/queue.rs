@@ -262,6 +262,18 @@ fn id_heap(id: &RequestId) -> usize {
 
 impl Weigh for Message {
     fn weight(&self) -> usize {
+        Message::weight(self)
+    }
+}
+
+// Inherent, and here beside the other weights rather than in `jsonrpc`:
+// it is how every queue of the crate measures a message, so a host's own
+// queue (a fleet's notification stream) can bound itself the same way.
+impl Message {
+    /// The bytes this message holds as parsed: its own size and what it
+    /// owns on the heap (not its wire size), as the crate's queues and
+    /// memory budgets count it. An estimate, never below what is held.
+    pub fn weight(&self) -> usize {
         let heap = match self {
             Message::Request(r) => {
                 id_heap(&r.id) + r.method.capacity() + r.params.as_ref().map_or(0, value_heap)

@@ -657,6 +657,8 @@ enum Entry {
 pub(crate) struct GuardStack {
     entries: Vec<Entry>,
     counters: Arc<Counters>,
+    /// Where the rest goes when a release must wait (a DELETE owed).
+    reaper: Reaper,
     /// Set on a stack that is already the reaper's: its drop must not hand
     /// it to another reaper.
     reaping: bool,
@@ -667,8 +669,15 @@ impl GuardStack {
         GuardStack {
             entries: Vec::with_capacity(6),
             counters,
+            reaper: Reaper::global(),
             reaping: false,
         }
+    }
+
+    /// The reaper the stack's rest is handed to (see
+    /// `Connector::reaper`); set before anything is pushed.
+    pub(crate) fn set_reaper(&mut self, reaper: Reaper) {
+        self.reaper = reaper;
     }
 
     /// The counters of the client the session runs over; set once an owned
@@ -777,6 +786,7 @@ impl GuardStack {
         let rest = GuardStack {
             entries: std::mem::take(&mut self.entries),
             counters: self.counters.clone(),
+            reaper: self.reaper.clone(),
             reaping: true,
         };
         reap(rest);
@@ -831,6 +841,7 @@ impl Drop for GuardStack {
         let rest = GuardStack {
             entries: std::mem::take(&mut self.entries),
             counters: self.counters.clone(),
+            reaper: self.reaper.clone(),
             reaping: true,
         };
         reap(rest);
@@ -860,67 +871,137 @@ impl fmt::Debug for GuardStack {
     }
 }
 
-/// Reaps handed out and not finished, with when each will have given up.
-static REAPS: Mutex<Vec<(u64, std::time::Instant)>> = Mutex::new(Vec::new());
-static REAPS_DONE: Notify = Notify::const_new();
+/// An owner of reaps: endings that run in the background, each within a
+/// bound, and that [`drain`](Self::drain) waits for.
+///
+/// A session dropped without [`close`](crate::Session::close) (or a
+/// connect dropped half-way) is ended by a reap: its DELETE is sent and
+/// its process tree ended in a task of its own. The reaper that task is
+/// counted on is its connector's ([`Connector::reaper`](crate::Connector::reaper)),
+/// by default the process's ([`Reaper::global`], which [`shutdown`]
+/// drains). A host that supervises sessions of its own gives them a
+/// reaper it holds and drains it when it stops, like tokio-util's
+/// `TaskTracker`; [`reap`](Self::reap) hands it endings of the host's own.
+///
+/// A reaper is a cheap handle: clones count on, and drain, the same reaps.
+/// A [`child`](Self::child)'s reaps are counted on its parent too (and on
+/// the parent's parent, up), so draining the parent waits for them as
+/// well; a reaper from [`new`](Self::new) has no parent, and
+/// [`shutdown`] does not wait for it.
+///
+/// ```no_run
+/// # async fn run() -> mcp_scoped_http::Result<()> {
+/// use mcp_scoped_http::{Connector, Reaper};
+///
+/// let reaper = Reaper::global().child();
+/// let connector = Connector::new("http://127.0.0.1:8080/mcp").reaper(reaper.clone());
+/// let session = connector.connect().await?;
+/// drop(session); // its DELETE goes on in the background, counted here
+/// reaper.drain().await; // ...and is done (or past its bound) now
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Reaper(Arc<Reaps>);
 
-/// Counts one pending reap; wakes [`shutdown`] when it goes.
-struct PendingReap {
-    id: u64,
-    _count: Count,
+struct Reaps {
+    /// Reaps counted here and not finished, with when each gives up.
+    pending: Mutex<Vec<(u64, std::time::Instant)>>,
+    /// Woken each time one of them finishes.
+    done: Notify,
+    parent: Option<Reaper>,
 }
 
-impl PendingReap {
-    fn new(counters: Arc<Counters>, deadline: Instant) -> PendingReap {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let left = deadline.saturating_duration_since(Instant::now());
-        lock(&REAPS).push((id, std::time::Instant::now() + left));
-        #[cfg(feature = "fleet")]
-        COLLECTED.with(|collected| {
-            if let Some(ids) = collected.borrow_mut().as_mut() {
-                ids.push(id);
-            }
+impl Default for Reaper {
+    fn default() -> Self {
+        Reaper::new()
+    }
+}
+
+impl fmt::Debug for Reaper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reaper")
+            .field("pending", &self.pending())
+            .field("has_parent", &self.0.parent.is_some())
+            .finish()
+    }
+}
+
+impl Reaper {
+    /// A reaper of its own: no parent, so [`shutdown`] does not wait for
+    /// its reaps; its owner drains it.
+    pub fn new() -> Reaper {
+        Reaper::with_parent(None)
+    }
+
+    /// The process's reaper, which [`shutdown`] drains: the default of
+    /// every [`Connector`](crate::Connector).
+    pub fn global() -> Reaper {
+        static GLOBAL: std::sync::OnceLock<Reaper> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(Reaper::new).clone()
+    }
+
+    /// A reaper whose reaps are counted here too: draining it waits for its
+    /// own; draining this one (or any ancestor) waits for them as well.
+    #[must_use]
+    pub fn child(&self) -> Reaper {
+        Reaper::with_parent(Some(self.clone()))
+    }
+
+    fn with_parent(parent: Option<Reaper>) -> Reaper {
+        Reaper(Arc::new(Reaps {
+            pending: Mutex::new(Vec::new()),
+            done: Notify::new(),
+            parent,
+        }))
+    }
+
+    /// Reaps counted here (its children's included) and not finished.
+    pub fn pending(&self) -> usize {
+        lock(&self.0.pending).len()
+    }
+
+    /// Runs `ending` as a reap: in a task of its own, counted here (and in
+    /// [`ledger()`](crate::ledger)'s `pending_reaps`) until it finishes,
+    /// and waited for by [`drain`](Self::drain) for at most `bound` from
+    /// now. `ending` is not stopped at its bound: bound it yourself (a
+    /// `tokio::time::timeout`), as the crate's own reaps are.
+    ///
+    /// Returns false, having dropped `ending`, when no tokio runtime is
+    /// here to run it. In a runtime that is shutting down the task never
+    /// runs: `ending` is dropped, and its count with it.
+    pub fn reap<F>(&self, bound: Duration, ending: F) -> bool
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let pending = PendingReap::new(self, Arc::default(), deadline_after(bound));
+        runtime.spawn(async move {
+            let _pending = pending;
+            ending.await;
         });
-        PendingReap {
-            id,
-            _count: Count::new(Field::PendingReaps, Some(counters)),
-        }
+        true
     }
-}
 
-impl Drop for PendingReap {
-    fn drop(&mut self) {
-        // Gone from the list first, then wake, so a woken waiter sees it gone.
-        lock(&REAPS).retain(|(id, _)| *id != self.id);
-        REAPS_DONE.notify_waiters();
-    }
-}
-
-#[cfg(feature = "fleet")]
-thread_local! {
-    /// The reaps handed out on this thread inside [`reaps_of`].
-    static COLLECTED: std::cell::RefCell<Option<Vec<u64>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` (a drop), and returns a future that waits for the reaps it
-/// handed out, each within its own bound: for an owner that cancels a
-/// connect and must know its DELETE is done (the fleet's slots).
-#[cfg(feature = "fleet")]
-pub(crate) fn reaps_of(f: impl FnOnce()) -> impl std::future::Future<Output = ()> + Send {
-    let outer = COLLECTED.with(|c| c.borrow_mut().replace(Vec::new()));
-    f();
-    let ids = COLLECTED
-        .with(|c| std::mem::replace(&mut *c.borrow_mut(), outer))
-        .unwrap_or_default();
-    async move {
+    /// Waits until every reap counted here has finished, or has passed its
+    /// bound: a reap handed to a runtime nobody drives any more stays
+    /// pending (see [`ledger()`](crate::ledger)) and is not waited for
+    /// beyond its bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only waits. Dropping it stops no reap.
+    pub async fn drain(&self) {
         loop {
-            let notified = REAPS_DONE.notified();
+            let notified = self.0.done.notified();
             tokio::pin!(notified);
+            // Registered before the check, so a reap finishing in between
+            // is not missed.
             notified.as_mut().enable();
-            let Some(latest) = lock(&REAPS)
+            let Some(latest) = lock(&self.0.pending)
                 .iter()
-                .filter(|(id, _)| ids.contains(id))
                 .map(|(_, deadline)| *deadline)
                 .max()
             else {
@@ -928,6 +1009,7 @@ pub(crate) fn reaps_of(f: impl FnOnce()) -> impl std::future::Future<Output = ()
             };
             let left = latest.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
+                tracing::warn!("reaps still pending past their deadline; not waiting for them");
                 return;
             }
             tokio::select! {
@@ -936,11 +1018,52 @@ pub(crate) fn reaps_of(f: impl FnOnce()) -> impl std::future::Future<Output = ()
             }
         }
     }
+
+    /// This reaper and its ancestors.
+    fn lineage(&self) -> impl Iterator<Item = &Reaper> {
+        std::iter::successors(Some(self), |reaper| reaper.0.parent.as_ref())
+    }
 }
 
-/// Hands the rest of a stack (with its DELETEs) to a reaper task.
+/// Counts one pending reap on its reaper and that one's ancestors; wakes
+/// their drains when it goes.
+struct PendingReap {
+    id: u64,
+    reaper: Reaper,
+    _count: Count,
+}
+
+impl PendingReap {
+    fn new(reaper: &Reaper, counters: Arc<Counters>, deadline: Instant) -> PendingReap {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let until = std::time::Instant::now() + left;
+        for reaper in reaper.lineage() {
+            lock(&reaper.0.pending).push((id, until));
+        }
+        PendingReap {
+            id,
+            reaper: reaper.clone(),
+            _count: Count::new(Field::PendingReaps, Some(counters)),
+        }
+    }
+}
+
+impl Drop for PendingReap {
+    fn drop(&mut self) {
+        for reaper in self.reaper.lineage() {
+            // Gone from the list first, then wake, so a woken waiter sees
+            // it gone.
+            lock(&reaper.0.pending).retain(|(id, _)| *id != self.id);
+            reaper.0.done.notify_waiters();
+        }
+    }
+}
+
+/// Hands the rest of a stack (with its DELETEs) to its reaper.
 fn reap(stack: GuardStack) {
-    let pending = PendingReap::new(stack.counters.clone(), stack.reap_deadline());
+    let pending = PendingReap::new(&stack.reaper, stack.counters.clone(), stack.reap_deadline());
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             tracing::debug!("handing a DELETE to the reaper");
@@ -961,30 +1084,9 @@ fn reap(stack: GuardStack) {
     }
 }
 
-/// Runs `drain` as a reap of its own: counted and awaited by [`shutdown`]
-/// like a DELETE handed to the reaper, up to `deadline`. For an owner of
-/// many sessions that ends them from `Drop` (the fleet). Returns false,
-/// having dropped `drain`, when no runtime is here to run it.
-#[cfg(feature = "fleet")]
-pub(crate) fn spawn_reap(
-    deadline: Instant,
-    drain: impl std::future::Future<Output = ()> + Send + 'static,
-) -> bool {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return false;
-    };
-    let pending = PendingReap::new(Arc::default(), deadline);
-    // As in `reap`: if the runtime is shutting down the task never runs,
-    // and dropping it drops `drain`, then `pending`.
-    runtime.spawn(async move {
-        let _pending = pending;
-        drain.await;
-    });
-    true
-}
-
-/// Waits until every DELETE handed to the reaper has finished, so a process
-/// can drain before its runtime ends.
+/// Waits until every DELETE handed to the process's reaper
+/// ([`Reaper::global`]) has finished, so a process can drain before its
+/// runtime ends.
 ///
 /// Sessions dropped without [`close`](crate::Session::close) are ended in
 /// the background; call this before leaving `main` (or before shutting the
@@ -992,27 +1094,10 @@ pub(crate) fn spawn_reap(
 /// latest when every pending reap has passed its own bound (its DELETE
 /// timeout), even if one was handed to a runtime that nobody drives any
 /// more: such a DELETE stays pending (see [`crate::ledger()`]) and is never
-/// waited for beyond its bound.
+/// waited for beyond its bound. Reaps of a [`Reaper::new`] (and of its
+/// children) are their owner's to drain, not this one's.
 pub async fn shutdown() {
-    loop {
-        let notified = REAPS_DONE.notified();
-        tokio::pin!(notified);
-        // Registered before the check, so a reap finishing in between is
-        // not missed.
-        notified.as_mut().enable();
-        let Some(latest) = lock(&REAPS).iter().map(|(_, deadline)| *deadline).max() else {
-            return;
-        };
-        let left = latest.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            tracing::warn!("reaps still pending past their deadline; not waiting for them");
-            return;
-        }
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(left) => {}
-        }
-    }
+    Reaper::global().drain().await;
 }
 
 /// Errors of a [`Released`] report, for a failed connect's cleanup.

@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use super::{Engine, Front, Generation, ServerMessage};
 use crate::budget::Charge;
 use crate::jsonrpc::{Message, Request};
-use crate::queue::Weigh;
 use crate::sync::lock;
 
 /// Server requests answered at once per session, at most.

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
+use super::lock;
 use super::spec::ServerSpec;
-use crate::error::{Error, Result};
-use crate::sync::lock;
 use crate::{Connector, HttpClient, HttpClientBuilder};
+use crate::{Error, Result};
 
 /// How a build ended: the client (held by the slot that built it, so
 /// weakly here), or the error each slot that waited for it is given.

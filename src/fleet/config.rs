@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::spec::{MAX_NAME_LEN, ServerSpec, name_clash, name_problem};
 use crate::ProtocolVersion;
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// What [`parse_mcp_servers`] found in a configuration.
 #[derive(Clone, Debug, Default)]
@@ -85,7 +85,7 @@ const MAX_SECONDS: f64 = 86_400.0;
 /// round to zero.
 const MIN_SECONDS: f64 = 0.001;
 
-use crate::session::LOG_LEVELS;
+use crate::LOG_LEVELS;
 
 /// Reads the common `mcpServers` shape, with `${VAR}` references read from
 /// this process's environment (see [`parse_mcp_servers_with`], which says

@@ -122,6 +122,7 @@
 //! ```
 
 mod catalog;
+mod changes;
 mod clients;
 mod config;
 mod notify;
@@ -131,6 +132,7 @@ mod requests;
 mod slot;
 mod spec;
 mod state;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -141,7 +143,7 @@ use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-pub use crate::backoff::Backoff;
+pub use crate::Backoff;
 pub use catalog::{CatalogChanges, FleetCatalog, ListChanges, QualifiedEntry};
 pub use config::{
     LoadedConfig, MAX_EXPANDED_VALUE, Skipped, parse_mcp_servers, parse_mcp_servers_with,
@@ -155,15 +157,13 @@ pub use spec::{
 };
 pub use state::{FleetEvent, SlotState};
 
-use crate::RequestOptions;
-use crate::budget::Account;
-use crate::error::{Error, Result};
-use crate::sync::lock;
+use crate::{Error, MemoryPool, Reaper, RequestOptions, Result};
 use catalog::Hub;
 use clients::ClientCache;
 use notify::Notices;
 use requests::Requests;
 use slot::{Policy, Slot};
+use support::{escape, lock};
 
 /// The slots' tasks, each ending with its slot's id and outcome.
 type Tasks = JoinSet<(u64, ServerShutdown)>;
@@ -200,6 +200,7 @@ pub struct FleetBuilder {
     notification_capacity: usize,
     notification_memory: usize,
     requests: Requests,
+    reaper: Option<Reaper>,
 }
 
 impl Default for FleetBuilder {
@@ -219,6 +220,7 @@ impl Default for FleetBuilder {
             notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
             notification_memory: DEFAULT_NOTIFICATION_MEMORY,
             requests: Requests::default(),
+            reaper: None,
         }
     }
 }
@@ -325,6 +327,17 @@ impl FleetBuilder {
         self
     }
 
+    /// Where the fleet's reaps are counted: each session's DELETE (or
+    /// process tree's end) after a stop, and the drain of a fleet dropped
+    /// without [`Fleet::shutdown`]. Its owner drains it
+    /// ([`Reaper::drain`]); a child of another reaper is drained with that
+    /// one too. Default: the process's ([`Reaper::global`], drained by
+    /// [`crate::shutdown`]).
+    pub fn reaper(mut self, reaper: Reaper) -> Self {
+        self.reaper = Some(reaper);
+        self
+    }
+
     /// Server notifications kept for the slowest reader of
     /// [`Fleet::notifications`]; older ones are dropped for it (it is told
     /// how many). At least 1, at most [`MAX_EVENT_CAPACITY`]. Default:
@@ -399,7 +412,9 @@ impl FleetBuilder {
 
     /// The fleet, with no server yet (see [`Fleet::apply`]).
     pub fn build(self) -> Fleet {
-        let memory = Account::fleet(self.memory);
+        let memory = MemoryPool::builder(self.memory)
+            .name("the fleet's memory budget", "FleetBuilder::memory")
+            .build();
         Fleet {
             notices: Arc::new(Notices::new(
                 self.notification_capacity,
@@ -407,6 +422,7 @@ impl FleetBuilder {
                 &memory,
             )),
             memory,
+            reaper: self.reaper.unwrap_or_else(Reaper::global),
             requests: self.requests,
             hub: Arc::new(Hub::new(self.event_capacity)),
             clients: ClientCache::default(),
@@ -450,8 +466,10 @@ pub struct ShutdownReport {
 /// a runtime, the slots' tasks are aborted and each session's own drop
 /// releases it).
 pub struct Fleet {
-    /// The account every slot's session account is a child of.
-    memory: Account,
+    /// The pool every slot's session draws from.
+    memory: MemoryPool,
+    /// Where the slots' reaps, and a dropped fleet's drain, are counted.
+    reaper: Reaper,
     /// What the fleet answers to its servers' requests.
     requests: Requests,
     hub: Arc<Hub>,
@@ -566,6 +584,7 @@ impl Fleet {
                     spec,
                     &self.clients,
                     &self.memory,
+                    &self.reaper,
                     &self.notices,
                     &self.requests,
                 ));
@@ -1032,7 +1051,7 @@ impl Fleet {
                 ..ShutdownReport::default()
             };
         };
-        let mut drain = Drain::new(slots, self.shutdown_timeout, &self.drained);
+        let mut drain = Drain::new(slots, self.shutdown_timeout, &self.drained, &self.reaper);
         let servers = drain.run().await;
         // Every slot has said `stopped` (or was aborted): the stream ends.
         self.hub.close();
@@ -1050,6 +1069,8 @@ impl Fleet {
 struct Drain {
     slots: Option<Slots>,
     deadline: tokio::time::Instant,
+    /// Whom the rest is handed to if dropped unfinished.
+    reaper: Reaper,
     /// Cancels the fleet's `drained` when dropped: once the drain is done,
     /// or with the reap it was handed to.
     drained: Option<DropGuard>,
@@ -1057,13 +1078,14 @@ struct Drain {
 
 impl Drain {
     /// Tells every slot to stop, at once.
-    fn new(slots: Slots, timeout: Duration, drained: &CancellationToken) -> Drain {
+    fn new(slots: Slots, timeout: Duration, drained: &CancellationToken, reaper: &Reaper) -> Drain {
         for slot in slots.by_name.values() {
             slot.stop.cancel();
         }
         Drain {
             slots: Some(slots),
             deadline: tokio::time::Instant::now() + timeout,
+            reaper: reaper.clone(),
             drained: Some(drained.clone().drop_guard()),
         }
     }
@@ -1129,10 +1151,11 @@ impl Drop for Drain {
             drop(drained);
         };
         // A second past the deadline: the aborts after it are immediate.
-        let reap_by = deadline + Duration::from_secs(1);
+        let bound = deadline.saturating_duration_since(tokio::time::Instant::now())
+            + Duration::from_secs(1);
         // Without a runtime, `rest` is dropped, and with it the set, which
         // aborts every task: their sessions' own drops do the rest.
-        crate::scope::spawn_reap(reap_by, rest);
+        self.reaper.reap(bound, rest);
     }
 }
 
@@ -1142,7 +1165,12 @@ impl Drop for Fleet {
         // close their sessions (DELETEs included) in the background, and
         // `crate::shutdown` waits for them.
         if let Some(slots) = lock(&self.slots).take() {
-            drop(Drain::new(slots, self.shutdown_timeout, &self.drained));
+            drop(Drain::new(
+                slots,
+                self.shutdown_timeout,
+                &self.drained,
+                &self.reaper,
+            ));
         }
     }
 }

@@ -6,10 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use crate::budget::{Account, Charge, MemoryBudget};
+use super::{escape, lock};
 use crate::jsonrpc::{Message, Notification};
-use crate::queue::Weigh;
-use crate::sync::lock;
+use crate::{MemoryCharge, MemoryPool};
 
 /// One notification a server sent on its own (a log message, a resource
 /// update, a list change, progress not tied to a call), on
@@ -27,7 +26,7 @@ pub struct ServerNotification {
     pub message: Arc<Notification>,
     /// The message's weight on the fleet's account, given back when the
     /// last clone goes.
-    _charge: Arc<Charge>,
+    _charge: Arc<MemoryCharge>,
 }
 
 impl std::fmt::Debug for ServerNotification {
@@ -57,8 +56,8 @@ pub(crate) struct Notices {
     /// `None` once the fleet is shut down: the stream ends.
     tx: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     /// Bounds what the buffer (and the readers' clones) hold, in bytes; a
-    /// child of the fleet's account, so the fleet's bound holds too.
-    account: Account,
+    /// share of the fleet's pool, so the fleet's bound holds too.
+    pool: MemoryPool,
     /// The most one notification may weigh: the buffer's share of the
     /// bytes bound, so that a full buffer (and the one being sent before
     /// the oldest is dropped for it) always fits. Without it, a receiver
@@ -71,7 +70,7 @@ pub(crate) struct Notices {
 }
 
 impl Notices {
-    pub(crate) fn new(capacity: usize, max_bytes: usize, fleet: &Account) -> Notices {
+    pub(crate) fn new(capacity: usize, max_bytes: usize, fleet: &MemoryPool) -> Notices {
         let capacity = capacity.max(1);
         let (tx, _) = broadcast::channel(capacity);
         // The channel rounds its capacity up to a power of two.
@@ -79,10 +78,13 @@ impl Notices {
         Notices {
             max_one: max_bytes / slots.saturating_add(1),
             tx: Mutex::new(Some(tx)),
-            account: Account::with_parent(
-                MemoryBudget::default().max_bytes(max_bytes),
-                Some(fleet.clone()),
-            ),
+            pool: MemoryPool::builder(max_bytes)
+                .name(
+                    "the memory budget of Fleet::notifications",
+                    "FleetBuilder::notification_memory",
+                )
+                .parent(fleet)
+                .build(),
             refused: AtomicU64::new(0),
         }
     }
@@ -117,9 +119,7 @@ impl Notices {
                 self.max_one
             ))
         } else {
-            self.account
-                .charge(weight, 0)
-                .map_err(|spent| spent.to_string())
+            self.pool.charge(weight).map_err(|spent| spent.to_string())
         };
         let charge = match charged {
             Ok(charge) => charge,
@@ -130,7 +130,7 @@ impl Notices {
                     tracing::warn!(
                         %server,
                         // The server's text: escaped and cut.
-                        method = %crate::text::escape(&notification.method, 128),
+                        method = %escape(&notification.method, 128),
                         refused,
                         "fleet: a server notification dropped, over the memory budget of \
                          Fleet::notifications ({spent}); {refused} dropped so far"
@@ -154,6 +154,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Records the `method` field of this thread's events while it is the
+    /// default subscriber.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Option<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            event.record(
+                &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                    if field.name() == "method" {
+                        *lock(&self.0) = Some(format!("{value:?}"));
+                    }
+                },
+            );
+        }
+    }
+
+    impl Capture {
+        fn set_default(&self) -> tracing::subscriber::DefaultGuard {
+            use tracing_subscriber::layer::SubscriberExt as _;
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+        }
+
+        fn method(&self) -> Option<String> {
+            lock(&self.0).clone()
+        }
+    }
+
     fn note(text: &str) -> Message {
         Message::Notification(Notification {
             method: "notifications/message".into(),
@@ -164,16 +196,14 @@ mod tests {
     /// The warning of a refused notification names its method, which is
     /// the server's text: escaped and cut, never a terminal escape or a
     /// megabyte in the host's log.
-    #[cfg(all(feature = "stdio", unix))]
     #[test]
     fn a_refused_notification_s_method_is_logged_escaped_and_cut() {
-        use crate::stdio::stderr::tests::Capture;
         let capture = Capture::default();
         let _guard = capture.set_default();
         // Another test's thread may have registered the call site with no
         // subscriber first and cached "never": ask again.
         tracing::callsite::rebuild_interest_cache();
-        let fleet = Account::fleet(1 << 20);
+        let fleet = MemoryPool::new(1 << 20);
         let notices = Notices::new(2, 64, &fleet);
         let _reader = notices.subscribe();
         let method = format!("\u{1b}[31m{}", "x".repeat(100_000));
@@ -184,11 +214,7 @@ mod tests {
                 params: None,
             }),
         );
-        let events = capture.events();
-        let logged = events
-            .iter()
-            .find_map(|event| event.field("method"))
-            .expect("a warning naming the method");
+        let logged = capture.method().expect("a warning naming the method");
         assert!(!logged.contains('\u{1b}'), "{logged:.80}");
         assert!(logged.len() <= 256, "{} bytes", logged.len());
     }
@@ -197,7 +223,7 @@ mod tests {
     /// must not stop the stream for the readers that do read.
     #[test]
     fn a_forgotten_receiver_does_not_stop_the_stream_for_the_others() {
-        let fleet = Account::fleet(1 << 30);
+        let fleet = MemoryPool::new(1 << 30);
         let one = note(&"x".repeat(1000)).weight();
         // Room for the buffer's 8 and one more: one each at most.
         let notices = Notices::new(8, 9 * one, &fleet);
@@ -225,19 +251,19 @@ mod tests {
     /// notification over the budget is dropped, never queued uncharged.
     #[test]
     fn buffered_notifications_stay_charged_until_dropped() {
-        let fleet = Account::fleet(1 << 20);
+        let fleet = MemoryPool::new(1 << 20);
         let one = note(&"x".repeat(1000)).weight();
         let notices = Notices::new(2, 3 * one, &fleet);
         let server: Arc<str> = "a".into();
         // Nobody listens: nothing is held.
         notices.forward(&server, note(&"x".repeat(1000)));
-        assert_eq!(fleet.bytes(), 0);
+        assert_eq!(fleet.held(), 0);
         let mut reader = notices.subscribe();
         for _ in 0..3 {
             notices.forward(&server, note(&"x".repeat(1000)));
         }
         // Two kept (the capacity), the oldest dropped with its charge.
-        assert_eq!(fleet.bytes(), 2 * one);
+        assert_eq!(fleet.held(), 2 * one);
         assert!(matches!(
             reader.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(1))
@@ -246,13 +272,13 @@ mod tests {
         assert_eq!(held.method(), "notifications/message");
         // Read, the buffer still holds it (for other readers) until a
         // newer one takes its place.
-        assert_eq!(fleet.bytes(), 2 * one);
+        assert_eq!(fleet.held(), 2 * one);
         // Over the bytes bound: a big one is refused, nothing more held.
         notices.forward(&server, note(&"x".repeat(4000)));
-        assert_eq!(fleet.bytes(), 2 * one);
+        assert_eq!(fleet.held(), 2 * one);
         drop(held);
         drop(reader);
         notices.close();
-        assert_eq!(fleet.bytes(), 0);
+        assert_eq!(fleet.held(), 0);
     }
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 
+use super::lock;
 use super::slot::Slot;
 use super::state::SlotState;
 use super::{Fleet, shut_down};
-use crate::error::{Error, Result};
-use crate::sync::lock;
+use crate::{Error, Result};
 
 /// Where the fleet's servers were when [`Fleet::ready`] returned. Every
 /// server it waited for is in exactly one of the three.

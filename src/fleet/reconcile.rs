@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::lock;
 use super::slot::Slot;
 use super::spec::{ServerSpec, check_name, name_clash};
-use crate::error::{Error, Result};
-use crate::sync::lock;
+use crate::{Error, Result};
 
 /// What [`Fleet::apply`](super::Fleet::apply) did, by server name, each
 /// list sorted.

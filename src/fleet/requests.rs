@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+use super::lock;
+use crate::Connector;
 use crate::jsonrpc::ErrorObject;
-use crate::session::Connector;
 
 type Answer = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
 
@@ -72,7 +73,7 @@ impl Requests {
             let roots = roots.clone();
             connector = connector.on_roots(move |_| {
                 // Read when asked: a change since the connect is answered.
-                let now = crate::sync::lock(&roots).clone();
+                let now = lock(&roots).clone();
                 async move { Ok(json!({ "roots": *now })) }
             });
         }
@@ -88,7 +89,7 @@ impl Requests {
     pub(crate) fn set_roots(&self, roots: Vec<Value>) -> bool {
         match &self.roots {
             Some(held) => {
-                *crate::sync::lock(held) = Arc::new(Value::Array(roots));
+                *lock(held) = Arc::new(Value::Array(roots));
                 self.roots_generation.fetch_add(1, Ordering::SeqCst);
                 true
             }

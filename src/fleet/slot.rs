@@ -16,17 +16,15 @@ use tokio_util::sync::CancellationToken;
 use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
+use super::lock;
 use super::notify::Notices;
 use super::requests::Requests;
 use super::spec::{ServerSpec, ToolFilter};
 use super::state::SlotState;
-use crate::budget::Account;
-use crate::error::Error;
-use crate::ledger::{Count, Field};
-use crate::scope::Released;
-use crate::sync::lock;
-use crate::transport::{ProtocolVersion, SessionId};
-use crate::{RequestOptions, Session, SessionEvent, SessionInfo};
+use crate::{
+    Error, MemoryPool, ProtocolVersion, Reaper, Released, RequestOptions, Session, SessionEvent,
+    SessionId, SessionInfo, TaskCount,
+};
 
 /// The fleet-wide settings a slot runs by.
 #[derive(Clone, Debug)]
@@ -99,8 +97,10 @@ pub(crate) struct Slot {
     /// Where the owner task gets its connector (and, with it, its hold on
     /// the fleet's owned client for the spec's settings).
     clients: ClientCache,
-    /// The fleet's memory account, the parent of each session's.
-    memory: Account,
+    /// The fleet's memory pool, which each session draws from too.
+    memory: MemoryPool,
+    /// The fleet's reaper: each connect's is a child of it.
+    reaper: Reaper,
     /// Where the session's notifications go.
     notices: Arc<Notices>,
     /// What the fleet answers to the server's requests.
@@ -124,7 +124,8 @@ impl Slot {
         name: Arc<str>,
         spec: ServerSpec,
         clients: &ClientCache,
-        memory: &Account,
+        memory: &MemoryPool,
+        reaper: &Reaper,
         notices: &Arc<Notices>,
         requests: &Requests,
     ) -> Slot {
@@ -137,6 +138,7 @@ impl Slot {
             tools: Mutex::new(spec.tool_filter().clone()),
             clients: clients.clone(),
             memory: memory.clone(),
+            reaper: reaper.clone(),
             notices: notices.clone(),
             requests: requests.clone(),
             spec,
@@ -243,7 +245,7 @@ pub(crate) async fn run(
 ) -> (u64, ServerShutdown) {
     // Counted as one of the crate's tasks (see the ledger), and marked
     // finished however it ends, aborted included.
-    let _task = Count::new(Field::Tasks, None);
+    let _task = TaskCount::new();
     let _finished = slot.finished.clone().drop_guard();
     let outcome = supervise(&slot, &hub, &policy, &connects).await;
     hub.set_catalog(&slot.name, slot.id, None);
@@ -285,11 +287,14 @@ async fn supervise(
         // The roots as the connect may read them: a change from here on,
         // until the slot is routed to, is told to the server below.
         let roots_seen = slot.requests.roots_generation();
+        // This connect's own reaper, so that a stop can wait for what this
+        // connect left to reap, and for nothing else.
+        let reaps = slot.reaper.child();
         let mut connecting = Box::pin(async {
             // The semaphore is never closed: `Err` cannot happen, and would
             // only mean connecting without a permit.
             let _permit = connects.acquire().await.ok();
-            connect(slot, &mut client).await
+            connect(slot, &mut client, &reaps).await
         });
         let connected = tokio::select! {
             biased;
@@ -300,7 +305,8 @@ async fn supervise(
             // A session the connect had created is DELETEd by a reap: the
             // slot ends once it is done, so that nothing of the slot's
             // reaches its server after `apply` returns.
-            crate::scope::reaps_of(|| drop(connecting)).await;
+            drop(connecting);
+            reaps.drain().await;
             return ServerShutdown::NoSession;
         };
         // Finished: its box (the connect's whole state) is not held while
@@ -429,20 +435,24 @@ pub(crate) async fn tell_roots_changed(slot: &Slot, live: &Live, limit: Duration
 }
 
 /// Connects with the slot's connector, got first if the slot has none.
-async fn connect(slot: &Slot, client: &mut Option<SlotClient>) -> crate::Result<Session> {
+async fn connect(
+    slot: &Slot,
+    client: &mut Option<SlotClient>,
+    reaps: &Reaper,
+) -> crate::Result<Session> {
     let held = match client {
         Some(held) => held,
         None => {
             let mut got = slot.clients.slot_client(&slot.spec).await?;
             // Every session of the slot draws from the fleet's budget.
-            got.connector = got.connector.fleet_memory(slot.memory.clone());
+            got.connector = got.connector.memory_pool(slot.memory.clone());
             let (connector, fleet_roots) = slot.requests.apply(&slot.name, got.connector);
             got.connector = connector;
             slot.answers_roots.store(fleet_roots, Ordering::SeqCst);
             client.insert(got)
         }
     };
-    held.connector.connect().await
+    held.connector.clone().reaper(reaps.clone()).connect().await
 }
 
 /// What a failure makes of the slot. A 401 or 403 (or a failed

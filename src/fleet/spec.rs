@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::session::Catalog;
+use crate::Catalog;
 use crate::{Connector, HeaderHook, HttpClient, HttpClientBuilder, ProtocolVersion};
+use crate::{Error, Result};
 
 /// What separates the server's name from a tool's (or prompt's) name in
 /// the fleet's catalog: `weather__forecast` is the tool `forecast` of the

@@ -4,10 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::catalog::CatalogChanges;
-use crate::error::Error;
-use crate::session::SessionInfo;
-use crate::transport::{ProtocolVersion, SessionId};
+use super::changes::CatalogChanges;
+use crate::Error;
+use crate::{ProtocolVersion, SessionId, SessionInfo};
 
 /// Where a server's slot is. Every change is published on the slot's own
 /// stream ([`Fleet::watch`](super::Fleet::watch)) and on the fleet's

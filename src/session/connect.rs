@@ -15,13 +15,13 @@ use super::front::SessionFront;
 use super::handlers::Handlers;
 use super::shared::{PhaseCell, SERVER_INFO_META};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
-use crate::budget::Account;
+use crate::budget::{Account, MemoryPool};
 use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
 use crate::deadline::Deadline;
 use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
 use crate::jsonrpc::{ErrorObject, Message};
-use crate::scope::{GuardStack, cleanup_errors};
+use crate::scope::{GuardStack, Reaper, cleanup_errors};
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind, Wire};
 
 /// Room for server messages waiting to be taken from
@@ -89,9 +89,11 @@ struct Config {
     client_info: Value,
     /// The least severe log level asked of the server, if any.
     log_level: Option<Arc<str>>,
-    /// A fleet's account, the parent of each session's (see
-    /// `FleetBuilder::memory`); `None` outside a fleet.
-    fleet_memory: Option<Account>,
+    /// A pool each session's account is a child of, if any.
+    memory_pool: Option<MemoryPool>,
+    /// Where its sessions' reaps are counted: `None` for the process's
+    /// (`Reaper::global`).
+    reaper: Option<Reaper>,
     /// A stdio server to start instead of an HTTP endpoint.
     #[cfg(all(feature = "stdio", unix))]
     command: Option<crate::stdio::StdioCommand>,
@@ -145,7 +147,8 @@ impl Connector {
                 "version": env!("CARGO_PKG_VERSION"),
             }),
             log_level: None,
-            fleet_memory: None,
+            memory_pool: None,
+            reaper: None,
             #[cfg(all(feature = "stdio", unix))]
             command: None,
         };
@@ -185,11 +188,21 @@ impl Connector {
         self
     }
 
-    /// Charges every byte its sessions hold to `fleet`'s account too (a
-    /// fleet's slot connects so), on top of each session's own budget.
-    #[cfg(feature = "fleet")]
-    pub(crate) fn fleet_memory(mut self, fleet: Account) -> Self {
-        self.config_mut().fleet_memory = Some(fleet);
+    /// Draws every byte its sessions hold from `pool` too, on top of each
+    /// session's own [`MemoryBudget`](crate::MemoryBudget), all or nothing:
+    /// sessions of many connectors bounded together (a fleet's are so).
+    /// Default: none.
+    pub fn memory_pool(mut self, pool: MemoryPool) -> Self {
+        self.config_mut().memory_pool = Some(pool);
+        self
+    }
+
+    /// Counts the reaps of its sessions (a DELETE and a process tree's
+    /// end, run in the background after a drop) on `reaper`, which its
+    /// owner drains ([`Reaper::drain`]). Default: the process's
+    /// ([`Reaper::global`], drained by [`shutdown`](crate::shutdown)).
+    pub fn reaper(mut self, reaper: Reaper) -> Self {
+        self.config_mut().reaper = Some(reaper);
         self
     }
 
@@ -431,8 +444,10 @@ impl Connector {
     }
 }
 
-/// The log levels, as the specification names them (RFC 5424's).
-pub(crate) const LOG_LEVELS: [&str; 8] = [
+/// The log levels [`Connector::log_level`] takes, least severe first, as
+/// the specification names them (RFC 5424's): for a host that reads them
+/// from its own configuration and checks them there.
+pub const LOG_LEVELS: [&str; 8] = [
     "debug",
     "info",
     "notice",
@@ -552,6 +567,9 @@ impl Config {
             // Declared first so that it is dropped last, after every handle
             // the steps below hold.
             let mut stack = GuardStack::new(self.endpoint.counters());
+            if let Some(reaper) = &self.reaper {
+                stack.set_reaper(reaper.clone());
+            }
             let phase = PhaseCell::default();
             let limit = self.connect_limit();
             let deadline = Deadline::connect(limit);
@@ -624,7 +642,10 @@ impl Config {
         // One account for all the session reads: its catalog, and every
         // message while the session holds it; in a fleet, charged to the
         // fleet's account too.
-        let account = Account::with_parent(self.discovery.memory, self.fleet_memory.clone());
+        let account = Account::with_parent(
+            self.discovery.memory,
+            self.memory_pool.as_ref().map(|pool| pool.account().clone()),
+        );
         #[cfg(all(feature = "stdio", unix))]
         let mut stdio_io = None;
         let (template, client_ownership, lent) = match self.stdio_command() {

@@ -6,8 +6,6 @@
 //! does.
 
 mod connect;
-#[cfg(feature = "fleet")]
-pub(crate) use connect::LOG_LEVELS;
 mod discovery;
 pub(crate) mod entry;
 pub(crate) mod era;
@@ -28,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
-pub use connect::Connector;
+pub use connect::{Connector, LOG_LEVELS};
 pub use discovery::{Catalog, Discovery};
 pub use entry::Entry;
 pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};

@@ -36,6 +36,7 @@ mod fleet_chaos;
 mod fleet_clients;
 mod fleet_limits;
 mod fleet_memory;
+mod fleet_seams;
 mod fuzz_regressions;
 mod get_stream;
 mod hooks;
