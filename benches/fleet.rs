@@ -42,7 +42,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, ServerSpec};
+use mcp_scoped_http::Backoff;
+
+use mcp_scoped_http::fleet::{Fleet, ServerSpec};
 use mcp_scoped_http::{Connector, HttpClient};
 use mcp_scoped_http_testkit::{Eras, ListenMode, ServerConfig, TestServer};
 use serde_json::{Value, json};

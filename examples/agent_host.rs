@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
+use mcp_scoped_http::Backoff;
+
+use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerSpec};
 use mcp_scoped_http::{RequestOptions, Result, ledger};
 use mcp_scoped_http_testkit::{Fault, FaultAction, ResponseMode, ServerConfig, TestServer};
 use serde_json::json;

@@ -13,7 +13,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use mcp_scoped_http::error::BoxError;
+use mcp_scoped_http::BoxError;
 use mcp_scoped_http::{Connector, HttpClient, Result};
 use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use serde_json::json;

@@ -92,7 +92,7 @@ mod budget;
 pub mod client;
 mod deadline;
 mod engine;
-pub mod error;
+mod error;
 #[cfg(feature = "fleet")]
 pub mod fleet;
 pub mod guide;
@@ -121,9 +121,9 @@ mod version;
 
 pub use backoff::Backoff;
 pub use budget::{MemoryBudget, MemoryCharge, MemoryPool, MemoryPoolBuilder};
-pub use client::{HeaderHook, HookHandle, HttpClient, HttpClientBuilder, Ownership};
+pub use client::{ClientOwnership, HeaderHook, HookHandle, HttpClient, HttpClientBuilder};
 pub use engine::Resumption;
-pub use error::{ConnectPhase, Error, Result};
+pub use error::{BODY_EXCERPT, BoxError, ConnectPhase, Error, Result};
 pub use ledger::{Ledger, TaskCount, abandoned_deletes, ledger};
 pub use scope::{Reaper, Released, SessionRelease, shutdown};
 pub use session::{

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use mcp_scoped_http::Backoff;
 use mcp_scoped_http::fleet::{
-    ApplyReport, Backoff, Fleet, FleetEvent, LoadedConfig, Readiness, ServerNotification,
-    ServerShutdown, ServerSpec, SlotState, parse_mcp_servers,
+    ApplyReport, Fleet, FleetEvent, LoadedConfig, Readiness, ServerNotification, ServerShutdown,
+    ServerSpec, SlotState, parse_mcp_servers,
 };
 use mcp_scoped_http::{Progress, RequestOptions};
 use serde_json::{Map, Value, json};

@@ -4,7 +4,7 @@
 //! a hyper-util pooled client whose connection tasks are tracked) or
 //! **borrowed** (the caller's own `tower::Service`, through
 //! [`HttpClient::borrowed`]). Which one is a value fixed at construction
-//! ([`Ownership`]); it never changes and is never inferred later.
+//! ([`ClientOwnership`]); it never changes and is never inferred later.
 //!
 //! A borrowed client is only ever *called*: this crate never shuts it down,
 //! reconfigures it, or adds anything to it. Cloning an `HttpClient` is cheap
@@ -112,7 +112,7 @@ where
 /// Who owns an [`HttpClient`], fixed when it is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Ownership {
+pub enum ClientOwnership {
     /// Built by this crate; released by this crate.
     Owned,
     /// Lent by the caller; only ever called, never closed or changed.
@@ -127,7 +127,7 @@ pub struct HttpClient {
 
 struct Inner {
     send: Box<SendFn>,
-    ownership: Ownership,
+    ownership: ClientOwnership,
     owned: Option<OwnedParts>,
     hooks: Arc<hooks::Registry>,
     counters: Arc<Counters>,
@@ -179,12 +179,16 @@ impl HttpClient {
                 response.map(|body| body.map_err(Into::into).boxed_unsync())
             })
             .map_err(Into::into);
-        HttpClient::from_parts(send_fn(service), Ownership::Borrowed, None)
+        HttpClient::from_parts(send_fn(service), ClientOwnership::Borrowed, None)
     }
 
-    fn from_parts(send: Box<SendFn>, ownership: Ownership, owned: Option<OwnedParts>) -> Self {
+    fn from_parts(
+        send: Box<SendFn>,
+        ownership: ClientOwnership,
+        owned: Option<OwnedParts>,
+    ) -> Self {
         let counters = Arc::new(Counters::default());
-        let owned_count = (ownership == Ownership::Owned)
+        let owned_count = (ownership == ClientOwnership::Owned)
             .then(|| Count::new(Field::OwnedClients, Some(counters.clone())));
         HttpClient {
             inner: Arc::new(Inner {
@@ -259,7 +263,7 @@ impl HttpClient {
     }
 
     /// Whether this client is owned by the crate or lent by the caller.
-    pub fn ownership(&self) -> Ownership {
+    pub fn ownership(&self) -> ClientOwnership {
         self.inner.ownership
     }
 

@@ -13,7 +13,7 @@ use super::proxy::{self, Proxies, ProxyConnector, ProxySetting, ProxyUrl};
 use super::quickack::QuickAckConnector;
 #[cfg(feature = "rustls")]
 use super::tls::{AlertConnector, Alerts, ClientIdentity, LazyHttps, LazyTls, ServerAlert};
-use super::{HttpClient, Ownership, RequestBody};
+use super::{ClientOwnership, HttpClient, RequestBody};
 use crate::error::{BoxError, Result};
 
 /// Builds an owned [`HttpClient`].
@@ -411,7 +411,7 @@ impl HttpClientBuilder {
         )?;
         Ok(HttpClient::from_parts(
             boxed(client, extras),
-            Ownership::Owned,
+            ClientOwnership::Owned,
             Some(OwnedParts { tasks }),
         ))
     }

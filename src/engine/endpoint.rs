@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::budget::Account;
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, ScopeId};
+use crate::client::{ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, ScopeId};
 use crate::error::{Error, Result};
 use crate::origin::Origin;
 use crate::scope::GuardStack;
@@ -77,14 +77,14 @@ impl Endpoint {
         stack: &mut GuardStack,
         client_meta: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
         account: &Account,
-    ) -> Result<(Arc<StreamableHttp>, Ownership)> {
+    ) -> Result<(Arc<StreamableHttp>, ClientOwnership)> {
         let (client, ownership) = match &self.client {
-            Some(client) => (client.clone(), Ownership::Borrowed),
+            Some(client) => (client.clone(), ClientOwnership::Borrowed),
             None => {
                 let client = self.builder.build()?;
                 stack.set_counters(client.counters().clone());
                 stack.push_owned_client(client.clone());
-                (client, Ownership::Owned)
+                (client, ClientOwnership::Owned)
             }
         };
         let scope = ScopeId::next();

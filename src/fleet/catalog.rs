@@ -599,7 +599,7 @@ mod tests {
                 probed: false,
                 session_id_issued: false,
                 ownership: crate::SessionOwnership::Owned,
-                client_ownership: crate::Ownership::Owned,
+                client_ownership: crate::ClientOwnership::Owned,
                 timings: crate::Timings::default(),
             })
         };

@@ -783,7 +783,7 @@ mod tests {
         .unwrap();
         let spec = &loaded.servers["files"];
         assert!(spec.is_required());
-        let command = spec.get_stdio().expect("a stdio spec");
+        let command = spec.stdio_command().expect("a stdio spec");
         assert_eq!(command.get_program(), "npx");
         assert_eq!(
             command.get_args().collect::<Vec<_>>(),
@@ -1089,7 +1089,7 @@ mod tests {
             env(&vars),
         )
         .unwrap();
-        let command = loaded.servers["files"].get_stdio().unwrap();
+        let command = loaded.servers["files"].stdio_command().unwrap();
         assert_eq!(command.get_program(), "/usr/bin/server");
         assert_eq!(
             command.get_args().collect::<Vec<_>>(),

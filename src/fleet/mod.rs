@@ -139,11 +139,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::Backoff;
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-pub use crate::Backoff;
 pub use catalog::{CatalogChanges, FleetCatalog, ListChanges, QualifiedEntry};
 pub use config::{
     LoadedConfig, MAX_EXPANDED_VALUE, Skipped, parse_mcp_servers, parse_mcp_servers_with,

@@ -13,7 +13,6 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::Backoff;
 use super::catalog::Hub;
 use super::clients::{ClientCache, SlotClient};
 use super::lock;
@@ -21,6 +20,7 @@ use super::notify::Notices;
 use super::requests::Requests;
 use super::spec::{ServerSpec, ToolFilter};
 use super::state::SlotState;
+use crate::Backoff;
 use crate::{
     Error, MemoryPool, ProtocolVersion, Reaper, Released, RequestOptions, Session, SessionEvent,
     SessionId, SessionInfo, TaskCount,

@@ -474,7 +474,7 @@ impl ServerSpec {
 
     /// The stdio command, for a stdio server's spec.
     #[cfg(all(feature = "stdio", unix))]
-    pub fn get_stdio(&self) -> Option<&crate::stdio::StdioCommand> {
+    pub fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
         match &self.source {
             Source::Stdio(stdio) => Some(&stdio.command),
             _ => None,

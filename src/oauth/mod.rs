@@ -58,7 +58,7 @@
 //! }
 //! ```
 //!
-//! # Ownership
+//! # ClientOwnership
 //!
 //! The flow runs inside the request that needed it: dropping the request
 //! (or the connect) drops the flow at whatever await it is in, and with it,

@@ -16,7 +16,7 @@ use super::handlers::Handlers;
 use super::shared::{PhaseCell, SERVER_INFO_META};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::budget::{Account, MemoryPool};
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, Ownership, RevisionMemory};
+use crate::client::{ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::deadline::Deadline;
 use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
@@ -176,7 +176,7 @@ impl Connector {
 
     /// The stdio server this connector starts, if it is one.
     #[cfg(all(feature = "stdio", unix))]
-    pub fn get_stdio(&self) -> Option<&crate::stdio::StdioCommand> {
+    pub fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
         self.config.command.as_ref()
     }
 
@@ -665,13 +665,17 @@ impl Config {
                 stack.push_process(started.tree, command.get_grace());
                 started.io.noise = noise.clone();
                 stdio_io = Some((started.io, pipes));
-                (Wire::Stdio(Arc::new(started.wire)), Ownership::Owned, None)
+                (
+                    Wire::Stdio(Arc::new(started.wire)),
+                    ClientOwnership::Owned,
+                    None,
+                )
             }
             _ => {
                 let (template, ownership) =
                     self.endpoint.acquire(stack, Some(client_meta), &account)?;
-                let lent =
-                    (ownership == Ownership::Borrowed).then(|| template.http_client().clone());
+                let lent = (ownership == ClientOwnership::Borrowed)
+                    .then(|| template.http_client().clone());
                 (Wire::Http(template), ownership, lent)
             }
         };
@@ -764,10 +768,9 @@ impl Config {
         // within the request timeout, all of them within the connect's.
         // At once where it costs no connection of its own (see
         // `Discovery::concurrent`).
-        let at_once = self
-            .discovery
-            .concurrent
-            .unwrap_or(client_ownership == Ownership::Borrowed || generation.wire().is_stdio());
+        let at_once = self.discovery.concurrent.unwrap_or(
+            client_ownership == ClientOwnership::Borrowed || generation.wire().is_stdio(),
+        );
         let mut lister = Lister::new(
             &engine,
             engine.front.account(),

@@ -32,7 +32,7 @@ pub use entry::Entry;
 pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};
 pub use options::{Progress, RequestOptions, ResumptionToken};
 
-use crate::client::Ownership;
+use crate::client::ClientOwnership;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
 use crate::jsonrpc::{self, Message, Notification, Request, RequestId};
@@ -91,7 +91,7 @@ pub struct SessionInfo {
     /// Whether we created the server session.
     pub ownership: SessionOwnership,
     /// Whether the HTTP client is the session's own or lent by the caller.
-    pub client_ownership: Ownership,
+    pub client_ownership: ClientOwnership,
     /// Time per connect phase.
     pub timings: Timings,
 }

@@ -28,8 +28,8 @@ pub use super::counting::{CountingAllocator, allocations, client_cpu_time};
 use super::{Fault, FaultAction, ServerConfig};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use mcp_scoped_http::BoxError;
 use mcp_scoped_http::client::{QuickAckConnector, RequestBody};
-use mcp_scoped_http::error::BoxError;
 use mcp_scoped_http::{Connector, HttpClient, ProtocolVersion, Session, SessionId, SessionRelease};
 
 use crate::lock;

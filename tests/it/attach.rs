@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::baseline::{Baseline, Caller};
 use crate::support::*;
 use mcp_scoped_http::wire::StreamableHttp;
-use mcp_scoped_http::{Connector, Ownership, SessionOwnership, SessionRelease};
+use mcp_scoped_http::{ClientOwnership, Connector, SessionOwnership, SessionRelease};
 use mcp_scoped_http::{ProtocolVersion, SessionId};
 use serde_json::json;
 
@@ -120,9 +120,9 @@ fn attach_discovers_with_the_callers_session_and_close_sends_no_delete() {
             assert_eq!(
                 info.client_ownership,
                 if borrowed {
-                    Ownership::Borrowed
+                    ClientOwnership::Borrowed
                 } else {
-                    Ownership::Owned
+                    ClientOwnership::Owned
                 }
             );
             assert_eq!(info.protocol_version, owned.version);

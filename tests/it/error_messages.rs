@@ -139,7 +139,7 @@ async fn a_hostile_error_body_is_escaped_and_cut() {
     );
     assert!(excerpt.ends_with('…'), "{excerpt}");
     assert!(
-        excerpt.len() <= mcp_scoped_http::error::BODY_EXCERPT + '…'.len_utf8(),
+        excerpt.len() <= mcp_scoped_http::BODY_EXCERPT + '…'.len_utf8(),
         "{} bytes",
         excerpt.len()
     );

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use crate::support::baseline::World;
 use crate::support::server_process::ServerProcess;
 use crate::support::*;
-use mcp_scoped_http::fleet::{Backoff, Fleet, ServerShutdown, ServerSpec, SlotState, qualify};
+use mcp_scoped_http::Backoff;
+use mcp_scoped_http::fleet::{Fleet, ServerShutdown, ServerSpec, SlotState, qualify};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

@@ -19,8 +19,9 @@ use crate::support::fleet::{MS, SETTLE, finish, is};
 use crate::support::{ServerConfig, eventually, scenario};
 use hostile_http::{Seen, Server, State, empty, json_response, result};
 use http::Method;
+use mcp_scoped_http::Backoff;
 use mcp_scoped_http::ProtocolVersion;
-use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec, SlotState};
+use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerSpec, SlotState};
 use serde_json::json;
 
 /// What a scripted server does with its sessions.

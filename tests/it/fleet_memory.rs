@@ -9,7 +9,8 @@ use crate::support::baseline::World;
 use crate::support::fleet::*;
 use crate::support::*;
 use bytes::Bytes;
-use mcp_scoped_http::fleet::{Backoff, Fleet};
+use mcp_scoped_http::Backoff;
+use mcp_scoped_http::fleet::Fleet;
 use serde_json::json;
 
 const MIB: usize = 1024 * 1024;

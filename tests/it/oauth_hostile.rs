@@ -373,8 +373,8 @@ fn recording_client() -> (
 ) {
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
+    use mcp_scoped_http::BoxError;
     use mcp_scoped_http::client::RequestBody;
-    use mcp_scoped_http::error::BoxError;
     let hosts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let inner = Client::builder(TokioExecutor::new()).build_http::<RequestBody>();
     let recorded = hosts.clone();

@@ -8,7 +8,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, SlotState, parse_mcp_servers};
+use mcp_scoped_http::Backoff;
+
+use mcp_scoped_http::fleet::{Fleet, SlotState, parse_mcp_servers};
 use serde_json::{Value, json};
 
 const FIXTURE: &str = concat!(

@@ -13,7 +13,7 @@ use crate::support::*;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, Full};
-use mcp_scoped_http::error::BoxError;
+use mcp_scoped_http::BoxError;
 use mcp_scoped_http::{Connector, HttpClient, Session};
 use serde_json::json;
 use tokio::task::JoinSet;

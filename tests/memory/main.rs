@@ -657,7 +657,8 @@ fn i26_a_fleet_of_hostile_servers_shares_one_budget() {
 }
 
 fn fleet_of_hostile_servers() {
-    use mcp_scoped_http::fleet::{Backoff, Fleet, FleetEvent, ServerSpec};
+    use mcp_scoped_http::Backoff;
+    use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerSpec};
 
     scenario(async {
         // One page template, shared by every server.

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use mcp_scoped_http::fleet::{Backoff, Fleet, FleetBuilder, ServerSpec};
+use mcp_scoped_http::Backoff;
+
+use mcp_scoped_http::fleet::{Fleet, FleetBuilder, ServerSpec};
 use mcp_scoped_http_testkit::TestServer;
 
 use super::baseline::World;

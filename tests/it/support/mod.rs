@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use mcp_scoped_http::Ownership;
+use mcp_scoped_http::ClientOwnership;
 use mcp_scoped_http::ProtocolVersion;
 use mcp_scoped_http::jsonrpc::{Notification, Request};
 use mcp_scoped_http::wire::{Exchange, StreamableHttp};
@@ -44,7 +44,7 @@ pub fn clients() -> Vec<HttpClient> {
 
 pub fn label(client: &HttpClient) -> &'static str {
     match client.ownership() {
-        Ownership::Owned => "owned",
+        ClientOwnership::Owned => "owned",
         _ => "borrowed",
     }
 }
