@@ -749,6 +749,17 @@ pub(crate) fn idless_response(
     }))
 }
 
+/// A result (JSON text, as the engine returns it) read as a
+/// [`serde_json::Value`], for the results the session or its caller reads
+/// whole; one that does not read is the server's protocol violation.
+pub(crate) fn result_value(
+    result: &serde_json::value::RawValue,
+    method: &str,
+) -> Result<serde_json::Value> {
+    serde_json::from_str(result.get())
+        .map_err(|e| Error::protocol(format!("the {method} result could not be read: {e}")))
+}
+
 /// The most bytes of an error status's body kept in the error
 /// ([`Error::body_excerpt`]): enough for a sentence that says what to fix.
 pub const BODY_EXCERPT: usize = 300;
