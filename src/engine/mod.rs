@@ -655,7 +655,7 @@ impl<F: Front> Engine<F> {
         deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let generation = started.generation;
-        call.session(&generation);
+        call.session(generation.session_id().as_ref());
         let read = async {
             let result = deadline
                 .run(started.waiter.read(&generation, started.answer))
