@@ -310,7 +310,6 @@ impl Call {
         outcome
     }
 
-    /// Records the request's failure.
     /// The span, to instrument a part of the request run apart.
     pub(crate) fn span(&self) -> &Span {
         &self.span
