@@ -451,12 +451,13 @@ impl Error {
                 // certificate) fails again.
                 #[cfg(feature = "rustls")]
                 let refused = refused || cause.is::<rustls::Error>();
-                // A proxy that refused (407, a refused CONNECT) refuses again.
+                // A hop that refused (a proxy's 407, a refused CONNECT)
+                // refuses again.
                 #[cfg(feature = "proxy")]
                 let refused = refused
                     || cause
-                        .downcast_ref::<crate::client::proxy::ProxyError>()
-                        .is_some_and(|proxy| !proxy.is_retryable());
+                        .downcast_ref::<HopError>()
+                        .is_some_and(|hop| !hop.retryable);
                 refused
             }),
             Kind::Timeout | Kind::Hook | Kind::Closed => true,
@@ -549,14 +550,15 @@ impl Error {
     /// deepest cause's own text.
     fn root_cause(&self) -> Option<String> {
         let cause = self.deepest_cause()?;
-        // A proxy's failure names the proxy, then what went wrong below it.
+        // A hop's failure (a proxy's) names the hop, then what went wrong
+        // below it.
         #[cfg(feature = "proxy")]
-        if let Some(proxy) = self
+        if let Some(hop) = self
             .chain()
-            .find_map(|cause| cause.downcast_ref::<crate::client::proxy::ProxyError>())
+            .find_map(|cause| cause.downcast_ref::<HopError>())
         {
-            if std::error::Error::source(proxy).is_some() {
-                return Some(format!("{proxy}: {cause}"));
+            if std::error::Error::source(hop).is_some() {
+                return Some(format!("{hop}: {cause}"));
             }
         }
         Some(cause)
@@ -737,6 +739,62 @@ impl std::error::Error for Error {
     }
 }
 
+/// A failure of a hop between this client and the server (a proxy that
+/// could not be reached, or that refused us), with the verdict of the code
+/// that met it: whether the same attempt may succeed later.
+///
+/// It rides in an [`Error`]'s cause chain, where [`Error`] reads the verdict
+/// and puts the hop's words first without knowing who made it.
+/// Transparent: it shows (`Display`, `Debug`) and has the causes of the
+/// error it wraps.
+#[cfg(feature = "proxy")]
+pub(crate) struct HopError {
+    error: BoxError,
+    retryable: bool,
+}
+
+#[cfg(feature = "proxy")]
+impl HopError {
+    /// `error`, which a later attempt may not meet: the hop was down, or
+    /// cut the connection short.
+    pub(crate) fn transient(error: impl Into<BoxError>) -> Self {
+        HopError {
+            error: error.into(),
+            retryable: true,
+        }
+    }
+
+    /// `error`, a refusal the same attempt meets again until something
+    /// changes (credentials, configuration).
+    pub(crate) fn refusal(error: impl Into<BoxError>) -> Self {
+        HopError {
+            error: error.into(),
+            retryable: false,
+        }
+    }
+}
+
+#[cfg(feature = "proxy")]
+impl fmt::Display for HopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+#[cfg(feature = "proxy")]
+impl fmt::Debug for HopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.error, f)
+    }
+}
+
+#[cfg(feature = "proxy")]
+impl std::error::Error for HopError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
 /// A response without an id: the server's error about a message it could
 /// not read (an id-less result is no answer to anything).
 pub(crate) fn idless_response(
@@ -747,6 +805,17 @@ pub(crate) fn idless_response(
         message: "a response without an id".into(),
         data: None,
     }))
+}
+
+/// A result (JSON text, as the engine returns it) read as a
+/// [`serde_json::Value`], for the results the session or its caller reads
+/// whole; one that does not read is the server's protocol violation.
+pub(crate) fn result_value(
+    result: &serde_json::value::RawValue,
+    method: &str,
+) -> Result<serde_json::Value> {
+    serde_json::from_str(result.get())
+        .map_err(|e| Error::protocol(format!("the {method} result could not be read: {e}")))
 }
 
 /// The most bytes of an error status's body kept in the error

@@ -140,13 +140,6 @@ impl PartialEq for Response {
     }
 }
 
-/// A result (JSON text, as the engine returns it) read as a [`Value`], for
-/// the results the session or its caller reads whole.
-pub(crate) fn result_value(result: &RawValue, method: &str) -> crate::Result<Value> {
-    serde_json::from_str(result.get())
-        .map_err(|e| crate::Error::protocol(format!("the {method} result could not be read: {e}")))
-}
-
 /// `value` as JSON text.
 pub(crate) fn raw(value: &Value) -> Box<RawValue> {
     // A `Value` always serializes: its map keys are strings.

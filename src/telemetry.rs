@@ -293,11 +293,11 @@ impl Call {
 
     /// Records the session id `initialize` got, once its answer's head
     /// is in (where [`record_session_ids`] allows it).
-    pub(crate) fn session(&self, generation: &crate::engine::Generation) {
+    pub(crate) fn session(&self, id: Option<&SessionId>) {
         if self.span.is_disabled() || !session_ids_recorded() {
             return;
         }
-        if let Some(id) = generation.session_id() {
+        if let Some(id) = id {
             self.span.record("mcp.session.id", id.expose());
         }
     }
@@ -310,7 +310,6 @@ impl Call {
         outcome
     }
 
-    /// Records the request's failure.
     /// The span, to instrument a part of the request run apart.
     pub(crate) fn span(&self) -> &Span {
         &self.span

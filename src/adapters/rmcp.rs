@@ -197,10 +197,8 @@ use crate::engine::{
     Deadline, Endpoint, Engine, Era, Front, Generation, Opening, Resumption, ServerMessage,
     Settings, negotiated,
 };
-use crate::error::{Error, Result};
-use crate::jsonrpc::{
-    ErrorObject, Message, Notification, Request, RequestId, Response, codes, result_value,
-};
+use crate::error::{Error, Result, result_value};
+use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId, Response, codes};
 use crate::queue::{self, Weigh};
 use crate::scope::{GuardStack, Released};
 use crate::session::era::{self, Plan, Probe};

@@ -519,7 +519,7 @@ where
             #[cfg(feature = "proxy")]
             if let Some(proxy) = via {
                 if response.status() == http::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
-                    return Err(proxy.auth_required().into());
+                    return Err(proxy.auth_required());
                 }
             }
             Ok::<_, BoxError>(response.map(|body| body.map_err(BoxError::from).boxed_unsync()))

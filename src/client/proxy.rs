@@ -20,7 +20,7 @@ use hyper_util::client::proxy::matcher::Matcher;
 use tower::Service;
 
 use super::quickack::{QuickAckConnector, QuickAckStream};
-use crate::error::{BoxError, Error, Result};
+use crate::error::{BoxError, Error, HopError, Result};
 
 /// Where the owned client's proxy comes from (a builder setting).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -249,18 +249,20 @@ impl ProxyName {
     }
 
     /// The error for a `407` from this proxy.
-    pub(super) fn auth_required(self) -> ProxyError {
+    pub(super) fn auth_required(self) -> BoxError {
         ProxyError {
             proxy: self,
             failure: Failure::AuthRequired,
             source: None,
         }
+        .boxed()
     }
 }
 
-/// A proxy failed us: unreachable, or it refused.
+/// A proxy failed us: unreachable, or it refused. It leaves this module
+/// only [`boxed`](Self::boxed), with its verdict.
 #[derive(Debug)]
-pub(crate) struct ProxyError {
+struct ProxyError {
     proxy: ProxyName,
     failure: Failure,
     source: Option<BoxError>,
@@ -281,10 +283,17 @@ enum Failure {
 }
 
 impl ProxyError {
-    /// Whether the same attempt may succeed later: an unreachable proxy or
-    /// a tunnel cut short, not a refusal.
-    pub(crate) fn is_retryable(&self) -> bool {
-        matches!(self.failure, Failure::Unreachable | Failure::Tunnel)
+    /// This error as the connector returns it: a [`HopError`], whose
+    /// verdict is ours to give. The same attempt may succeed later through
+    /// an unreachable proxy or a tunnel cut short, not through a refusal.
+    fn boxed(self) -> BoxError {
+        match self.failure {
+            Failure::Unreachable | Failure::Tunnel => HopError::transient(self),
+            Failure::AuthRequired | Failure::TunnelRefused | Failure::Scheme(_) => {
+                HopError::refusal(self)
+            }
+        }
+        .into()
     }
 
     /// hyper-util's tunnel error, sorted by its words: its type is not
@@ -402,7 +411,7 @@ impl Service<Uri> for ProxyConnector {
                     failure: Failure::Scheme(scheme),
                     source: None,
                 };
-                return Box::pin(async move { Err(error.into()) });
+                return Box::pin(async move { Err(error.boxed()) });
             }
         }
         if dst.scheme_str() == Some("https") {
@@ -415,7 +424,7 @@ impl Service<Uri> for ProxyConnector {
             Box::pin(async move {
                 tunnelling
                     .await
-                    .map_err(|e| ProxyError::tunnel(name, e.into()).into())
+                    .map_err(|e| ProxyError::tunnel(name, e.into()).boxed())
             })
         } else {
             let connecting = self.inner.call(proxy.uri().clone());
@@ -427,7 +436,7 @@ impl Service<Uri> for ProxyConnector {
                         failure: Failure::Unreachable,
                         source: Some(e.into()),
                     }
-                    .into()),
+                    .boxed()),
                 }
             })
         }
@@ -653,7 +662,8 @@ mod tests {
         format!("http://{address}")
     }
 
-    async fn tunnel_error(proxy: &str) -> ProxyError {
+    /// The error a request through `proxy` to an https target ends in.
+    async fn tunnel_error(proxy: &str) -> Error {
         let setting = ProxySetting::Explicit(ProxyUrl(proxy.into()));
         let mut connector = ProxyConnector::new(
             QuickAckConnector::new(hyper_util::client::legacy::connect::HttpConnector::new()),
@@ -663,23 +673,33 @@ mod tests {
             .call("https://target.example:443/".parse().unwrap())
             .await
             .unwrap_err();
-        *error.downcast::<ProxyError>().unwrap()
+        Error::transport(error)
     }
 
+    /// Each failure in its words (one per kind), with the verdict `Error`
+    /// reads from the chain.
     #[tokio::test]
     async fn hyper_utils_tunnel_errors_are_sorted_by_what_the_proxy_did() {
         let error = tunnel_error(&scripted_proxy("407 Proxy Authentication Required").await).await;
-        assert!(matches!(error.failure, Failure::AuthRequired), "{error:?}");
+        assert!(
+            error.to_string().contains("asks for credentials"),
+            "{error}"
+        );
         assert!(!error.is_retryable());
         let error = tunnel_error(&scripted_proxy("403 Forbidden").await).await;
-        assert!(matches!(error.failure, Failure::TunnelRefused), "{error:?}");
         assert!(
             error.to_string().contains("refused to open a tunnel"),
             "{error}"
         );
+        assert!(!error.is_retryable());
         // Nobody listens on port 1.
         let error = tunnel_error("http://127.0.0.1:1").await;
-        assert!(matches!(error.failure, Failure::Unreachable), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains("could not reach the proxy 127.0.0.1:1: "),
+            "{error}"
+        );
         assert!(error.is_retryable());
     }
 }

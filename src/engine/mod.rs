@@ -54,8 +54,8 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 pub(crate) use crate::deadline::Deadline;
-use crate::error::{Error, Result};
-use crate::jsonrpc::{self, Message, Notification, Request, RequestId, Response};
+use crate::error::{Error, Result, result_value};
+use crate::jsonrpc::{Message, Notification, Request, RequestId, Response};
 pub(crate) use crate::scope::Opening;
 use crate::scope::{SessionsHandle, Spawner};
 use crate::sync::lock;
@@ -655,12 +655,12 @@ impl<F: Front> Engine<F> {
         deadline: Deadline,
     ) -> Result<(Arc<Generation>, Value)> {
         let generation = started.generation;
-        call.session(&generation);
+        call.session(generation.session_id().as_ref());
         let read = async {
             let result = deadline
                 .run(started.waiter.read(&generation, started.answer))
                 .await?;
-            let result = jsonrpc::result_value(&result, "initialize")?;
+            let result = result_value(&result, "initialize")?;
             let version = negotiated(&result, generation.era)?;
             generation.wire.set_protocol_version(version);
             // Run in the call's span: the revision is known only now.

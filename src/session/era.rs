@@ -34,8 +34,8 @@ use super::shared::{PhaseCell, check_complete, modern_error, supported_instead};
 use crate::client::RevisionMemory;
 use crate::deadline::Deadline;
 use crate::engine::{Engine, Front, Generation};
-use crate::error::{ConnectPhase, Error, Result};
-use crate::jsonrpc::{Notification, Request, codes, result_value};
+use crate::error::{ConnectPhase, Error, Result, result_value};
+use crate::jsonrpc::{Notification, Request, codes};
 use crate::transport::ProtocolVersion;
 
 /// What connecting needs to open a server's era.

@@ -265,7 +265,7 @@ impl SessionFront {
             .account
             .charge(text.len().saturating_add(cost), 0)
             .map_err(|spent| spent.reading(&format!("the {method} result")))?;
-        crate::jsonrpc::result_value(result, method)
+        crate::error::result_value(result, method)
     }
 
     /// Drops the notification sender: the caller's receiver ends once it

@@ -528,7 +528,7 @@ impl StreamableHttp {
             match message? {
                 Message::Response(response) if response.id.as_ref() == Some(&request.id) => {
                     let result = response.outcome.map_err(Error::rpc)?;
-                    return crate::jsonrpc::result_value(&result, &request.method)
+                    return crate::error::result_value(&result, &request.method)
                         .map(|result| Exchange { result, preceding });
                 }
                 Message::Response(Response { id: None, outcome }) => {
