@@ -89,7 +89,6 @@ pub mod adapters;
 mod backoff;
 mod body;
 mod budget;
-pub mod client;
 mod deadline;
 mod engine;
 mod error;
@@ -97,6 +96,7 @@ mod error;
 pub mod fleet;
 pub mod guide;
 mod headers;
+mod http_client;
 pub mod jsonrpc;
 mod ledger;
 #[cfg(feature = "oauth")]
@@ -121,9 +121,9 @@ mod version;
 
 pub use backoff::Backoff;
 pub use budget::{MemoryBudget, MemoryCharge, MemoryPool, MemoryPoolBuilder};
-pub use client::{ClientOwnership, HeaderHook, HookHandle, HttpClient, HttpClientBuilder};
 pub use engine::Resumption;
 pub use error::{BODY_EXCERPT, BoxError, ConnectPhase, Error, Result};
+pub use http_client::{ClientOwnership, HeaderHook, HookHandle, HttpClient, HttpClientBuilder};
 pub use ledger::{Ledger, TaskCount, abandoned_deletes, ledger};
 pub use scope::{Reaper, Released, SessionRelease, shutdown};
 pub use session::{
@@ -132,6 +132,19 @@ pub use session::{
     Timings,
 };
 pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
+
+/// The client port's parts, beside [`HttpClient`]: the body types a lent
+/// service is called with, the hooks' identities ([`HttpClient::hooks`]),
+/// the owned client's quick-ack connector for a hyper-util client of your
+/// own, and the trust store's bounds.
+pub mod client {
+    pub use crate::http_client::{
+        HookId, HookInfo, HookOwner, QuickAckConnecting, QuickAckConnector, QuickAckStream,
+        RequestBody, ResponseBody, ScopeId,
+    };
+    #[cfg(feature = "rustls")]
+    pub use crate::http_client::{MAX_TRUST_STORE_BYTES, MAX_TRUST_STORE_FILES, TrustStoreError};
+}
 
 /// The raw Streamable HTTP wire (feature `wire`): one exchange at a time,
 /// with **no guard stack**.

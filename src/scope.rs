@@ -38,10 +38,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::{HookHandle, HttpClient};
 use crate::deadline::Deadline;
 pub(crate) use crate::deadline::deadline_after;
 use crate::error::{Error, Result};
+use crate::http_client::{HookHandle, HttpClient};
 use crate::jsonrpc::Request;
 use crate::ledger::{self, Count, Counters, Field};
 use crate::sync::lock;

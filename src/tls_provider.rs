@@ -2,7 +2,7 @@
 //! and the test kit server's).
 //!
 //! In order: the one the caller gave
-//! ([`HttpClientBuilder::crypto_provider`](crate::client::HttpClientBuilder::crypto_provider)),
+//! ([`HttpClientBuilder::crypto_provider`](crate::http_client::HttpClientBuilder::crypto_provider)),
 //! the process default (a host that chose FIPS, or one provider for every
 //! rustls user in the process, installs it with
 //! `CryptoProvider::install_default`), then the one a feature brings:

@@ -67,8 +67,8 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::MapErr;
 use tower::Service;
 
-use crate::client::{HttpClient, RequestBody};
 use crate::error::BoxError;
+use crate::http_client::{HttpClient, RequestBody};
 
 /// The body of a response from [`ReqwestService`]: reqwest's own body, with
 /// its errors stripped of their URL.

@@ -192,12 +192,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::budget::{Account, Charge, value_cost};
-use crate::client::{HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::engine::{
     Deadline, Endpoint, Engine, Era, Front, Generation, Opening, Resumption, ServerMessage,
     Settings, negotiated,
 };
 use crate::error::{Error, Result, result_value};
+use crate::http_client::{HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId, Response, codes};
 use crate::queue::{self, Weigh};
 use crate::scope::{GuardStack, Released};

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::budget::Account;
-use crate::client::{ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, ScopeId};
 use crate::error::{Error, Result};
+use crate::http_client::{ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, ScopeId};
 use crate::origin::Origin;
 use crate::scope::GuardStack;
 use crate::transport::{StreamableHttp, TransportConfig};

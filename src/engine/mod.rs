@@ -886,7 +886,7 @@ impl<F: Front> Engine<F> {
 
     /// The client new sessions go through, until close.
     #[cfg(feature = "rmcp")]
-    pub(crate) fn http_client(&self) -> Option<crate::client::HttpClient> {
+    pub(crate) fn http_client(&self) -> Option<crate::http_client::HttpClient> {
         lock(&self.template)
             .as_ref()
             .and_then(Wire::http)
@@ -1363,7 +1363,7 @@ pub(crate) fn negotiated(initialize_result: &Value, era: Era) -> Result<Protocol
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::HttpClient;
+    use crate::http_client::HttpClient;
     use crate::scope::GuardStack;
 
     /// A front end that does nothing with the server's traffic.
@@ -1382,7 +1382,9 @@ mod tests {
     async fn renew_starts_one_renewal_however_often_it_is_asked() {
         let mut stack = GuardStack::new(Arc::default());
         let client = HttpClient::borrowed(tower::service_fn(|_: http::Request<_>| async {
-            Err::<http::Response<crate::client::RequestBody>, _>(std::io::Error::other("offline"))
+            Err::<http::Response<crate::http_client::RequestBody>, _>(std::io::Error::other(
+                "offline",
+            ))
         }));
         let template = Wire::Http(Arc::new(
             crate::transport::StreamableHttp::new(client, "http://127.0.0.1:9/mcp").unwrap(),

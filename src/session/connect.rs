@@ -16,10 +16,12 @@ use super::handlers::Handlers;
 use super::shared::{PhaseCell, SERVER_INFO_META};
 use super::{Session, SessionInfo, SessionOwnership, Timings};
 use crate::budget::{Account, MemoryPool};
-use crate::client::{ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory};
 use crate::deadline::Deadline;
 use crate::engine::{Endpoint, Engine, Era, LISTEN_BACKOFF, Resumption, Settings};
 use crate::error::{ConnectPhase, Error, Result};
+use crate::http_client::{
+    ClientOwnership, HeaderHook, HttpClient, HttpClientBuilder, RevisionMemory,
+};
 use crate::jsonrpc::{ErrorObject, Message};
 use crate::scope::{GuardStack, Reaper, cleanup_errors};
 use crate::transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind, Wire};

@@ -31,10 +31,10 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::shared::{PhaseCell, check_complete, modern_error, supported_instead};
-use crate::client::RevisionMemory;
 use crate::deadline::Deadline;
 use crate::engine::{Engine, Front, Generation};
 use crate::error::{ConnectPhase, Error, Result, result_value};
+use crate::http_client::RevisionMemory;
 use crate::jsonrpc::{Notification, Request, codes};
 use crate::transport::ProtocolVersion;
 

@@ -32,9 +32,9 @@ pub use entry::Entry;
 pub use events::{CatalogList, SESSION_EVENT_CAPACITY, SessionEvent};
 pub use options::{Progress, RequestOptions, ResumptionToken};
 
-use crate::client::ClientOwnership;
 use crate::engine::{Deadline, Engine};
 use crate::error::{Error, Result};
+use crate::http_client::ClientOwnership;
 use crate::jsonrpc::{self, Message, Notification, Request, RequestId};
 use crate::ledger::{Counters, Ledger};
 use crate::scope::{GuardStack, Released};

@@ -68,9 +68,9 @@ pub(crate) use wire::Wire;
 
 use crate::body::read_limited_charged;
 use crate::budget::{Account, Charge, messages_cost};
-use crate::client::{HttpClient, ResponseBody, ScopeId};
 use crate::deadline::Deadline;
 use crate::error::{BODY_EXCERPT, Error, Result, body_excerpt, status_error};
+use crate::http_client::{HttpClient, ResponseBody, ScopeId};
 use crate::jsonrpc::{
     Batch, Message, Notification, Request, Response, encode, encode_call, parse_messages,
 };

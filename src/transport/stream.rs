@@ -10,8 +10,8 @@ use http_body_util::BodyExt;
 use super::replay::ReplayKey;
 use super::sse::{SseDecoder, SseError};
 use crate::budget::{Account, Charge, messages_cost};
-use crate::client::ResponseBody;
 use crate::error::{Error, Result};
+use crate::http_client::ResponseBody;
 use crate::jsonrpc::{Batch, Message, ParseError, parse_messages};
 
 /// The server's messages on one HTTP response, in the order sent.

@@ -17,7 +17,8 @@ use hostile_http::*;
 use http::Method;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
-use mcp_scoped_http::client::{HeaderHook, HookInfo};
+use mcp_scoped_http::HeaderHook;
+use mcp_scoped_http::client::HookInfo;
 use mcp_scoped_http::{Connector, HttpClient, Ledger, ProtocolVersion, TransportKind};
 use serde_json::{Value, json};
 
@@ -61,7 +62,7 @@ where
 struct Caller {
     client: HttpClient,
     executor: CountingExecutor,
-    _hook: mcp_scoped_http::client::HookHandle,
+    _hook: mcp_scoped_http::HookHandle,
 }
 
 impl Caller {

@@ -40,8 +40,8 @@ use crate::error::{BoxError, Result};
 /// The system's roots are read when a client makes its first `https`
 /// connection, inside that connection's deadline, never for `http://`
 /// targets; `SSL_CERT_FILE` and `SSL_CERT_DIR` within
-/// [`MAX_TRUST_STORE_BYTES`](crate::client::MAX_TRUST_STORE_BYTES) and
-/// [`MAX_TRUST_STORE_FILES`](crate::client::MAX_TRUST_STORE_FILES), and only
+/// [`MAX_TRUST_STORE_BYTES`](crate::http_client::MAX_TRUST_STORE_BYTES) and
+/// [`MAX_TRUST_STORE_FILES`](crate::http_client::MAX_TRUST_STORE_FILES), and only
 /// regular files (see [`system_roots`](Self::system_roots)).
 ///
 /// # Proxies
@@ -301,10 +301,10 @@ impl HttpClientBuilder {
     /// A root file that cannot be opened is skipped with a `tracing`
     /// warning. A path that is not a regular file (a FIFO, a device, a
     /// directory for `SSL_CERT_FILE`), or a trust store past
-    /// [`MAX_TRUST_STORE_BYTES`](crate::client::MAX_TRUST_STORE_BYTES) or
-    /// [`MAX_TRUST_STORE_FILES`](crate::client::MAX_TRUST_STORE_FILES), is
+    /// [`MAX_TRUST_STORE_BYTES`](crate::http_client::MAX_TRUST_STORE_BYTES) or
+    /// [`MAX_TRUST_STORE_FILES`](crate::http_client::MAX_TRUST_STORE_FILES), is
     /// refused without being read: the client's `https` connections fail
-    /// with a [`TrustStoreError`](crate::client::TrustStoreError) naming the
+    /// with a [`TrustStoreError`](crate::http_client::TrustStoreError) naming the
     /// variable and the path (the client keeps that outcome; build another
     /// once it is fixed).
     #[cfg(feature = "rustls")]
