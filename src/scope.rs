@@ -783,6 +783,12 @@ impl GuardStack {
     /// Hands the whole stack to a reaper task, which unwinds it in order
     /// (tracked, bounded, awaited by [`shutdown`]).
     pub(crate) fn hand_to_reaper(mut self) {
+        self.reap_rest();
+    }
+
+    /// Moves what is left of the stack into one that a reaper task unwinds
+    /// (this one is left empty, so dropping it releases nothing).
+    fn reap_rest(&mut self) {
         let rest = GuardStack {
             entries: std::mem::take(&mut self.entries),
             counters: self.counters.clone(),
@@ -838,13 +844,7 @@ impl Drop for GuardStack {
         while let Some(Entry::Background(_)) = self.entries.last() {
             self.entries.pop();
         }
-        let rest = GuardStack {
-            entries: std::mem::take(&mut self.entries),
-            counters: self.counters.clone(),
-            reaper: self.reaper.clone(),
-            reaping: true,
-        };
-        reap(rest);
+        self.reap_rest();
     }
 }
 
