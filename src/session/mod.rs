@@ -483,12 +483,8 @@ impl Session {
         arguments: Value,
         options: RequestOptions,
     ) -> Result<Value> {
-        self.request_with(
-            "tools/call",
-            Some(json!({ "name": name, "arguments": arguments })),
-            options,
-        )
-        .await
+        self.request_named("tools/call", name, arguments, options)
+            .await
     }
 
     /// Resumes the answer to a request from where `token` says it had got
@@ -618,8 +614,21 @@ impl Session {
         arguments: Value,
         options: RequestOptions,
     ) -> Result<Value> {
+        self.request_named("prompts/get", name, arguments, options)
+            .await
+    }
+
+    /// A request whose params name something and pass it arguments: the
+    /// shape `tools/call` and `prompts/get` share.
+    async fn request_named(
+        &self,
+        method: &str,
+        name: &str,
+        arguments: Value,
+        options: RequestOptions,
+    ) -> Result<Value> {
         self.request_with(
-            "prompts/get",
+            method,
             Some(json!({ "name": name, "arguments": arguments })),
             options,
         )
