@@ -500,11 +500,7 @@ impl StreamableHttp {
                 deadline,
             )
             .await?;
-        let status = response.status();
-        tracing::debug!(status = status.as_u16(), "answered");
-        if !status.is_success() {
-            return Err(self.error_from(response, sent_session).await);
-        }
+        let response = self.successful(response, sent_session).await?;
         // Taken only from a successful answer to initialize, and never over
         // HTTP+SSE, whose session is its stream: a header that transport
         // does not have would be echoed on every POST and DELETEd at close.
@@ -640,16 +636,12 @@ impl StreamableHttp {
                     deadline,
                 )
                 .await?;
-            let status = response.status();
-            tracing::debug!(status = status.as_u16(), "answered");
-            if !status.is_success() {
-                return Err(self.error_from(response, false).await);
-            }
+            let response = self.successful(response, false).await?;
             if media_type(response.headers()) != Some(Media::EventStream) {
                 return Err(Error::protocol(
                     "the HTTP+SSE stream was answered without Content-Type: text/event-stream",
                 )
-                .with_status(status));
+                .with_status(response.status()));
             }
             let mut stream = self.sse_stream(response.into_body());
             let named = stream.endpoint_event().await?;
@@ -978,6 +970,22 @@ impl StreamableHttp {
         let messages = parse_messages(text, self.config.max_batch_messages)
             .map_err(|e| stream::parse_error(e, what))?;
         Ok((messages, cost))
+    }
+
+    /// Logs an answer's status and lets a successful one through; an error
+    /// status becomes its [`Error`] (see [`error_from`](Self::error_from)).
+    async fn successful(
+        &self,
+        response: http::Response<ResponseBody>,
+        with_session: bool,
+    ) -> Result<http::Response<ResponseBody>> {
+        let status = response.status();
+        tracing::debug!(status = status.as_u16(), "answered");
+        if status.is_success() {
+            Ok(response)
+        } else {
+            Err(self.error_from(response, with_session).await)
+        }
     }
 
     /// Turns an error status into an [`Error`], keeping the challenge, any
