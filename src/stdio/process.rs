@@ -714,6 +714,31 @@ mod tests {
         }
     }
 
+    /// [`sh`], once the script has said `up` on its stdout (read to there).
+    async fn sh_up(script: &str, marker: &str) -> Spawned {
+        let mut spawned = sh(script, marker).await;
+        expect_line(
+            &mut BufReader::new(&mut spawned.stdout),
+            "up",
+            Duration::from_secs(20),
+        )
+        .await;
+        spawned
+    }
+
+    /// The first line a server writes on its stdout (20 s at the most).
+    async fn first_line(stdout: tokio::process::ChildStdout) -> String {
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .expect("a line in time")
+        .expect("read");
+        line
+    }
+
     /// The processes whose environment holds `MARKER=marker` (a zombie's
     /// reads empty: it is gone but for its status).
     fn marked(marker: &str) -> Vec<u32> {
@@ -746,6 +771,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A new marker (tagged `tag`), with the [`Sweep`] of its processes.
+    fn swept(tag: &str) -> (String, Sweep) {
+        let marker = unique(tag);
+        let sweep = Sweep(marker.clone());
+        (marker, sweep)
     }
 
     /// Polls (up to `bound`) until no process carries `marker`; survivors
@@ -817,6 +849,30 @@ mod tests {
         command.spawn().expect("re-running the test binary")
     }
 
+    /// Re-runs the `#[ignore]`d helper `test` (with `envs`), its stdin
+    /// closed at once, and expects it to pass within 60 s.
+    async fn rerun_passes(test: &str, envs: &[(&str, &str)]) {
+        let mut child = rerun(test, &format!("{test}="), envs);
+        drop(child.stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .expect("the re-run ends")
+            .expect("waited");
+        assert!(status.success(), "{status:?}");
+    }
+
+    /// In a re-run host: waits until its stdin ends (the test is done
+    /// with it), 60 s at the most.
+    async fn until_stdin_ends() {
+        let mut stdin = tokio::io::stdin();
+        let mut byte = [0u8; 1];
+        let _ = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::AsyncReadExt::read(&mut stdin, &mut byte),
+        )
+        .await;
+    }
+
     /// The value of `ROLE` when this process is a re-run acting as `test`.
     fn role(test: &str) -> Option<String> {
         let value = std::env::var(ROLE).ok()?;
@@ -832,15 +888,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrapper_that_does_not_forward_signals_leaves_no_process() {
-        let marker = unique("wrapper");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("wrapper");
         let Spawned {
             mut tree,
             stdin,
-            stdout,
             stderr: _stderr,
-        } = sh(WRAPPER, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            ..
+        } = sh_up(WRAPPER, &marker).await;
         let tree_pids: Vec<u32> = marked(&marker)
             .into_iter()
             .filter(|&pid| pid != tree.watchdog())
@@ -868,8 +922,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_exits_on_stdin_eof_reports_its_status_quickly() {
-        let marker = unique("eof");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("eof");
         let Spawned {
             mut tree, stdin, ..
         } = sh("cat >/dev/null; exit 3", &marker).await;
@@ -892,15 +945,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_ignoring_stdin_eof_and_sigterm_is_killed_within_the_bound() {
-        let marker = unique("stubborn");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("stubborn");
         let Spawned {
-            mut tree,
-            stdin,
-            stdout,
-            ..
-        } = sh(STUBBORN, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            mut tree, stdin, ..
+        } = sh_up(STUBBORN, &marker).await;
         drop(stdin);
         let grace = Grace::default()
             .stdin(Duration::from_millis(300))
@@ -915,15 +963,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_release_cut_short_goes_on_from_where_it_was() {
-        let marker = unique("cut");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("cut");
         let Spawned {
-            mut tree,
-            stdin,
-            stdout,
-            ..
-        } = sh(STUBBORN, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            mut tree, stdin, ..
+        } = sh_up(STUBBORN, &marker).await;
         drop(stdin);
         let grace = Grace::default()
             .stdin(Duration::from_millis(100))
@@ -939,10 +982,8 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_tree_without_release_leaves_no_process() {
-        let marker = unique("dropped");
-        let _sweep = Sweep(marker.clone());
-        let Spawned { tree, stdout, .. } = sh(WRAPPER, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        let (marker, _sweep) = swept("dropped");
+        let Spawned { tree, .. } = sh_up(WRAPPER, &marker).await;
         drop(tree);
         assert_gone(&marker, Duration::from_secs(5)).await;
     }
@@ -957,8 +998,7 @@ mod tests {
                     .expect("the watch holds its status");
             status.expect("some")
         };
-        let marker = unique("exit");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("exit");
         let spawned = sh("exit 7", &marker).await;
         assert_eq!(wait(spawned.tree.exit()).await.code(), Some(7));
 
@@ -1001,15 +1041,10 @@ mod tests {
 
     #[tokio::test]
     async fn daemons_get_the_releases_sigterm_when_the_server_ends_by_itself() {
-        let marker = unique("daemons-release");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("daemons-release");
         let Spawned {
-            mut tree,
-            stdin,
-            stdout,
-            ..
-        } = sh(DAEMONS, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            mut tree, stdin, ..
+        } = sh_up(DAEMONS, &marker).await;
         // The watchdog, the server and the two that left its group.
         until_marked(&marker, 4).await;
         let grace = Grace::default()
@@ -1030,16 +1065,13 @@ mod tests {
 
     #[tokio::test]
     async fn daemons_are_gone_after_a_release_that_kills_the_server() {
-        let marker = unique("daemons-kill");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("daemons-kill");
         let script = format!("trap '' TERM; {DAEMONS}");
         let Spawned {
             mut tree,
             stdin: _stdin,
-            stdout,
             ..
-        } = sh(&script, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        } = sh_up(&script, &marker).await;
         until_marked(&marker, 4).await;
         // Its stdin is still open: only signals end it.
         let grace = Grace::default()
@@ -1051,15 +1083,12 @@ mod tests {
 
     #[tokio::test]
     async fn daemons_are_gone_when_the_tree_is_dropped() {
-        let marker = unique("daemons-drop");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("daemons-drop");
         let Spawned {
             tree,
             stdin: _stdin,
-            stdout,
             ..
-        } = sh(DAEMONS, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        } = sh_up(DAEMONS, &marker).await;
         until_marked(&marker, 4).await;
         drop(tree);
         assert_gone(&marker, Duration::from_secs(5)).await;
@@ -1067,8 +1096,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_server_runs_in_its_working_directory() {
-        let marker = unique("cwd");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("cwd");
         let dir = std::env::temp_dir().join(unique("cwd"));
         std::fs::create_dir(&dir).expect("a temporary directory");
         let args = [OsString::from("-c"), OsString::from("pwd -P; read _")];
@@ -1085,12 +1113,7 @@ mod tests {
             stdout,
             ..
         } = spawned.expect("spawned");
-        let mut line = String::new();
-        let mut stdout = BufReader::new(stdout);
-        tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
-            .await
-            .expect("a line in time")
-            .expect("read");
+        let line = first_line(stdout).await;
         let expected = dir.canonicalize().expect("canonical");
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(Path::new(line.trim_end()), expected);
@@ -1127,8 +1150,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_watchdogs_cost_nothing_of_a_big_host() {
-        let marker = unique("heap");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("heap");
         let mut host = rerun(
             "host_with_a_big_heap",
             &format!("host_with_a_big_heap={marker}"),
@@ -1192,10 +1214,9 @@ mod tests {
             let Spawned {
                 tree,
                 stdin,
-                stdout,
                 stderr,
-            } = sh("echo up; exec cat >/dev/null", &marker).await;
-            expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+                ..
+            } = sh_up("echo up; exec cat >/dev/null", &marker).await;
             trees.push((tree, stdin, stderr));
         }
         for page in heap.chunks_mut(4096) {
@@ -1206,13 +1227,7 @@ mod tests {
         let host = pss_kib(std::process::id());
         std::hint::black_box(&heap);
         println!("\npss {host} {sum} {}", watchdogs.len());
-        let mut stdin = tokio::io::stdin();
-        let mut byte = [0u8; 1];
-        let _ = tokio::time::timeout(
-            Duration::from_secs(60),
-            tokio::io::AsyncReadExt::read(&mut stdin, &mut byte),
-        )
-        .await;
+        until_stdin_ends().await;
         drop(trees);
     }
 
@@ -1230,8 +1245,7 @@ mod tests {
     /// (the watchdog among them), it is killed with SIGKILL: nothing of
     /// the tree is left.
     async fn host_killed_with_sigkill(script: &str, processes: usize) {
-        let marker = unique("host");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("host");
         let mut host = rerun(
             "host_for_the_sigkill_test",
             &format!("host_for_the_sigkill_test={marker}"),
@@ -1264,19 +1278,11 @@ mod tests {
         let Spawned {
             tree,
             stdin: _stdin,
-            stdout,
             ..
-        } = sh(&script, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+        } = sh_up(&script, &marker).await;
         // On a line of its own: libtest's "test ... " has no newline yet.
         println!("\ntree up {marker}");
-        let mut stdin = tokio::io::stdin();
-        let mut byte = [0u8; 1];
-        let _ = tokio::time::timeout(
-            Duration::from_secs(60),
-            tokio::io::AsyncReadExt::read(&mut stdin, &mut byte),
-        )
-        .await;
+        until_stdin_ends().await;
         drop(tree);
     }
 
@@ -1307,17 +1313,7 @@ mod tests {
 
         // And nothing is left: checked in a process of its own, where any
         // child at all would show.
-        let mut child = rerun(
-            "child_for_the_spawn_failure_test",
-            "child_for_the_spawn_failure_test=",
-            &[],
-        );
-        drop(child.stdin.take());
-        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-            .await
-            .expect("the re-run ends")
-            .expect("waited");
-        assert!(status.success(), "{status:?}");
+        rerun_passes("child_for_the_spawn_failure_test", &[]).await;
     }
 
     /// In a process of its own: a failed spawn leaves no child, not even a
@@ -1358,30 +1354,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_host_secret_reaches_the_server_only_when_everything_is_inherited() {
-        let mut child = rerun(
-            "child_for_the_env_test",
-            "child_for_the_env_test=",
-            &[(SECRET, "hunter2")],
-        );
-        drop(child.stdin.take());
-        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-            .await
-            .expect("the re-run ends")
-            .expect("waited");
-        assert!(status.success(), "{status:?}");
+        rerun_passes("child_for_the_env_test", &[(SECRET, "hunter2")]).await;
     }
 
     #[tokio::test]
     async fn a_watchdog_killed_from_outside_leaves_no_process_and_says_so() {
-        let marker = unique("watchdog");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("watchdog");
         let Spawned {
             mut tree,
             stdin,
-            stdout,
             stderr: _stderr,
-        } = sh(WRAPPER, &marker).await;
-        expect_line(&mut BufReader::new(stdout), "up", Duration::from_secs(20)).await;
+            ..
+        } = sh_up(WRAPPER, &marker).await;
         let watchdog = libc::pid_t::try_from(tree.watchdog()).expect("a pid");
         // SAFETY: a signal to this test's own watchdog.
         assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
@@ -1403,8 +1387,7 @@ mod tests {
         // below. Deliberately without O_CLOEXEC.
         let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
         assert!(fd > 2, "{fd}");
-        let marker = unique("cloexec");
-        let _sweep = Sweep(marker.clone());
+        let (marker, _sweep) = swept("cloexec");
         let script = format!("[ -e /proc/self/fd/{fd} ] && echo leaked || echo clean; read _");
         let Spawned {
             tree: _tree,
@@ -1412,14 +1395,7 @@ mod tests {
             stdout,
             stderr: _stderr,
         } = sh(&script, &marker).await;
-        let mut line = String::new();
-        tokio::time::timeout(
-            Duration::from_secs(20),
-            BufReader::new(stdout).read_line(&mut line),
-        )
-        .await
-        .expect("a line in time")
-        .expect("read");
+        let line = first_line(stdout).await;
         // SAFETY: our own descriptor, opened above.
         unsafe { libc::close(fd) };
         assert_eq!(line.trim_end(), "clean");
@@ -1452,15 +1428,7 @@ mod tests {
                 else {
                     panic!("spawn");
                 };
-                let mut line = String::new();
-                tokio::time::timeout(
-                    Duration::from_secs(20),
-                    BufReader::new(stdout).read_line(&mut line),
-                )
-                .await
-                .expect("a line in time")
-                .expect("read");
-                line.trim_end().to_owned()
+                first_line(stdout).await.trim_end().to_owned()
             }
         };
         let path = std::env::var("PATH").unwrap_or_else(|_| "unset".to_owned());
