@@ -52,7 +52,7 @@ use tokio::time::Instant;
 use super::{Backoff, Engine, Front, Generation};
 use crate::error::Error;
 use crate::jsonrpc::{Message, Request};
-use crate::transport::ReplayFilter;
+use crate::transport::{MessageStream, ReplayFilter};
 
 /// Streams in a row that break the protocol or a limit (an invalid or
 /// oversized event), at most: then the server is broken and listening
@@ -313,34 +313,29 @@ impl<F: Front> Source<F> for GetStream {
             Err(error) => return failed(&error, "opening the GET stream failed"),
         };
         marker.up(engine);
-        let mut progress = false;
-        let mut broken = false;
-        while let Some(message) = stream.next().await {
-            match message {
-                Ok(_)
-                    if stream
-                        .replay_key()
-                        .is_some_and(|key| !self.replays.first(key)) => {}
-                Ok(message) => {
-                    progress = true;
-                    engine.route(generation, message).await;
+        let read = read_stream(
+            engine,
+            generation,
+            &mut stream,
+            "the GET stream",
+            |stream, message| {
+                if stream
+                    .replay_key()
+                    .is_some_and(|key| !self.replays.first(key))
+                {
+                    Seen::Skip
+                } else {
+                    Seen::New(message)
                 }
-                Err(error) => {
-                    tracing::debug!(%error, "the GET stream failed");
-                    // A dropped connection is how a server polls; an
-                    // invalid or oversized event is a broken server.
-                    broken = !error.is_transport();
-                    break;
-                }
-            }
-        }
+            },
+        )
+        .await;
         if let Some(id) = stream.last_event_id() {
             self.last_event_id = Some(id.to_owned());
         }
-        Attempt::Ended {
-            progress,
-            broken,
-            retry: stream.retry(),
+        match read {
+            Ok(read) => read.ended(stream.retry()),
+            Err(settled) => settled,
         }
     }
 }
@@ -408,41 +403,100 @@ impl<F: Front> Source<F> for Subscription {
             Err(error) => return failed(&error, "subscriptions/listen failed"),
         };
         marker.up(engine);
-        let mut progress = false;
-        let mut broken = false;
-        while let Some(message) = stream.next().await {
-            match message {
-                Ok(Message::Response(response)) if response.id.as_ref() == Some(&request.id) => {
-                    return match response.outcome {
+        let read = read_stream(
+            engine,
+            generation,
+            &mut stream,
+            "the subscription stream",
+            |_, message| match message {
+                Message::Response(response) if response.id.as_ref() == Some(&request.id) => {
+                    Seen::End(match response.outcome {
                         Ok(_) => Attempt::Finished,
                         Err(error) => Attempt::Refused(format!(
                             "subscriptions/listen was answered with error {}: {}",
                             error.code, error.message
                         )),
-                    };
+                    })
                 }
-                Ok(Message::Notification(notification)) if notification.method == ACKNOWLEDGED => {
-                    engine
-                        .route(generation, Message::Notification(notification))
-                        .await;
+                Message::Notification(notification) if notification.method == ACKNOWLEDGED => {
+                    Seen::Quiet(Message::Notification(notification))
                 }
-                Ok(message) => {
-                    progress = true;
-                    engine.route(generation, message).await;
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "the subscription stream failed");
-                    broken = !error.is_transport();
-                    break;
-                }
-            }
-        }
-        Attempt::Ended {
-            progress,
-            broken,
-            retry: None,
+                message => Seen::New(message),
+            },
+        )
+        .await;
+        match read {
+            Ok(read) => read.ended(None),
+            Err(settled) => settled,
         }
     }
+}
+
+/// What reading a listening stream does with a message.
+enum Seen {
+    /// Passes it over (an event replayed that was delivered before).
+    Skip,
+    /// Routes it: a new message, progress.
+    New(Message),
+    /// Routes it without counting it as progress.
+    Quiet(Message),
+    /// Stops reading: the attempt ended so.
+    End(Attempt),
+}
+
+/// How a listening stream's reading ended when no message settled it.
+struct Read {
+    /// A new message came.
+    progress: bool,
+    /// The stream broke the protocol or a limit.
+    broken: bool,
+}
+
+impl Read {
+    fn ended(self, retry: Option<Duration>) -> Attempt {
+        Attempt::Ended {
+            progress: self.progress,
+            broken: self.broken,
+            retry,
+        }
+    }
+}
+
+/// Reads `stream` (`name`d in the log) to its end or until `see` ends the
+/// attempt (`Err`), routing what `see` lets through: one policy of
+/// progress and breakage for every era's stream.
+async fn read_stream<F: Front>(
+    engine: &Arc<Engine<F>>,
+    generation: &Arc<Generation>,
+    stream: &mut MessageStream,
+    name: &str,
+    mut see: impl FnMut(&MessageStream, Message) -> Seen,
+) -> Result<Read, Attempt> {
+    let mut progress = false;
+    while let Some(message) = stream.next().await {
+        match message.map(|message| see(stream, message)) {
+            Ok(Seen::Skip) => {}
+            Ok(Seen::New(message)) => {
+                progress = true;
+                engine.route(generation, message).await;
+            }
+            Ok(Seen::Quiet(message)) => engine.route(generation, message).await,
+            Ok(Seen::End(attempt)) => return Err(attempt),
+            Err(error) => {
+                tracing::debug!(%error, "{name} failed");
+                // A dropped connection is how a server polls; an invalid
+                // or oversized event is a broken server.
+                return Ok(Read {
+                    progress,
+                    broken: !error.is_transport(),
+                });
+            }
+        }
+    }
+    Ok(Read {
+        progress,
+        broken: false,
+    })
 }
 
 /// Over stdio, the subscription's notifications come on the one shared
