@@ -597,22 +597,14 @@ mod tests {
         // Broken streams stop after MAX_BROKEN in a row; progress between
         // them starts the count again.
         let mut policy = Policy::new(super::super::LISTEN_BACKOFF);
+        let mut retries = |attempt| matches!(policy.next(attempt, now), Next::Retry(_));
         for _ in 1..MAX_BROKEN {
-            assert!(matches!(
-                policy.next(ended(false, true), now),
-                Next::Retry(_)
-            ));
+            assert!(retries(ended(false, true)));
         }
         // A stream that delivered, then broke: the first of a new count.
-        assert!(matches!(
-            policy.next(ended(true, true), now),
-            Next::Retry(_)
-        ));
+        assert!(retries(ended(true, true)));
         for _ in 2..MAX_BROKEN {
-            assert!(matches!(
-                policy.next(ended(false, true), now),
-                Next::Retry(_)
-            ));
+            assert!(retries(ended(false, true)));
         }
         assert!(matches!(
             policy.next(ended(false, true), now),
