@@ -390,19 +390,10 @@ impl<F: Front> Source<F> for Subscription {
         if generation.wire().shares_one_stream() {
             return listen_on_the_shared_stream(engine, generation, request, marker).await;
         }
-        let opened = engine
-            .post_request(
-                generation,
-                &request,
-                &http::HeaderMap::new(),
-                engine.exchange_deadline(),
-            )
-            .await;
-        let mut stream = match opened {
+        let mut stream = match post_listen(engine, generation, &request, marker).await {
             Ok(stream) => stream,
-            Err(error) => return failed(&error, "subscriptions/listen failed"),
+            Err(failed) => return failed,
         };
-        marker.up(engine);
         let read = read_stream(
             engine,
             generation,
@@ -499,6 +490,27 @@ async fn read_stream<F: Front>(
     })
 }
 
+/// POSTs the `subscriptions/listen` request (however its answer comes):
+/// once it is sent, the listener is up.
+async fn post_listen<F: Front>(
+    engine: &Arc<Engine<F>>,
+    generation: &Arc<Generation>,
+    request: &Request,
+    marker: &mut Opened,
+) -> Result<MessageStream, Attempt> {
+    let sent = engine
+        .post_request(
+            generation,
+            request,
+            &http::HeaderMap::new(),
+            engine.exchange_deadline(),
+        )
+        .await;
+    let answer = sent.map_err(|error| failed(&error, "subscriptions/listen failed"))?;
+    marker.up(engine);
+    Ok(answer)
+}
+
 /// Over stdio, the subscription's notifications come on the one shared
 /// stdout (the reader routes them, tagged with the subscription id) and
 /// its response only when it ends: the request is sent, then its
@@ -510,19 +522,10 @@ async fn listen_on_the_shared_stream<F: Front>(
     marker: &mut Opened,
 ) -> Attempt {
     let waiter = engine.waiter(request.id.clone());
-    let sent = engine
-        .post_request(
-            generation,
-            &request,
-            &http::HeaderMap::new(),
-            engine.exchange_deadline(),
-        )
-        .await;
-    let answer = match sent {
+    let answer = match post_listen(engine, generation, &request, marker).await {
         Ok(answer) => answer,
-        Err(error) => return failed(&error, "subscriptions/listen failed"),
+        Err(failed) => return failed,
     };
-    marker.up(engine);
     match waiter.read(generation, answer).await {
         Ok(_) => Attempt::Finished,
         Err(error) if error.is_rpc() => {
