@@ -85,19 +85,31 @@ impl Caller {
     }
 }
 
-/// The process's open descriptors, less the stdio watchdog's image: a
-/// sealed memfd made at the first stdio spawn and kept for the process's
-/// life (one, however many servers), as a cache is.
+/// The process's open descriptors that a scenario could leak: less the
+/// stdio watchdog's image (a sealed memfd made at the first stdio spawn and
+/// kept for the process's life, as a cache is) and tokio runtimes' own
+/// (another test's runtime, built before it waits for the lock), with each
+/// socket counted once.
 pub fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| {
-        dir.filter_map(|e| e.ok())
-            .filter(|e| {
-                std::fs::read_link(e.path()).is_ok_and(|target| {
-                    !target.to_string_lossy().starts_with("/memfd:mcp-watchdog")
-                })
-            })
-            .count()
-    })
+    let mut sockets = std::collections::HashSet::new();
+    fd_targets()
+        .into_iter()
+        .filter(|target| {
+            // The watchdog's image: open for the process's life once a
+            // stdio server was started.
+            !target.starts_with("/memfd:mcp-watchdog")
+                // A tokio runtime's own (its poll and its waker): the
+                // runtime of a `#[tokio::test]` waiting for this binary's
+                // lock is built before its body takes the lock, in the
+                // middle of whatever scenario holds it. A leak of ours is
+                // a connection, a pipe or a file, never a runtime.
+                && target != "anon_inode:[eventpoll]"
+                && target != "anon_inode:[eventfd]"
+        })
+        // A socket once, however many descriptors share it (every runtime
+        // holds a copy of tokio's one signal socket).
+        .filter(|target| !target.starts_with("socket:") || sockets.insert(target.clone()))
+        .count()
 }
 
 fn fd_targets() -> Vec<String> {
@@ -256,4 +268,34 @@ impl World {
             baseline,
         }
     }
+}
+
+/// A runtime built on another thread in the middle of a scenario, as a
+/// `#[tokio::test]` waiting for the lock builds its own, leaves the count
+/// where it was; a connection opened meanwhile does not.
+#[test]
+fn a_runtime_built_meanwhile_is_not_counted_and_a_connection_is() {
+    let _serial = super::serial();
+    // Tokio's one signal socket pair is made by the first runtime and
+    // kept: as in any scenario, which runs after others built theirs.
+    drop(tokio::runtime::Runtime::new().expect("a runtime"));
+    let before = open_fds();
+    let (built, waiting) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        built.send(()).unwrap();
+        released.recv().unwrap();
+        drop(runtime);
+    });
+    waiting.recv().unwrap();
+    assert_eq!(open_fds(), before, "{:?}", fd_targets());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    assert_eq!(open_fds(), before + 1, "{:?}", fd_targets());
+    drop(listener);
+    release.send(()).unwrap();
+    other.join().unwrap();
 }
