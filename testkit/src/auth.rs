@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{RespBody, full, random_u64};
+use super::body::{RespBody, full, random_u64};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Resp = Response<RespBody>;

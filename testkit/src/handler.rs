@@ -12,8 +12,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -26,9 +25,14 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_util::sync::CancellationToken;
 
+use super::body::{Resp, boxed, empty, full, random_u64};
 use super::config::{Era, Eras, ListenMode, ResponseMode, ServerConfig, TlsIdentity};
 use super::fault::{self, FaultAction};
 use super::mcp::{self, Answer, Kind};
+use super::respond::{
+    EVENT_STREAM, Outcome, Req, SESSION_HEADER, keepalive, media_types, note_client_message,
+    sse_headers,
+};
 use super::sse::ChanBody;
 use super::{
     ChunkSender, CountGuard, Inflight, Listener, PendingAnswer, RecordedRequest, Replay,
@@ -38,13 +42,8 @@ use super::{http_sse, modern};
 use mcp_scoped_http::TransportKind;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub(super) type RespBody = UnsyncBoxBody<Bytes, io::Error>;
-type Resp = Response<RespBody>;
-
-const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
-const EVENT_STREAM: &str = "text/event-stream";
 const JSON: &str = "application/json";
 /// Hard cap of [`FaultAction::SseNeverEndingLine`].
 const NEVER_ENDING_CAP: usize = 256 << 20;
@@ -117,66 +116,6 @@ where
     let svc = service_fn(move |req| handle(shared.clone(), conn, req));
     let builder = auto::Builder::new(TokioExecutor::new());
     let _ = builder.serve_connection(TokioIo::new(io), svc).await;
-}
-
-/// The parts of a request the handlers need.
-pub(super) struct Req {
-    pub(super) method: Method,
-    pub(super) headers: HeaderMap,
-    /// `None`: empty body; `Some(Err)`: not JSON.
-    pub(super) json: Option<Result<Value, ()>>,
-    pub(super) path: String,
-    pub(super) query: Option<String>,
-    /// The era serving it (meaningless off the endpoints).
-    pub(super) era: Era,
-}
-
-impl Req {
-    pub(super) fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// The query parameter `name`, if present.
-    pub(super) fn query_param(&self, name: &str) -> Option<&str> {
-        self.query
-            .as_deref()?
-            .split('&')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-    }
-
-    /// The session the request belongs to: its `Mcp-Session-Id`, or on
-    /// HTTP+SSE its `session_id` query parameter.
-    pub(super) fn session(&self) -> Option<&str> {
-        match self.era {
-            Era::HttpSse => self
-                .query_param("session_id")
-                .or_else(|| self.query_param("sessionId")),
-            _ => self.header(SESSION_HEADER),
-        }
-    }
-
-    pub(super) fn first_message(&self) -> Option<&Value> {
-        match self.json.as_ref()?.as_ref().ok()? {
-            Value::Array(a) => a.first(),
-            v => Some(v),
-        }
-    }
-
-    /// The ids of the JSON-RPC requests in the body.
-    fn request_ids(&self) -> Vec<Value> {
-        let messages: Vec<&Value> = match self.json.as_ref().and_then(|j| j.as_ref().ok()) {
-            Some(Value::Array(a)) => a.iter().collect(),
-            Some(v) => vec![v],
-            None => Vec::new(),
-        };
-        messages
-            .into_iter()
-            .filter_map(|m| match mcp::classify(m) {
-                Kind::Request { id, .. } => Some(id.clone()),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// Removes an in-flight entry when dropped (never drop it with the state
@@ -347,30 +286,6 @@ async fn handle(shared: Arc<Shared>, conn: u64, req: Request<Incoming>) -> Resul
 
 // ---------------------------------------------------------------- responses
 
-pub(super) fn boxed<B>(body: B) -> RespBody
-where
-    B: Body<Data = Bytes, Error = io::Error> + Send + 'static,
-{
-    UnsyncBoxBody::new(body)
-}
-
-pub(super) fn full(status: u16, content_type: Option<&str>, body: impl Into<Bytes>) -> Resp {
-    let mut resp = Response::new(boxed(
-        Full::new(body.into()).map_err(|never| match never {}),
-    ));
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    if let Some(ct) = content_type {
-        if let Ok(v) = HeaderValue::from_str(ct) {
-            resp.headers_mut().insert(CONTENT_TYPE, v);
-        }
-    }
-    resp
-}
-
-pub(super) fn empty(status: u16) -> Resp {
-    full(status, None, Bytes::new())
-}
-
 /// An HTTP error whose body is an id-less JSON-RPC error.
 fn rpc_error_response(status: u16, message: &str) -> Resp {
     let code = if status == 404 {
@@ -400,43 +315,6 @@ fn sse_response(events: Vec<Bytes>) -> Resp {
     let mut resp = Response::new(boxed(ChanBody::chunks(events)));
     sse_headers(resp.headers_mut());
     resp
-}
-
-pub(super) fn sse_headers(headers: &mut HeaderMap) {
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
-    headers.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
-    headers.insert(
-        HeaderName::from_static("x-accel-buffering"),
-        HeaderValue::from_static("no"),
-    );
-}
-
-/// With [`ServerConfig::sse_keepalive`] set, sends a `: ping` comment on
-/// `tx` that often until the stream ends or the server shuts down.
-pub(super) fn keepalive(shared: &Arc<Shared>, tx: &ChunkSender) {
-    let Some(every) = shared.config.sse_keepalive else {
-        return;
-    };
-    // Weak: the pings must not keep a stream open that its owner ended.
-    let tx = tx.downgrade();
-    let shutdown = shared.shutdown.clone();
-    let ping = shared.framing().comment("ping");
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(every) => {
-                    let Some(tx) = tx.upgrade() else { return };
-                    if tx.send(Ok(ping.clone())).await.is_err() {
-                        return;
-                    }
-                }
-                () = shutdown.cancelled() => return,
-            }
-        }
-    });
 }
 
 // ---------------------------------------------------------------- normal protocol
@@ -485,21 +363,6 @@ pub(super) struct Overrides {
     session_id: Option<Vec<u8>>,
 }
 
-/// The outcome of a POST before it is encoded.
-pub(super) enum Outcome {
-    /// A finished HTTP answer (errors, 202, a `subscriptions/listen` stream).
-    Http(Resp),
-    /// JSON-RPC answers to encode as JSON or SSE.
-    Messages {
-        answers: Vec<Answer>,
-        batch: bool,
-        session: Option<HeaderValue>,
-        /// 2026-07-28: SSE events are `event: message` with no id and no
-        /// priming event.
-        modern: bool,
-    },
-}
-
 /// The normal outcome of a POST in the request's era (faults that change
 /// the answer start from it). HTTP+SSE POSTs have no such outcome: their
 /// answers go to the stream.
@@ -508,16 +371,6 @@ fn post_outcome(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
         Era::Modern => modern::post(shared, req),
         _ => post(shared, req, ov),
     }
-}
-
-pub(super) fn media_types(value: &str) -> impl Iterator<Item = String> + '_ {
-    value.split(',').map(|part| {
-        part.split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase()
-    })
 }
 
 /// The error answer for a non-initialize request whose session header is
@@ -643,45 +496,6 @@ fn post(shared: &Arc<Shared>, req: &Req, ov: &Overrides) -> Outcome {
     }
 }
 
-/// Records a client's JSON-RPC response or `notifications/cancelled`, and
-/// wakes what waits on it (from the same session only).
-pub(super) fn note_client_message(shared: &Shared, session: Option<&str>, msg: &Value) {
-    let mut st = shared.state();
-    match msg.get("method").and_then(Value::as_str) {
-        Some("notifications/cancelled") => {
-            let id = msg
-                .get("params")
-                .and_then(|p| p.get("requestId"))
-                .cloned()
-                .unwrap_or(Value::Null);
-            if !id.is_null() {
-                for i in &st.inflight {
-                    if i.session.as_deref() == session && i.ids.contains(&id) {
-                        i.cancel.cancel();
-                    }
-                }
-            }
-            st.cancelled.push(id);
-        }
-        Some(_) => {}
-        None => {
-            st.client_answers.push(msg.clone());
-            let Some(key) = msg.get("id").and_then(Value::as_str) else {
-                return;
-            };
-            if st
-                .pending
-                .get(key)
-                .is_some_and(|p| p.session.as_deref() == session)
-            {
-                if let Some(p) = st.pending.remove(key) {
-                    let _ = p.tx.send(msg.clone());
-                }
-            }
-        }
-    }
-}
-
 fn register_session(shared: &Shared, id: String) {
     let mut st = shared.state();
     if shared.config.record_requests {
@@ -696,18 +510,6 @@ fn register_session(shared: &Shared, id: String) {
         .counters
         .sessions_created
         .fetch_add(1, Ordering::SeqCst);
-}
-
-pub(super) fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// How to encode [`Outcome::Messages`].

@@ -10,11 +10,10 @@ use http::header::HeaderValue;
 use http::{Method, Response};
 use serde_json::Value;
 
+use super::body::{RespBody, boxed, empty, full, random_u64};
 use super::config::SseEndpoint;
-use super::handler::{
-    Req, RespBody, boxed, empty, full, keepalive, note_client_message, random_u64, sse_headers,
-};
 use super::mcp::{self, Kind};
+use super::respond::{Req, keepalive, note_client_message, sse_headers};
 use super::sse::ChanBody;
 use super::{CountGuard, SessionRecord, Shared};
 use mcp_scoped_http::TransportKind;

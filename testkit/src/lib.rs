@@ -63,6 +63,7 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod body;
 pub mod churn;
 mod config;
 mod counting;
@@ -71,6 +72,7 @@ mod handler;
 mod http_sse;
 mod mcp;
 mod modern;
+mod respond;
 mod serve;
 mod sse;
 pub mod stdio;

@@ -9,9 +9,10 @@ use http::header::HeaderValue;
 use http::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
+use super::body::{RespBody, boxed, empty, full};
 use super::config::{InputRequest, ResponseMode, TestTool, ToolBehavior};
-use super::handler::{Outcome, Req, boxed, empty, full, sse_headers};
 use super::mcp::{self, Answer, Catalog};
+use super::respond::{self, Outcome, Req, keepalive, sse_headers};
 use super::sse::ChanBody;
 use super::{CountGuard, Shared, Subscription};
 
@@ -77,7 +78,7 @@ impl RpcError {
 
     /// The error response for request `id`, with its mapped HTTP status, as
     /// JSON (Python sends every early error as JSON, in either mode).
-    pub(super) fn response(&self, id: &Value) -> http::Response<super::handler::RespBody> {
+    pub(super) fn response(&self, id: &Value) -> http::Response<RespBody> {
         let mut error = json!({"code": self.code, "message": self.message});
         if let Some(data) = &self.data {
             error["data"] = data.clone();
@@ -153,7 +154,7 @@ fn media_types(req: &Req) -> Vec<String> {
         .get_all(http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(super::handler::media_types)
+        .flat_map(respond::media_types)
         .collect()
 }
 
@@ -704,11 +705,7 @@ fn honored(params: Option<&Value>) -> Value {
 
 /// `subscriptions/listen`: an SSE stream that stays open, first the
 /// acknowledgement, then the notifications the test triggers.
-fn listen(
-    shared: &Arc<Shared>,
-    id: &Value,
-    params: Option<&Value>,
-) -> http::Response<super::handler::RespBody> {
+fn listen(shared: &Arc<Shared>, id: &Value, params: Option<&Value>) -> http::Response<RespBody> {
     let filter = honored(params);
     let guard = CountGuard::new(Arc::clone(shared), |c| &c.subscriptions_open);
     let (tx, body) = ChanBody::channel(64, Some(Box::new(guard)));
@@ -718,7 +715,7 @@ fn listen(
         "params": {"_meta": {META_SUBSCRIPTION_ID: id}, "notifications": filter},
     });
     let _ = tx.try_send(Ok(shared.modern_event(&ack)));
-    super::handler::keepalive(shared, &tx);
+    keepalive(shared, &tx);
     shared.state().subscriptions.push(Subscription {
         id: id.clone(),
         filter,
