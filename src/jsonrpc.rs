@@ -14,6 +14,11 @@
 //!   sends a batch.
 //! - Serializing always writes `"jsonrpc":"2.0"` first and omits absent
 //!   `params`.
+//!
+//! These types are exhaustive on purpose: JSON-RPC 2.0 is a finished
+//! specification (MCP extends messages through `params` and `_meta`, never
+//! new members), so a match on [`Message`] or a [`Request`] built by its
+//! fields stays valid.
 
 use std::fmt;
 

@@ -61,7 +61,7 @@ fn decode(decoder: &mut SseDecoder, chunks: &[&[u8]], limit: usize) -> Decoded {
                     items.push(Item::Event(event));
                 }
                 Ok(None) => break,
-                Err(SseError::EventTooLarge { limit: reported }) => {
+                Err(SseError::EventTooLarge { limit: reported, .. }) => {
                     assert_eq!(reported, limit, "EventTooLarge names another limit");
                     items.push(Item::TooLarge);
                 }

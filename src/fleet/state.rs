@@ -31,6 +31,7 @@ pub enum SlotState {
     /// fleet's.
     Ready,
     /// Waiting to connect again.
+    #[non_exhaustive]
     Retrying {
         /// Failed connects (and sessions lost before they answered a
         /// request and stayed up for
@@ -46,6 +47,7 @@ pub enum SlotState {
     /// The server refused our credentials (401, 403, or the OAuth flow
     /// failed): no retry until [`Fleet::reconnect`](super::Fleet::reconnect)
     /// or a changed spec.
+    #[non_exhaustive]
     AuthRequired {
         /// The refusal.
         error: Arc<Error>,
@@ -59,6 +61,7 @@ pub enum SlotState {
     /// [`Fleet::reconnect`](super::Fleet::reconnect) or a changed spec. (A
     /// session that was up proved the spec right: whatever ends it is
     /// retried.)
+    #[non_exhaustive]
     Failed {
         /// The failure.
         error: Arc<Error>,

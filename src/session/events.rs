@@ -61,6 +61,7 @@ pub enum SessionEvent {
     /// `initialize`): requests go to it from now on. Its lists are being
     /// listed again: a [`CatalogChanged`](Self::CatalogChanged) per list
     /// follows once each is in place.
+    #[non_exhaustive]
     Renewed {
         /// The new session's id, if the server issued one (a credential:
         /// see [`SessionId`]).
@@ -74,6 +75,7 @@ pub enum SessionEvent {
     /// when this event is read.
     ///
     /// [`Session::catalog`]: super::Session::catalog
+    #[non_exhaustive]
     CatalogChanged {
         /// The session's catalog generation after the change
         /// ([`Session::catalog_generation`](super::Session::catalog_generation)):
@@ -89,6 +91,7 @@ pub enum SessionEvent {
     /// [`Session::is_listening`](super::Session::is_listening)).
     ListenerUp,
     /// A listening stream ended, or the listener stopped.
+    #[non_exhaustive]
     ListenerDown {
         /// Why, for people (a log line, not a contract).
         reason: String,
@@ -100,6 +103,7 @@ pub enum SessionEvent {
     /// The server ended the session and it cannot be replaced (an HTTP+SSE
     /// stream that ended, or broke the protocol or a limit): every request
     /// fails from now on, until the session is closed. A host reconnects.
+    #[non_exhaustive]
     Ended {
         /// Why, for people (a log line, not a contract).
         reason: String,

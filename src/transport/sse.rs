@@ -639,6 +639,7 @@ impl SseEvent {
 #[non_exhaustive]
 pub enum SseError {
     /// An event (or one of its lines) passed the decoder's size limit.
+    #[non_exhaustive]
     EventTooLarge {
         /// The limit in bytes.
         limit: usize,

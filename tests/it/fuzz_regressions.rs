@@ -101,7 +101,10 @@ fn an_events_own_id_counts_against_its_limit() {
     let mut decoder = SseDecoder::with_max_event_size(limit);
     decoder.push(b"id: 0123456789\n");
     decoder.push(b"data: 0123456789");
-    assert_eq!(decoder.next_event(), Err(SseError::EventTooLarge { limit }));
+    assert!(matches!(
+        decoder.next_event(),
+        Err(SseError::EventTooLarge { limit: l, .. }) if l == limit
+    ));
     decoder.push(b"\n\n");
     assert!(decoder.buffered_len() <= 2 + 3 * limit);
     // Within the limit together, the same event passes.

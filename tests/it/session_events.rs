@@ -75,6 +75,7 @@ fn a_renewal_after_a_404_expiry_says_so_with_the_new_id() {
         let SessionEvent::Renewed {
             session_id,
             revision,
+            ..
         } = renewed
         else {
             unreachable!()
@@ -134,7 +135,10 @@ fn a_list_changed_is_announced_with_the_new_list_in_place_in_every_era() {
                 matches!(e, SessionEvent::CatalogChanged { .. })
             })
             .await;
-            let SessionEvent::CatalogChanged { generation, list } = changed else {
+            let SessionEvent::CatalogChanged {
+                generation, list, ..
+            } = changed
+            else {
                 unreachable!()
             };
             assert_eq!(list, CatalogList::Tools, "{eras:?}");
@@ -421,7 +425,7 @@ fn an_http_sse_stream_over_the_limit_ends_the_session_and_says_so() {
             .expect_err("over the SSE event limit");
         assert!(error.is_limit(), "{error}");
         let (event, _) = until(&mut events, |e| matches!(e, SessionEvent::Ended { .. })).await;
-        let SessionEvent::Ended { reason } = event else {
+        let SessionEvent::Ended { reason, .. } = event else {
             unreachable!()
         };
         assert!(reason.contains("limit"), "{reason}");
