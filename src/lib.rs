@@ -69,7 +69,8 @@
 //! - `otel`: W3C trace context in each request's `_meta` and the
 //!   `mcp.client.*.duration` histograms.
 //! - `wire`: the raw Streamable HTTP wire with no guard stack, for tests and
-//!   tooling.
+//!   tooling. Unstable: it also needs `--cfg mcp_scoped_http_unstable_wire`
+//!   in `RUSTFLAGS` (and `RUSTDOCFLAGS`), and may change in any release.
 //!
 //! The fault-injecting test server (every era, OAuth, stdio) and the churn
 //! harness are the crate `mcp-scoped-http-testkit`; the `mcp-scoped-http`
@@ -146,6 +147,16 @@ pub mod client {
     pub use crate::http_client::{MAX_TRUST_STORE_BYTES, MAX_TRUST_STORE_FILES, TrustStoreError};
 }
 
+// hyper's way for unstable API: the feature alone (which another crate's
+// feature may turn on) is refused; the cfg is the caller's own consent.
+// cargo-fuzz's builds (`cfg(fuzzing)`) count as consent, so the fuzz
+// targets build with the plain `cargo fuzz run TARGET`.
+#[cfg(all(feature = "wire", not(any(mcp_scoped_http_unstable_wire, fuzzing))))]
+compile_error!(
+    "the `wire` feature of mcp-scoped-http is unstable: it also needs \
+     `--cfg mcp_scoped_http_unstable_wire` in RUSTFLAGS (and RUSTDOCFLAGS for docs)"
+);
+
 /// The raw Streamable HTTP wire (feature `wire`): one exchange at a time,
 /// with **no guard stack**.
 ///
@@ -154,8 +165,10 @@ pub mod client {
 /// stream and sends the DELETE, and keeps the session id and revision it
 /// learned. It runs no lifecycle, resumes nothing, and releases nothing on
 /// its own: whoever uses it owns every session it creates. For tests and
-/// tooling; a client wants [`Connector`].
-#[cfg(feature = "wire")]
+/// tooling; a client wants [`Connector`]. Unstable: it needs `--cfg
+/// mcp_scoped_http_unstable_wire` beside the feature, and may change in any
+/// release.
+#[cfg(all(feature = "wire", any(mcp_scoped_http_unstable_wire, fuzzing)))]
 pub mod wire {
     pub use crate::budget::estimated_messages_cost;
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
