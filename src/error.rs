@@ -85,7 +85,7 @@ pub(crate) enum Kind {
     /// The HTTP exchange failed below the HTTP status: connect, TLS, reset.
     Transport,
     /// A stdio server's pipe: its process ended, or closed its stdout.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     Stdio,
     /// The server answered with a non-success HTTP status.
     Status,
@@ -218,7 +218,7 @@ impl Error {
     }
 
     /// Adds `hint` after the message: what may explain the failure.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub(crate) fn with_hint(mut self, hint: impl Into<String>) -> Self {
         let hint = hint.into();
         self.inner.message = Some(match self.inner.message.take() {
@@ -296,13 +296,13 @@ impl Error {
 
     /// A stdio server's process ended, or closed its stdout: the pipe,
     /// which is that transport, is gone (a new process may work).
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub(crate) fn server_exited(message: impl Into<String>) -> Self {
         Error::new(Kind::Stdio).with_message(message)
     }
 
     /// Keeps the end of a stdio server's stderr with the error.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub(crate) fn with_stderr(mut self, tail: impl Into<Arc<str>>) -> Self {
         self.inner.stderr = Some(tail.into());
         self
@@ -396,7 +396,7 @@ impl Error {
     pub fn is_transport(&self) -> bool {
         match self.inner.kind {
             Kind::Transport => true,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Kind::Stdio => true,
             _ => false,
         }
@@ -462,7 +462,7 @@ impl Error {
             }),
             Kind::Timeout | Kind::Hook | Kind::Closed => true,
             // A new process may work (a crash loop is the backoff's).
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Kind::Stdio => true,
             Kind::Status => {
                 self.inner.session_expired
@@ -599,7 +599,7 @@ impl Error {
         match self.inner.kind {
             Kind::Builder => "invalid configuration",
             Kind::Transport => "HTTP transport failed",
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Kind::Stdio => "stdio transport failed",
             Kind::Status => "server answered with an error status",
             Kind::Rpc => "server answered with a JSON-RPC error",

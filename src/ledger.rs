@@ -63,7 +63,8 @@ pub(crate) enum Field {
     OwnedSessions,
     PendingReaps,
     /// stdio server process trees, counted by `stdio::process::ProcessTree`
-    /// (so unused without the feature `stdio`).
+    /// (so unused without the feature `stdio`, and off Unix, where no tree
+    /// is made).
     #[cfg_attr(not(all(feature = "stdio", unix)), allow(dead_code))]
     Processes,
 }

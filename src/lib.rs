@@ -59,7 +59,8 @@
 //! - `proxy` (default): the owned client through an HTTP proxy, from the
 //!   environment or `HttpClientBuilder::proxy`.
 //! - `stdio`: servers as child processes (Unix; a small C watchdog is built
-//!   with the target's C compiler and embedded).
+//!   with the target's C compiler and embedded). It builds on every
+//!   platform; elsewhere a stdio connect fails with a configuration error.
 //! - `fleet`: `fleet::Fleet`, many named servers under one owner.
 //! - `oauth`: OAuth 2.1 for servers that require it (`oauth`).
 //! - `rmcp`: `adapters::rmcp::ScopedTransport`, a transport for rmcp 3.11
@@ -106,7 +107,7 @@ mod origin;
 mod queue;
 mod scope;
 mod session;
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 pub mod stdio;
 mod sync;
 pub mod telemetry;
@@ -173,8 +174,8 @@ pub mod wire {
     pub use crate::budget::estimated_messages_cost;
     pub use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
     pub use crate::session::entry::{ListResult, parse_page};
-    /// stdio's line framing (with feature `stdio`, on Unix), for fuzzing.
-    #[cfg(all(feature = "stdio", unix))]
+    /// stdio's line framing (with feature `stdio`), for fuzzing.
+    #[cfg(feature = "stdio")]
     pub use crate::stdio::stdio_lines;
     pub use crate::transport::sse;
     /// 2026-07-28 request metadata: header values and `x-mcp-header`.
@@ -233,6 +234,6 @@ const _: () = {
     }
     #[cfg(feature = "oauth")]
     send_sync::<oauth::OAuth>();
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     send_sync::<stdio::StdioCommand>();
 };

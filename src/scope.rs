@@ -99,7 +99,7 @@ pub struct Released {
     pub owned_client_released: bool,
     /// How a stdio server's process (its whole tree) ended; `None` for an
     /// HTTP session.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub process: Option<crate::stdio::ProcessEnd>,
     /// True when an earlier close had already released everything.
     pub already_closed: bool,
@@ -487,7 +487,7 @@ async fn run_session(
                 http.post_request_with(&initialize, &http::HeaderMap::new(), Deadline::none())
                     .await
             }
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Box::pin(stdio.send_request(&initialize, Deadline::none())).await,
         };
         owed.answered.store(true, Ordering::Release);
@@ -645,7 +645,7 @@ enum Entry {
     },
     ServerSessions(ServerSessions),
     /// A stdio server's process tree, released by the spec's sequence.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     Process {
         tree: crate::stdio::ProcessTree,
         grace: crate::stdio::Grace,
@@ -720,7 +720,7 @@ impl GuardStack {
     /// Pushes a stdio server's process tree, the moment it is spawned:
     /// released by closing stdin (the I/O tasks above it stop first),
     /// `grace`, SIGTERM, SIGKILL, reap.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub(crate) fn push_process(
         &mut self,
         tree: crate::stdio::ProcessTree,
@@ -756,7 +756,7 @@ impl GuardStack {
                     }
                     released.earlier_sessions.append(&mut ended);
                 }
-                #[cfg(all(feature = "stdio", unix))]
+                #[cfg(feature = "stdio")]
                 Entry::Process { tree, grace } => {
                     released.process = Some(tree.release(*grace).await);
                 }
@@ -803,7 +803,7 @@ impl GuardStack {
     fn owes_delete(&self) -> bool {
         self.entries.iter().any(|e| match e {
             Entry::ServerSessions(s) => s.owes_delete(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Entry::Process { .. } => true,
             _ => false,
         })
@@ -815,7 +815,7 @@ impl GuardStack {
             .iter()
             .filter_map(|e| match e {
                 Entry::ServerSessions(s) => Some(s.deadline()),
-                #[cfg(all(feature = "stdio", unix))]
+                #[cfg(feature = "stdio")]
                 Entry::Process { grace, .. } => Some(deadline_after(grace.bound())),
                 _ => None,
             })
@@ -860,7 +860,7 @@ impl fmt::Debug for GuardStack {
                     SyncKind::Transport => "transport",
                 },
                 Entry::ServerSessions(_) => "server sessions",
-                #[cfg(all(feature = "stdio", unix))]
+                #[cfg(feature = "stdio")]
                 Entry::Process { .. } => "process tree",
                 Entry::Background(_) => "background tasks",
             })

@@ -434,7 +434,7 @@ impl ScopedTransportBuilder {
 /// answered, the server's start-up included (a connect's default);
 /// [`TransportConfig::default`] (the longest line, the memory budget of
 /// what waits).
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct StdioTransportBuilder {
@@ -444,7 +444,7 @@ pub struct StdioTransportBuilder {
     config: TransportConfig,
 }
 
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 impl StdioTransportBuilder {
     /// Speaks `version` without detection (a 2026-07-28 revision skips
     /// `initialize`, a 2025 one the probe). Default: detected.
@@ -922,7 +922,7 @@ impl ScopedTransport {
     /// # Ok(())
     /// # }
     /// ```
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub fn stdio(command: crate::stdio::StdioCommand) -> StdioTransportBuilder {
         StdioTransportBuilder {
             command,
@@ -1032,7 +1032,7 @@ async fn initialize(engine: Arc<Engine<RmcpFront>>, request: Request) -> Result<
         sse_found: AtomicBool::new(false),
         stdio: front.stdio,
     };
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     if front.stdio {
         return tokio::select! {
             biased;
@@ -1184,7 +1184,7 @@ async fn redirected(
 /// session's `initialize` result goes to rmcp as the server sent it, and
 /// the handshake's `notifications/initialized`, already sent, is not sent
 /// again when rmcp sends its own.
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 async fn stdio_era(engine: &Arc<Engine<RmcpFront>>, plan: &Plan<'_>, id: RequestId) -> Result<()> {
     let phase = crate::session::shared::PhaseCell::default();
     let opened = era::open(engine, plan, &phase).await?;

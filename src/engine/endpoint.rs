@@ -58,7 +58,7 @@ impl Endpoint {
     }
 
     /// Whether header hooks (or the errors of building them) were added.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub(crate) fn has_hooks(&self) -> bool {
         !self.hooks.is_empty()
     }

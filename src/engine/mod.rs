@@ -34,7 +34,7 @@ mod answer;
 mod aside;
 mod endpoint;
 mod listener;
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 mod stdio;
 
 pub(crate) use crate::transport::Wire;
@@ -875,7 +875,7 @@ impl<F: Front> Engine<F> {
             Some(Wire::Http(current)) => {
                 *current = Arc::new(current.fresh().with_client_meta(meta));
             }
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Some(Wire::Stdio(current)) => {
                 *current = Arc::new(current.fresh().with_client_meta(meta));
             }
@@ -940,7 +940,7 @@ impl<F: Front> Engine<F> {
         // and every caller up the chain would lay it out.
         let posted = match &generation.wire {
             Wire::Http(http) => http.post_request_with(request, extra, deadline).await,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Box::pin(stdio.send_request(request, deadline)).await,
         }
         .inspect_err(|error| self.check_expiry(generation, error))?;
@@ -1072,7 +1072,7 @@ impl<F: Front> Engine<F> {
     ) -> Result<()> {
         match &generation.wire {
             Wire::Http(http) => http.post_notification_within(notification, deadline).await,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Box::pin(stdio.send_notification(notification, deadline)).await,
         }
         .inspect_err(|error| self.check_expiry(generation, error))
@@ -1095,7 +1095,7 @@ impl<F: Front> Engine<F> {
         let deadline = self.exchange_deadline();
         match &generation.wire {
             Wire::Http(http) => http.post_response_within(response, deadline).await,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Box::pin(stdio.send_response(response, deadline)).await,
         }
         .inspect_err(|error| self.check_expiry(generation, error))

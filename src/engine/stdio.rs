@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::{Engine, Era, Front, Generation};
 use crate::error::Error;
 use crate::scope::Spawner;
-use crate::stdio::{Io, Lines, drain_stderr, write_lines};
+use crate::stdio::{Io, Lines, drain_stderr, ended_how, write_lines};
 
 /// How long, after stdout ended, the reader waits for the process to
 /// exit and for the rest of its stderr, to say why in the error.
@@ -138,36 +138,4 @@ async fn why_it_ended(
     } else {
         error.with_stderr(stderr)
     }
-}
-
-/// How a process ended, in words: "exited with status 1", "was killed by
-/// signal 9 (SIGKILL)".
-fn ended_how(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt as _;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(signal)) => match signal_name(signal) {
-            Some(name) => format!("was killed by signal {signal} ({name})"),
-            None => format!("was killed by signal {signal}"),
-        },
-        (None, None) => format!("ended ({status})"),
-    }
-}
-
-/// The usual name of the signals that end a server.
-fn signal_name(signal: i32) -> Option<&'static str> {
-    Some(match signal {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => return None,
-    })
 }

@@ -65,7 +65,7 @@ const KNOWN_SETTINGS: [&str; 15] = [
 const KNOWN: [&str; 2] = ["url", "headers"];
 
 /// The keys of a stdio entry this loader reads, besides [`KNOWN_SETTINGS`].
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 const KNOWN_STDIO: [&str; 4] = ["command", "args", "env", "cwd"];
 
 /// The longest value a `${...}` expansion may give (and the longest
@@ -434,9 +434,9 @@ fn entry_spec(
         Some(_) => return Err("`type` is not a string".into()),
     };
     if entry.contains_key("command") || kind == Some("stdio") {
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         return stdio_spec(name, entry, expander, loaded).map(Some);
-        #[cfg(not(all(feature = "stdio", unix)))]
+        #[cfg(not(feature = "stdio"))]
         {
             loaded.skipped.push(Skipped {
                 server: name.to_owned(),
@@ -614,7 +614,7 @@ fn tool_names(
 }
 
 /// A stdio entry: `command`, `args`, `env`, `cwd` and the settings.
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 fn stdio_spec(
     name: &str,
     entry: &Map<String, Value>,
@@ -727,12 +727,12 @@ mod tests {
             }, "globalShortcut": "x"}"#,
         )
         .unwrap();
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         assert_eq!(
             loaded.servers.keys().collect::<Vec<_>>(),
             ["legacy", "local", "off", "search", "typed-stdio"]
         );
-        #[cfg(not(all(feature = "stdio", unix)))]
+        #[cfg(not(feature = "stdio"))]
         {
             assert_eq!(
                 loaded.servers.keys().collect::<Vec<_>>(),
@@ -754,7 +754,7 @@ mod tests {
         assert!(!format!("{loaded:?}").contains("s3cret"));
     }
 
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     #[test]
     fn stdio_entries_are_read_with_args_env_and_cwd() {
         let loaded = parse_mcp_servers(
@@ -1073,7 +1073,7 @@ mod tests {
         assert!(!shown.contains("s3cret"), "{shown}");
     }
 
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     #[test]
     fn stdio_values_expand_and_http_keys_are_warned() {
         let vars = [
@@ -1198,7 +1198,7 @@ mod tests {
         assert_same(&plain.servers["p"], base());
     }
 
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     #[test]
     fn settings_apply_to_stdio_entries() {
         let loaded = parse_mcp_servers_with(

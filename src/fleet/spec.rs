@@ -324,7 +324,7 @@ enum Source {
     Connector(Arc<Connector>),
     /// A stdio server: its command, compared by value (program, arguments,
     /// environment, directory, grace periods).
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     Stdio(Box<StdioPieces>),
     /// An entry that cannot be used, and why (naming the entry and the
     /// key, never a value): its slot fails at once, and never connects.
@@ -332,7 +332,7 @@ enum Source {
 }
 
 /// A stdio server's spec: the command and the settings that apply to it.
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 #[derive(Clone, PartialEq)]
 struct StdioPieces {
     command: crate::stdio::StdioCommand,
@@ -441,7 +441,7 @@ impl ServerSpec {
     /// arguments, environment, directory, grace periods) and so are the
     /// settings: then [`Fleet::apply`](super::Fleet::apply) keeps its
     /// process.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub fn stdio(command: crate::stdio::StdioCommand) -> Self {
         ServerSpec::with_source(Source::Stdio(Box::new(StdioPieces {
             command,
@@ -473,7 +473,7 @@ impl ServerSpec {
     }
 
     /// The stdio command, for a stdio server's spec.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
         match &self.source {
             Source::Stdio(stdio) => Some(&stdio.command),
@@ -566,7 +566,7 @@ impl ServerSpec {
     pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
         match &mut self.source {
             Source::Pieces(pieces) => pieces.protocol_version = Some(version),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Source::Stdio(stdio) => stdio.protocol_version = Some(version),
             Source::Connector(_) | Source::Invalid(_) => {}
         }
@@ -578,7 +578,7 @@ impl ServerSpec {
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         match &mut self.source {
             Source::Pieces(pieces) => pieces.connect_timeout = timeout,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Source::Stdio(stdio) => stdio.connect_timeout = timeout,
             Source::Connector(_) | Source::Invalid(_) => {}
         }
@@ -590,7 +590,7 @@ impl ServerSpec {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         match &mut self.source {
             Source::Pieces(pieces) => pieces.request_timeout = Some(timeout),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Source::Stdio(stdio) => stdio.request_timeout = Some(timeout),
             Source::Connector(_) | Source::Invalid(_) => {}
         }
@@ -727,7 +727,7 @@ impl ServerSpec {
         match (&self.source, &other.source) {
             (Source::Pieces(a), Source::Pieces(b)) => a == b,
             (Source::Connector(a), Source::Connector(b)) => Arc::ptr_eq(a, b),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             (Source::Stdio(a), Source::Stdio(b)) => a == b,
             (Source::Invalid(a), Source::Invalid(b)) => a == b,
             _ => false,
@@ -765,7 +765,7 @@ impl ServerSpec {
         let pieces = match &self.source {
             Source::Invalid(reason) => return Err(Error::builder(reason.to_string())),
             Source::Connector(connector) => return Ok(Connector::clone(connector)),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Source::Stdio(stdio) => {
                 let mut connector =
                     Connector::stdio(stdio.command.clone()).connect_timeout(stdio.connect_timeout);
@@ -845,7 +845,7 @@ impl fmt::Debug for ServerSpec {
             Source::Invalid(reason) => {
                 d.field("invalid", reason);
             }
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Source::Stdio(stdio) => {
                 // The command's Debug shows no argument or variable value.
                 d.field("stdio", &stdio.command)

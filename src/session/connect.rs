@@ -97,7 +97,7 @@ struct Config {
     /// (`Reaper::global`).
     reaper: Option<Reaper>,
     /// A stdio server to start instead of an HTTP endpoint.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     command: Option<crate::stdio::StdioCommand>,
 }
 
@@ -151,7 +151,7 @@ impl Connector {
             log_level: None,
             memory_pool: None,
             reaper: None,
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             command: None,
         };
         Connector {
@@ -169,7 +169,7 @@ impl Connector {
     /// [`Error::is_builder`](crate::Error::is_builder). Everything else
     /// (timeouts, discovery, handlers, the memory budget, the transport's
     /// limits) applies as it does over HTTP.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub fn stdio(command: crate::stdio::StdioCommand) -> Self {
         let mut connector = Connector::new(String::new());
         connector.config_mut().command = Some(command);
@@ -177,7 +177,7 @@ impl Connector {
     }
 
     /// The stdio server this connector starts, if it is one.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     pub fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
         self.config.command.as_ref()
     }
@@ -501,7 +501,7 @@ impl Config {
     /// Where the server is, as spans show it: the endpoint's origin, or
     /// `stdio:` and the program's name.
     fn label(&self) -> Result<String> {
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         if let Some(command) = &self.command {
             return Ok(format!("stdio:{}", command.name()));
         }
@@ -509,13 +509,13 @@ impl Config {
     }
 
     /// The stdio server to start, if this connects to one.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     fn stdio_command(&self) -> Option<&crate::stdio::StdioCommand> {
         self.command.as_ref()
     }
 
     /// Never a stdio server without the feature.
-    #[cfg(not(all(feature = "stdio", unix)))]
+    #[cfg(not(feature = "stdio"))]
     fn stdio_command(&self) -> Option<std::convert::Infallible> {
         None
     }
@@ -523,7 +523,7 @@ impl Config {
     /// What the era found is remembered under: the endpoint's URL, or the
     /// stdio command line (a key only, never shown).
     fn era_key(&self) -> String {
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         if let Some(command) = &self.command {
             return command.era_key();
         }
@@ -531,7 +531,7 @@ impl Config {
     }
 
     /// What a stdio connector cannot do, refused before anything starts.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     fn check_stdio(&self) -> Result<()> {
         let http_only = [
             (
@@ -575,13 +575,13 @@ impl Config {
             let phase = PhaseCell::default();
             let limit = self.connect_limit();
             let deadline = Deadline::connect(limit);
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             let noise = crate::stdio::Noise::default();
             let established = self.establish(
                 &mut stack,
                 &phase,
                 deadline,
-                #[cfg(all(feature = "stdio", unix))]
+                #[cfg(feature = "stdio")]
                 &noise,
             );
             // The steps share `deadline`; this names the step it cut.
@@ -612,7 +612,7 @@ impl Config {
                 Err(error) => {
                     // A stdio server that never answered but wrote
                     // something else: say what.
-                    #[cfg(all(feature = "stdio", unix))]
+                    #[cfg(feature = "stdio")]
                     let error = match noise.describe() {
                         Some(hint) if error.is_timeout() => error.with_hint(hint),
                         _ => error,
@@ -632,7 +632,7 @@ impl Config {
         stack: &mut GuardStack,
         phase: &PhaseCell,
         deadline: Deadline,
-        #[cfg(all(feature = "stdio", unix))] noise: &crate::stdio::Noise,
+        #[cfg(feature = "stdio")] noise: &crate::stdio::Noise,
     ) -> Result<Established> {
         let mut timings = Timings::default();
         let capabilities = self.handlers.capabilities();
@@ -648,10 +648,10 @@ impl Config {
             self.discovery.memory,
             self.memory_pool.as_ref().map(|pool| pool.account().clone()),
         );
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         let mut stdio_io = None;
         let (template, client_ownership, lent) = match self.stdio_command() {
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Some(command) => {
                 self.check_stdio()?;
                 phase.set(ConnectPhase::Connect);
@@ -713,7 +713,7 @@ impl Config {
             id_prefix: None,
         };
         let engine = Engine::new(front, template, sessions, spawner, settings);
-        #[cfg(all(feature = "stdio", unix))]
+        #[cfg(feature = "stdio")]
         if let Some((io, pipes)) = stdio_io {
             if !engine.start_stdio(io, &pipes) {
                 return Err(Error::closed());

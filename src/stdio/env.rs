@@ -8,13 +8,8 @@
 //! here, on the `PATH` the child will get, so that a missing program is a
 //! configuration error naming it before anything is spawned.
 
-// Used by the stdio wire (issue 27), which lands in its own commit: until
-// then only the tests use this module.
-
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -55,7 +50,7 @@ fn child_env_from(
     extra: &[(OsString, OsString)],
 ) -> Vec<(OsString, OsString)> {
     let inherited = host.into_iter().filter(|(name, value)| {
-        (inherit_all || allow.contains(name)) && !value.as_bytes().starts_with(b"()")
+        (inherit_all || allow.contains(name)) && !value.as_encoded_bytes().starts_with(b"()")
     });
     let mut env: Vec<(OsString, OsString)> = Vec::with_capacity(allow.len() + extra.len());
     for (name, value) in inherited.chain(extra.iter().cloned()) {
@@ -107,7 +102,7 @@ pub(crate) fn resolve_program(
         };
         std::path::absolute(&joined).unwrap_or(joined)
     };
-    if program.as_bytes().contains(&b'/') {
+    if program.as_encoded_bytes().contains(&b'/') {
         let candidate = in_cwd(Path::new(program));
         return match probe(&candidate) {
             Probe::Executable => Ok(candidate),
@@ -123,11 +118,12 @@ pub(crate) fn resolve_program(
     // The first entry that has the name but cannot run it, for the error if
     // no entry can (a shell says "permission denied" then, not "not found").
     let mut unrunnable: Option<(PathBuf, &'static str)> = None;
-    for entry in searched.as_bytes().split(|&byte| byte == b':') {
-        let dir = if entry.is_empty() {
-            Path::new(".")
+    for entry in std::env::split_paths(searched) {
+        // An empty entry is the working directory, as for `execvp`.
+        let dir = if entry.as_os_str().is_empty() {
+            PathBuf::from(".")
         } else {
-            Path::new(OsStr::from_bytes(entry))
+            entry
         };
         let candidate = in_cwd(&dir.join(program));
         match probe(&candidate) {
@@ -173,16 +169,19 @@ fn probe(candidate: &Path) -> Probe {
         Ok(meta) if !meta.is_file() => Probe::NotExecutable("is not a regular file"),
         // Any execute bit, as a shell's lookup checks; who may use it is
         // the kernel's verdict at exec, reported by the spawn.
-        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => {
+        #[cfg(unix)]
+        Ok(meta) if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 == 0 => {
             Probe::NotExecutable("is not executable")
         }
         Ok(_) => Probe::Executable,
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    use std::os::unix::fs::PermissionsExt as _;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A directory of its own under the system's temporary directory,
@@ -231,8 +230,6 @@ mod tests {
         let joined: Vec<&[u8]> = dirs.iter().map(|dir| dir.as_os_str().as_bytes()).collect();
         OsString::from_vec(joined.join(&b':'))
     }
-
-    use std::os::unix::ffi::OsStringExt as _;
 
     #[test]
     fn the_allowlist_and_extra_reach_the_child_and_nothing_else() {

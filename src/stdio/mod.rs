@@ -56,12 +56,24 @@
 //! `mcp_scoped_http::stdio::stderr`), the last
 //! [`stderr_tail`](StdioCommand::stderr_tail) bytes kept for errors.
 //!
-//! Windows is not supported yet: the module is compiled on Unix only.
+//! Windows is not supported yet: there the module builds (nothing above it
+//! has a platform `cfg`), and a connect fails with an
+//! [`is_builder`](crate::Error::is_builder) error naming the program,
+//! before anything is started.
 
+// Everything but the process tree is the same on every platform; the tree
+// is Unix's (`process`, `watchdog`), and elsewhere a stand-in that refuses
+// to start one, so the layers above need no platform `cfg`.
+mod end;
 mod env;
 mod framing;
+#[cfg(unix)]
+mod process;
+#[cfg(not(unix))]
+#[path = "elsewhere.rs"]
 mod process;
 pub(crate) mod stderr;
+#[cfg(unix)]
 mod watchdog;
 
 use std::ffi::{OsStr, OsString};
@@ -73,13 +85,13 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, watch};
 
+pub use end::{Grace, ProcessEnd};
 pub use env::DEFAULT_ENV_ALLOWLIST;
 #[cfg(feature = "wire")]
 #[doc(hidden)]
 pub use framing::stdio_lines;
 pub(crate) use framing::{Lines, Noise};
-pub(crate) use process::ProcessTree;
-pub use process::{Grace, ProcessEnd};
+pub(crate) use process::{ProcessTree, ended_how};
 pub(crate) use stderr::{StderrTail, drain as drain_stderr};
 
 use crate::budget::Account;
@@ -270,7 +282,7 @@ pub(crate) struct Started {
 
 /// A started server's pipes and what its reader needs.
 pub(crate) struct Io {
-    pub(crate) stdin: tokio::net::unix::pipe::Sender,
+    pub(crate) stdin: process::Stdin,
     pub(crate) stdout: tokio::process::ChildStdout,
     pub(crate) stderr: tokio::process::ChildStderr,
     /// The writer's lines, from the wire.
@@ -331,10 +343,7 @@ pub(crate) async fn start(
 /// Writes the lines handed over to the child's stdin, whole, until the
 /// wire is gone or the child stops reading; then drops stdin, which
 /// closes it (the server's signal to exit).
-pub(crate) async fn write_lines(
-    mut stdin: tokio::net::unix::pipe::Sender,
-    mut outgoing: mpsc::Receiver<Vec<u8>>,
-) {
+pub(crate) async fn write_lines(mut stdin: process::Stdin, mut outgoing: mpsc::Receiver<Vec<u8>>) {
     while let Some(line) = outgoing.recv().await {
         if let Err(error) = stdin.write_all(&line).await {
             tracing::debug!(%error, "a stdio server's stdin is closed");

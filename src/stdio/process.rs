@@ -67,8 +67,8 @@
 //! what Linux alone has: no child subreaper (a descendant that leaves the
 //! group is reparented to init and not reached), no parent-death signal
 //! (a watchdog killed from outside leaves the server to the host's group
-//! SIGKILL), no pidfd. Windows is not compiled (the module is
-//! `cfg(unix)`); the planned answer is a Job Object with
+//! SIGKILL), no pidfd. Off Unix this module is replaced by `elsewhere`,
+//! which refuses to start a server; Windows' planned answer is a Job Object with
 //! `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE`, which the system closes with the
 //! host.
 
@@ -90,86 +90,14 @@ use tokio::io::AsyncReadExt as _;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
+use super::end::{Grace, KILL_WAIT, ProcessEnd};
 use super::watchdog::{self, RECORD, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Count, Field};
 
-/// How long a release waits for the tree after a SIGKILL to its group
-/// before it reports [`ProcessEnd::Unconfirmed`]: a process ends at once on
-/// SIGKILL unless it is in uninterruptible sleep (a hung disk or mount).
-const KILL_WAIT: Duration = Duration::from_secs(2);
-
-/// How long each step of a stdio server's release may take. The whole
-/// release takes at most `stdin + terminate` and 2 s more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Grace {
-    /// How long the server has to exit by itself once its stdin is closed,
-    /// as the spec asks it to, before SIGTERM goes to its group. Default:
-    /// 2 s.
-    pub stdin: Duration,
-    /// How long its group has to end after SIGTERM before SIGKILL. Default:
-    /// 2 s.
-    pub terminate: Duration,
-}
-
-impl Default for Grace {
-    fn default() -> Self {
-        Grace {
-            stdin: Duration::from_secs(2),
-            terminate: Duration::from_secs(2),
-        }
-    }
-}
-
-impl Grace {
-    /// Sets [`stdin`](Self::stdin).
-    #[must_use]
-    pub fn stdin(mut self, grace: Duration) -> Self {
-        self.stdin = grace;
-        self
-    }
-
-    /// Sets [`terminate`](Self::terminate).
-    #[must_use]
-    pub fn terminate(mut self, grace: Duration) -> Self {
-        self.terminate = grace;
-        self
-    }
-
-    /// The longest a release with these periods takes: both, and the wait
-    /// for the reap after SIGKILL.
-    pub(crate) fn bound(&self) -> Duration {
-        self.stdin
-            .saturating_add(self.terminate)
-            .saturating_add(KILL_WAIT)
-    }
-}
-
-/// How a stdio server's process ended (in the release report).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ProcessEnd {
-    /// It exited by itself (before, or within `Grace::stdin` after, its
-    /// stdin was closed), with this status: its exit code, or the signal
-    /// that ended it. On Linux, the tree's end: the server and every
-    /// descendant gone.
-    Exited(ExitStatus),
-    /// It (its whole group) ended after SIGTERM.
-    Terminated,
-    /// SIGKILL to its group was needed.
-    Killed,
-    /// Its watchdog (Linux) ended before the tree it watched, with this
-    /// status: something outside killed it. The server then got SIGKILL
-    /// (its parent-death signal), and so did whatever was left of its
-    /// group; the server's own status is lost.
-    WatchdogEnded(ExitStatus),
-    /// Not seen to end within the bound even after SIGKILL (a process in
-    /// uninterruptible sleep), or its end could not be observed (the host
-    /// set SIGCHLD to be ignored, so the system reaped it unseen): left to
-    /// the watchdog and init. Rare.
-    Unconfirmed,
-}
+/// The host's end of a server's stdin: a pipe tokio writes without a
+/// thread of its own.
+pub(crate) type Stdin = tokio::net::unix::pipe::Sender;
 
 /// A spawned server: its tree, and the host's ends of its three standard
 /// streams.
@@ -177,7 +105,7 @@ pub(crate) struct Spawned {
     /// The process tree, released by [`ProcessTree::release`] or on drop.
     pub(crate) tree: ProcessTree,
     /// The server's stdin: dropping it is the first step of a release.
-    pub(crate) stdin: tokio::net::unix::pipe::Sender,
+    pub(crate) stdin: Stdin,
     /// The server's stdout (its messages).
     pub(crate) stdout: tokio::process::ChildStdout,
     /// The server's stderr (its log), to be drained always.
@@ -600,6 +528,37 @@ impl Drop for ProcessTree {
         drop(self.lifeline.take());
         self.waiter.abort();
     }
+}
+
+/// How a process ended, in words: "exited with status 1", "was killed by
+/// signal 9 (SIGKILL)".
+pub(crate) fn ended_how(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => match signal_name(signal) {
+            Some(name) => format!("was killed by signal {signal} ({name})"),
+            None => format!("was killed by signal {signal}"),
+        },
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+/// The usual name of the signals that end a server.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return None,
+    })
 }
 
 /// Sends `signal` to process group `group`, saying whether the group had

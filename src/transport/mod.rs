@@ -43,7 +43,7 @@ pub mod sse;
 pub(crate) mod metadata;
 mod replay;
 mod session;
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 mod stdio;
 mod stream;
 mod wire;
@@ -61,7 +61,7 @@ use tracing::Instrument;
 pub use crate::version::{ProtocolVersion, TransportKind};
 pub(crate) use replay::ReplayFilter;
 pub use session::{DEFAULT_MAX_SESSION_ID_LEN, SessionId};
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 pub(crate) use stdio::{OUTGOING_LINES, StdioWire};
 pub use stream::MessageStream;
 pub(crate) use wire::Wire;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-#[cfg(all(feature = "stdio", unix))]
+#[cfg(feature = "stdio")]
 use super::stdio::StdioWire;
 use super::{ProtocolVersion, SessionId, StreamableHttp};
 use crate::budget::Account;
@@ -20,7 +20,7 @@ pub(crate) enum Wire {
     Http(Arc<StreamableHttp>),
     /// A child process's stdin and stdout: every answer comes on the one
     /// shared stdout, read by the session's reader task.
-    #[cfg(all(feature = "stdio", unix))]
+    #[cfg(feature = "stdio")]
     Stdio(Arc<StdioWire>),
 }
 
@@ -29,7 +29,7 @@ impl Wire {
     pub(crate) fn http(&self) -> Option<&Arc<StreamableHttp>> {
         match self {
             Wire::Http(http) => Some(http),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(_) => None,
         }
     }
@@ -40,7 +40,7 @@ impl Wire {
     pub(crate) fn shares_one_stream(&self) -> bool {
         match self {
             Wire::Http(http) => http.is_http_sse(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(_) => true,
         }
     }
@@ -54,7 +54,7 @@ impl Wire {
     pub(crate) fn session_id(&self) -> Option<SessionId> {
         match self {
             Wire::Http(http) => http.session_id(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(_) => None,
         }
     }
@@ -63,7 +63,7 @@ impl Wire {
     pub(crate) fn protocol_version(&self) -> Option<ProtocolVersion> {
         match self {
             Wire::Http(http) => http.protocol_version(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => stdio.protocol_version(),
         }
     }
@@ -72,7 +72,7 @@ impl Wire {
     pub(crate) fn set_protocol_version(&self, version: ProtocolVersion) {
         match self {
             Wire::Http(http) => http.set_protocol_version(version),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => stdio.set_protocol_version(version),
         }
     }
@@ -81,7 +81,7 @@ impl Wire {
     pub(crate) fn account(&self) -> Option<&Account> {
         match self {
             Wire::Http(http) => http.account(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Some(stdio.account()),
         }
     }
@@ -91,7 +91,7 @@ impl Wire {
     pub(crate) fn fresh(&self) -> Wire {
         match self {
             Wire::Http(http) => Wire::Http(Arc::new(http.fresh())),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => Wire::Stdio(Arc::new(stdio.fresh())),
         }
     }
@@ -101,7 +101,7 @@ impl Wire {
     pub(crate) fn label(&self) -> String {
         match self {
             Wire::Http(http) => http.origin().to_string(),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => format!("stdio:{}", stdio.program()),
         }
     }
@@ -111,7 +111,7 @@ impl Wire {
     pub(crate) fn peer_address(&self) -> (String, Option<u16>) {
         match self {
             Wire::Http(http) => (http.origin().host().to_owned(), Some(http.origin().port())),
-            #[cfg(all(feature = "stdio", unix))]
+            #[cfg(feature = "stdio")]
             Wire::Stdio(stdio) => (stdio.program().to_owned(), None),
         }
     }
