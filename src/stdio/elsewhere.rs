@@ -14,19 +14,12 @@ use std::process::ExitStatus;
 
 use tokio::sync::watch;
 
+use super::Spawned;
 use super::end::{Grace, ProcessEnd};
 use crate::error::{Error, Result};
 
 /// The host's end of a server's stdin.
 pub(crate) type Stdin = tokio::process::ChildStdin;
-
-/// A spawned server: never made here.
-pub(crate) struct Spawned {
-    pub(crate) tree: ProcessTree,
-    pub(crate) stdin: Stdin,
-    pub(crate) stdout: tokio::process::ChildStdout,
-    pub(crate) stderr: tokio::process::ChildStderr,
-}
 
 /// Refuses, naming the program: stdio servers are supervised on Unix only.
 /// A configuration error ([`Error::is_builder`]): trying again would fail

@@ -272,6 +272,19 @@ impl fmt::Debug for StdioCommand {
     }
 }
 
+/// A spawned server: its tree, and the host's ends of its three standard
+/// streams.
+pub(crate) struct Spawned {
+    /// The process tree, released by `ProcessTree::release` or on drop.
+    pub(crate) tree: ProcessTree,
+    /// The server's stdin: dropping it is the first step of a release.
+    pub(crate) stdin: process::Stdin,
+    /// The server's stdout (its messages).
+    pub(crate) stdout: tokio::process::ChildStdout,
+    /// The server's stderr (its log), to be drained always.
+    pub(crate) stderr: tokio::process::ChildStderr,
+}
+
 /// A started server, before its pipes are read: the tree (for the guard
 /// stack, at once), the wire its generations send on, and its pipes.
 pub(crate) struct Started {

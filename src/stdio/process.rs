@@ -90,6 +90,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 
+use super::Spawned;
 use super::end::{Grace, KILL_WAIT, ProcessEnd};
 use super::watchdog::{self, RECORD, Record};
 use crate::error::{Error, Result};
@@ -98,19 +99,6 @@ use crate::ledger::{Count, Field};
 /// The host's end of a server's stdin: a pipe tokio writes without a
 /// thread of its own.
 pub(crate) type Stdin = tokio::net::unix::pipe::Sender;
-
-/// A spawned server: its tree, and the host's ends of its three standard
-/// streams.
-pub(crate) struct Spawned {
-    /// The process tree, released by [`ProcessTree::release`] or on drop.
-    pub(crate) tree: ProcessTree,
-    /// The server's stdin: dropping it is the first step of a release.
-    pub(crate) stdin: Stdin,
-    /// The server's stdout (its messages).
-    pub(crate) stdout: tokio::process::ChildStdout,
-    /// The server's stderr (its log), to be drained always.
-    pub(crate) stderr: tokio::process::ChildStderr,
-}
 
 /// Spawns `program` (already resolved: see `env::resolve_program`) with
 /// exactly `env`, in `cwd`, with its three standard streams piped, in a
