@@ -133,6 +133,7 @@ pub use session::{
     ResumptionToken, SESSION_EVENT_CAPACITY, Session, SessionEvent, SessionInfo, SessionOwnership,
     Timings,
 };
+pub use text::escape as escape_server_text;
 pub use transport::{ProtocolVersion, SessionId, TransportConfig, TransportKind};
 
 /// The client port's parts, beside [`HttpClient`]: the body types a lent

@@ -9,8 +9,17 @@ pub(crate) const MARK: &str = "…";
 /// a terminal shows (bidirectional overrides, zero-width ones) as `\u{..}`,
 /// so a server's output cannot move a host's cursor, recolour its terminal
 /// or disguise itself; at most `max` bytes (cut between two characters,
-/// [`MARK`] after).
-pub(crate) fn escape(text: &str, max: usize) -> String {
+/// `…` after).
+///
+/// For a host's own log of what a server sent (the crate's errors and
+/// logs already use it): method names, stderr, tool output.
+///
+/// ```
+/// let shown = mcp_scoped_http::escape_server_text("ok\u{1b}[2J\u{202e}", 64);
+/// assert_eq!(shown, "ok\\u{1b}[2J\\u{202e}");
+/// assert_eq!(mcp_scoped_http::escape_server_text("abcdef", 3), "abc…");
+/// ```
+pub fn escape(text: &str, max: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max));
     let mut piece = String::new();
     for c in text.chars() {
@@ -38,4 +47,15 @@ fn hidden(c: char) -> bool {
         c,
         '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_hides_nothing_and_cuts() {
+        assert_eq!(escape("a\u{1b}[31m\u{202e}b", 64), "a\\u{1b}[31m\\u{202e}b");
+        assert_eq!(escape(&"x".repeat(10), 4), "xxxx…");
+    }
 }

@@ -158,13 +158,14 @@ pub use spec::{
 };
 pub use state::{FleetEvent, SlotState};
 
+use crate::escape_server_text as escape;
 use crate::{Error, MemoryPool, Reaper, RequestOptions, Result};
 use catalog::Hub;
 use clients::ClientCache;
 use notify::Notices;
 use requests::Requests;
 use slot::{Policy, Slot};
-use support::{escape, lock};
+use support::lock;
 
 /// The slots' tasks, each ending with its slot's id and outcome.
 type Tasks = JoinSet<(u64, ServerShutdown)>;
