@@ -34,12 +34,14 @@ fn unique_marker() -> String {
     )
 }
 
-/// `sh -c 'sleep 30 & sleep 30'` in a group of its own, marked: a shell
-/// with a background child, the shape of a wrapper and its server.
+/// `sh -c 'sleep 30 & exec sleep 30'` in a group of its own, marked: a
+/// leader with a background child, the shape of a wrapper and its server.
+/// Two processes and never a third (the `exec`: a shell may or may not fork
+/// for its last command), so a snapshot of two is the whole tree.
 fn tree(marker: &str) -> Group {
     Group::spawn(
         Command::new("sh")
-            .args(["-c", "sleep 30 & sleep 30"])
+            .args(["-c", "sleep 30 & exec sleep 30"])
             .env(MARKER, marker)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
