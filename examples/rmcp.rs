@@ -6,7 +6,7 @@
 //! cargo run --example rmcp --features testkit,rmcp
 //! ```
 
-use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+use mcp_scoped_http::adapters::ScopedTransport;
 use mcp_scoped_http_testkit::{ServerConfig, TestServer};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;

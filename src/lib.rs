@@ -63,8 +63,8 @@
 //!   platform; elsewhere a stdio connect fails with a configuration error.
 //! - `fleet`: `fleet::Fleet`, many named servers under one owner.
 //! - `oauth`: OAuth 2.1 for servers that require it (`oauth`).
-//! - `rmcp`: `adapters::rmcp::ScopedTransport`, a transport for rmcp 3.11
-//!   (needs Rust 1.88).
+//! - `rmcp`: rmcp 3.11's `Transport` on `adapters::ScopedTransport` (the
+//!   transport for an SDK that runs the protocol itself; needs Rust 1.88).
 //! - `reqwest`: `HttpClient::from_reqwest`, a caller's `reqwest::Client` lent
 //!   to sessions.
 //! - `otel`: W3C trace context in each request's `_meta` and the
@@ -84,7 +84,6 @@
 // over a socket with raw libc, and allows it there alone.
 #![deny(unsafe_code)]
 
-#[cfg(any(feature = "reqwest", feature = "rmcp"))]
 pub mod adapters;
 // The public `Backoff` (the fleet's, or a host's own supervisor's) and
 // the engine's `Retries`.

@@ -163,8 +163,8 @@ impl<T: Weigh> Sender<T> {
     /// number of its requests in flight bounds). It is charged all the
     /// same, so that messages [`offer`](Self::offer)ed meanwhile are
     /// dropped. False when nobody will read the queue any more.
-    // Only the rmcp adapter waits for room (its responses must not be lost).
-    #[cfg_attr(not(feature = "rmcp"), allow(dead_code))]
+    // Only `adapters::ScopedTransport` waits for room (its responses must
+    // not be lost).
     pub(crate) async fn send(&self, item: T) -> bool {
         let weight = item.weight();
         let Some(tx) = lock(&self.inner).tx.clone() else {

@@ -866,8 +866,7 @@ impl<F: Front> Engine<F> {
 
     /// The `clientInfo` and capabilities every later session's 2026-07-28
     /// requests carry in `_meta`: for a front end that learns them only
-    /// from its caller's own `initialize` (the rmcp adapter).
-    #[cfg(feature = "rmcp")]
+    /// from its caller's own `initialize` (`adapters::ScopedTransport`).
     pub(crate) fn set_client_meta(&self, client_info: &Value, capabilities: &Value) {
         let meta = crate::transport::metadata::client_meta(client_info, capabilities, None);
         let mut template = lock(&self.template);
@@ -885,7 +884,6 @@ impl<F: Front> Engine<F> {
     }
 
     /// The client new sessions go through, until close.
-    #[cfg(feature = "rmcp")]
     pub(crate) fn http_client(&self) -> Option<crate::http_client::HttpClient> {
         lock(&self.template)
             .as_ref()

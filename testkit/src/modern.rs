@@ -232,6 +232,7 @@ pub(super) fn post(shared: &Arc<Shared>, req: &Req) -> Outcome {
         "server/discover" => Ok(discover(cfg, catalog)),
         "tools/call" => call_tool(shared, catalog, params, sse, &mut before),
         m => mcp::dispatch(cfg, catalog, m, params, true)
+            .map(|result| cacheable(m, result))
             .map_err(|(code, message)| RpcError::new(code, message)),
     };
     match result {
@@ -533,6 +534,24 @@ fn check_param_headers(tool: &TestTool, args: &Value, req: &Req) -> Result<(), R
         }
     }
     Ok(())
+}
+
+/// The schema's `CacheableResult`s carry `ttlMs` and `cacheScope`
+/// (required: the Python SDK 2.x refuses a list result without them).
+fn cacheable(method: &str, mut result: Value) -> Value {
+    let cached = matches!(
+        method,
+        "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    );
+    if let (true, Some(obj)) = (cached, result.as_object_mut()) {
+        obj.entry("ttlMs").or_insert_with(|| json!(0));
+        obj.entry("cacheScope").or_insert_with(|| json!("public"));
+    }
+    result
 }
 
 /// `server/discover`'s result.

@@ -46,7 +46,7 @@ fn a_connector_for_an_invalid_endpoint_shows_none_of_it() {
 #[test]
 fn an_rmcp_transport_builders_debug_shows_the_endpoints_origin_only() {
     let _shared = crate::support::shared();
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     let builder = ScopedTransport::builder(ENDPOINT).bearer("BEARER-SECRET");
     assert_origin_only(&format!("{builder:?}"));
     assert_origin_only(&format!("{builder:#?}"));

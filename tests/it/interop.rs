@@ -489,7 +489,7 @@ async fn forgotten_session_on_server_everything_is_a_400_error() {
 }
 
 /// An rmcp client (the official Rust SDK) over this crate's transport
-/// (`adapters::rmcp::ScopedTransport`), against the rmcp server: rmcp's own
+/// (`adapters::ScopedTransport`), against the rmcp server: rmcp's own
 /// `initialize`, `list_all_tools` and a call, then `cancel`, which DELETEs
 /// the session (stateful) or sends nothing (stateless). Pinned to
 /// 2025-11-25: the rmcp server also answers `server/discover`, which
@@ -500,7 +500,7 @@ async fn forgotten_session_on_server_everything_is_a_400_error() {
 #[ignore = "needs the peers: run .ci/install-peers first"]
 async fn rmcp_client_over_our_transport() {
     let _shared = crate::support::shared();
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 
@@ -576,7 +576,7 @@ async fn rmcp_client_over_our_transport() {
 #[ignore = "needs the peers: run .ci/install-peers first"]
 async fn rmcp_client_cut_during_initialize_deletes_every_session() {
     let _shared = crate::support::shared();
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
 
     let peer = rmcp(&[]);
@@ -656,7 +656,7 @@ impl rmcp::ClientHandler for RmcpConfirming {
 #[ignore = "needs the peers: run .ci/install-peers first"]
 async fn rmcp_client_over_our_transport_to_python2_modern() {
     let _shared = crate::support::shared();
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 
@@ -744,7 +744,7 @@ async fn rmcp_client_over_our_transport_to_python2_modern() {
 #[ignore = "needs the peers: run .ci/install-peers first"]
 async fn rmcp_client_over_our_transport_to_python_http_sse() {
     let _shared = crate::support::shared();
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 
@@ -1505,7 +1505,7 @@ async fn a_stubborn_sdk_server_behind_a_wrapper_is_killed_whole() {
 /// done.
 #[cfg(feature = "rmcp")]
 async fn rmcp_over_stdio(command: mcp_scoped_http::stdio::StdioCommand, marker: &str) -> String {
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     let transport = ScopedTransport::stdio(command)

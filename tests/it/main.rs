@@ -66,6 +66,7 @@ mod reqwest_client;
 mod resumption;
 #[cfg(feature = "rmcp")]
 mod rmcp_transport;
+mod scoped_transport;
 mod server_requests;
 mod session_events;
 mod session_id;

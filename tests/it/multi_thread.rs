@@ -197,7 +197,7 @@ fn concurrent_404s_on_two_workers_start_one_renewal() {
 #[cfg(feature = "rmcp")]
 #[test]
 fn rmcp_renewals_cancels_and_drops_racing_on_two_workers_leak_no_session() {
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 

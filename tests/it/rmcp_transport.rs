@@ -1,4 +1,4 @@
-//! rmcp (the official Rust SDK) over `adapters::rmcp::ScopedTransport`,
+//! rmcp (the official Rust SDK) over `adapters::ScopedTransport`,
 //! against the test kit server: the success path, failures during rmcp's
 //! own `initialize`, a dropped `serve` future, and a failure during
 //! `list_all_tools`. Each runs over an owned and a borrowed client and ends
@@ -11,9 +11,8 @@ use std::time::Duration;
 use crate::support::baseline::World;
 use crate::support::*;
 use http::Method;
-use mcp_scoped_http::adapters::rmcp::{
-    ReleaseReport, ScopedTransport, ScopedTransportBuilder, scoped_error,
-};
+use mcp_scoped_http::adapters::rmcp::scoped_error;
+use mcp_scoped_http::adapters::{ReleaseReport, ScopedTransport, ScopedTransportBuilder};
 use mcp_scoped_http::{Error, ProtocolVersion, Released, SessionRelease};
 use mcp_scoped_http_testkit::{Eras, InputRequest, TestTool};
 use rmcp::model::CallToolRequestParams;

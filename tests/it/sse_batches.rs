@@ -130,7 +130,7 @@ mod over_rmcp {
     use std::sync::{Arc, Mutex};
 
     use mcp_scoped_http::SessionRelease;
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::handler::client::ClientHandler;
     use rmcp::model::{CallToolRequestParams, LoggingMessageNotificationParam};

@@ -789,7 +789,7 @@ async fn a_server_that_stops_reading_its_stdin_fails_calls_within_their_deadline
 #[cfg(feature = "rmcp")]
 mod rmcp_over_stdio {
     use super::*;
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 

@@ -1207,7 +1207,7 @@ fn i26_review_an_error_body_is_charged_too() {
 /// within the same bound as a `Session`'s.
 #[cfg(feature = "rmcp")]
 fn rmcp_answers_attack(name: &'static str, content_type: &str, body: String) {
-    use mcp_scoped_http::adapters::rmcp::ScopedTransport;
+    use mcp_scoped_http::adapters::ScopedTransport;
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
     scenario(async move {
