@@ -1611,6 +1611,59 @@ impl ScopedTransport {
         }
     }
 
+    /// [`send_message`](Self::send_message) for an SDK whose requests wait
+    /// for their answer on the read side, as the Python SDK's do: a request
+    /// that cannot be sent (the connect refused, an HTTP error, a JSON-RPC
+    /// error in a 4xx answer) is answered, through
+    /// [`receive_message`](Self::receive_message), with a JSON-RPC error
+    /// response, and this returns `Ok`. The answer carries the server's
+    /// JSON-RPC error when it sent one, else `-32603` with the cause as its
+    /// message and `data` naming this transport, the HTTP status and
+    /// whether the same request may succeed again (`retryable`). A closed
+    /// transport, and a notification or answer that cannot be sent, still
+    /// fail here.
+    pub fn send_message_answered(
+        &self,
+        message: Message,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let engine = self.engine.clone();
+        let id = match &message {
+            Message::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
+        let sending = self.send_message(message);
+        async move {
+            if engine.closing().is_cancelled() {
+                return Err(Error::closed());
+            }
+            let (error, id) = match (sending.await, id) {
+                (Ok(()), _) => return Ok(()),
+                (Err(error), Some(id)) if !error.is_closed() => (error, id),
+                (Err(error), _) => return Err(error),
+            };
+            let answer = match error.rpc_error() {
+                Some(rpc) => rpc.clone(),
+                None => ErrorObject {
+                    code: codes::INTERNAL_ERROR,
+                    message: error.to_string(),
+                    data: Some(json!({
+                        "transport": "mcp-scoped-http",
+                        "status": error.status().map(|s| s.as_u16()),
+                        "retryable": error.is_retryable(),
+                    })),
+                },
+            };
+            engine
+                .front
+                .give(Message::Response(Response {
+                    id: Some(id),
+                    outcome: Err(answer),
+                }))
+                .await;
+            Ok(())
+        }
+    }
+
     /// The next message from the server (responses, notifications, server
     /// requests), or `None` once the transport is closed. Cancel safe: a
     /// message is never lost to a dropped call. One caller at a time
@@ -1664,6 +1717,8 @@ impl ScopedTransport {
         drop(lock(&self.engine.front.handshake).opening.take());
         let stack = lock(&self.stack).take();
         drop(stack);
+        // No report comes now: a `ReleaseReport` waiting says `None`.
+        drop(lock(&self.report).take());
     }
 }
 

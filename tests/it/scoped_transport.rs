@@ -207,3 +207,62 @@ fn a_legacy_sdk_is_told_its_own_revision_while_the_wire_speaks_2026() {
         world.baseline.check(&world.server, 0).await;
     });
 }
+
+#[test]
+fn a_request_that_cannot_be_sent_is_answered_when_the_sdk_waits_on_the_read_side() {
+    scenario(async {
+        // A port nothing listens on: the connect is refused.
+        let closed_port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+            listener.local_addr().expect("its address").port()
+        };
+        let transport = ScopedTransport::new(format!("http://127.0.0.1:{closed_port}/mcp"))
+            .expect("a transport");
+        tokio::time::timeout(HUNG, transport.send_message_answered(initialize(3)))
+            .await
+            .expect("send hung")
+            .expect("answered, not raised");
+        let answer = response(&transport).await;
+        assert_eq!(answer["id"], 3);
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        assert_eq!(answer["error"]["data"]["transport"], "mcp-scoped-http");
+        assert_eq!(answer["error"]["data"]["retryable"], true);
+        // A notification that cannot be sent still fails where it was sent.
+        let notification =
+            message(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        assert!(transport.send_message_answered(notification).await.is_err());
+        transport.close().await.expect("close");
+        // Closed: no answer is made up, the send fails.
+        let error = transport
+            .send_message_answered(initialize(4))
+            .await
+            .expect_err("closed");
+        assert!(error.is_closed(), "{error}");
+    });
+}
+
+#[test]
+fn released_in_background_the_report_says_so_and_a_close_after_returns() {
+    scenario(async {
+        let world = World::new(ServerConfig::default()).await;
+        let mut transport = transport(&world, true);
+        let report = transport.release_report();
+        send(&transport, initialize(1)).await;
+        response(&transport).await;
+        transport.release_in_background();
+        assert!(transport.receive_message().await.is_none(), "receives end");
+        tokio::time::timeout(HUNG, transport.close())
+            .await
+            .expect("a close after does not wait")
+            .expect("close");
+        let reported = tokio::time::timeout(HUNG, report.released())
+            .await
+            .expect("the report does not wait for a close that will not come");
+        assert!(reported.is_none());
+        tokio::time::timeout(HUNG, mcp_scoped_http::shutdown())
+            .await
+            .expect("the reaper finishes");
+        assert_eq!(world.server.stats().deletes, 1);
+        world.baseline.check(&world.server, 1).await;
+    });
+}
