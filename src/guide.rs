@@ -14,6 +14,8 @@
 //!   (feature `stdio`).
 //! - [`integrations`]: owned and lent clients, attaching, rmcp, reqwest,
 //!   tower, draining on shutdown.
+//! - [`python`]: the Python package, a transport for the official Python
+//!   SDK.
 //! - [`interop`]: the official conformance suite and the SDKs' servers.
 //! - [`layout`]: the modules and how they depend on each other.
 //! - [`known_gaps`]: what is not done, or not done well, yet.
@@ -45,6 +47,9 @@ pub mod stdio {}
 
 #[doc = include_str!("guide/integrations.md")]
 pub mod integrations {}
+
+#[doc = include_str!("guide/python.md")]
+pub mod python {}
 
 #[doc = include_str!("guide/interop.md")]
 pub mod interop {}

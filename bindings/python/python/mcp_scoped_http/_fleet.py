@@ -1,0 +1,99 @@
+"""``Fleet``: a host's ``mcpServers`` run as one owner's servers."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from . import _native
+from ._transport import _shielded
+
+
+class Fleet:
+    """Many named MCP servers (HTTP and stdio) under one owner: each kept
+    connected by a task of its own (reconnecting with backoff), reconciled
+    by name on ``apply``, merged into one catalog, and drained by
+    ``shutdown`` (every session closed, every process tree ended). Use it
+    as an async context manager: leaving it shuts the fleet down, shielded
+    from cancellation."""
+
+    def __init__(self) -> None:
+        self._native = _native.NativeFleet()
+        #: How each server ended, once shut down.
+        self.shutdown_report: dict[str, str] | None = None
+
+    async def apply(self, config: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+        """Applies an ``mcpServers`` document: a mapping (``{"mcpServers":
+        {...}}``), or the path of a JSON file. ``${VAR}`` references are
+        expanded from the environment. Servers are started, stopped or
+        replaced by name; an entry that cannot be used fails alone (its
+        reason in ``invalid``). Returns what changed."""
+        if isinstance(config, Mapping):
+            text = json.dumps(config)
+        else:
+            with open(config, encoding="utf-8") as file:
+                text = file.read()
+        return json.loads(await self._native.apply(text))
+
+    async def ready(self, timeout: float) -> dict[str, Any]:
+        """Waits, at most ``timeout`` seconds, until every server is ready
+        or failed: ``ready``, ``not_ready`` (name: state) and ``pending``."""
+        return json.loads(await self._native.ready(timeout))
+
+    def states(self) -> dict[str, str]:
+        """Every server's state, in words."""
+        return json.loads(self._native.states())
+
+    @property
+    def catalog(self) -> dict[str, Any]:
+        """``servers`` (each one's catalog) and ``tools``, each with its
+        ``server`` and ``qualified_name`` (``server__tool``)."""
+        return json.loads(self._native.catalog())
+
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Calls ``tool`` on ``server`` once it is ready."""
+        args = None if arguments is None else json.dumps(arguments)
+        return json.loads(await self._native.call_tool(server, tool, args, timeout))
+
+    async def call(self, qualified: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Calls a tool by its qualified name, as a model was given it."""
+        args = None if arguments is None else json.dumps(arguments)
+        return json.loads(await self._native.call_qualified(qualified, args))
+
+    async def notifications(self) -> AsyncIterator[dict[str, Any]]:
+        """Every server's notifications (``server``, ``message``, and
+        ``missed``: how many were dropped before it while the reader was
+        behind), until the fleet shuts down. One iterator at a time."""
+        while True:
+            text = await self._native.next_notification()
+            if text is None:
+                return
+            yield json.loads(text)
+
+    async def shutdown(self) -> dict[str, str]:
+        """Shuts every server down, shielded from cancellation and bounded
+        by the fleet's deadline; how each ended, by name. Idempotent."""
+        if self.shutdown_report is None:
+            self.shutdown_report = json.loads(await _shielded(self._native.shutdown()))
+        return self.shutdown_report
+
+    async def __aenter__(self) -> Fleet:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.shutdown()

@@ -1,0 +1,245 @@
+//! `Fleet` for Python hosts: their `mcpServers` file run as one owner's
+//! servers (reconcile by name, reconnects, a merged catalog, a draining
+//! shutdown), thin over [`mcp_scoped_http::fleet::Fleet`]. Values cross as
+//! JSON text.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_scoped_http::RequestOptions;
+use mcp_scoped_http::fleet::{Fleet, ServerShutdown, parse_mcp_servers};
+use pyo3::prelude::*;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::future::Failure;
+use crate::session::{json_text, json_value, seconds};
+use crate::{closed, not_forked, py_error};
+
+/// A fleet; see the package's `Fleet`.
+#[pyclass(frozen, module = "mcp_scoped_http._native")]
+pub(crate) struct NativeFleet {
+    /// Taken only by `Drop`, which drops it inside the runtime (a drop
+    /// outside one cannot hand the release to the reaper).
+    inner: Option<Arc<Fleet>>,
+    notifications:
+        Arc<tokio::sync::Mutex<broadcast::Receiver<mcp_scoped_http::fleet::ServerNotification>>>,
+    gone: CancellationToken,
+}
+
+impl Drop for NativeFleet {
+    fn drop(&mut self) {
+        self.gone.cancel();
+        let inner = self.inner.take();
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        drop(inner);
+    }
+}
+
+impl NativeFleet {
+    fn inner(&self) -> PyResult<Arc<Fleet>> {
+        self.inner.clone().ok_or_else(|| closed("dropped"))
+    }
+
+    fn run<'py, F, T>(
+        &self,
+        py: Python<'py>,
+        work: impl FnOnce(Arc<Fleet>) -> F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: Future<Output = Result<T, Failure>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        not_forked()?;
+        let working = work(self.inner()?);
+        crate::future::spawn_while(py, &self.gone, "the fleet is gone", working)
+    }
+}
+
+fn shutdown_text(end: &ServerShutdown) -> String {
+    match end {
+        ServerShutdown::Closed(released) => format!("closed ({:?})", released.session),
+        ServerShutdown::NoSession => "no_session".to_owned(),
+        ServerShutdown::TimedOut => "timed_out".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[pymethods]
+impl NativeFleet {
+    /// A fleet with the defaults of `FleetBuilder`.
+    #[new]
+    fn new() -> PyResult<NativeFleet> {
+        not_forked()?;
+        // Its tasks are the runtime's.
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        let fleet = Fleet::new();
+        let notifications = fleet.notifications();
+        Ok(NativeFleet {
+            inner: Some(Arc::new(fleet)),
+            notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
+            gone: CancellationToken::new(),
+        })
+    }
+
+    /// Applies an `mcpServers` document (JSON text, `${VAR}` expanded from
+    /// the environment): servers started, stopped, replaced by name. JSON
+    /// of what changed, and of the entries that could not be used.
+    fn apply<'py>(&self, py: Python<'py>, config: &str) -> PyResult<Bound<'py, PyAny>> {
+        let loaded = parse_mcp_servers(config).map_err(py_error)?;
+        let invalid: Vec<String> = loaded.invalid.iter().map(|s| format!("{s:?}")).collect();
+        self.run(py, move |fleet| async move {
+            let report = fleet.apply(loaded.servers).await?;
+            json_text(&json!({
+                "started": report.started,
+                "stopped": report.stopped,
+                "replaced": report.replaced,
+                "unchanged": report.unchanged,
+                "invalid": invalid,
+            }))
+        })
+    }
+
+    /// Waits, at most `timeout` seconds, until every server is ready or
+    /// has failed: JSON of `ready`, `not_ready` (with each state) and
+    /// `pending`.
+    fn ready<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
+        let within = seconds(Some(timeout))?.unwrap_or(Duration::ZERO);
+        self.run(py, move |fleet| async move {
+            let readiness = fleet.ready(within).await?;
+            let not_ready: BTreeMap<&String, String> = readiness
+                .not_ready
+                .iter()
+                .map(|(name, state)| (name, state.to_string()))
+                .collect();
+            json_text(&json!({
+                "ready": readiness.ready,
+                "not_ready": not_ready,
+                "pending": readiness.pending,
+            }))
+        })
+    }
+
+    /// Every server's state, in words, by name (JSON).
+    fn states(&self) -> PyResult<String> {
+        let states: BTreeMap<String, String> = self
+            .inner()?
+            .states()
+            .into_iter()
+            .map(|(name, state)| (name, state.to_string()))
+            .collect();
+        json_text(&states)
+    }
+
+    /// The merged catalog (JSON): each server's, and the tools with their
+    /// qualified names.
+    fn catalog(&self) -> PyResult<String> {
+        let catalog = self.inner()?.catalog();
+        let tools: Vec<Value> = catalog
+            .tools()
+            .map(|tool| {
+                json!({
+                    "server": tool.server,
+                    "qualified_name": tool.qualified_name(),
+                    "tool": tool.entry,
+                })
+            })
+            .collect();
+        let servers: BTreeMap<&str, &mcp_scoped_http::Catalog> = catalog
+            .servers
+            .iter()
+            .map(|(name, server)| (&**name, &**server))
+            .collect();
+        json_text(&json!({
+            "generation": catalog.generation,
+            "servers": servers,
+            "tools": tools,
+        }))
+    }
+
+    #[pyo3(signature = (server, tool, arguments = None, timeout = None))]
+    fn call_tool<'py>(
+        &self,
+        py: Python<'py>,
+        server: String,
+        tool: String,
+        arguments: Option<&str>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let arguments = json_value(arguments, "the arguments")?.unwrap_or(Value::Null);
+        let mut options = RequestOptions::default();
+        if let Some(timeout) = seconds(timeout)? {
+            options = options.timeout(timeout);
+        }
+        self.run(py, move |fleet| async move {
+            let result = fleet
+                .call_tool_with(&server, &tool, arguments, options)
+                .await?;
+            json_text(&result)
+        })
+    }
+
+    #[pyo3(signature = (qualified, arguments = None))]
+    fn call_qualified<'py>(
+        &self,
+        py: Python<'py>,
+        qualified: String,
+        arguments: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let arguments = json_value(arguments, "the arguments")?.unwrap_or(Value::Null);
+        self.run(py, move |fleet| async move {
+            let result = fleet.call_qualified(&qualified, arguments).await?;
+            json_text(&result)
+        })
+    }
+
+    /// The next notification from any server, as JSON `{"server",
+    /// "message", "missed"}` (`missed`: how many were dropped before it
+    /// because the reader was behind), or None once the fleet shut down.
+    fn next_notification<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let queue = self.notifications.clone();
+        self.run(py, move |_| async move {
+            let mut queue = queue.lock().await;
+            let mut missed = 0u64;
+            loop {
+                match queue.recv().await {
+                    Ok(notification) => {
+                        let text = json_text::<Failure>(&json!({
+                            "server": &*notification.server,
+                            "message": {
+                                "method": notification.message.method,
+                                "params": notification.message.params,
+                            },
+                            "missed": missed,
+                        }))?;
+                        return Ok(Some(text));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => missed += n,
+                    Err(broadcast::error::RecvError::Closed) => return Ok(None),
+                }
+            }
+        })
+    }
+
+    /// Shuts every server down (in parallel, within the fleet's deadline),
+    /// and returns how each ended (JSON, by name).
+    fn shutdown<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        not_forked()?;
+        let fleet = self.inner()?;
+        crate::future::spawn(
+            py,
+            async move {
+                let report = fleet.shutdown().await;
+                let servers: BTreeMap<&String, String> = report
+                    .servers
+                    .iter()
+                    .map(|(name, end)| (name, shutdown_text(end)))
+                    .collect();
+                json_text::<Failure>(&servers)
+            },
+            None,
+        )
+    }
+}

@@ -1,0 +1,298 @@
+//! `Session` for Python hosts that want the crate to run the protocol
+//! (connect, catalog, calls with progress, notifications, close), thin over
+//! [`mcp_scoped_http::Session`]. Values cross as JSON text: serde on this
+//! side, `json.loads` on the other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_scoped_http::jsonrpc::Message;
+use mcp_scoped_http::stdio::StdioCommand;
+use mcp_scoped_http::{Connector, RequestOptions};
+use pyo3::prelude::*;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::future::Failure;
+use crate::{ConfigError, Released, closed, not_forked, version};
+
+/// A connected session; see the package's `Session`.
+#[pyclass(frozen, module = "mcp_scoped_http._native")]
+pub(crate) struct NativeSession {
+    /// Taken only by `Drop`, which drops it inside the runtime (a drop
+    /// outside one cannot hand the release to the reaper).
+    inner: Option<Arc<mcp_scoped_http::Session>>,
+    notifications: Arc<tokio::sync::Mutex<Option<mpsc::Receiver<Message>>>>,
+    /// Cancelled when the Python object goes: the futures it started stop,
+    /// so the session drops with them (and the reaper releases it).
+    gone: CancellationToken,
+}
+
+impl Drop for NativeSession {
+    fn drop(&mut self) {
+        self.gone.cancel();
+        let inner = self.inner.take();
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        drop(inner);
+    }
+}
+
+/// `value` as JSON text; the error is an exception, in either of the
+/// forms the callers return.
+pub(crate) fn json_text<E: From<PyErr>>(value: &impl serde::Serialize) -> Result<String, E> {
+    serde_json::to_string(value).map_err(|error| {
+        crate::McpScopedHttpError::new_err(format!("cannot serialize a value: {error}")).into()
+    })
+}
+
+pub(crate) fn json_value(text: Option<&str>, what: &str) -> PyResult<Option<Value>> {
+    text.map(|text| {
+        serde_json::from_str(text)
+            .map_err(|error| ConfigError::new_err(format!("{what} is not JSON: {error}")))
+    })
+    .transpose()
+}
+
+pub(crate) fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    timeout
+        .map(|t| {
+            Duration::try_from_secs_f64(t)
+                .map_err(|_| ConfigError::new_err(format!("not a timeout in seconds: {t}")))
+        })
+        .transpose()
+}
+
+/// Request options: a timeout, and progress handed to a Python callable
+/// (called on the runtime's thread with `(progress, total, message)`; what
+/// it raises is printed, not propagated).
+fn options(timeout: Option<f64>, on_progress: Option<Py<PyAny>>) -> PyResult<RequestOptions> {
+    let mut options = RequestOptions::default();
+    if let Some(timeout) = seconds(timeout)? {
+        options = options.timeout(timeout);
+    }
+    if let Some(callback) = on_progress {
+        options = options.on_progress(move |progress| {
+            Python::attach(|py| {
+                let args = (progress.progress, progress.total, progress.message.clone());
+                if let Err(error) = callback.call1(py, args) {
+                    error.print(py);
+                }
+            });
+        });
+    }
+    Ok(options)
+}
+
+impl NativeSession {
+    fn inner(&self) -> PyResult<Arc<mcp_scoped_http::Session>> {
+        self.inner.clone().ok_or_else(|| closed("dropped"))
+    }
+
+    /// Runs `work` on the session unless the Python object goes first.
+    fn run<'py, F, T>(
+        &self,
+        py: Python<'py>,
+        work: impl FnOnce(Arc<mcp_scoped_http::Session>) -> F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: Future<Output = Result<T, Failure>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        not_forked()?;
+        let working = work(self.inner()?);
+        crate::future::spawn_while(py, &self.gone, "the session is gone", working)
+    }
+}
+
+#[pymethods]
+impl NativeSession {
+    /// The server's name, version, capabilities, instructions, the
+    /// revision and transport, as JSON.
+    fn info(&self) -> PyResult<String> {
+        let info = self.inner()?.info();
+        json_text(&serde_json::json!({
+            "server_info": info.server_info,
+            "capabilities": info.capabilities,
+            "instructions": info.instructions,
+            "protocol_version": info.protocol_version.as_str(),
+            "transport": format!("{:?}", info.transport),
+        }))
+    }
+
+    /// Tools, prompts, resources and templates, as JSON.
+    fn catalog(&self) -> PyResult<String> {
+        json_text(&*self.inner()?.catalog())
+    }
+
+    #[getter]
+    fn session_id(&self) -> PyResult<Option<String>> {
+        Ok(self.inner()?.session_id().map(|id| id.expose().to_owned()))
+    }
+
+    #[getter]
+    fn closed(&self) -> PyResult<bool> {
+        Ok(self.inner()?.is_closed())
+    }
+
+    #[pyo3(signature = (name, arguments = None, timeout = None, on_progress = None))]
+    fn call_tool<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        arguments: Option<&str>,
+        timeout: Option<f64>,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let arguments = json_value(arguments, "the arguments")?.unwrap_or(Value::Null);
+        let options = options(timeout, on_progress)?;
+        self.run(py, move |session| async move {
+            let result = session.call_tool_with(&name, arguments, options).await?;
+            json_text(&result)
+        })
+    }
+
+    #[pyo3(signature = (method, params = None, timeout = None, on_progress = None))]
+    fn request<'py>(
+        &self,
+        py: Python<'py>,
+        method: String,
+        params: Option<&str>,
+        timeout: Option<f64>,
+        on_progress: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let params = json_value(params, "the params")?;
+        let options = options(timeout, on_progress)?;
+        self.run(py, move |session| async move {
+            let result = session.request_with(&method, params, options).await?;
+            json_text(&result)
+        })
+    }
+
+    #[pyo3(signature = (method, params = None))]
+    fn notify<'py>(
+        &self,
+        py: Python<'py>,
+        method: String,
+        params: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let params = json_value(params, "the params")?;
+        self.run(py, move |session| async move {
+            Ok(session.notify(&method, params).await?)
+        })
+    }
+
+    /// The next notification from the server as JSON, or None once the
+    /// session is closing.
+    fn next_notification<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let queue = self.notifications.clone();
+        self.run(py, move |_| async move {
+            let mut queue = queue.lock().await;
+            let Some(receiver) = queue.as_mut() else {
+                return Ok(None);
+            };
+            match receiver.recv().await {
+                Some(message) => json_text(&message).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// Closes the session: its tasks, the DELETE, hooks, the owned client,
+    /// a stdio server's tree, in reverse order. Never raises for a failed
+    /// DELETE (it is in what it returns).
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        not_forked()?;
+        let session = self.inner()?;
+        crate::future::spawn(
+            py,
+            async move { Ok::<_, Failure>(Released::from(session.close().await)) },
+            None,
+        )
+    }
+}
+
+/// Connects to the HTTP server at `url` or starts the stdio server
+/// `command`, with discovery; see the package's `connect`.
+#[pyfunction]
+#[pyo3(signature = (
+    url = None, *, command = None, args = None, env = None, cwd = None,
+    headers = None, bearer = None, protocol_version = None, timeout = None,
+    listen = true, client = None,
+))]
+#[allow(clippy::too_many_arguments)] // Python's keyword arguments
+pub(crate) fn connect<'py>(
+    py: Python<'py>,
+    url: Option<String>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<Vec<(String, String)>>,
+    cwd: Option<String>,
+    headers: Option<Vec<(String, String)>>,
+    bearer: Option<String>,
+    protocol_version: Option<&str>,
+    timeout: Option<f64>,
+    listen: bool,
+    client: Option<PyRef<'_, crate::HttpClient>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    not_forked()?;
+    let mut connector = match (url, command) {
+        (Some(url), None) => {
+            if args.is_some() || env.is_some() || cwd.is_some() {
+                return Err(ConfigError::new_err(
+                    "args, env and cwd are for a stdio command",
+                ));
+            }
+            let connector = Connector::new(url);
+            match client {
+                Some(client) => connector.client(client.inner.clone()),
+                None => connector,
+            }
+        }
+        (None, Some(command)) => {
+            if headers.is_some() || bearer.is_some() || client.is_some() {
+                return Err(ConfigError::new_err(
+                    "headers, bearer and client are for an HTTP url",
+                ));
+            }
+            let mut stdio = StdioCommand::new(command)
+                .args(args.unwrap_or_default())
+                .envs(env.unwrap_or_default());
+            if let Some(dir) = cwd {
+                stdio = stdio.current_dir(dir);
+            }
+            Connector::stdio(stdio)
+        }
+        _ => {
+            return Err(ConfigError::new_err(
+                "give either a url or a command, not both",
+            ));
+        }
+    };
+    for (name, value) in headers.unwrap_or_default() {
+        connector = connector.header(&name, &value);
+    }
+    if let Some(token) = bearer {
+        connector = connector.bearer(&token);
+    }
+    if let Some(version) = version(protocol_version)? {
+        connector = connector.protocol_version(version);
+    }
+    if let Some(timeout) = seconds(timeout)? {
+        connector = connector.connect_timeout(timeout);
+    }
+    connector = connector.listen(listen);
+    crate::future::spawn(
+        py,
+        async move {
+            let session = connector.connect().await?;
+            let notifications = session.notifications();
+            Ok::<_, Failure>(NativeSession {
+                inner: Some(Arc::new(session)),
+                notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
+                gone: CancellationToken::new(),
+            })
+        },
+        None,
+    )
+}

@@ -1,0 +1,60 @@
+"""mcp_scoped_http.Fleet: an mcpServers document of HTTP and stdio test
+kit servers (and a broken entry) run, called, and shut down with nothing
+left."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import anyio
+import pytest
+
+import mcp_scoped_http
+from conftest import BOUND, kit_bin, processes_marked
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_fleet_runs_its_config_and_shutdown_leaves_nothing(kit, tmp_path, monkeypatch):
+    web = kit()
+    modern = kit("--revision", "2026-07-28")
+    mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
+    monkeypatch.setenv("KIT_TOKEN", "a-token")
+    config = {
+        "mcpServers": {
+            "web": {"url": web.url, "headers": {"Authorization": "Bearer ${KIT_TOKEN}"}},
+            "modern": {"url": modern.url},
+            "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
+            "broken": {"url": 42},
+        }
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config))
+    async with mcp_scoped_http.Fleet() as fleet:
+        applied = await fleet.apply(path)
+        assert sorted(applied["started"]) == ["broken", "local", "modern", "web"], applied
+        assert applied["invalid"], applied
+        ready = await fleet.ready(BOUND)
+        assert sorted(ready["ready"]) == ["local", "modern", "web"], ready
+        assert list(ready["not_ready"]) == ["broken"], ready
+        assert processes_marked(mark)
+        qualified = sorted(t["qualified_name"] for t in fleet.catalog["tools"])
+        assert len(qualified) == 9 and "web__tool-001" in qualified, qualified
+        with anyio.fail_after(BOUND):
+            result = await fleet.call("local__tool-002", {"text": "hi"})
+            assert result["structuredContent"]["tool"] == "tool-002", result
+            result = await fleet.call_tool("modern", "tool-000", {"text": "hi"})
+            assert result["structuredContent"]["tool"] == "tool-000", result
+        with pytest.raises(mcp_scoped_http.McpScopedHttpError):
+            await fleet.call_tool("broken", "tool-000")
+        # Reconcile by name: `modern` stops, the rest are left alone.
+        del config["mcpServers"]["modern"]
+        applied = await fleet.apply(config)
+        assert applied["stopped"] == ["modern"], applied
+    report = fleet.shutdown_report
+    assert report is not None and sorted(report) == ["broken", "local", "web"], report
+    assert processes_marked(mark) == []
+    assert mcp_scoped_http.drain(BOUND)
+    assert web.stop().deletes == 1
+    assert modern.stop().deletes == 0

@@ -1,0 +1,228 @@
+"""The official Python SDK's ClientSession (and 2.x's Client) over
+mcp_scoped_http.transport, against the test kit server over HTTP in every
+era and as a stdio server: the session's work, and what is left after
+every way out (a close, a failed connect, a cancelled one)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import socket
+import uuid
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.shared.message import SessionMessage
+
+import mcp_scoped_http
+from conftest import BOUND, kit_bin, processes_marked
+
+SDK_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
+
+pytestmark = pytest.mark.anyio
+
+
+async def list_and_call(read, write) -> None:
+    async with ClientSession(read, write) as session:
+        with anyio.fail_after(BOUND):
+            await session.initialize()
+            tools = await session.list_tools()
+            names = [tool.name for tool in tools.tools]
+            assert names[:3] == ["tool-000", "tool-001", "tool-002"], names
+            result = await session.call_tool("tool-001", {"text": "hi"})
+            assert not (result.isError if SDK_MAJOR == 1 else result.is_error)
+
+
+@pytest.mark.parametrize(
+    ("revision", "session"),
+    [("2025-11-25", "deleted"), ("2026-07-28", "stateless"), ("both", "stateless"), ("2024-11-05", "no_session_id")],
+)
+async def test_a_client_session_works_in_every_era_and_leaves_nothing(kit, revision, session):
+    server = kit("--revision", revision)
+    scoped = mcp_scoped_http.transport(server.url, bearer="a-token")
+    async with scoped as (read, write):
+        await list_and_call(read, write)
+    released = scoped.released
+    assert released is not None and released.session == session, released
+    assert released.owned_client_released
+    assert mcp_scoped_http.drain(BOUND)
+    stats = server.stop()
+    assert stats.deletes == (1 if session == "deleted" else 0), stats
+    assert stats.deletes == stats.sessions_created or session != "deleted", stats
+
+
+async def test_a_stdio_server_is_supervised_and_its_tree_ends_with_the_block(tmp_path):
+    mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
+    scoped = mcp_scoped_http.transport(
+        command=kit_bin(), args=["serve", "--stdio"], env={mark: "1"}, cwd=tmp_path
+    )
+    async with scoped as (read, write):
+        assert processes_marked(mark), "the server runs"
+        await list_and_call(read, write)
+    assert scoped.released is not None and scoped.released.process is not None, scoped.released
+    assert processes_marked(mark) == [], "the tree ended and was reaped"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def sdk_error() -> type[Exception]:
+    exceptions = importlib.import_module("mcp.shared.exceptions")
+    return getattr(exceptions, "MCPError", None) or exceptions.McpError
+
+
+async def test_a_connect_that_fails_is_the_sdks_error_with_our_cause_and_leaves_nothing():
+    scoped = mcp_scoped_http.transport(f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.raises(BaseException) as raised:
+        async with scoped as (read, write):
+            async with ClientSession(read, write) as session:
+                with anyio.fail_after(BOUND):
+                    await session.initialize()
+    leaf = raised.value
+    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
+    # The request was answered with a JSON-RPC error naming the cause, as
+    # the SDK's contract wants: its own exception, raised to the caller.
+    assert isinstance(leaf, sdk_error()), repr(raised.value)
+    assert "connection refused" in str(leaf), str(leaf)
+    error = getattr(leaf, "error", None)
+    assert error is not None and error.data["transport"] == "mcp-scoped-http", error
+    assert error.data["retryable"] is True
+    assert scoped.released is not None and scoped.released.session == "not_owned"
+
+
+async def test_a_failed_notification_does_not_raise_and_a_closed_transport_is_closed(kit, caplog):
+    from mcp_scoped_http._transport import _parse
+
+    def notification() -> SessionMessage:
+        return SessionMessage(_parse(b'{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}'))
+
+    server = kit()
+    scoped = mcp_scoped_http.transport(server.url)
+    async with scoped as (read, write):
+        async with ClientSession(read, write) as session:
+            with anyio.fail_after(BOUND):
+                await session.initialize()
+                server.stop()  # every later POST fails
+                await write.send(notification())  # logged, not raised
+                with pytest.raises(sdk_error()):
+                    await session.list_tools()
+    assert "could not send 'notifications/roots/list_changed'" in caplog.text
+    with pytest.raises(anyio.ClosedResourceError):
+        await write.send(notification())
+
+
+async def test_a_connect_cancelled_at_any_moment_leaves_no_session(kit):
+    server = kit()
+    # Cancelled after 0, 1, 2, ... ms: before the POST, while it is in
+    # flight, after the session exists, during list_tools.
+    for step in range(30):
+        scoped = mcp_scoped_http.transport(server.url)
+        with anyio.move_on_after(step / 1000):
+            async with scoped as (read, write):
+                await list_and_call(read, write)
+        assert scoped.released is not None or step == 0, step
+    assert mcp_scoped_http.drain(BOUND)
+    stats = server.stop()
+    assert stats.deletes == stats.sessions_created, stats
+
+
+async def test_a_transport_dropped_unclosed_is_released_by_the_reaper(kit):
+    server = kit()
+    scoped = mcp_scoped_http.transport(server.url)
+    read, write = await scoped.__aenter__()
+    async with ClientSession(read, write) as session:
+        with anyio.fail_after(BOUND):
+            await session.initialize()
+    del read, write, session, scoped  # never closed
+    import gc
+
+    gc.collect()
+    assert mcp_scoped_http.drain(BOUND)
+    stats = server.stop()
+    assert (stats.sessions_created, stats.deletes) == (1, 1), stats
+
+
+async def test_bad_arguments_are_refused_before_anything_starts():
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        mcp_scoped_http.transport()
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        mcp_scoped_http.transport("http://127.0.0.1:1/mcp", command="x")
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        async with mcp_scoped_http.transport("ftp://127.0.0.1/mcp"):
+            pass
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        async with mcp_scoped_http.transport(command="/nonexistent/program"):
+            pass
+
+
+@pytest.mark.skipif(SDK_MAJOR < 2, reason="Client(transport) is the 2.x API")
+async def test_the_2x_client_takes_it_as_its_transport_and_speaks_2026(kit):
+    from mcp import Client
+
+    server = kit("--revision", "both")
+    scoped = mcp_scoped_http.transport(server.url)
+    async with Client(scoped) as client:
+        with anyio.fail_after(BOUND):
+            assert client.protocol_version == "2026-07-28"
+            tools = await client.list_tools()
+            assert len(tools.tools) == 3
+            await client.call_tool("tool-002", {"text": "hi"})
+    assert scoped.released is not None and scoped.released.session == "stateless"
+
+
+def test_a_forked_child_refuses_to_use_the_runtime():
+    import os
+    import time
+
+    # The runtime exists in the parent (the tests above used it).
+    mcp_scoped_http._native.http("http://127.0.0.1:1/mcp")
+    pid = os.fork()
+    if pid == 0:  # the child: every call refuses, none hangs
+        code = 1
+        try:
+            mcp_scoped_http._native.http("http://127.0.0.1:1/mcp")
+        except mcp_scoped_http.ClosedError:
+            code = 0 if mcp_scoped_http.drain(1.0) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)  # polling the child's exit, bounded
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung")
+
+
+async def test_a_lent_client_is_shared_and_never_closed(kit):
+    server = kit()
+    client = mcp_scoped_http.HttpClient(no_proxy=True)
+    for round in range(3):
+        scoped = mcp_scoped_http.transport(server.url, bearer=f"token-{round}", client=client)
+        async with scoped as (read, write):
+            await list_and_call(read, write)
+            assert client.hooks == 1, "the transport's bearer hook, on the lent client"
+        assert client.hooks == 0, "removed on the way out"
+        assert scoped.released.session == "deleted"
+        assert not scoped.released.owned_client_released
+        # A session of the crate's own through the same client.
+        async with await mcp_scoped_http.connect(server.url, client=client) as session:
+            assert len(session.catalog["tools"]) == 3
+        assert not session.released.owned_client_released
+    assert mcp_scoped_http.drain(BOUND)
+    stats = server.stop()
+    assert (stats.sessions_created, stats.deletes) == (6, 6), stats
+    # The server is gone; the client still works for another server.
+    other = kit()
+    async with mcp_scoped_http.transport(other.url, client=client) as (read, write):
+        await list_and_call(read, write)
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        mcp_scoped_http.HttpClient(roots_pem=b"not pem")
