@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_scoped_http::RequestOptions;
-use mcp_scoped_http::fleet::{Fleet, ServerShutdown, parse_mcp_servers};
+use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerShutdown, parse_mcp_servers};
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -26,6 +26,7 @@ pub(crate) struct NativeFleet {
     inner: Option<Arc<Fleet>>,
     notifications:
         Arc<tokio::sync::Mutex<broadcast::Receiver<mcp_scoped_http::fleet::ServerNotification>>>,
+    events: Arc<tokio::sync::Mutex<broadcast::Receiver<FleetEvent>>>,
     gone: CancellationToken,
 }
 
@@ -77,9 +78,11 @@ impl NativeFleet {
         let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
         let fleet = Fleet::new();
         let notifications = fleet.notifications();
+        let events = fleet.events();
         Ok(NativeFleet {
             inner: Some(Arc::new(fleet)),
             notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
+            events: Arc::new(tokio::sync::Mutex::new(events)),
             gone: CancellationToken::new(),
         })
     }
@@ -219,6 +222,50 @@ impl NativeFleet {
                     Err(broadcast::error::RecvError::Lagged(n)) => missed += n,
                     Err(broadcast::error::RecvError::Closed) => return Ok(None),
                 }
+            }
+        })
+    }
+
+    /// The next thing that happened in the fleet, as JSON: `{"kind":
+    /// "state", "server", "state"}`, `{"kind": "catalog", "server",
+    /// "generation", "tools"}` or `{"kind": "renewed", "server",
+    /// "protocol_version"}`, with `missed` (dropped while the reader was
+    /// behind); None once the fleet shut down.
+    fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let queue = self.events.clone();
+        self.run(py, move |_| async move {
+            let mut queue = queue.lock().await;
+            let mut missed = 0u64;
+            loop {
+                let event = match queue.recv().await {
+                    Ok(event) => event,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        missed += n;
+                        continue;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Ok(None),
+                };
+                let mut shown = match &event {
+                    FleetEvent::State { server, state, .. } => {
+                        json!({"kind": "state", "server": &**server, "state": state.to_string()})
+                    }
+                    FleetEvent::Catalog {
+                        server,
+                        generation,
+                        tools,
+                        ..
+                    } => json!({
+                        "kind": "catalog", "server": &**server,
+                        "generation": generation, "tools": tools,
+                    }),
+                    FleetEvent::Renewed { server, era, .. } => json!({
+                        "kind": "renewed", "server": &**server,
+                        "protocol_version": era.as_str(),
+                    }),
+                    other => json!({"kind": "other", "debug": format!("{other:?}")}),
+                };
+                shown["missed"] = json!(missed);
+                return Ok(Some(json_text::<Failure>(&shown)?));
             }
         })
     }

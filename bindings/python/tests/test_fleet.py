@@ -58,3 +58,46 @@ async def test_a_fleet_runs_its_config_and_shutdown_leaves_nothing(kit, tmp_path
     assert mcp_scoped_http.drain(BOUND)
     assert web.stop().deletes == 1
     assert modern.stop().deletes == 0
+
+
+async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    web = kit()
+    mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
+    fleet = mcp_scoped_http.Fleet()
+    await fleet.apply(
+        {
+            "mcpServers": {
+                "down": {"url": f"http://127.0.0.1:{closed_port}/mcp"},
+                "web": {"url": web.url},
+                "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
+            }
+        }
+    )
+    ready = await fleet.ready(BOUND)
+    assert sorted(ready["ready"]) == ["local", "web"], ready
+    # The events since the fleet began: each server's states, the catalog.
+    seen = []
+    with anyio.move_on_after(1):  # what is queued now; then stop reading
+        async for event in fleet.events():
+            seen.append(event)
+            if {"web", "local"} <= {e["server"] for e in seen if e["kind"] == "catalog"}:
+                break
+    assert {"web", "local"} <= {e["server"] for e in seen if e["kind"] == "catalog"}, seen
+    assert any(e["kind"] == "state" and e["server"] == "down" for e in seen), seen
+    assert "down" in ready["not_ready"], ready
+    # `down` waits to reconnect (its backoff), the others are up: stop now.
+    with anyio.fail_after(BOUND):
+        report = await fleet.shutdown()
+    assert report["down"] == "no_session", report
+    assert report["web"].startswith("closed"), report
+    assert processes_marked(mark) == []
+    assert mcp_scoped_http.drain(BOUND)
+    stats = web.stop()
+    assert (stats.sessions_created, stats.deletes) == (1, 1), stats
+    with pytest.raises(mcp_scoped_http.McpScopedHttpError):
+        await fleet.call_tool("web", "tool-000")

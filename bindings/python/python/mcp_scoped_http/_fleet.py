@@ -80,6 +80,19 @@ class Fleet:
                 return
             yield json.loads(text)
 
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """What happens in the fleet: ``{"kind": "state", "server",
+        "state"}``, ``{"kind": "catalog", "server", "generation",
+        "tools"}``, ``{"kind": "renewed", "server", "protocol_version"}``,
+        each with ``missed`` (dropped while the reader was behind), until
+        the fleet shuts down. Events before the first read are not kept
+        beyond the fleet's event capacity. One iterator at a time."""
+        while True:
+            text = await self._native.next_event()
+            if text is None:
+                return
+            yield json.loads(text)
+
     async def shutdown(self) -> dict[str, str]:
         """Shuts every server down, shielded from cancellation and bounded
         by the fleet's deadline; how each ended, by name. Idempotent."""
