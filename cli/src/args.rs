@@ -100,8 +100,15 @@ pub(crate) enum Command {
         /// revisions only (a request before `initialize`, such as a
         /// `server/discover` probe, is answered with an error). Nothing
         /// else is written to standard output.
-        #[arg(long, conflicts_with_all = ["port", "sse", "oauth", "revision"])]
+        #[arg(long, conflicts_with_all = ["port", "sse", "oauth", "revision", "ask"])]
         stdio: bool,
+        /// Also offer `ask-elicitation`, `ask-sampling` and `ask-roots`:
+        /// 2026-07-28 tools answered `input_required` once (an
+        /// `elicitation/create`, a `sampling/createMessage`, a
+        /// `roots/list`), then with what the client answered, for trying a
+        /// host's handlers. A 2025 call of them is a tool error.
+        #[arg(long)]
+        ask: bool,
     },
     /// The client under test for the official MCP conformance suite: acts
     /// on MCP_CONFORMANCE_SCENARIO (and MCP_CONFORMANCE_CONTEXT).

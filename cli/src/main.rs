@@ -128,7 +128,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::{Cli, Command};
-use mcp_scoped_http_testkit::{ListenMode, ResponseMode, ServerConfig};
+use mcp_scoped_http_testkit::{InputRequest, ListenMode, ResponseMode, ServerConfig, TestTool};
 
 /// Why the tool stopped early.
 #[derive(Debug)]
@@ -234,6 +234,7 @@ fn main() -> ExitCode {
                 revision,
                 oauth,
                 stdio,
+                ask,
             } => {
                 let mode = if sse {
                     ResponseMode::Sse
@@ -250,6 +251,26 @@ fn main() -> ExitCode {
                     .with_eras(revision)
                     // A long-running server keeps no record of requests.
                     .with_record_requests(false);
+                let config = if ask {
+                    config
+                        .with_tool(TestTool::input_required(
+                            "ask-elicitation",
+                            InputRequest::Elicitation,
+                            1,
+                        ))
+                        .with_tool(TestTool::input_required(
+                            "ask-sampling",
+                            InputRequest::Sampling,
+                            1,
+                        ))
+                        .with_tool(TestTool::input_required(
+                            "ask-roots",
+                            InputRequest::Roots,
+                            1,
+                        ))
+                } else {
+                    config
+                };
                 if stdio {
                     commands::serve_stdio(config).await
                 } else {

@@ -4,19 +4,21 @@
 //! JSON text.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use mcp_scoped_http::RequestOptions;
 use mcp_scoped_http::fleet::{Fleet, FleetEvent, ServerShutdown, parse_mcp_servers};
+use mcp_scoped_http::jsonrpc::{ErrorObject, codes};
 use pyo3::prelude::*;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::future::Failure;
 use crate::session::{json_text, json_value, seconds};
-use crate::{closed, not_forked, py_error};
+use crate::{ConfigError, closed, not_forked, py_error};
 
 /// A fleet; see the package's `Fleet`.
 #[pyclass(frozen, module = "mcp_scoped_http._native")]
@@ -70,13 +72,47 @@ fn shutdown_text(end: &ServerShutdown) -> String {
 
 #[pymethods]
 impl NativeFleet {
-    /// A fleet with the defaults of `FleetBuilder`.
+    /// A fleet with the defaults of `FleetBuilder`, and the host's answers
+    /// to server requests: `on_sampling` and `on_elicitation` (each called
+    /// as `answer(server, params_json)`, a coroutine of the result's JSON,
+    /// run on the event loop running now) and `roots` (JSON of a list).
     #[new]
-    fn new() -> PyResult<NativeFleet> {
+    #[pyo3(signature = (*, on_sampling = None, on_elicitation = None, roots = None))]
+    fn new(
+        py: Python<'_>,
+        on_sampling: Option<Py<PyAny>>,
+        on_elicitation: Option<Py<PyAny>>,
+        roots: Option<&str>,
+    ) -> PyResult<NativeFleet> {
         not_forked()?;
+        let mut builder = Fleet::builder();
+        if on_sampling.is_some() || on_elicitation.is_some() {
+            let event_loop = py
+                .import("asyncio")?
+                .call_method0("get_running_loop")
+                .map_err(|_| {
+                    ConfigError::new_err(
+                        "a fleet with handlers is made inside a running event loop (they run on it)",
+                    )
+                })?
+                .unbind();
+            let event_loop = Arc::new(event_loop);
+            if let Some(answer) = on_sampling {
+                builder = builder.on_sampling(handler(answer, event_loop.clone()));
+            }
+            if let Some(answer) = on_elicitation {
+                builder = builder.on_elicitation(handler(answer, event_loop));
+            }
+        }
+        if let Some(roots) = json_value(roots, "roots")? {
+            let Value::Array(roots) = roots else {
+                return Err(ConfigError::new_err("roots is a list"));
+            };
+            builder = builder.roots(roots);
+        }
         // Its tasks are the runtime's.
         let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-        let fleet = Fleet::new();
+        let fleet = builder.build();
         let notifications = fleet.notifications();
         let events = fleet.events();
         Ok(NativeFleet {
@@ -270,6 +306,18 @@ impl NativeFleet {
         })
     }
 
+    /// Replaces the roots every server's `roots/list` is answered with
+    /// (JSON of a list), and tells the servers that take the notification.
+    fn set_roots<'py>(&self, py: Python<'py>, roots: &str) -> PyResult<Bound<'py, PyAny>> {
+        let Some(Value::Array(roots)) = json_value(Some(roots), "roots")? else {
+            return Err(ConfigError::new_err("roots is a list"));
+        };
+        self.run(py, move |fleet| async move {
+            let told = fleet.set_roots(roots).await?;
+            json_text::<Failure>(&told)
+        })
+    }
+
     /// Shuts every server down (in parallel, within the fleet's deadline),
     /// and returns how each ended (JSON, by name).
     fn shutdown<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -288,5 +336,89 @@ impl NativeFleet {
             },
             None,
         )
+    }
+}
+
+/// A server request's answer from Python: `answer(server, params_json)`,
+/// a coroutine run on `event_loop` (from a blocking-pool thread, so no
+/// runtime worker waits for the GIL), whose JSON is the result. What it
+/// raises is the request's error (`-32603`, its message).
+fn handler(
+    answer: Py<PyAny>,
+    event_loop: Arc<Py<PyAny>>,
+) -> impl Fn(Arc<str>, Value) -> BoxFuture<'static, Result<Value, ErrorObject>> + Send + Sync + 'static
+{
+    let answer = Arc::new(answer);
+    move |server, params| {
+        let (answer, event_loop) = (answer.clone(), event_loop.clone());
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            let schedule = move || {
+                crate::future::through_gate(|| {
+                    Python::attach(|py| -> PyResult<()> {
+                        let coroutine = answer.call1(py, (&*server, params.to_string()))?;
+                        let future = py.import("asyncio")?.call_method1(
+                            "run_coroutine_threadsafe",
+                            (coroutine, event_loop.bind(py)),
+                        )?;
+                        let answered = Answered {
+                            tx: Mutex::new(Some(tx)),
+                        };
+                        future.call_method1("add_done_callback", (answered,))?;
+                        Ok(())
+                    })
+                })
+            };
+            match tokio::task::spawn_blocking(schedule).await {
+                Ok(Some(Ok(()))) => {}
+                Ok(Some(Err(error))) => return Err(failed(format!("the host's handler: {error}"))),
+                _ => return Err(failed("the host is exiting".to_owned())),
+            }
+            match rx.await {
+                Ok(Ok(text)) => serde_json::from_str(&text)
+                    .map_err(|error| failed(format!("the host's handler gave no JSON: {error}"))),
+                Ok(Err(message)) => Err(failed(format!("the host's handler failed: {message}"))),
+                Err(_) => Err(failed("the host's handler was dropped".to_owned())),
+            }
+        })
+    }
+}
+
+fn failed(message: String) -> ErrorObject {
+    ErrorObject {
+        code: codes::INTERNAL_ERROR,
+        message,
+        data: None,
+    }
+}
+
+/// Hands a handler's outcome back, from the loop's thread.
+#[pyclass(frozen)]
+struct Answered {
+    tx: Mutex<Option<oneshot::Sender<Result<String, String>>>>,
+}
+
+#[pymethods]
+impl Answered {
+    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
+        let outcome = if future.call_method0("cancelled")?.is_truthy()? {
+            Err("cancelled".to_owned())
+        } else {
+            let raised = future.call_method0("exception")?;
+            if raised.is_none() {
+                Ok(future.call_method0("result")?.extract::<String>()?)
+            } else {
+                Err(raised.str()?.to_string())
+            }
+        };
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(tx) = tx {
+            let _ = tx.send(outcome);
+        }
+        Ok(())
     }
 }

@@ -29,6 +29,13 @@ use crate::py_error;
 /// Open (true) until the interpreter exits; see the module docs.
 static GATE: RwLock<bool> = RwLock::new(true);
 
+/// Runs `enter` (which takes the GIL) unless the interpreter is exiting;
+/// the gate stays open until it returns.
+pub(crate) fn through_gate<R>(enter: impl FnOnce() -> R) -> Option<R> {
+    let open = GATE.read().unwrap_or_else(PoisonError::into_inner);
+    (*open).then(enter)
+}
+
 /// Closes the gate: waits for deliveries in flight, and refuses new ones.
 /// Called with the GIL released.
 pub(crate) fn close_gate() {
@@ -121,38 +128,35 @@ fn deliver<T>(
 ) where
     T: for<'a> IntoPyObject<'a>,
 {
-    let open = GATE.read().unwrap_or_else(PoisonError::into_inner);
-    if !*open {
-        // The interpreter is exiting: nobody awaits this any more.
-        return;
-    }
-    Python::attach(|py| {
-        let outcome = match outcome {
-            Ok(value) => value
-                .into_pyobject(py)
-                .map(|value| BoundObject::into_any(value).unbind())
-                .map_err(Into::into),
-            Err(Failure::Crate(error)) => Err(py_error(error)),
-            Err(Failure::Py(error)) => Err(error),
-        };
-        let resolve = Resolve {
-            future,
-            outcome: Mutex::new(Some(outcome)),
-            undelivered: Mutex::new(undelivered),
-        };
-        let resolve = match Py::new(py, resolve) {
-            Ok(resolve) => resolve,
-            Err(error) => return error.print(py),
-        };
-        if event_loop
-            .call_method1(py, "call_soon_threadsafe", (resolve.clone_ref(py),))
-            .is_err()
-        {
-            // The loop is closed: what came back is kept, if it can be.
-            resolve.get().give_back();
-        }
+    // Refused once the interpreter is exiting: nobody awaits this any more.
+    through_gate(|| {
+        Python::attach(|py| {
+            let outcome = match outcome {
+                Ok(value) => value
+                    .into_pyobject(py)
+                    .map(|value| BoundObject::into_any(value).unbind())
+                    .map_err(Into::into),
+                Err(Failure::Crate(error)) => Err(py_error(error)),
+                Err(Failure::Py(error)) => Err(error),
+            };
+            let resolve = Resolve {
+                future,
+                outcome: Mutex::new(Some(outcome)),
+                undelivered: Mutex::new(undelivered),
+            };
+            let resolve = match Py::new(py, resolve) {
+                Ok(resolve) => resolve,
+                Err(error) => return error.print(py),
+            };
+            if event_loop
+                .call_method1(py, "call_soon_threadsafe", (resolve.clone_ref(py),))
+                .is_err()
+            {
+                // The loop is closed: what came back is kept, if it can be.
+                resolve.get().give_back();
+            }
+        })
     });
-    drop(open);
 }
 
 /// Cancels the Rust side when the asyncio future is done (cancelled, or

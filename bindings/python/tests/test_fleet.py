@@ -101,3 +101,58 @@ async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
     assert (stats.sessions_created, stats.deletes) == (1, 1), stats
     with pytest.raises(mcp_scoped_http.McpScopedHttpError):
         await fleet.call_tool("web", "tool-000")
+
+
+@pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
+async def test_the_hosts_handlers_answer_the_servers_requests(kit, revision):
+    server = kit("--revision", revision, "--ask")
+    asked = []
+
+    async def on_elicitation(name, params):
+        asked.append(("elicitation", name, params["message"]))
+        return {"action": "accept", "content": {"confirm": True}}
+
+    def on_sampling(name, params):  # a plain function works too
+        asked.append(("sampling", name, params["messages"][0]["role"]))
+        return {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "host"}
+
+    roots = [{"uri": "file:///work", "name": "work"}]
+    async with mcp_scoped_http.Fleet(
+        on_sampling=on_sampling, on_elicitation=on_elicitation, roots=roots
+    ) as fleet:
+        await fleet.apply({"mcpServers": {"kit": {"url": server.url}}})
+        assert (await fleet.ready(BOUND))["ready"] == ["kit"]
+        with anyio.fail_after(BOUND):
+            if revision == "2025-11-25":
+                # The kit asks only in 2026-07-28: a 2025 call is a tool error.
+                result = await fleet.call_tool("kit", "ask-elicitation")
+                assert result.get("isError"), result
+                return
+            result = await fleet.call_tool("kit", "ask-elicitation")
+            assert result["structuredContent"]["inputResponses"]["confirm"]["action"] == "accept", result
+            result = await fleet.call_tool("kit", "ask-sampling")
+            assert result["structuredContent"]["inputResponses"]["sample"]["model"] == "host", result
+            result = await fleet.call_tool("kit", "ask-roots")
+            assert result["structuredContent"]["inputResponses"]["roots"]["roots"] == roots, result
+    assert [kind for kind, *_ in asked] == ["elicitation", "sampling"], asked
+    assert all(name == "kit" for _, name, _ in asked), asked
+
+
+async def test_a_handler_that_raises_is_the_requests_error(kit):
+    server = kit("--revision", "2026-07-28", "--ask")
+
+    async def refuse(name, params):
+        raise RuntimeError("not now")
+
+    async with mcp_scoped_http.Fleet(on_elicitation=refuse) as fleet:
+        await fleet.apply({"mcpServers": {"kit": {"url": server.url}}})
+        await fleet.ready(BOUND)
+        with anyio.fail_after(BOUND):
+            with pytest.raises(mcp_scoped_http.McpScopedHttpError) as raised:
+                await fleet.call_tool("kit", "ask-elicitation")
+    assert "not now" in str(raised.value), raised.value
+
+
+def test_handlers_need_a_running_loop():
+    with pytest.raises(mcp_scoped_http.ConfigError):
+        mcp_scoped_http.Fleet(on_sampling=lambda name, params: {})

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from . import _native
 from ._transport import _shielded
+
+
+#: A server request's handler: ``(server_name, params) -> result``, sync or
+#: async.
+Handler = Callable[[str, dict[str, Any]], Any]
+
+
+async def _answer(handler: Handler, server: str, params: str) -> str:
+    result = handler(server, json.loads(params))
+    if inspect.isawaitable(result):
+        result = await result
+    return json.dumps(result)
 
 
 class Fleet:
@@ -20,8 +34,28 @@ class Fleet:
     as an async context manager: leaving it shuts the fleet down, shielded
     from cancellation."""
 
-    def __init__(self) -> None:
-        self._native = _native.NativeFleet()
+    def __init__(
+        self,
+        *,
+        on_sampling: Handler | None = None,
+        on_elicitation: Handler | None = None,
+        roots: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """``on_sampling`` and ``on_elicitation`` answer every server's
+        ``sampling/createMessage`` and ``elicitation/create`` (a 2025
+        server's request, a 2026-07-28 server's input request): called as
+        ``handler(server_name, params)``, sync or async, returning the
+        result (a mapping); what it raises is the request's error. They
+        run on the event loop running when the fleet is made (so make it
+        inside one). ``roots`` (each ``{"uri": "file:///...", "name":
+        ...}``) answer ``roots/list``; ``set_roots`` changes them. Without
+        one, the capability is not declared and servers are told the
+        method is not handled."""
+        self._native = _native.NativeFleet(
+            on_sampling=None if on_sampling is None else functools.partial(_answer, on_sampling),
+            on_elicitation=None if on_elicitation is None else functools.partial(_answer, on_elicitation),
+            roots=None if roots is None else json.dumps([dict(root) for root in roots]),
+        )
         #: How each server ended, once shut down.
         self.shutdown_report: dict[str, str] | None = None
 
@@ -92,6 +126,12 @@ class Fleet:
             if text is None:
                 return
             yield json.loads(text)
+
+    async def set_roots(self, roots: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Replaces the roots (the fleet must have been made with some);
+        the servers that take ``notifications/roots/list_changed`` are
+        told. Returns their names."""
+        return json.loads(await self._native.set_roots(json.dumps([dict(r) for r in roots])))
 
     async def shutdown(self) -> dict[str, str]:
         """Shuts every server down, shielded from cancellation and bounded
