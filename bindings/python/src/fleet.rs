@@ -355,7 +355,7 @@ fn handler(
             let (tx, rx) = oneshot::channel();
             let schedule = move || {
                 crate::future::through_gate(|| {
-                    Python::attach(|py| -> PyResult<()> {
+                    Python::attach(|py| -> PyResult<Py<PyAny>> {
                         let coroutine = answer.call1(py, (&*server, params.to_string()))?;
                         let future = py.import("asyncio")?.call_method1(
                             "run_coroutine_threadsafe",
@@ -365,16 +365,28 @@ fn handler(
                             tx: Mutex::new(Some(tx)),
                         };
                         future.call_method1("add_done_callback", (answered,))?;
-                        Ok(())
+                        Ok(future.unbind())
                     })
                 })
             };
-            match tokio::task::spawn_blocking(schedule).await {
-                Ok(Some(Ok(()))) => {}
+            let running = match tokio::task::spawn_blocking(schedule).await {
+                Ok(Some(Ok(running))) => running,
                 Ok(Some(Err(error))) => return Err(failed(format!("the host's handler: {error}"))),
                 _ => return Err(failed("the host is exiting".to_owned())),
-            }
-            match rx.await {
+            };
+            // The request given up (its timeout, the session closing): the
+            // handler's run is cancelled with it.
+            let cancel = scopeguard::guard(running, |running| {
+                crate::future::through_gate(|| {
+                    Python::attach(|py| {
+                        let _ = running.call_method0(py, "cancel");
+                    })
+                });
+            });
+            let outcome = rx.await;
+            // Answered: nothing to cancel.
+            drop(scopeguard::ScopeGuard::into_inner(cancel));
+            match outcome {
                 Ok(Ok(text)) => serde_json::from_str(&text)
                     .map_err(|error| failed(format!("the host's handler gave no JSON: {error}"))),
                 Ok(Err(message)) => Err(failed(format!("the host's handler failed: {message}"))),

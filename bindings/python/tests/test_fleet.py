@@ -156,3 +156,25 @@ async def test_a_handler_that_raises_is_the_requests_error(kit):
 def test_handlers_need_a_running_loop():
     with pytest.raises(mcp_scoped_http.ConfigError):
         mcp_scoped_http.Fleet(on_sampling=lambda name, params: {})
+
+
+async def test_a_handler_outlasting_its_request_is_cancelled_with_it(kit):
+    server = kit("--revision", "2026-07-28", "--ask")
+    started, cancelled = anyio.Event(), anyio.Event()
+
+    async def never(name, params):
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        except BaseException:
+            cancelled.set()
+            raise
+
+    async with mcp_scoped_http.Fleet(on_elicitation=never) as fleet:
+        await fleet.apply({"mcpServers": {"kit": {"url": server.url}}})
+        await fleet.ready(BOUND)
+        with pytest.raises(mcp_scoped_http.McpScopedHttpError):
+            await fleet.call_tool("kit", "ask-elicitation", timeout=1)
+        with anyio.fail_after(BOUND):
+            await started.wait()
+            await cancelled.wait()
