@@ -266,3 +266,27 @@ fn released_in_background_the_report_says_so_and_a_close_after_returns() {
         world.baseline.check(&world.server, 1).await;
     });
 }
+
+#[cfg(feature = "oauth")]
+#[test]
+fn oauth_runs_inside_the_sdks_initialize_in_every_era() {
+    use crate::support::oauth::{headless, protected};
+    use mcp_scoped_http_testkit::{AuthConfig, AuthServer};
+    scenario(async {
+        for eras in [Eras::Streamable2025, Eras::Modern, Eras::HttpSse] {
+            let auth = AuthServer::start(AuthConfig::default());
+            let server = protected(eras, auth.resource());
+            let transport = ScopedTransport::builder(server.url())
+                .oauth(headless())
+                .build()
+                .expect("a transport");
+            send(&transport, initialize(1)).await;
+            let answer = response(&transport).await;
+            assert!(
+                answer["result"]["protocolVersion"].is_string(),
+                "{eras:?}: {answer}"
+            );
+            transport.close().await.expect("close");
+        }
+    });
+}

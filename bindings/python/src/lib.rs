@@ -193,6 +193,57 @@ fn pem_certificates(pem: &[u8]) -> PyResult<Vec<Vec<u8>>> {
     Ok(found)
 }
 
+/// OAuth 2.1 for servers that require it, with the loopback user agent:
+/// the authorization URL opened in the browser (or shown to `on_url`), the
+/// redirect received on 127.0.0.1.
+#[pyclass(frozen, module = "mcp_scoped_http._native")]
+pub(crate) struct OAuth {
+    pub(crate) inner: mcp_scoped_http::oauth::OAuth,
+}
+
+#[pymethods]
+impl OAuth {
+    /// `open_browser`: open the system's browser at the authorization URL
+    /// (default on). `on_url`: called with the URL instead of printing it
+    /// (on a runtime thread: keep it short). `port`: the redirect
+    /// listener's (default: any free one). `scopes`: what to ask for (else
+    /// the server's). `client_name`: for dynamic registration.
+    #[new]
+    #[pyo3(signature = (*, open_browser = true, on_url = None, port = None, scopes = None, client_name = None))]
+    fn new(
+        open_browser: bool,
+        on_url: Option<Py<PyAny>>,
+        port: Option<u16>,
+        scopes: Option<Vec<String>>,
+        client_name: Option<String>,
+    ) -> OAuth {
+        use mcp_scoped_http::oauth::LoopbackAgent;
+        let mut agent = LoopbackAgent::new().open_browser(open_browser);
+        if let Some(port) = port {
+            agent = agent.port(port);
+        }
+        if let Some(show) = on_url {
+            agent = agent.on_url(move |url| {
+                future::through_gate(|| {
+                    Python::attach(|py| {
+                        if let Err(error) = show.call1(py, (url,)) {
+                            error.print(py);
+                        }
+                    })
+                });
+            });
+        }
+        let mut inner = mcp_scoped_http::oauth::OAuth::new(agent);
+        if let Some(scopes) = scopes {
+            inner = inner.scopes(scopes);
+        }
+        if let Some(name) = client_name {
+            inner = inner.client_name(name);
+        }
+        OAuth { inner }
+    }
+}
+
 /// A transport to one MCP server, HTTP or stdio.
 #[pyclass(frozen, module = "mcp_scoped_http._native")]
 struct Transport {
@@ -433,7 +484,7 @@ pub(crate) fn version(revision: Option<&str>) -> PyResult<Option<ProtocolVersion
 /// Nothing is sent until the SDK's `initialize`. `legacy_sdk`: the SDK's
 /// `initialize` takes only the 2025 revisions.
 #[pyfunction]
-#[pyo3(signature = (url, *, headers = None, bearer = None, protocol_version = None, legacy_sdk = false, client = None))]
+#[pyo3(signature = (url, *, headers = None, bearer = None, protocol_version = None, legacy_sdk = false, client = None, oauth = None))]
 fn http(
     url: String,
     headers: Option<Vec<(String, String)>>,
@@ -441,11 +492,15 @@ fn http(
     protocol_version: Option<&str>,
     legacy_sdk: bool,
     client: Option<PyRef<'_, HttpClient>>,
+    oauth: Option<PyRef<'_, OAuth>>,
 ) -> PyResult<Transport> {
     not_forked()?;
     let mut builder = ScopedTransport::builder(url).legacy_sdk(legacy_sdk);
     if let Some(client) = client {
         builder = builder.client(client.inner.clone());
+    }
+    if let Some(oauth) = oauth {
+        builder = builder.oauth(oauth.inner.clone());
     }
     for (name, value) in headers.unwrap_or_default() {
         builder = builder.header(&name, &value);
@@ -560,6 +615,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Transport>()?;
     module.add_class::<Released>()?;
     module.add_class::<HttpClient>()?;
+    module.add_class::<OAuth>()?;
     module.add_class::<session::NativeSession>()?;
     module.add_class::<fleet::NativeFleet>()?;
     module.add_function(wrap_pyfunction!(session::connect, module)?)?;

@@ -218,7 +218,7 @@ impl NativeSession {
 #[pyo3(signature = (
     url = None, *, command = None, args = None, env = None, cwd = None,
     headers = None, bearer = None, protocol_version = None, timeout = None,
-    listen = true, client = None,
+    listen = true, client = None, oauth = None,
 ))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments
 pub(crate) fn connect<'py>(
@@ -234,6 +234,7 @@ pub(crate) fn connect<'py>(
     timeout: Option<f64>,
     listen: bool,
     client: Option<PyRef<'_, crate::HttpClient>>,
+    oauth: Option<PyRef<'_, crate::OAuth>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     not_forked()?;
     let mut connector = match (url, command) {
@@ -243,16 +244,19 @@ pub(crate) fn connect<'py>(
                     "args, env and cwd are for a stdio command",
                 ));
             }
-            let connector = Connector::new(url);
-            match client {
-                Some(client) => connector.client(client.inner.clone()),
-                None => connector,
+            let mut connector = Connector::new(url);
+            if let Some(client) = client {
+                connector = connector.client(client.inner.clone());
             }
+            if let Some(oauth) = oauth {
+                connector = connector.oauth(oauth.inner.clone());
+            }
+            connector
         }
         (None, Some(command)) => {
-            if headers.is_some() || bearer.is_some() || client.is_some() {
+            if headers.is_some() || bearer.is_some() || client.is_some() || oauth.is_some() {
                 return Err(ConfigError::new_err(
-                    "headers, bearer and client are for an HTTP url",
+                    "headers, bearer, client and oauth are for an HTTP url",
                 ));
             }
             let mut stdio = StdioCommand::new(command)

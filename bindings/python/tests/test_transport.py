@@ -70,6 +70,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def leaf(error: BaseException) -> BaseException:
+    """The one error inside the SDK's task groups."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
 def sdk_error() -> type[Exception]:
     exceptions = importlib.import_module("mcp.shared.exceptions")
     return getattr(exceptions, "MCPError", None) or exceptions.McpError
@@ -82,14 +89,12 @@ async def test_a_connect_that_fails_is_the_sdks_error_with_our_cause_and_leaves_
             async with ClientSession(read, write) as session:
                 with anyio.fail_after(BOUND):
                     await session.initialize()
-    leaf = raised.value
-    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-        leaf = leaf.exceptions[0]
+    failed = leaf(raised.value)
     # The request was answered with a JSON-RPC error naming the cause, as
     # the SDK's contract wants: its own exception, raised to the caller.
-    assert isinstance(leaf, sdk_error()), repr(raised.value)
-    assert "connection refused" in str(leaf), str(leaf)
-    error = getattr(leaf, "error", None)
+    assert isinstance(failed, sdk_error()), repr(raised.value)
+    assert "connection refused" in str(failed), str(failed)
+    error = getattr(failed, "error", None)
     assert error is not None and error.data["transport"] == "mcp-scoped-http", error
     assert error.data["retryable"] is True
     assert scoped.released is not None and scoped.released.session == "not_owned"
@@ -226,3 +231,31 @@ async def test_a_lent_client_is_shared_and_never_closed(kit):
         await list_and_call(read, write)
     with pytest.raises(mcp_scoped_http.ConfigError):
         mcp_scoped_http.HttpClient(roots_pem=b"not pem")
+
+
+async def test_oauth_runs_the_flow_through_the_loopback_agent(kit):
+    import threading
+    import urllib.request
+
+    server = kit("--oauth")
+    shown = []
+
+    def browse(url: str) -> None:
+        # The browser: the kit's authorization server approves at once and
+        # redirects to our loopback listener.
+        shown.append(url)
+        threading.Thread(target=lambda: urllib.request.urlopen(url, timeout=BOUND).read(), daemon=True).start()
+
+    oauth = mcp_scoped_http.OAuth(open_browser=False, on_url=browse)
+    scoped = mcp_scoped_http.transport(server.url, oauth=oauth)
+    async with scoped as (read, write):
+        await list_and_call(read, write)
+    assert len(shown) == 1 and "code_challenge" in shown[0], shown
+    assert scoped.released.session == "deleted"
+    # Without OAuth the same server refuses: the SDK's error, status 401.
+    with pytest.raises(BaseException) as raised:
+        async with mcp_scoped_http.transport(server.url) as (read, write):
+            await list_and_call(read, write)
+    refused = leaf(raised.value)
+    assert isinstance(refused, sdk_error()), repr(raised.value)
+    assert refused.error.data["status"] == 401, refused.error

@@ -41,6 +41,7 @@ from ._native import (
     HttpClient,
     LimitError,
     McpScopedHttpError,
+    OAuth,
     Released,
 )
 from ._fleet import Fleet
@@ -56,6 +57,7 @@ __all__ = [
     "HttpClient",
     "LimitError",
     "McpScopedHttpError",
+    "OAuth",
     "Released",
     "ScopedTransport",
     "Session",

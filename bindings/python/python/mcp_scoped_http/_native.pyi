@@ -34,6 +34,17 @@ class HttpClient:
     @property
     def hooks(self) -> int: ...
 
+class OAuth:
+    def __init__(
+        self,
+        *,
+        open_browser: bool = True,
+        on_url: Callable[[str], object] | None = None,
+        port: int | None = None,
+        scopes: Sequence[str] | None = None,
+        client_name: str | None = None,
+    ) -> None: ...
+
 class Transport:
     @property
     def session_id(self) -> str | None: ...
@@ -100,6 +111,7 @@ def connect(
     timeout: float | None = None,
     listen: bool = True,
     client: HttpClient | None = None,
+    oauth: OAuth | None = None,
 ) -> Awaitable[NativeSession]: ...
 def http(
     url: str,
@@ -109,6 +121,7 @@ def http(
     protocol_version: str | None = None,
     legacy_sdk: bool = False,
     client: HttpClient | None = None,
+    oauth: OAuth | None = None,
 ) -> Transport: ...
 def stdio(
     command: str,

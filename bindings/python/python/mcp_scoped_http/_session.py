@@ -133,6 +133,7 @@ async def connect(
     timeout: float | None = None,
     listen: bool = True,
     client: _native.HttpClient | None = None,
+    oauth: _native.OAuth | None = None,
 ) -> Session:
     """Connects to the MCP server at ``url`` (HTTP, every era detected) or
     starts the stdio server ``command`` (supervised), runs the handshake
@@ -152,5 +153,6 @@ async def connect(
         timeout=timeout,
         listen=listen,
         client=client,
+        oauth=oauth,
     )
     return Session(native)

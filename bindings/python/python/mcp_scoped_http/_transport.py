@@ -188,11 +188,13 @@ def transport(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     client: _native.HttpClient | None = None,
+    oauth: _native.OAuth | None = None,
 ) -> ScopedTransport:
     """A transport to the MCP server at ``url`` (HTTP: every era detected,
     ``headers`` and a ``bearer`` token on each request, through ``client``
     when one is lent: its pool and the eras it remembers are shared, and it
-    is never closed; else through a client of its own), or to the stdio
+    is never closed; else through a client of its own; with ``oauth``,
+    OAuth 2.1 when the server asks for it), or to the stdio
     server ``command`` with ``args`` (started when entered, in its own
     process group under a watchdog; ``env`` added to a minimal allowlisted
     environment, in ``cwd``). ``protocol_version`` pins a revision instead
@@ -212,11 +214,12 @@ def transport(
                 protocol_version=protocol_version,
                 legacy_sdk=LEGACY_SDK,
                 client=client,
+                oauth=oauth,
             )
 
         return ScopedTransport(open_http)
-    if headers is not None or bearer is not None or client is not None:
-        raise _native.ConfigError("headers, bearer and client are for an HTTP url")
+    if headers is not None or bearer is not None or client is not None or oauth is not None:
+        raise _native.ConfigError("headers, bearer, client and oauth are for an HTTP url")
     assert command is not None
     arg_list = list(args or [])
     env_items = list((env or {}).items())
