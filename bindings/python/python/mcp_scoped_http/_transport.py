@@ -16,14 +16,14 @@ from mcp.shared.message import SessionMessage
 
 from . import _native
 
-# The SDK's own (de)serialization, per major version, as its stdio client
-# does it: 2.x leaves fields unset on purpose (no `"params": null`).
 #: The SDK's `initialize` takes only a 2025 revision (1.x knows no other;
 #: 2.x reaches 2026-07-28 by its own `server/discover`): with a 2026-07-28
 #: server, `initialize` is answered with the revision it proposed and the
 #: transport speaks 2026-07-28 for it.
 LEGACY_SDK = True
 
+# The SDK's own (de)serialization, per major version, as its stdio client
+# does it: 2.x leaves fields unset on purpose (no `"params": null`).
 if hasattr(types, "jsonrpc_message_adapter"):  # mcp 2.x
 
     def _parse(data: bytes) -> Any:
@@ -92,10 +92,11 @@ class _ReadStream:
 
 
 class _WriteStream:
-    """The SDK's messages, sent through the native transport. A send on a
-    closed transport raises ``anyio.ClosedResourceError`` (the SDK then
-    fails the request as a closed connection); other failures raise this
-    package's exceptions."""
+    """The SDK's messages, sent through the native transport. A request
+    that cannot be sent is answered with a JSON-RPC error on the read
+    stream; a notification or an answer that cannot be sent is logged; a
+    send on a closed transport raises ``anyio.ClosedResourceError`` (the SDK
+    then fails the request as a closed connection)."""
 
     def __init__(self, native: _native.Transport) -> None:
         self._native = native
