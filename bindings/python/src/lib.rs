@@ -577,6 +577,25 @@ fn drain(py: Python<'_>, timeout: f64) -> bool {
     })
 }
 
+/// What this process holds now on behalf of transports, sessions and
+/// fleets (the crate's ledger): header hooks on clients, clients it built,
+/// background tasks, server sessions it owns, reaps pending, stdio process
+/// trees. All zero once everything was closed or reaped.
+#[pyfunction]
+fn ledger() -> std::collections::BTreeMap<&'static str, usize> {
+    let now = mcp_scoped_http::ledger();
+    [
+        ("hooks", now.hooks),
+        ("owned_clients", now.owned_clients),
+        ("tasks", now.tasks),
+        ("owned_sessions", now.owned_sessions),
+        ("pending_reaps", now.pending_reaps),
+        ("processes", now.processes),
+    ]
+    .into_iter()
+    .collect()
+}
+
 /// The package's `atexit` hook: no result is handed to Python from now on
 /// (one in flight is waited for), then [`drain`] for 10 s.
 #[pyfunction]
@@ -622,6 +641,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(http, module)?)?;
     module.add_function(wrap_pyfunction!(stdio, module)?)?;
     module.add_function(wrap_pyfunction!(drain, module)?)?;
+    module.add_function(wrap_pyfunction!(ledger, module)?)?;
     module.add_function(wrap_pyfunction!(_at_exit, module)?)?;
     module.add_function(wrap_pyfunction!(_after_fork_in_child, module)?)?;
     Ok(())

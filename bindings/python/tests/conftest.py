@@ -106,6 +106,18 @@ def kit():
             server.stop()
 
 
+def settled_ledger() -> dict[str, int]:
+    """The crate's ledger once everything dropped so far was collected and
+    reaped: the baseline a test compares its end with."""
+    import gc
+
+    import mcp_scoped_http
+
+    gc.collect()
+    assert mcp_scoped_http.drain(BOUND)
+    return mcp_scoped_http.ledger()
+
+
 def processes_marked(mark: str) -> list[int]:
     """The pids whose environment holds `mark` (Linux /proc)."""
     found = []

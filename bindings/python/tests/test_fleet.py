@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import mcp_scoped_http
-from conftest import BOUND, kit_bin, processes_marked
+from conftest import BOUND, kit_bin, processes_marked, settled_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -67,6 +67,7 @@ async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     web = kit()
+    before = settled_ledger()
     mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
     fleet = mcp_scoped_http.Fleet()
     await fleet.apply(
@@ -96,6 +97,7 @@ async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
     assert report["down"] == "no_session", report
     assert report["web"].startswith("closed"), report
     assert processes_marked(mark) == []
+    assert settled_ledger() == before
     assert mcp_scoped_http.drain(BOUND)
     stats = web.stop()
     assert (stats.sessions_created, stats.deletes) == (1, 1), stats

@@ -16,7 +16,7 @@ from mcp import ClientSession
 from mcp.shared.message import SessionMessage
 
 import mcp_scoped_http
-from conftest import BOUND, kit_bin, processes_marked
+from conftest import BOUND, kit_bin, processes_marked, settled_ledger
 
 SDK_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
 
@@ -53,6 +53,7 @@ async def test_a_client_session_works_in_every_era_and_leaves_nothing(kit, revis
 
 
 async def test_a_stdio_server_is_supervised_and_its_tree_ends_with_the_block(tmp_path):
+    before = settled_ledger()
     mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
     scoped = mcp_scoped_http.transport(
         command=kit_bin(), args=["serve", "--stdio"], env={mark: "1"}, cwd=tmp_path
@@ -62,6 +63,7 @@ async def test_a_stdio_server_is_supervised_and_its_tree_ends_with_the_block(tmp
         await list_and_call(read, write)
     assert scoped.released is not None and scoped.released.process is not None, scoped.released
     assert processes_marked(mark) == [], "the tree ended and was reaped"
+    assert mcp_scoped_http.ledger() == before
 
 
 def free_port() -> int:
@@ -123,6 +125,7 @@ async def test_a_failed_notification_does_not_raise_and_a_closed_transport_is_cl
 
 async def test_a_connect_cancelled_at_any_moment_leaves_no_session(kit):
     server = kit()
+    before = settled_ledger()
     # Cancelled after 0, 1, 2, ... ms: before the POST, while it is in
     # flight, after the session exists, during list_tools.
     for step in range(30):
@@ -131,7 +134,7 @@ async def test_a_connect_cancelled_at_any_moment_leaves_no_session(kit):
             async with scoped as (read, write):
                 await list_and_call(read, write)
         assert scoped.released is not None or step == 0, step
-    assert mcp_scoped_http.drain(BOUND)
+    assert settled_ledger() == before, "hooks, clients, tasks, sessions, reaps, processes"
     stats = server.stop()
     assert stats.deletes == stats.sessions_created, stats
 

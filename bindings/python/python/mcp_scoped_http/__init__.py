@@ -63,6 +63,7 @@ __all__ = [
     "Session",
     "connect",
     "drain",
+    "ledger",
     "transport",
 ]
 
@@ -72,6 +73,14 @@ def drain(timeout: float = 10.0) -> bool:
     without closing left to the reaper (DELETEs, process trees). Returns
     True when all of it was done. Runs at interpreter exit by itself."""
     return _native.drain(timeout)
+
+
+def ledger() -> dict[str, int]:
+    """What the process holds now for transports, sessions and fleets:
+    ``hooks``, ``owned_clients``, ``tasks``, ``owned_sessions``,
+    ``pending_reaps``, ``processes``. All zero once everything was closed
+    (or dropped and drained)."""
+    return dict(_native.ledger())
 
 
 atexit.register(_native._at_exit)
