@@ -301,15 +301,7 @@ impl StdioTransportBuilder {
         self
     }
 
-    /// The SDK's `initialize` takes only the 2025 revisions (the Python SDK:
-    /// 1.x knows no other, 2.x reaches 2026-07-28 by its own
-    /// `server/discover` and refuses an `initialize` result naming it): when
-    /// the server's era is 2026-07-28, the SDK's `initialize` is answered
-    /// with the revision it proposed, and the transport speaks 2026-07-28 for it
-    /// (each request's `_meta` and headers, `subscriptions/listen`). An
-    /// `input_required` result is passed through as it came, which such an
-    /// SDK cannot answer. Default: false (the SDK is told 2026-07-28, as
-    /// rmcp must be to drive multi round-trip results).
+    /// As [`ScopedTransportBuilder::legacy_sdk`]. Default: false.
     pub fn legacy_sdk(mut self, legacy: bool) -> Self {
         self.legacy_sdk = legacy;
         self

@@ -14,38 +14,26 @@ use mcp_scoped_http::jsonrpc::{ErrorObject, codes};
 use pyo3::prelude::*;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
-use tokio_util::sync::CancellationToken;
 
-use crate::future::Failure;
+use crate::future::{Failure, Held};
 use crate::session::{json_text, json_value, seconds};
-use crate::{ConfigError, closed, not_forked, py_error};
+use crate::{ConfigError, not_forked, py_error};
 
 /// A fleet; see the package's `Fleet`.
 #[pyclass(frozen, module = "mcp_scoped_http._native")]
 pub(crate) struct NativeFleet {
-    /// Taken only by `Drop`, which drops it inside the runtime (a drop
-    /// outside one cannot hand the release to the reaper).
-    inner: Option<Arc<Fleet>>,
+    inner: Held<Fleet>,
     notifications:
         Arc<tokio::sync::Mutex<broadcast::Receiver<mcp_scoped_http::fleet::ServerNotification>>>,
     events: Arc<tokio::sync::Mutex<broadcast::Receiver<FleetEvent>>>,
-    gone: CancellationToken,
-}
-
-impl Drop for NativeFleet {
-    fn drop(&mut self) {
-        self.gone.cancel();
-        let inner = self.inner.take();
-        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-        drop(inner);
-    }
 }
 
 impl NativeFleet {
     fn inner(&self) -> PyResult<Arc<Fleet>> {
-        self.inner.clone().ok_or_else(|| closed("dropped"))
+        self.inner.get()
     }
 
+    /// Runs `work` unless the Python object goes first.
     fn run<'py, F, T>(
         &self,
         py: Python<'py>,
@@ -55,9 +43,7 @@ impl NativeFleet {
         F: Future<Output = Result<T, Failure>> + Send + 'static,
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
-        not_forked()?;
-        let working = work(self.inner()?);
-        crate::future::spawn_while(py, &self.gone, "the fleet is gone", working)
+        self.inner.run(py, work)
     }
 }
 
@@ -116,10 +102,9 @@ impl NativeFleet {
         let notifications = fleet.notifications();
         let events = fleet.events();
         Ok(NativeFleet {
-            inner: Some(Arc::new(fleet)),
+            inner: Held::new(fleet, "the fleet is gone"),
             notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
             events: Arc::new(tokio::sync::Mutex::new(events)),
-            gone: CancellationToken::new(),
         })
     }
 

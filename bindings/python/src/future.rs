@@ -18,7 +18,7 @@
 //! - **Errors become exceptions under the GIL the delivery already holds**,
 //!   not by taking it on a runtime worker.
 
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use pyo3::BoundObject;
 use pyo3::prelude::*;
@@ -219,5 +219,55 @@ impl Resolve {
             None => return Ok(()),
         };
         Ok(())
+    }
+}
+
+/// What a Python object holds of the crate's (a session, a fleet): shared
+/// with the futures it starts, which stop when the object goes (so the
+/// last of them does not keep it alive), and dropped inside the runtime
+/// (a drop outside one cannot hand the release to the reaper).
+pub(crate) struct Held<T: Send + Sync + 'static> {
+    /// Taken only by `Drop`.
+    inner: Option<Arc<T>>,
+    gone: CancellationToken,
+    /// What a future stopped by the object's going fails with.
+    what: &'static str,
+}
+
+impl<T: Send + Sync + 'static> Held<T> {
+    pub(crate) fn new(inner: T, what: &'static str) -> Held<T> {
+        Held {
+            inner: Some(Arc::new(inner)),
+            gone: CancellationToken::new(),
+            what,
+        }
+    }
+
+    pub(crate) fn get(&self) -> PyResult<Arc<T>> {
+        self.inner.clone().ok_or_else(|| crate::closed(self.what))
+    }
+
+    /// Runs `work` on what is held unless the Python object goes first.
+    pub(crate) fn run<'py, F, R>(
+        &self,
+        py: Python<'py>,
+        work: impl FnOnce(Arc<T>) -> F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: Future<Output = Result<R, Failure>> + Send + 'static,
+        R: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        crate::not_forked()?;
+        let working = work(self.get()?);
+        spawn_while(py, &self.gone, self.what, working)
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Held<T> {
+    fn drop(&mut self) {
+        self.gone.cancel();
+        let inner = self.inner.take();
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        drop(inner);
     }
 }

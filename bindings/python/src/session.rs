@@ -12,30 +12,15 @@ use mcp_scoped_http::{Connector, RequestOptions};
 use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::future::Failure;
-use crate::{ConfigError, Released, closed, not_forked, version};
+use crate::future::{Failure, Held};
+use crate::{ConfigError, Released, not_forked, version};
 
 /// A connected session; see the package's `Session`.
 #[pyclass(frozen, module = "mcp_scoped_http._native")]
 pub(crate) struct NativeSession {
-    /// Taken only by `Drop`, which drops it inside the runtime (a drop
-    /// outside one cannot hand the release to the reaper).
-    inner: Option<Arc<mcp_scoped_http::Session>>,
+    inner: Held<mcp_scoped_http::Session>,
     notifications: Arc<tokio::sync::Mutex<Option<mpsc::Receiver<Message>>>>,
-    /// Cancelled when the Python object goes: the futures it started stop,
-    /// so the session drops with them (and the reaper releases it).
-    gone: CancellationToken,
-}
-
-impl Drop for NativeSession {
-    fn drop(&mut self) {
-        self.gone.cancel();
-        let inner = self.inner.take();
-        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-        drop(inner);
-    }
 }
 
 /// `value` as JSON text; the error is an exception, in either of the
@@ -86,10 +71,10 @@ fn options(timeout: Option<f64>, on_progress: Option<Py<PyAny>>) -> PyResult<Req
 
 impl NativeSession {
     fn inner(&self) -> PyResult<Arc<mcp_scoped_http::Session>> {
-        self.inner.clone().ok_or_else(|| closed("dropped"))
+        self.inner.get()
     }
 
-    /// Runs `work` on the session unless the Python object goes first.
+    /// Runs `work` unless the Python object goes first.
     fn run<'py, F, T>(
         &self,
         py: Python<'py>,
@@ -99,9 +84,7 @@ impl NativeSession {
         F: Future<Output = Result<T, Failure>> + Send + 'static,
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
-        not_forked()?;
-        let working = work(self.inner()?);
-        crate::future::spawn_while(py, &self.gone, "the session is gone", working)
+        self.inner.run(py, work)
     }
 }
 
@@ -292,9 +275,8 @@ pub(crate) fn connect<'py>(
             let session = connector.connect().await?;
             let notifications = session.notifications();
             Ok::<_, Failure>(NativeSession {
-                inner: Some(Arc::new(session)),
+                inner: Held::new(session, "the session is gone"),
                 notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
-                gone: CancellationToken::new(),
             })
         },
         None,
