@@ -64,6 +64,9 @@ const PEAK_LIMIT: usize = 64 * MIB;
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The default event limit, which the attacks are sized against.
 const EVENT_LIMIT: usize = 8 * MIB;
+/// What the allocator keeps beyond what a bound adds up (its arenas'
+/// fragmentation under concurrent frees).
+const ALLOCATOR_SLACK: usize = 4 * MIB;
 /// Set in the process that runs one attack: the name of its test.
 const CHILD: &str = "MCP_SCOPED_HTTP_MEMORY_ATTACK";
 /// What the attack's process prints once the attack has run.
@@ -1251,8 +1254,13 @@ fn rmcp_answers_attack(name: &'static str, content_type: &str, body: String) {
             outcomes.iter().all(Result::is_err),
             "{name}: a result from a flood"
         );
-        let allowed =
-            before + MemoryBudget::default().max_bytes + CALLS * 2 * MIB + 2 * EVENT_LIMIT;
+        // Plus the allocator's slack: a CI run with fuzzing and a release
+        // build beside it peaked 1.3 MiB over the sum alone, once in five.
+        let allowed = before
+            + MemoryBudget::default().max_bytes
+            + CALLS * 2 * MIB
+            + 2 * EVENT_LIMIT
+            + ALLOCATOR_SLACK;
         assert!(
             peak < allowed,
             "{name}: peak resident memory {} MiB, over {} MiB",
