@@ -58,11 +58,13 @@ fn options(timeout: Option<f64>, on_progress: Option<Py<PyAny>>) -> PyResult<Req
     }
     if let Some(callback) = on_progress {
         options = options.on_progress(move |progress| {
-            Python::attach(|py| {
-                let args = (progress.progress, progress.total, progress.message.clone());
-                if let Err(error) = callback.call1(py, args) {
-                    error.print(py);
-                }
+            crate::future::through_gate(|| {
+                Python::attach(|py| {
+                    let args = (progress.progress, progress.total, progress.message.clone());
+                    if let Err(error) = callback.call1(py, args) {
+                        error.print(py);
+                    }
+                });
             });
         });
     }
