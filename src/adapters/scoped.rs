@@ -265,11 +265,22 @@ impl ScopedTransportBuilder {
     }
 }
 
+/// The revisions stdio servers were found to speak, by command line (the
+/// program and its arguments), for every stdio transport of the process.
+#[cfg(feature = "stdio")]
+fn stdio_revisions() -> Arc<RevisionMemory> {
+    static MEMORY: std::sync::OnceLock<Arc<RevisionMemory>> = std::sync::OnceLock::new();
+    MEMORY.get_or_init(Arc::default).clone()
+}
+
 /// Starts a [`ScopedTransport`] to a stdio server: see
 /// [`ScopedTransport::stdio`].
 ///
 /// Defaults: the era detected as [`Connector::stdio`](crate::Connector::stdio)
-/// detects it (no revision pinned); 60 s for the SDK's `initialize` to be
+/// detects it (no revision pinned), and remembered for the command line
+/// (the program and its arguments) by every stdio transport of the
+/// process, so the next transport to it opens that era at once (one that
+/// proves wrong is forgotten and detected again); 60 s for the SDK's `initialize` to be
 /// answered, the server's start-up included (a connect's default);
 /// [`TransportConfig::default`] (the longest line, the memory budget of
 /// what waits).
@@ -363,8 +374,11 @@ impl StdioTransportBuilder {
             account,
             url: self.command.era_key(),
             pinned: self.pinned,
-            // Per transport: each one spawns its own server.
-            revisions: Some(Arc::default()),
+            // Shared by every stdio transport of the process, by command
+            // line: an SDK opens a transport per connect, and a server
+            // that never answers a request before `initialize` would make
+            // each of them wait out the probe's patience again.
+            revisions: Some(stdio_revisions()),
             tools: Mutex::default(),
             attached: false,
             legacy_sdk: self.legacy_sdk.then(Mutex::default),

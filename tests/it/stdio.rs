@@ -846,6 +846,33 @@ mod rmcp_over_stdio {
         }
     }
 
+    /// What one stdio transport found a command line to speak, the next
+    /// one (another builder, as an SDK makes per connect) opens at once:
+    /// no probe. Seen from the server's own log, each transport's server
+    /// a process of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_stdio_transport_to_a_command_line_skips_the_probe() {
+        let _scene = scene();
+        // Unique: the log's path is part of the command line remembered.
+        let log = std::env::temp_dir().join(format!("stdio-era-memory-{}.log", marker()));
+        let command = fixture(&["--era", "legacy", "--log", log.to_str().expect("UTF-8")]);
+        let mut opened = Vec::new();
+        for _ in 0..2 {
+            let (revision, _) = round_trip(command.clone(), None).await;
+            assert_eq!(revision, "2025-11-25");
+            opened.push(std::fs::read_to_string(&log).expect("the log"));
+            std::fs::remove_file(&log).expect("removed");
+        }
+        assert_eq!(
+            opened[0], "server/discover\ninitialize\ncall echo\n",
+            "the first probes"
+        );
+        assert_eq!(
+            opened[1], "initialize\ncall echo\n",
+            "the next one does not"
+        );
+    }
+
     /// A server 4 s slow to start: rmcp's `initialize` waits for it, as a
     /// connect does.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

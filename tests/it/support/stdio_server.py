@@ -38,7 +38,8 @@ request in 2025, an input request in 2026-07-28), `crash` (exits 3 at once), `pi
 id), `change` (one more tool, and `notifications/tools/list_changed`: in
 2026-07-28 on the client's `subscriptions/listen`), `close_stdout`
 (closes its stdout and lives on), `bad_utf8` (writes a line that is not
-UTF-8). With `--log FILE`, each `tools/call` appends `call NAME` to FILE.
+UTF-8). With `--log FILE`, each `tools/call` appends `call NAME` to FILE,
+and each `server/discover` and `initialize` its method.
 
 Logging: once asked for a level (`logging/setLevel` in 2025, the request's
 `_meta` `io.modelcontextprotocol/logLevel` in 2026-07-28), each
@@ -189,6 +190,9 @@ class Server:
         rid, method = msg["id"], msg["method"]
         params = msg.get("params") or {}
         era = self.args.era
+        if self.args.log and method in ("server/discover", "initialize"):
+            with open(self.args.log, "a") as log:
+                log.write("%s\n" % method)
         if self.modern(msg):
             if era == "legacy":
                 return self.before_initialize(rid)
