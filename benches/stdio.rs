@@ -774,7 +774,8 @@ fn rss() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-/// The live (not zombie) descendants of this process, from `/proc`.
+/// The live (not zombie) descendants of this process, from `/proc`, but
+/// the crate's launcher (one per host, for its life: walked, not listed).
 fn descendants() -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -813,6 +814,10 @@ fn descendants() -> Vec<u32> {
             queue.push(child);
         }
     }
+    found.retain(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_or(true, |comm| comm.trim_end() != "mcp-launcher")
+    });
     found
 }
 

@@ -20,6 +20,10 @@ use crate::error::{Error, Result};
 
 /// The host's end of a server's stdin.
 pub(crate) type Stdin = tokio::process::ChildStdin;
+/// The host's end of a server's stdout.
+pub(crate) type Stdout = tokio::process::ChildStdout;
+/// The host's end of a server's stderr.
+pub(crate) type Stderr = tokio::process::ChildStderr;
 
 /// Refuses, naming the program: stdio servers are supervised on Unix only.
 /// A configuration error ([`Error::is_builder`]): trying again would fail

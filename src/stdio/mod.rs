@@ -29,7 +29,9 @@
 //!   ([`Error::is_builder`](crate::Error::is_builder): not retried).
 //! - **Its own session and process group**, under a watchdog: a small
 //!   program of its own embedded in the crate (see `process`), never a
-//!   copy of the host. The whole tree is released together, and it does
+//!   copy of the host, forked for each server by the host's *launcher*
+//!   (`mcp-launcher`: one small process started at the first server,
+//!   which ends with the host). The whole tree is released together, and it does
 //!   not outlive the host even when the host is killed with SIGKILL; on
 //!   Linux that includes descendants that leave the group (daemons).
 //! - **The program is exec'd as it is**: no `PATH` search in the child
@@ -68,6 +70,8 @@ mod end;
 mod env;
 mod framing;
 #[cfg(unix)]
+mod launcher;
+#[cfg(unix)]
 mod process;
 #[cfg(not(unix))]
 #[path = "elsewhere.rs"]
@@ -97,6 +101,33 @@ pub(crate) use stderr::{StderrTail, drain as drain_stderr};
 use crate::budget::Account;
 use crate::error::Result;
 use crate::transport::{StdioWire, TransportConfig};
+
+/// Starts the launcher now: the small process that forks each stdio
+/// server's watchdog (see the [guide](crate::guide)'s stdio page), which
+/// is otherwise started at the first server and lives as long as the
+/// host. It carries the host's working directory, limits and `umask` of
+/// when it started (never its environment, and a server still gets exactly
+/// its own environment and working directory); a host that changes those,
+/// drops privileges or counts its descriptors (it holds one socket) starts
+/// it first. Nothing is done when it runs already.
+///
+/// # Errors
+///
+/// The watchdog program cannot be written or run, or no process can be
+/// started; off Unix, always (there are no stdio servers there yet).
+pub fn start_launcher() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        launcher::ensure(watchdog::image()?.path())
+    }
+    #[cfg(not(unix))]
+    {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "stdio servers are not supported on this platform yet",
+        ))
+    }
+}
 
 /// The default of [`StdioCommand::stderr_tail`]: 8 KiB.
 pub const DEFAULT_STDERR_TAIL: usize = 8 * 1024;
@@ -280,9 +311,9 @@ pub(crate) struct Spawned {
     /// The server's stdin: dropping it is the first step of a release.
     pub(crate) stdin: process::Stdin,
     /// The server's stdout (its messages).
-    pub(crate) stdout: tokio::process::ChildStdout,
+    pub(crate) stdout: process::Stdout,
     /// The server's stderr (its log), to be drained always.
-    pub(crate) stderr: tokio::process::ChildStderr,
+    pub(crate) stderr: process::Stderr,
 }
 
 /// A started server, before its pipes are read: the tree (for the guard
@@ -296,8 +327,8 @@ pub(crate) struct Started {
 /// A started server's pipes and what its reader needs.
 pub(crate) struct Io {
     pub(crate) stdin: process::Stdin,
-    pub(crate) stdout: tokio::process::ChildStdout,
-    pub(crate) stderr: tokio::process::ChildStderr,
+    pub(crate) stdout: process::Stdout,
+    pub(crate) stderr: process::Stderr,
     /// The writer's lines, from the wire.
     pub(crate) outgoing: mpsc::Receiver<Vec<u8>>,
     pub(crate) tail: StderrTail,

@@ -18,19 +18,25 @@
 //! killed with SIGKILL, aborted by a panic, or ended by `exit` runs no
 //! destructor, and its servers must not survive it. And a descendant that
 //! leaves the group (a `setsid` child, a double-forked daemon) gets no
-//! group signal at all. So the host's child is not the server but its
+//! group signal at all. So the server's parent is not the host but its
 //! **watchdog**, `mcp-watchdog` (`watchdog.c`): a program of its own, a
-//! few KiB embedded in the crate (see `watchdog`), started with
-//! `posix_spawn` (no `pre_exec`: no code of the host runs in the child,
-//! and nothing of the host's memory is copied, so a spawn costs the same
-//! whatever the host's size, and the watchdog holds its own few pages, not
-//! a copy-on-write image of the host's heap).
+//! few KiB embedded in the crate (see `watchdog`). The host starts it once
+//! as its *launcher* (see `launcher`) with `posix_spawn` (no `pre_exec`: no
+//! code of the host runs in the child, and nothing of the host's memory is
+//! copied, so a spawn costs the same whatever the host's size), and the
+//! launcher forks a watchdog per server, which holds its own few pages,
+//! not a copy-on-write image of the host's heap. Where the launcher cannot
+//! serve, the watchdog is `posix_spawn`ed itself, the host's child.
 //!
 //! 1. The host makes a Unix socket pair, the *control socket*, and the
-//!    server's stdin pipe. The watchdog gets its end of the socket as its
-//!    stdin and the server's stdout and stderr pipes as its own; the stdin
-//!    pipe's read end follows over the socket (`SCM_RIGHTS`), since std
-//!    puts nothing on descriptors above 2. The host's end is close-on-exec,
+//!    server's three pipes. The launcher gets, in one message, the
+//!    watchdog's end of the socket, the pipes' server ends and the
+//!    server's path, arguments, environment and working directory, and
+//!    forks the watchdog, which puts them in place and says its pid. (A
+//!    watchdog started as a program gets its end of the socket as its
+//!    stdin and the stdout and stderr pipes as its own; the stdin pipe's
+//!    read end follows over the socket, `SCM_RIGHTS`, since std puts
+//!    nothing on descriptors above 2.) The host's end is close-on-exec,
 //!    so it closes when the host process dies (whatever its threads do),
 //!    or when the tree lets it go: that end of file is the *lifeline*.
 //! 2. The watchdog leaves the host's session, becomes (Linux) a child
@@ -44,7 +50,8 @@
 //!    search, no shell for a file in no executable format.
 //! 3. It reports over the socket: the server's pid once it is exec'd, or
 //!    the exec's `errno` (nothing ran: [`spawn`] fails with it, naming the
-//!    program); later the server's status when it is reaped. It ignores the
+//!    program); later the server's status when it is reaped, and that the
+//!    tree is gone just before it exits. It ignores the
 //!    signals a release or a terminal sends, and ends when nothing of the
 //!    tree is left: by itself once every child is reaped; at once, killing
 //!    the server's group and then every child it has (reparented
@@ -92,6 +99,7 @@ use tokio::sync::watch;
 
 use super::Spawned;
 use super::end::{Grace, KILL_WAIT, ProcessEnd};
+use super::launcher;
 use super::watchdog::{self, RECORD, Record};
 use crate::error::{Error, Result};
 use crate::ledger::{Count, Field};
@@ -99,6 +107,10 @@ use crate::ledger::{Count, Field};
 /// The host's end of a server's stdin: a pipe tokio writes without a
 /// thread of its own.
 pub(crate) type Stdin = tokio::net::unix::pipe::Sender;
+/// The host's end of a server's stdout.
+pub(crate) type Stdout = tokio::net::unix::pipe::Receiver;
+/// The host's end of a server's stderr.
+pub(crate) type Stderr = tokio::net::unix::pipe::Receiver;
 
 /// Spawns `program` (already resolved: see `env::resolve_program`) with
 /// exactly `env`, in `cwd`, with its three standard streams piped, in a
@@ -123,12 +135,73 @@ pub(crate) async fn spawn(
         Error::transport(Box::new(error))
             .with_message(format!("could not start {program:?}: no watchdog"))
     })?;
-    spawn_under(image.path(), program, args, env, cwd).await
+    spawn_with(image.path(), true, program, args, env, cwd).await
 }
 
-/// [`spawn`], under the watchdog program at `image`.
+/// [`spawn`], under the watchdog program at `image`, run as a program.
+#[cfg(test)]
 async fn spawn_under(
     image: &Path,
+    program: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: Option<&Path>,
+) -> Result<Spawned> {
+    spawn_with(image, false, program, args, env, cwd).await
+}
+
+/// What the launcher is sent for one server (see `watchdog.c`): a native
+/// `u32` argc and envc, then NUL-terminated strings: the working directory
+/// (the host's, made explicit: the launcher's own may be older), the path,
+/// `argv` (the path first), `NAME=VALUE`. None when it cannot say it: a
+/// NUL inside a string (refused, naming it, by the other way), no working
+/// directory of the host's to name.
+fn launch_request(
+    program: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: Option<&Path>,
+) -> Option<Vec<u8>> {
+    let here;
+    let cwd = match cwd {
+        Some(cwd) => cwd,
+        None => {
+            here = std::env::current_dir().ok()?;
+            &here
+        }
+    };
+    let argc = u32::try_from(args.len() + 1).ok()?;
+    let envc = u32::try_from(env.len()).ok()?;
+    let mut request = Vec::with_capacity(256);
+    request.extend_from_slice(&argc.to_ne_bytes());
+    request.extend_from_slice(&envc.to_ne_bytes());
+    let mut string = |parts: &[&[u8]]| -> Option<()> {
+        for part in parts {
+            if part.contains(&0) {
+                return None;
+            }
+            request.extend_from_slice(part);
+        }
+        request.push(0);
+        Some(())
+    };
+    string(&[cwd.as_os_str().as_encoded_bytes()])?;
+    string(&[program.as_os_str().as_encoded_bytes()])?;
+    string(&[program.as_os_str().as_encoded_bytes()])?;
+    for arg in args {
+        string(&[arg.as_encoded_bytes()])?;
+    }
+    for (name, value) in env {
+        string(&[name.as_encoded_bytes(), b"=", value.as_encoded_bytes()])?;
+    }
+    Some(request)
+}
+
+/// [`spawn`]: the watchdog forked by the launcher if `by_launcher` and it can
+/// be, else the image at `image` run as a program of its own.
+async fn spawn_with(
+    image: &Path,
+    by_launcher: bool,
     program: &Path,
     args: &[OsString],
     env: &[(OsString, OsString)],
@@ -158,58 +231,83 @@ async fn spawn_under(
     };
     let (control, watchdog_end) = std::os::unix::net::UnixStream::pair()
         .map_err(|error| unavailable("no socket for its watchdog", error))?;
+    let watchdog_end = OwnedFd::from(watchdog_end);
     let (stdin_read, stdin_write) =
         watchdog::pipe().map_err(|error| unavailable("no pipe for its stdin", error))?;
-    let mut command = tokio::process::Command::new(image);
-    command
-        .arg0(watchdog::NAME)
-        .arg(std::process::id().to_string())
-        // Entered in the server (empty: the host's), not by std, which
-        // would fork the host where posix_spawn cannot chdir.
-        .arg(cwd.map_or_else(OsString::new, |cwd| cwd.as_os_str().to_owned()))
-        .arg(program)
-        // The server's argv[0]: its path, as std gives a program.
-        .arg(program)
-        .args(args)
-        // The server's environment, less what the dynamic loader reads:
-        // that is sent on the control socket (below), so what is meant
-        // for the server (LD_PRELOAD, LD_LIBRARY_PATH) never loads into
-        // the watchdog.
-        .env_clear()
-        .envs(
-            env.iter()
-                .filter(|(name, _)| !watchdog::for_the_loader(name))
-                .map(|(name, value)| (name, value)),
-        )
-        .stdin(Stdio::from(OwnedFd::from(watchdog_end)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let (stdout_read, stdout_write) =
+        watchdog::pipe().map_err(|error| unavailable("no pipe for its stdout", error))?;
+    let (stderr_read, stderr_write) =
+        watchdog::pipe().map_err(|error| unavailable("no pipe for its stderr", error))?;
     // Counted from here: a tree that is dropped before it is built is the
     // watchdog's to end, and it is gone as soon as it is (no wait here).
     let count = Count::new(Field::Processes, None);
-    let spawned = command.spawn();
-    // The watchdog's end of the control socket, held by the command: ours
-    // must close now, or a watchdog that dies before it reports is never
-    // seen gone.
-    drop(command);
-    let mut child = spawned.map_err(|error| {
-        // What the system refused of the server's own argv or environment
-        // (a NUL byte, past the argument size limit) is the configuration's.
-        if error.kind() == io::ErrorKind::InvalidInput || error.raw_os_error() == Some(libc::E2BIG)
-        {
-            spawn_error(program, error)
-        } else {
-            unavailable("its watchdog did not start", error)
-        }
-    })?;
-    let watchdog_pid = child.id().unwrap_or(0);
-    // The host's copy of the read end closes when this returns: the
-    // watchdog and the server hold theirs.
-    watchdog::send_fd(&control, &stdin_read)
-        .map_err(|error| unavailable("could not hand its stdin to its watchdog", error))?;
-    watchdog::send_loader_env(&control, env)
-        .map_err(|error| unavailable("could not hand its environment to its watchdog", error))?;
-    drop(stdin_read);
+    let launched = by_launcher
+        .then(|| launch_request(program, args, env, cwd))
+        .flatten()
+        .and_then(|request| {
+            let fds = [&watchdog_end, &stdin_read, &stdout_write, &stderr_write];
+            launcher::launch(image, &request, fds)
+        });
+    let mut child = None;
+    if launched.is_some() {
+        // The launcher holds its copies now: ours must close, or the
+        // watchdog's end is never seen closed, nor the server's stdout.
+        drop((watchdog_end, stdin_read, stdout_write, stderr_write));
+    } else {
+        let mut command = tokio::process::Command::new(image);
+        command
+            .arg0(watchdog::NAME)
+            .arg(std::process::id().to_string())
+            // Entered in the server (empty: the host's), not by std, which
+            // would fork the host where posix_spawn cannot chdir.
+            .arg(cwd.map_or_else(OsString::new, |cwd| cwd.as_os_str().to_owned()))
+            .arg(program)
+            // The server's argv[0]: its path, as std gives a program.
+            .arg(program)
+            .args(args)
+            // The server's environment, less what the dynamic loader reads:
+            // that is sent on the control socket (below), so what is meant
+            // for the server (LD_PRELOAD, LD_LIBRARY_PATH) never loads into
+            // the watchdog.
+            .env_clear()
+            .envs(
+                env.iter()
+                    .filter(|(name, _)| !watchdog::for_the_loader(name))
+                    .map(|(name, value)| (name, value)),
+            )
+            .stdin(Stdio::from(watchdog_end))
+            .stdout(Stdio::from(stdout_write))
+            .stderr(Stdio::from(stderr_write));
+        let spawned = command.spawn();
+        // The watchdog's end of the control socket and the server's
+        // stdout and stderr, held by the command: ours must close now, or
+        // a watchdog that dies before it reports is never seen gone.
+        drop(command);
+        let started = spawned.map_err(|error| {
+            // What the system refused of the server's own argv or environment
+            // (a NUL byte, past the argument size limit) is the configuration's.
+            if error.kind() == io::ErrorKind::InvalidInput
+                || error.raw_os_error() == Some(libc::E2BIG)
+            {
+                spawn_error(program, error)
+            } else {
+                unavailable("its watchdog did not start", error)
+            }
+        })?;
+        // The host's copy of the read end closes when this returns: the
+        // watchdog and the server hold theirs.
+        watchdog::send_fd(&control, &stdin_read)
+            .map_err(|error| unavailable("could not hand its stdin to its watchdog", error))?;
+        watchdog::send_loader_env(&control, env).map_err(|error| {
+            unavailable("could not hand its environment to its watchdog", error)
+        })?;
+        drop(stdin_read);
+        child = Some(started);
+    }
+    let mut watchdog_pid = child
+        .as_ref()
+        .and_then(tokio::process::Child::id)
+        .unwrap_or(0);
     control
         .set_nonblocking(true)
         .map_err(|error| unavailable("control socket", error))?;
@@ -217,81 +315,116 @@ async fn spawn_under(
         .map_err(|error| unavailable("control socket", error))?;
     let (mut reports, lifeline) = control.into_split();
     // From here until the tree exists, a dropped future drops `lifeline`
-    // and `child`: the watchdog ends the tree, and tokio reaps it.
+    // and `child`: the watchdog ends the tree, and tokio (or the launcher)
+    // reaps it.
     let mut record = [0u8; RECORD];
-    let first = reports
-        .read_exact(&mut record)
-        .await
-        .ok()
-        .map(|_| Record::parse(record));
-    let group = match first {
-        Some(Some(Record::Started(pid))) => pid,
-        Some(Some(Record::NotStarted(errno))) => {
-            // It exits at once: reaped here, so nothing, not even a zombie,
-            // outlives the error.
-            let _ = child.wait().await;
-            return Err(spawn_error(program, io::Error::from_raw_os_error(errno)));
-        }
-        Some(Some(Record::NoDirectory(errno))) => {
-            let _ = child.wait().await;
-            let error = io::Error::from_raw_os_error(errno);
-            let cwd = cwd.unwrap_or(Path::new("."));
-            return Err(Error::builder(format!(
-                "the working directory {cwd:?} of {program:?} cannot be used: {error}"
-            ))
-            .with_source(error));
-        }
-        Some(_) | None => {
-            drop(lifeline);
-            let status = child.wait().await;
-            let status = status.map_or_else(|error| error.to_string(), |status| status.to_string());
-            return Err(Error::transport(Box::new(io::Error::other(format!(
-                "the watchdog ended before starting the server ({status})"
-            ))))
-            .with_message(format!("could not start {program:?}")));
+    let group = loop {
+        let reading = reports.read_exact(&mut record);
+        let first = if let Some(launcher_pid) = launched.filter(|_| watchdog_pid == 0) {
+            // The launcher forks at once: one that does not (stopped,
+            // wedged) is let go, so the next spawn starts another, and this
+            // one fails retryably instead of waiting on it.
+            match tokio::time::timeout(launcher::FORK_WAIT, reading).await {
+                Ok(read) => read.ok().map(|_| Record::parse(record)),
+                Err(_elapsed) => {
+                    launcher::abandon(launcher_pid);
+                    return Err(Error::transport(Box::new(io::Error::from(
+                        io::ErrorKind::TimedOut,
+                    )))
+                    .with_message(format!(
+                        "could not start {program:?}: the stdio launcher forked no watchdog \
+                         within {:?}",
+                        launcher::FORK_WAIT
+                    )));
+                }
+            }
+        } else {
+            reading.await.ok().map(|_| Record::parse(record))
+        };
+        match first {
+            Some(Some(Record::Watchdog(pid))) => watchdog_pid = pid,
+            Some(Some(Record::Started(pid))) => break pid,
+            Some(Some(Record::NotStarted(errno))) => {
+                // It exits at once: reaped here (or by the launcher), so
+                // nothing, not even a zombie, outlives the error.
+                if let Some(mut child) = child {
+                    let _ = child.wait().await;
+                }
+                return Err(spawn_error(program, io::Error::from_raw_os_error(errno)));
+            }
+            Some(Some(Record::NoDirectory(errno))) => {
+                if let Some(mut child) = child {
+                    let _ = child.wait().await;
+                }
+                let error = io::Error::from_raw_os_error(errno);
+                let cwd = cwd.unwrap_or(Path::new("."));
+                return Err(Error::builder(format!(
+                    "the working directory {cwd:?} of {program:?} cannot be used: {error}"
+                ))
+                .with_source(error));
+            }
+            Some(_) | None => {
+                drop(lifeline);
+                let status = match child {
+                    Some(mut child) => child
+                        .wait()
+                        .await
+                        .map_or_else(|error| error.to_string(), |status| status.to_string()),
+                    None => "forked by the launcher".to_owned(),
+                };
+                return Err(Error::transport(Box::new(io::Error::other(format!(
+                    "the watchdog ended before starting the server ({status})"
+                ))))
+                .with_message(format!("could not start {program:?}")));
+            }
         }
     };
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write)
         .map_err(|error| unavailable("its stdin", error))?;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        // Piped above, so always there. The tree ends with `lifeline`.
-        return Err(Error::protocol(format!(
-            "{program:?} was spawned without its standard streams"
-        )));
-    };
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read)
+        .map_err(|error| unavailable("its stdout", error))?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read)
+        .map_err(|error| unavailable("its stderr", error))?;
     let (ended, exit) = watch::channel(None);
     let outlived = Arc::new(AtomicBool::new(false));
     let waiter = tokio::spawn({
         let outlived = Arc::clone(&outlived);
         async move {
             // Until the watchdog is gone: it alone holds the other end.
-            let mut server = None;
+            let (mut server, mut done) = (None, false);
             while reports.read_exact(&mut record).await.is_ok() {
-                if let Some(Record::Reaped(raw)) = Record::parse(record) {
-                    server = Some(ExitStatus::from_raw(raw));
+                match Record::parse(record) {
+                    Some(Record::Reaped(raw)) => server = Some(ExitStatus::from_raw(raw)),
+                    Some(Record::Done) => done = true,
+                    _ => {}
                 }
             }
-            match child.wait().await {
-                Ok(own) => {
-                    let status = match server {
-                        // It ends with success only once the whole tree is
-                        // gone.
-                        Some(status) if own.success() => status,
-                        _ => {
-                            // Killed from outside: what it watched is ended
-                            // here. The group's id is not someone else's
-                            // yet: it stays taken while a member lives.
-                            outlived.store(true, Ordering::Relaxed);
-                            kill_group(group, libc::SIGKILL);
-                            own
-                        }
-                    };
-                    ended.send_replace(Some(status));
+            // The launcher's children are its to reap; ours are reaped here.
+            let own = match child {
+                Some(mut child) => match child.wait().await {
+                    Ok(own) => Some(own),
+                    // Only when the system reaped it for us (SIGCHLD
+                    // ignored): the closed watch says so.
+                    Err(error) => {
+                        tracing::warn!(%error, group, "could not wait for a stdio server");
+                        return;
+                    }
+                },
+                None => None,
+            };
+            let status = match server {
+                // It says it is done only once the whole tree is gone.
+                Some(status) if done => status,
+                _ => {
+                    // Killed from outside (it ignores every other signal):
+                    // what it watched is ended here. The group's id is not
+                    // someone else's yet: it stays taken while a member lives.
+                    outlived.store(true, Ordering::Relaxed);
+                    kill_group(group, libc::SIGKILL);
+                    own.unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL))
                 }
-                // Only when the system reaped it for us (SIGCHLD ignored): the
-                // closed watch says so.
-                Err(error) => tracing::warn!(%error, group, "could not wait for a stdio server"),
-            }
+            };
+            ended.send_replace(Some(status));
         }
     });
     Ok(Spawned {
@@ -367,7 +500,7 @@ enum Seen {
 pub(crate) struct ProcessTree {
     /// The group's id: the server's pid.
     group: u32,
-    /// The watchdog's pid (the host's child).
+    /// The watchdog's pid (the launcher's child, or the host's).
     watchdog: u32,
     /// The tree's end, as the waiter task saw it.
     exit: watch::Receiver<Option<ExitStatus>>,
@@ -674,7 +807,7 @@ mod tests {
     }
 
     /// The first line a server writes on its stdout (20 s at the most).
-    async fn first_line(stdout: tokio::process::ChildStdout) -> String {
+    async fn first_line(stdout: Stdout) -> String {
         let mut line = String::new();
         tokio::time::timeout(
             Duration::from_secs(20),
@@ -687,13 +820,16 @@ mod tests {
     }
 
     /// The processes whose environment holds `MARKER=marker` (a zombie's
-    /// reads empty: it is gone but for its status).
+    /// reads empty: it is gone but for its status), and the watchdogs over
+    /// them: one the launcher forked has its (empty) environment, and lives
+    /// only while it has a child of the tree.
     fn marked(marker: &str) -> Vec<u32> {
         let wanted = format!("{MARKER}={marker}");
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
-        dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        let mut found: Vec<u32> = dir
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
             .filter(|pid| {
                 std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                     environ
@@ -701,7 +837,42 @@ mod tests {
                         .any(|variable| variable == wanted.as_bytes())
                 })
             })
-            .collect()
+            .collect();
+        let watchdogs: Vec<u32> = found
+            .iter()
+            .filter_map(|&pid| stat(pid))
+            .map(|(_, _, parent)| parent)
+            .filter(|&parent| {
+                stat(parent).is_some_and(|(comm, state, _)| comm == watchdog::NAME && state != 'Z')
+            })
+            .collect();
+        found.extend(watchdogs);
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// `comm`, state and parent of `pid`, from `/proc/<pid>/stat`.
+    fn stat(pid: u32) -> Option<(String, char, u32)> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, tail) = text.rsplit_once(')')?;
+        let comm = head.split_once(" (")?.1.to_owned();
+        let mut fields = tail.split_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let parent = fields.next()?.parse().ok()?;
+        Some((comm, state, parent))
+    }
+
+    /// The live launcher the process `host` started, if any.
+    fn launcher_of(host: u32) -> Option<u32> {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&pid| {
+                stat(pid).is_some_and(|(comm, state, parent)| {
+                    parent == host && comm == launcher::NAME && state != 'Z'
+                })
+            })
     }
 
     /// Kills every process still carrying its marker when dropped: a test
@@ -1206,9 +1377,17 @@ mod tests {
         )
         .await;
         until_marked(&marker, processes).await;
+        let launcher = launcher_of(host.id().expect("running")).expect("the host's launcher");
         host.start_kill().expect("SIGKILL to the host");
         host.wait().await.expect("the host reaped");
         assert_gone(&marker, Duration::from_secs(10)).await;
+        // The launcher goes with its host.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stat(launcher).is_some_and(|(comm, state, _)| comm == launcher::NAME && state != 'Z')
+        {
+            assert!(Instant::now() < deadline, "the launcher outlived its host");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The host of `the_host_killed_with_sigkill_leaves_no_process`: spawns
@@ -1290,13 +1469,19 @@ mod tests {
         assert!(error.is_builder(), "{error}");
         assert!(error.to_string().contains("interpreter"), "{error}");
         let mut status = 0;
-        // SAFETY: waitpid fills a valid int; no child of ours is expected.
+        // SAFETY: waitpid fills a valid int; no child of ours is expected
+        // but the launcher, which runs.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        assert_eq!(pid, -1, "a child is left");
-        assert_eq!(
-            io::Error::last_os_error().raw_os_error(),
-            Some(libc::ECHILD)
-        );
+        assert!(pid <= 0, "a child is left unreaped: {pid}");
+        let me = std::process::id();
+        let children: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| {
+                stat(pid).is_some_and(|(comm, _, parent)| parent == me && comm != launcher::NAME)
+            })
+            .collect();
+        assert!(children.is_empty(), "children left: {children:?}");
     }
 
     #[tokio::test]
@@ -1326,6 +1511,183 @@ mod tests {
             }
             other => panic!("reported as {other:?}"),
         }
+    }
+
+    /// A server's watchdog is forked by the host's launcher, not started
+    /// as a program; a request too large for it (an environment over
+    /// 64 KiB) is started the other way, as the host's child, and works
+    /// the same.
+    #[tokio::test]
+    async fn the_launcher_forks_watchdogs_and_a_large_request_goes_the_other_way() {
+        let me = std::process::id();
+        let (marker, _sweep) = swept("launched");
+        let launched = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let parent = stat(launched.tree.watchdog()).map(|(_, _, parent)| parent);
+        assert_eq!(parent, launcher_of(me), "forked by the launcher");
+        assert!(parent.is_some());
+
+        let mut env = marked_env(&marker);
+        env.push(("LARGE".into(), "x".repeat(launcher::REQUEST_MAX).into()));
+        let args = [
+            OsString::from("-c"),
+            OsString::from("echo up; exec cat >/dev/null"),
+        ];
+        let mut large = spawn(Path::new("/bin/sh"), &args, &env, None)
+            .await
+            .expect("spawned the other way");
+        expect_line(
+            &mut BufReader::new(&mut large.stdout),
+            "up",
+            Duration::from_secs(20),
+        )
+        .await;
+        let parent = stat(large.tree.watchdog()).map(|(_, _, parent)| parent);
+        assert_eq!(parent, Some(me), "started by the host");
+        for Spawned {
+            mut tree, stdin, ..
+        } in [launched, large]
+        {
+            drop(stdin);
+            let end = tree.release(Grace::default()).await;
+            assert!(
+                matches!(end, ProcessEnd::Exited(status) if status.success()),
+                "{end:?}"
+            );
+        }
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    /// The launcher killed from outside takes no tree with it (each
+    /// watchdog watches its own), and the next spawn starts another. In a
+    /// process of its own: other tests spawn through the same launcher.
+    #[tokio::test]
+    async fn a_launcher_killed_from_outside_is_replaced_and_its_trees_go_on() {
+        rerun_passes("child_for_the_launcher_test", &[]).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "a helper: run by a_launcher_killed_from_outside_is_replaced_and_its_trees_go_on"]
+    async fn child_for_the_launcher_test() {
+        if role("child_for_the_launcher_test").is_none() {
+            return;
+        }
+        let me = std::process::id();
+        let (marker, _sweep) = swept("relaunched");
+        let Spawned {
+            tree: first,
+            stdin: first_stdin,
+            ..
+        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let launcher = launcher_of(me).expect("a launcher");
+        let pid = libc::pid_t::try_from(launcher).expect("a pid");
+        // SAFETY: a signal to this process's own launcher.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stat(launcher).is_some_and(|(_, state, _)| state != 'Z') {
+            assert!(Instant::now() < deadline, "the launcher did not die");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let Spawned {
+            tree: second,
+            stdin: second_stdin,
+            ..
+        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let replaced = launcher_of(me).expect("another launcher");
+        assert_ne!(replaced, launcher);
+        // The first tree's watchdog still watches it: its end is seen.
+        for (mut tree, stdin) in [(first, first_stdin), (second, second_stdin)] {
+            drop(stdin);
+            let end = tree.release(Grace::default()).await;
+            assert!(
+                matches!(end, ProcessEnd::Exited(status) if status.success()),
+                "{end:?}"
+            );
+        }
+        assert_gone(&marker, Duration::from_secs(5)).await;
+        // The killed launcher was reaped when it was replaced.
+        assert!(
+            stat(launcher).is_none(),
+            "the old launcher is left a zombie"
+        );
+    }
+
+    /// A launcher that forks nothing (stopped here) fails the spawn
+    /// retryably within its wait, is killed and reaped, and the next spawn
+    /// starts another. In a process of its own, as above.
+    #[tokio::test]
+    async fn a_wedged_launcher_fails_one_spawn_and_is_replaced() {
+        rerun_passes("child_for_the_wedged_launcher_test", &[]).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "a helper: run by a_wedged_launcher_fails_one_spawn_and_is_replaced"]
+    async fn child_for_the_wedged_launcher_test() {
+        if role("child_for_the_wedged_launcher_test").is_none() {
+            return;
+        }
+        let me = std::process::id();
+        let (marker, _sweep) = swept("wedged");
+        let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        drop((tree, stdin));
+        let launcher = launcher_of(me).expect("a launcher");
+        let pid = libc::pid_t::try_from(launcher).expect("a pid");
+        // SAFETY: a signal to this process's own launcher.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let args = [
+            OsString::from("-c"),
+            OsString::from("echo up; exec cat >/dev/null"),
+        ];
+        let failed = tokio::time::timeout(
+            launcher::FORK_WAIT * 10,
+            spawn(Path::new("/bin/sh"), &args, &marked_env(&marker), None),
+        )
+        .await
+        .expect("bounded by the launcher's wait");
+        let Err(error) = failed else {
+            panic!("a stopped launcher started a server");
+        };
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("forked no watchdog"), "{error}");
+        assert!(stat(launcher).is_none(), "the wedged launcher is left");
+        let Spawned {
+            mut tree, stdin, ..
+        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        assert_ne!(launcher_of(me), Some(launcher));
+        drop(stdin);
+        let end = tree.release(Grace::default()).await;
+        assert!(
+            matches!(end, ProcessEnd::Exited(status) if status.success()),
+            "{end:?}"
+        );
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
+    /// A watchdog killed once its server ended by itself, while a daemon
+    /// of the tree lives on: the server's status came, the watchdog's
+    /// word that the tree is gone did not, so the release says the
+    /// watchdog ended (the daemon, reparented to init, escapes: the
+    /// guide's known gap; the sweep ends it here).
+    #[tokio::test]
+    async fn a_watchdog_killed_after_its_server_ended_says_so() {
+        let (marker, _sweep) = swept("watchdog-late");
+        let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo up; exit 0";
+        let Spawned {
+            mut tree,
+            stdin,
+            stderr: _stderr,
+            ..
+        } = sh_up(script, &marker).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stat(tree.group()).is_some() {
+            assert!(Instant::now() < deadline, "the server did not end");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let watchdog = libc::pid_t::try_from(tree.watchdog()).expect("a pid");
+        // SAFETY: a signal to this test's own watchdog.
+        assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);
+        drop(stdin);
+        let end = tree.release(Grace::default()).await;
+        assert!(matches!(end, ProcessEnd::WatchdogEnded(_)), "{end:?}");
     }
 
     #[tokio::test]

@@ -8,6 +8,12 @@
  * exec.
  *
  * Usage: mcp-watchdog HOST_PID CWD PATH ARGV0 [ARG...]   (CWD "": the host's)
+ *        mcp-watchdog HOST_PID                          (the launcher: below)
+ *
+ * Started with HOST_PID alone, it is the host's launcher (see launcher()):
+ * it forks a watchdog for each request on its stdin, which then does all
+ * that follows with what the request carried (launched()). Started with a
+ * server to run, it is that server's watchdog itself, as described here.
  *
  * Descriptors on entry:
  *   0  the control socket (AF_UNIX stream): the host's other end is the
@@ -37,6 +43,9 @@
  *       'E' errno   the exec failed (nothing ran); the watchdog then exits
  *       'D' errno   the working directory could not be entered; likewise
  *       'Z' status  the server was reaped (its raw wait status)
+ *       'X' 0       the whole tree is gone; it exits now (its absence at
+ *                   the end of file: it was killed from outside)
+ *       'W' pid     (a launched watchdog, first) its own pid
  *   - reads from the host: 'T' (a release's SIGTERM step: SIGTERM to the
  *     server's group and to every child it has, orphans that left the
  *     group included, and to each orphan adopted after it, once, until
@@ -289,6 +298,7 @@ static void reap(void) {
             continue;
         }
         if (errno == ECHILD) {
+            report('X', 0);
             _exit(EXIT_DONE);
         }
         return;
@@ -421,6 +431,7 @@ static void end_tree(void) {
             if (!server_reaped) {
                 kill(server, SIGKILL);
             } else if (++unlisted > UNLISTED_STEPS) {
+                report('X', 0);
                 _exit(EXIT_DONE);
             }
         }
@@ -441,22 +452,11 @@ static void end_tree(void) {
     }
 }
 
-int main(int argc, char **argv) {
-    if (argc < 5) {
-        static const char usage[] =
-            "mcp-watchdog is started by mcp-scoped-http, not by hand\n";
-        (void)!write(2, usage, sizeof usage - 1);
-        return EXIT_USAGE;
-    }
-    close_from(3);
-    pid_t host = (pid_t)strtol(argv[1], NULL, 10);
-    const char *cwd = argv[2];
-    char *path = argv[3];
-    char **server_argv = argv + 4;
-
-    /* Out of the host's session and group: a signal to the host's group
-     * or a terminal's does not reach us (a host killed with its group is
-     * seen by the lifeline, and its tree ended). */
+/* Becomes a watchdog: out of the host's session and group (a signal to
+ * the host's group or a terminal's does not reach us; a host killed with
+ * its group is seen by the lifeline, and its tree ended), a subreaper, the
+ * signals a release or a terminal sends ignored, SIGCHLD waking the loop. */
+static int become_watchdog(void) {
     setsid();
 #ifdef __linux__
     prctl(PR_SET_NAME, "mcp-watchdog", 0, 0, 0);
@@ -471,7 +471,7 @@ int main(int argc, char **argv) {
         sigaction(ignored[i], &action, NULL);
     }
     if (pipe(wake) == -1) {
-        return EXIT_USAGE;
+        return -1;
     }
     for (int i = 0; i < 2; i++) {
         cloexec(wake[i]);
@@ -485,29 +485,27 @@ int main(int argc, char **argv) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    return 0;
+}
 
-    /* The host's death, seen even if a fork of it (without exec) holds
-     * the lifeline's other end. Opened before the parent is checked, so
-     * it is the host's and not a reused pid's. */
+/* A pidfd of the host (Linux): its death is seen even if a fork of it
+ * (without exec) holds the lifeline's other end. -1 where there is none. */
+static int open_host(pid_t host) {
     int host_gone = -1;
 #if defined(__linux__) && defined(SYS_pidfd_open)
     host_gone = (int)syscall(SYS_pidfd_open, host, 0);
     if (host_gone >= 0) {
         cloexec(host_gone);
     }
+#else
+    (void)host;
 #endif
-    if (getppid() != host) {
-        return EXIT_USAGE;
-    }
-    int input = receive_stdin();
-    if (input < 0) {
-        return EXIT_USAGE;
-    }
-    char **server_env = receive_loader_env();
-    if (server_env == NULL) {
-        return EXIT_USAGE;
-    }
+    return host_gone;
+}
 
+/* Starts the server and watches its tree until it is gone: see the top. */
+static int run(int host_gone, int input, const char *cwd, char *path, char **server_argv,
+               char **server_env) {
     int status_pipe[2];
     if (pipe(status_pipe) == -1) {
         report('E', errno);
@@ -597,4 +595,258 @@ int main(int argc, char **argv) {
             terminate_tree();
         }
     }
+}
+
+/* The launcher's request: four descriptors (the control socket's end, the
+ * server's stdin, stdout and stderr) and, in the same message, a native
+ * u32 argc and u32 envc, then NUL-terminated strings: the working
+ * directory, the path, argc arguments, envc NAME=VALUE. */
+enum { REQUEST_FDS = 4, REQUEST_MAX = 64 * 1024 };
+
+/* In the launcher's child: the request's descriptors put in place (0 the
+ * control socket, 1 and 2 the server's stdout and stderr, 3 its stdin, 4
+ * the host's pidfd), the request parsed, then a watchdog as any other.
+ * Sends 'W' (its pid) first: the host is not its parent. */
+static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t length) {
+    int high[REQUEST_FDS + 1];
+    for (int i = 0; i < REQUEST_FDS; i++) {
+        high[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
+    }
+    high[REQUEST_FDS] = host_gone >= 0 ? fcntl(host_gone, F_DUPFD_CLOEXEC, 16) : -1;
+    for (int i = 0; i < REQUEST_FDS; i++) {
+        if (high[i] < 0) {
+            _exit(EXIT_USAGE);
+        }
+    }
+    /* 0 control, 1 stdout, 2 stderr, 3 stdin, 4 the host's pidfd. */
+    int order[REQUEST_FDS + 1] = {high[0], high[2], high[3], high[1], high[4]};
+    for (int target = 0; target <= REQUEST_FDS; target++) {
+        if (order[target] >= 0) {
+            dup2(order[target], target);
+        } else {
+            close(target);
+        }
+    }
+    close_from(5);
+    cloexec(3);
+    if (high[REQUEST_FDS] >= 0) {
+        cloexec(4);
+    }
+    report('W', (int32_t)getpid());
+    if (become_watchdog() == -1) {
+        report('E', errno);
+        _exit(EXIT_NO_EXEC);
+    }
+    uint32_t counts[2];
+    if (length < sizeof counts) {
+        report('E', EINVAL);
+        _exit(EXIT_NO_EXEC);
+    }
+    memcpy(counts, request, sizeof counts);
+    size_t strings = (size_t)counts[0] + counts[1] + 2;
+    char **list = calloc(strings + 2, sizeof(char *));
+    if (list == NULL) {
+        report('E', ENOMEM);
+        _exit(EXIT_NO_EXEC);
+    }
+    /* Every string ends inside the message, and there are as many as said. */
+    size_t found = 0;
+    for (size_t at = sizeof counts; at < length && found < strings;) {
+        char *end = memchr(request + at, '\0', length - at);
+        if (end == NULL) {
+            break;
+        }
+        list[found++] = request + at;
+        at = (size_t)(end - request) + 1;
+    }
+    if (found != strings || counts[0] == 0) {
+        report('E', EINVAL);
+        _exit(EXIT_NO_EXEC);
+    }
+    /* cwd, path, argv..., NULL, env..., NULL: argv's end is moved up one. */
+    char **server_argv = calloc((size_t)counts[0] + 1, sizeof(char *));
+    char **server_env = calloc((size_t)counts[1] + 1, sizeof(char *));
+    if (server_argv == NULL || server_env == NULL) {
+        report('E', ENOMEM);
+        _exit(EXIT_NO_EXEC);
+    }
+    memcpy(server_argv, list + 2, counts[0] * sizeof(char *));
+    memcpy(server_env, list + 2 + counts[0], counts[1] * sizeof(char *));
+    return run(high[REQUEST_FDS] >= 0 ? 4 : -1, 3, list[0], list[1], server_argv, server_env);
+}
+
+/* The launcher: started once per host (usage: mcp-watchdog HOST_PID, its
+ * stdin a SOCK_SEQPACKET socket), it forks a watchdog for each request, so
+ * a server costs the host one message and a fork of this small process
+ * instead of starting a program. Its children are reaped here; each
+ * watches its own tree, with its own lifeline and the host's pidfd, so
+ * they do not need the launcher once forked. It ends with the host: its
+ * socket's end of file, or the host's pidfd. */
+static int launcher(pid_t host) {
+    close_from(3);
+    setsid();
+#ifdef __linux__
+    prctl(PR_SET_NAME, "mcp-launcher", 0, 0, 0);
+#endif
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_IGN;
+    int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+        sigaction(ignored[i], &action, NULL);
+    }
+    if (pipe(wake) == -1) {
+        return EXIT_USAGE;
+    }
+    for (int i = 0; i < 2; i++) {
+        cloexec(wake[i]);
+        fcntl(wake[i], F_SETFL, fcntl(wake[i], F_GETFL) | O_NONBLOCK);
+    }
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_child;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGCHLD, &action, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int host_gone = open_host(host);
+    if (getppid() != host) {
+        return EXIT_USAGE;
+    }
+    char *request = malloc(REQUEST_MAX);
+    if (request == NULL) {
+        return EXIT_USAGE;
+    }
+    for (;;) {
+        int status;
+        while (waitpid(-1, &status, WNOHANG) > 0) {
+        }
+        struct pollfd fds[3] = {
+            {.fd = CONTROL, .events = POLLIN},
+            {.fd = wake[0], .events = POLLIN},
+            {.fd = host_gone, .events = POLLIN},
+        };
+        nfds_t count = host_gone >= 0 ? 3 : 2;
+        if (poll(fds, count, -1) == -1) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return EXIT_DONE;
+        }
+        if (count == 3 && fds[2].revents != 0) {
+            return EXIT_DONE;
+        }
+        if (fds[1].revents != 0) {
+            char drain[64];
+            while (read(wake[0], drain, sizeof drain) > 0) {
+            }
+        }
+        if (fds[0].revents == 0) {
+            continue;
+        }
+        struct iovec data = {.iov_base = request, .iov_len = REQUEST_MAX};
+        union {
+            struct cmsghdr header;
+            char space[CMSG_SPACE(REQUEST_FDS * sizeof(int))];
+        } control;
+        struct msghdr message;
+        memset(&message, 0, sizeof message);
+        memset(&control, 0, sizeof control);
+        message.msg_iov = &data;
+        message.msg_iovlen = 1;
+        message.msg_control = control.space;
+        message.msg_controllen = sizeof control.space;
+#ifdef MSG_CMSG_CLOEXEC
+        ssize_t got = recvmsg(CONTROL, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+#else
+        ssize_t got = recvmsg(CONTROL, &message, MSG_DONTWAIT);
+#endif
+        if (got == 0) {
+            return EXIT_DONE; /* the host let us go, or is gone */
+        }
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
+                continue;
+            }
+            return EXIT_DONE;
+        }
+        int passed[REQUEST_FDS];
+        int passed_count = 0;
+        for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL;
+             header = CMSG_NXTHDR(&message, header)) {
+            if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
+                continue;
+            }
+            size_t n = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < n; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
+                cloexec(fd);
+                if (passed_count < REQUEST_FDS) {
+                    passed[passed_count++] = fd;
+                } else {
+                    close(fd);
+                }
+            }
+        }
+        if (passed_count == REQUEST_FDS) {
+            if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+                int32_t error = E2BIG;
+                unsigned char record[5] = {'E'};
+                memcpy(record + 1, &error, sizeof error);
+                (void)!send(passed[0], record, sizeof record, MSG_DONTWAIT);
+            } else {
+                pid_t child = fork();
+                if (child == 0) {
+                    close(CONTROL);
+                    _exit(launched(passed, host_gone, request, (size_t)got));
+                }
+                if (child == -1) {
+                    int32_t error = errno;
+                    unsigned char record[5] = {'E'};
+                    memcpy(record + 1, &error, sizeof error);
+                    (void)!send(passed[0], record, sizeof record, MSG_DONTWAIT);
+                }
+            }
+        }
+        for (int i = 0; i < passed_count; i++) {
+            close(passed[i]);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2) {
+        return launcher((pid_t)strtol(argv[1], NULL, 10));
+    }
+    if (argc < 5) {
+        static const char usage[] =
+            "mcp-watchdog is started by mcp-scoped-http, not by hand\n";
+        (void)!write(2, usage, sizeof usage - 1);
+        return EXIT_USAGE;
+    }
+    close_from(3);
+    pid_t host = (pid_t)strtol(argv[1], NULL, 10);
+    const char *cwd = argv[2];
+    char *path = argv[3];
+    char **server_argv = argv + 4;
+    if (become_watchdog() == -1) {
+        return EXIT_USAGE;
+    }
+    /* Opened before the parent is checked, so it is the host's and not a
+     * reused pid's. */
+    int host_gone = open_host(host);
+    if (getppid() != host) {
+        return EXIT_USAGE;
+    }
+    int input = receive_stdin();
+    if (input < 0) {
+        return EXIT_USAGE;
+    }
+    char **server_env = receive_loader_env();
+    if (server_env == NULL) {
+        return EXIT_USAGE;
+    }
+    return run(host_gone, input, cwd, path, server_argv, server_env);
 }

@@ -13,7 +13,7 @@
 #![allow(unsafe_code)]
 
 use std::io::{self, Write as _};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -199,6 +199,12 @@ pub(super) enum Record {
     NoDirectory(i32),
     /// The server was reaped: its raw wait status.
     Reaped(i32),
+    /// A watchdog the launcher forked: its pid (the host is not its
+    /// parent). Sent first.
+    Watchdog(u32),
+    /// The whole tree is gone; the watchdog exits now. Its absence at the
+    /// end of file means it was killed from outside.
+    Done,
 }
 
 /// The size of a record on the wire.
@@ -218,6 +224,11 @@ impl Record {
             b'E' => Some(Record::NotStarted(value)),
             b'D' => Some(Record::NoDirectory(value)),
             b'Z' => Some(Record::Reaped(value)),
+            b'W' => u32::try_from(value)
+                .ok()
+                .filter(|&pid| pid > 1)
+                .map(Record::Watchdog),
+            b'X' => Some(Record::Done),
             _ => None,
         }
     }
@@ -300,53 +311,70 @@ pub(super) fn send_terminate(lifeline: &tokio::net::unix::OwnedWriteHalf) {
 /// descriptor, `SCM_RIGHTS`): the server's stdin, which std cannot put
 /// on any descriptor but the watchdog's own 0, 1 and 2.
 pub(super) fn send_fd(socket: &std::os::unix::net::UnixStream, fd: &OwnedFd) -> io::Result<()> {
-    let mut byte = [b'F'];
-    let mut data = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
+    match send_with_fds(socket.as_raw_fd(), b"F", &[fd.as_raw_fd()], 0)? {
+        1 => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "sendmsg sent nothing",
+        )),
+    }
+}
+
+/// The most descriptors [`send_with_fds`] sends at once.
+const MAX_FDS: usize = 4;
+
+/// One `sendmsg` on `socket` of `data` with `fds` (`SCM_RIGHTS`, at most
+/// [`MAX_FDS`]), `flags` beside [`NO_SIGPIPE`]; retried on EINTR. How many
+/// bytes went out.
+pub(super) fn send_with_fds(
+    socket: RawFd,
+    data: &[u8],
+    fds: &[RawFd],
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    assert!(
+        !fds.is_empty() && fds.len() <= MAX_FDS,
+        "1 to {MAX_FDS} descriptors"
+    );
+    let fds_bytes = std::mem::size_of_val(fds);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
     };
-    // Room for one cmsghdr with one int, aligned as cmsghdr wants.
+    // Room for one cmsghdr with MAX_FDS ints, aligned as cmsghdr wants.
     let mut space = [0u64; 8];
     // SAFETY: CMSG_SPACE is arithmetic.
-    let needed = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as libc::c_uint) };
-    assert!(needed as usize <= std::mem::size_of_val(&space));
+    let needed = unsafe { libc::CMSG_SPACE(fds_bytes as libc::c_uint) } as usize;
+    assert!(needed <= std::mem::size_of_val(&space));
     // SAFETY: an all-zero msghdr is a valid empty one.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = &raw mut data;
+    message.msg_iov = &raw mut iov;
     message.msg_iovlen = 1;
     message.msg_control = space.as_mut_ptr().cast();
     message.msg_controllen = needed as _;
     // SAFETY: `message` points at a control buffer of `needed` bytes, so
-    // CMSG_FIRSTHDR is non-null and the header and its int fit; the writes
-    // stay inside `space`, which outlives the sendmsg.
+    // CMSG_FIRSTHDR is non-null and the header and its ints fit; the
+    // writes stay inside `space`, which outlives the sendmsg. `iov` points
+    // at `data`, which sendmsg only reads.
     let sent = unsafe {
         let header = libc::CMSG_FIRSTHDR(&raw const message);
         (*header).cmsg_level = libc::SOL_SOCKET;
         (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len =
-            libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as libc::c_uint) as _;
-        let raw = fd.as_raw_fd();
+        (*header).cmsg_len = libc::CMSG_LEN(fds_bytes as libc::c_uint) as _;
         std::ptr::copy_nonoverlapping(
-            (&raw const raw).cast::<u8>(),
+            fds.as_ptr().cast::<u8>(),
             libc::CMSG_DATA(header),
-            std::mem::size_of::<libc::c_int>(),
+            fds_bytes,
         );
         loop {
-            let sent = libc::sendmsg(socket.as_raw_fd(), &raw const message, NO_SIGPIPE);
+            let sent = libc::sendmsg(socket, &raw const message, NO_SIGPIPE | flags);
             if sent == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             break sent;
         }
     };
-    match sent {
-        1 => Ok(()),
-        -1 => Err(io::Error::last_os_error()),
-        _ => Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            "sendmsg sent nothing",
-        )),
-    }
+    usize::try_from(sent).map_err(|_| io::Error::last_os_error())
 }
 
 /// No SIGPIPE from a send to a watchdog already gone (a host need not
@@ -398,6 +426,9 @@ mod tests {
             Some(Record::NotStarted(libc::ENOEXEC))
         );
         assert_eq!(record(b'Z', 9), Some(Record::Reaped(9)));
+        assert_eq!(record(b'W', 4243), Some(Record::Watchdog(4243)));
+        assert_eq!(record(b'W', 0), None);
+        assert_eq!(record(b'X', 0), Some(Record::Done));
         assert_eq!(
             record(b'D', libc::EACCES),
             Some(Record::NoDirectory(libc::EACCES))

@@ -75,6 +75,7 @@ fn stat_lines_are_parsed_after_the_last_parenthesis() {
             state: 'R',
             ppid: 17,
             pgrp: 4242,
+            comm: "a) b) (c S 1 4".to_owned(),
         })
     );
     assert_eq!(parse_stat("4242 (sh) Z 17 9"), {
@@ -83,6 +84,7 @@ fn stat_lines_are_parsed_after_the_last_parenthesis() {
             state: 'Z',
             ppid: 17,
             pgrp: 9,
+            comm: "sh".to_owned(),
         })
     });
     for broken in [

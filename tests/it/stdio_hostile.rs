@@ -52,17 +52,12 @@ fn fixture(marker: &str, args: &[&str]) -> StdioCommand {
         .env(MARKER, marker)
 }
 
-/// Processes whose environment holds MARKER=marker.
+/// Processes whose environment holds MARKER=marker, and the launcher's
+/// watchdogs over them (see `support::processes::with_marker`).
 fn marked(marker: &str) -> Vec<i32> {
-    let wanted = format!("{MARKER}={marker}");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()))
-        })
+    crate::support::processes::with_marker(MARKER, marker)
+        .into_iter()
+        .filter_map(|pid| i32::try_from(pid).ok())
         .collect()
 }
 
@@ -794,7 +789,12 @@ async fn a_watchdog_killed_from_outside_takes_the_servers_group_with_it() {
     }
     let watchdog = marked(&marker)
         .into_iter()
-        .find(|&p| cmdline(p).starts_with("mcp-watchdog"))
+        .find(|&p| {
+            u32::try_from(p)
+                .ok()
+                .and_then(crate::support::processes::stat)
+                .is_some_and(|stat| stat.comm == crate::support::processes::WATCHDOG)
+        })
         .expect("the watchdog");
     // SAFETY: a signal to this test's watchdog.
     assert_eq!(unsafe { libc::kill(watchdog, libc::SIGKILL) }, 0);

@@ -9,7 +9,8 @@ machine disturbs both sides alike. Per client it reports the median over
 rounds of cycles per second and of CPU milliseconds per cycle: this
 process's (``time.process_time``, every thread), and the server's (HTTP:
 the one server process, from /proc; stdio: the servers started per cycle,
-from ``getrusage(RUSAGE_CHILDREN)``). Ratios are ours over the SDK's, for
+from ``getrusage(RUSAGE_CHILDREN)`` and, for ours, what the package's launcher
+reaped). Ratios are ours over the SDK's, for
 ours with a client of its own per transport (``ours``) and with one
 ``HttpClient`` lent to every transport (``lent``).
 
@@ -202,10 +203,31 @@ async def cycle(client: Client) -> None:
     client.cycles += 1
 
 
+def children_cpu_seconds() -> float:
+    """The CPU of every process started for stdio cycles and reaped: this
+    process's children (the SDK's servers), and what the package's
+    launcher reaped (its watchdogs, which reaped their servers: the
+    launcher's ``cutime`` + ``cstime`` in /proc)."""
+    own = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        head, tail = text.rsplit(")", 1)
+        fields = tail.split()
+        if head.endswith("(mcp-launcher") and fields[1] == me:
+            total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 async def block(client: Client, cycles: int, server: HttpServer | None) -> Block:
     server_cpu = (server.cpu_seconds if server is not None and client.kind == "http"
-                  else lambda: resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
-                  + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime)
+                  else children_cpu_seconds)
     wall, cpu, served = time.perf_counter(), time.process_time(), server_cpu()
     for _ in range(cycles):
         await cycle(client)
@@ -271,7 +293,8 @@ def report(clients: list[Client], args: argparse.Namespace) -> None:
                 ratios = [o / s if s else float("nan") for o, s in zip(ours, sdk)]
                 label = f"{name[0]}/sdk"
                 print(f"{kind:<10}{label:<7}{ratios[0]:>9.2f}x{'':<17}{ratios[1]:>10.2f}x{ratios[2]:>14.2f}x")
-    print("(server: HTTP = the server process's CPU from /proc; stdio = children's CPU, RUSAGE_CHILDREN)")
+    print("(server: HTTP = the server process's CPU from /proc; stdio = the servers' and watchdogs' CPU, "
+          "RUSAGE_CHILDREN and the launcher's reaped children)")
 
 
 def main() -> int:

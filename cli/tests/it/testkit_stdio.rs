@@ -19,21 +19,38 @@ fn server(args: &[&str]) -> StdioCommand {
 }
 
 /// The pids of the live (not zombie) processes whose parent is this
-/// process, from `/proc`.
+/// process or its stdio launcher, from `/proc`.
 fn children() -> Vec<u32> {
-    let me = std::process::id().to_string();
+    let me = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    // (pid, parent, comm) of every live process.
+    let table: Vec<(u32, u32, String)> = entries
         .filter_map(|entry| {
             let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, tail) = stat.rsplit_once(')')?;
+            let comm = head.split_once(" (")?.1.to_owned();
             // After the command's closing parenthesis: state, then ppid.
-            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-            let (state, ppid) = (rest.next()?, rest.next()?);
-            (ppid == me && state != "Z").then_some(pid)
+            let mut rest = tail.split_whitespace();
+            let (state, ppid) = (rest.next()?, rest.next()?.parse().ok()?);
+            (state != "Z").then_some((pid, ppid, comm))
         })
+        .collect();
+    // The stdio launcher is the process's for its life: not counted, but
+    // the watchdogs it forked for this process are.
+    let launchers: Vec<u32> = table
+        .iter()
+        .filter(|(_, ppid, comm)| *ppid == me && comm == "mcp-launcher")
+        .map(|(pid, ..)| *pid)
+        .collect();
+    table
+        .iter()
+        .filter(|(_, ppid, comm)| {
+            (*ppid == me && comm != "mcp-launcher") || launchers.contains(ppid)
+        })
+        .map(|(pid, ..)| *pid)
         .collect()
 }
 

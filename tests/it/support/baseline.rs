@@ -142,6 +142,9 @@ pub struct Baseline {
 impl Baseline {
     /// Takes the baseline. Call it with the caller's client warm (after one
     /// request of its own), so its first pooled connection is already there.
+    // `stdio` is a feature of this crate, not of the CLI's tests that
+    // share this file (where stdio servers run in the CLI's processes).
+    #[allow(unexpected_cfgs)]
     pub fn take(caller: Option<&Caller>) -> Baseline {
         // The numbers are the whole process's: a baseline taken while
         // another test of this binary runs counts that test's resources.
@@ -149,6 +152,10 @@ impl Baseline {
             super::holds_serial(),
             "a baseline is taken under support::serial() or support::scenario()"
         );
+        // The stdio launcher's socket is the process's, for its life: held
+        // before the count, as a host that counts its descriptors does.
+        #[cfg(all(unix, feature = "stdio"))]
+        mcp_scoped_http::stdio::start_launcher().expect("the stdio launcher");
         Baseline {
             tasks: alive_tasks(),
             fds: open_fds(),

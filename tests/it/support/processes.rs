@@ -17,6 +17,14 @@
 //!   group; only a process that makes a group or session of its own leaves
 //!   it.
 //!
+//! The crate's stdio launcher (`comm` `mcp-launcher`: one per host process,
+//! alive as long as it, forking each server's watchdog) is no test's
+//! process: [`descendants`] walks through it but does not list it. A
+//! watchdog it forked has the launcher's (empty) environment, not the
+//! server's: [`with_marker`] lists it as the parent of a marked process
+//! (it lives only while it has a child, and every process of its tree is
+//! marked).
+//!
 //! Zombies (state `Z`) are not counted anywhere: they run nothing and hold
 //! no memory, and an orphan's zombie waits for init to reap it (here, up to
 //! about 2 s).
@@ -46,7 +54,7 @@ const POLL: Duration = Duration::from_millis(10);
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// What `/proc/<pid>/stat` says of a process, the fields used here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stat {
     /// Its id.
     pub pid: u32,
@@ -56,6 +64,8 @@ pub struct Stat {
     pub ppid: u32,
     /// Its process group's id.
     pub pgrp: u32,
+    /// Its command name (`comm`, at most 15 bytes).
+    pub comm: String,
 }
 
 impl Stat {
@@ -70,7 +80,8 @@ impl Stat {
 /// 16 bytes, so the fields start after the *last* `)`.
 pub fn parse_stat(text: &str) -> Option<Stat> {
     let (head, tail) = text.rsplit_once(')')?;
-    let pid = head.split_once(" (")?.0.trim().parse().ok()?;
+    let (pid, comm) = head.split_once(" (")?;
+    let pid = pid.trim().parse().ok()?;
     let mut fields = tail.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let ppid = fields.next()?.parse().ok()?;
@@ -80,6 +91,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         state,
         ppid,
         pgrp,
+        comm: comm.to_owned(),
     })
 }
 
@@ -125,7 +137,9 @@ pub fn descendants(pid: u32) -> Vec<u32> {
             }
             // A zombie has no children of its own (they were reparented
             // when it exited): it is skipped, and walking it finds nothing.
-            if child.is_live() {
+            // The launcher is the crate's, for the host's life: walked, not
+            // listed.
+            if child.is_live() && child.comm != LAUNCHER {
                 found.push(child.pid);
             }
             next.push(child.pid);
@@ -140,18 +154,37 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 /// gone meanwhile) are skipped, and a zombie's environment reads empty.
 pub fn with_marker(name: &str, value: &str) -> Vec<u32> {
     let wanted = format!("{name}={value}").into_bytes();
-    let mut found: Vec<u32> = all()
-        .into_iter()
+    let table = all();
+    let by_pid: HashMap<u32, &Stat> = table.iter().map(|process| (process.pid, process)).collect();
+    let marked: Vec<&Stat> = table
+        .iter()
         .filter(|process| process.is_live())
         .filter(|process| {
             fs::read(format!("/proc/{}/environ", process.pid))
                 .is_ok_and(|environ| environ.split(|&b| b == 0).any(|var| var == wanted))
         })
+        .collect();
+    // And the launcher's watchdogs over them (see the module docs).
+    let watchdogs = marked.iter().filter_map(|process| {
+        by_pid
+            .get(&process.ppid)
+            .filter(|parent| parent.is_live() && parent.comm == WATCHDOG)
+            .map(|parent| parent.pid)
+    });
+    let mut found: Vec<u32> = marked
+        .iter()
         .map(|process| process.pid)
+        .chain(watchdogs)
         .collect();
     found.sort_unstable();
+    found.dedup();
     found
 }
+
+/// The `comm` of the crate's stdio launcher.
+pub const LAUNCHER: &str = "mcp-launcher";
+/// The `comm` of a stdio server's watchdog.
+pub const WATCHDOG: &str = "mcp-watchdog";
 
 /// The live members of process group `pgid`.
 pub fn in_group(pgid: u32) -> Vec<u32> {
