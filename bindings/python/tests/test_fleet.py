@@ -105,6 +105,37 @@ async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
         await fleet.call_tool("web", "tool-000")
 
 
+async def test_a_fleet_dropped_without_shutdown_is_released(kit):
+    """A host that forgets `shutdown` (the fleet collected, not closed):
+    its sessions are DELETEd, its stdio tree is gone and the ledger is
+    back, through the reaper."""
+    import gc
+
+    web = kit()
+    before = settled_ledger()
+    mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
+    fleet = mcp_scoped_http.Fleet()
+    await fleet.apply(
+        {
+            "mcpServers": {
+                "web": {"url": web.url},
+                "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
+            }
+        }
+    )
+    ready = await fleet.ready(BOUND)
+    assert sorted(ready["ready"]) == ["local", "web"], ready
+    assert processes_marked(mark)
+    del fleet
+    gc.collect()
+    with anyio.fail_after(BOUND):
+        while processes_marked(mark):
+            await anyio.sleep(0.02)
+    assert settled_ledger() == before
+    stats = web.stop()
+    assert (stats.sessions_created, stats.deletes) == (1, 1), stats
+
+
 @pytest.mark.parametrize("revision", ["2026-07-28", "2025-11-25"])
 async def test_the_hosts_handlers_answer_the_servers_requests(kit, revision):
     server = kit("--revision", revision, "--ask")
