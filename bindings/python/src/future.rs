@@ -118,6 +118,16 @@ where
     Ok(future)
 }
 
+/// An asyncio future of the running loop, done already with `value`.
+pub(crate) fn ready<'py>(py: Python<'py>, value: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let future = py
+        .import("asyncio")?
+        .call_method0("get_running_loop")?
+        .call_method0("create_future")?;
+    future.call_method1("set_result", (value,))?;
+    Ok(future)
+}
+
 /// [`spawn`] of `work`, unless the object that started it goes first
 /// (`gone` cancelled): then it fails with [`ClosedError`](crate::ClosedError)
 /// naming `what`, and `work` is dropped.

@@ -309,17 +309,28 @@ impl Transport {
         // which the SDK raises to the caller as its own.
         let sending = self.inner.send_message_answered(message);
         let gone = self.gone.clone();
-        future::spawn(
-            py,
-            async move {
-                tokio::select! {
-                    biased;
-                    _ = gone.cancelled() => Err(closed("the transport is gone").into()),
-                    sent = sending => sent.map_err(Failure::from),
-                }
-            },
-            None,
-        )
+        let mut work = Box::pin(async move {
+            tokio::select! {
+                biased;
+                _ = gone.cancelled() => Err(closed("the transport is gone").into()),
+                sent = sending => sent.map_err(Failure::from),
+            }
+        });
+        // Most sends are done at once (a stdio line handed to the writer):
+        // polled here once, they need no task and no trip to a runtime
+        // thread and back. What is not done goes on in a task, whose polls
+        // bring their own waker.
+        let now = py.detach(|| {
+            let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+            work.as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        });
+        match now {
+            std::task::Poll::Ready(Ok(())) => future::ready(py, py.None()),
+            std::task::Poll::Ready(Err(Failure::Crate(error))) => Err(py_error(error)),
+            std::task::Poll::Ready(Err(Failure::Py(error))) => Err(error),
+            std::task::Poll::Pending => future::spawn(py, work, None),
+        }
     }
 
     /// The next message from the server as JSON, or None once the
@@ -333,12 +344,7 @@ impl Transport {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(kept) = kept {
-            let ready = py
-                .import("asyncio")?
-                .call_method0("get_running_loop")?
-                .call_method0("create_future")?;
-            ready.call_method1("set_result", (kept,))?;
-            return Ok(ready);
+            return future::ready(py, kept);
         }
         let inner = self.inner.clone();
         let gone = self.gone.clone();
