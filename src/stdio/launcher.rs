@@ -12,9 +12,11 @@
 //! is gone. A watchdog it forked watches its own tree with its own lifeline
 //! and its own look at the host, so it needs the launcher no more once
 //! forked: a launcher killed from outside takes no tree with it, and the
-//! next spawn starts another. Where there is no launcher (a request too
-//! large, no `SOCK_SEQPACKET`, a child of the host's `fork`), the watchdog
-//! is started as a program of its own, as before.
+//! next spawn starts another, as does a host whose user or group ids
+//! changed since (its servers run with the ids the launcher has), and a
+//! child of the host's `fork`. Where the launcher cannot serve (a request
+//! too large, no `SOCK_SEQPACKET`, a full queue), the watchdog is started
+//! as a program of its own, the host's child.
 
 // Raw descriptors for the socket pair and SCM_RIGHTS, each with its proof.
 #![allow(unsafe_code)]
@@ -39,7 +41,7 @@ pub(super) const REQUEST_MAX: usize = 64 * 1024;
 #[cfg(not(test))]
 pub(super) const FORK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 #[cfg(test)]
-pub(super) const FORK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const FORK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The descriptors a request carries: the watchdog's end of the control
 /// socket, the server's stdin (read end), stdout and stderr (write ends).
@@ -52,24 +54,79 @@ struct Launcher {
     /// The process that started it: a child of the host's `fork` has its
     /// own.
     host: u32,
+    /// The host's ids when it started: its servers run with them, so a
+    /// host whose ids changed since (privileges dropped) gets a new one.
+    ids: Ids,
+    /// Which launcher of the process this is (a pid may be reused).
+    generation: u64,
+}
+
+/// A process's user and group ids, effective ones and supplementary
+/// groups included.
+#[derive(PartialEq, Eq)]
+struct Ids {
+    uid: libc::uid_t,
+    euid: libc::uid_t,
+    gid: libc::gid_t,
+    egid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+impl Ids {
+    fn now() -> Ids {
+        // SAFETY: these four never fail and touch no memory of ours.
+        let (uid, euid, gid, egid) = unsafe {
+            (
+                libc::getuid(),
+                libc::geteuid(),
+                libc::getgid(),
+                libc::getegid(),
+            )
+        };
+        // SAFETY: a count of 0 with a null list asks for the number only.
+        let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+        let mut groups = vec![0; usize::try_from(count).unwrap_or(0)];
+        // SAFETY: `groups` has room for its length in ids; getgroups writes
+        // at most that many and says how many it wrote (or -1).
+        let written = unsafe {
+            libc::getgroups(
+                libc::c_int::try_from(groups.len()).unwrap_or(0),
+                groups.as_mut_ptr(),
+            )
+        };
+        groups.truncate(usize::try_from(written).unwrap_or(0));
+        groups.sort_unstable();
+        Ids {
+            uid,
+            euid,
+            gid,
+            egid,
+            groups,
+        }
+    }
 }
 
 static LAUNCHER: Mutex<Option<Launcher>> = Mutex::new(None);
 
+/// The generation of the next launcher started.
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Hands `request` and its descriptors to the launcher, started from
-/// `image` if there is none yet (or it is gone): the launcher's pid once
-/// sent, None when it cannot be (the caller starts the watchdog itself).
-/// Never blocks on the launcher: a full queue is a None.
-pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS]) -> Option<u32> {
+/// `image` if there is none yet (or it is gone, or the host's ids changed
+/// since it started): the launcher's generation once sent, None when it
+/// cannot be (the caller starts the watchdog itself). Never waits on the
+/// launcher: a full queue is a None.
+pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS]) -> Option<u64> {
     if request.len() > REQUEST_MAX {
         return None;
     }
+    let ids = Ids::now();
     let mut kept = crate::sync::lock(&LAUNCHER);
     // Twice at most: a launcher found gone is replaced once.
     for _ in 0..2 {
         if kept
             .as_ref()
-            .is_none_or(|launcher| launcher.host != std::process::id())
+            .is_none_or(|launcher| launcher.host != std::process::id() || launcher.ids != ids)
         {
             if let Some(old) = kept.take() {
                 retire(old);
@@ -84,7 +141,7 @@ pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS])
         }
         let launcher = kept.as_ref()?;
         match send(&launcher.socket, request, fds) {
-            Ok(()) => return Some(launcher.child.id()),
+            Ok(()) => return Some(launcher.generation),
             Err(error) if gone(&error) => {
                 tracing::debug!(%error, "the stdio launcher is gone; starting another");
                 if let Some(old) = kept.take() {
@@ -100,14 +157,14 @@ pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS])
     None
 }
 
-/// Lets the launcher `pid` go (killed and reaped, if it is this
+/// Lets the launcher of `generation` go (killed and reaped, if it is this
 /// process's) unless another has replaced it meanwhile: it did not fork
 /// within [`FORK_WAIT`]. The next spawn starts another.
-pub(super) fn abandon(pid: u32) {
+pub(super) fn abandon(generation: u64) {
     let mut kept = crate::sync::lock(&LAUNCHER);
     if kept
         .as_ref()
-        .is_none_or(|launcher| launcher.child.id() != pid)
+        .is_none_or(|launcher| launcher.generation != generation)
     {
         return;
     }
@@ -119,14 +176,18 @@ pub(super) fn abandon(pid: u32) {
     }
 }
 
-/// Starts the launcher from `image` unless this process has one.
+/// Starts the launcher from `image` unless this process has one, started
+/// with its present ids and not seen gone.
 pub(super) fn ensure(image: &Path) -> io::Result<()> {
+    let ids = Ids::now();
     let mut kept = crate::sync::lock(&LAUNCHER);
-    if kept
-        .as_ref()
-        .is_some_and(|launcher| launcher.host == std::process::id())
-    {
-        return Ok(());
+    if let Some(launcher) = kept.as_mut() {
+        if launcher.host == std::process::id()
+            && launcher.ids == ids
+            && matches!(launcher.child.try_wait(), Ok(None))
+        {
+            return Ok(());
+        }
     }
     if let Some(old) = kept.take() {
         retire(old);
@@ -153,13 +214,16 @@ fn retire(mut old: Launcher) {
     }
     // Our end closes first: a launcher still alive then ends by itself.
     drop(old.socket);
-    match old.child.try_wait() {
-        Ok(Some(_)) | Err(_) => {}
-        // Alive with its socket broken: it cannot serve; it ends on its
-        // socket's end of file, and is reaped here.
-        Ok(None) => {
-            let _ = old.child.kill();
-            let _ = old.child.wait();
+    if let Ok(None) = old.child.try_wait() {
+        // Alive (wedged, or replaced for the host's new ids): killed, and
+        // reaped by a thread of its own, never here under the lock (a
+        // process the kill cannot reach would hold every spawn).
+        let _ = old.child.kill();
+        if let Ok(None) = old.child.try_wait() {
+            let mut child = old.child;
+            let _ = std::thread::Builder::new()
+                .name("mcp-launcher-reap".into())
+                .spawn(move || child.wait());
         }
     }
 }
@@ -178,6 +242,8 @@ fn start(image: &Path) -> io::Result<Launcher> {
         child,
         socket: ours,
         host: std::process::id(),
+        ids: Ids::now(),
+        generation: GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     })
 }
 

@@ -105,11 +105,13 @@ use crate::transport::{StdioWire, TransportConfig};
 /// Starts the launcher now: the small process that forks each stdio
 /// server's watchdog (see the [guide](crate::guide)'s stdio page), which
 /// is otherwise started at the first server and lives as long as the
-/// host. It carries the host's working directory, limits and `umask` of
-/// when it started (never its environment, and a server still gets exactly
-/// its own environment and working directory); a host that changes those,
-/// drops privileges or counts its descriptors (it holds one socket) starts
-/// it first. Nothing is done when it runs already.
+/// host. Its servers carry the limits, `umask`, cgroup and namespaces the
+/// host had when it started (never its environment: a server gets exactly
+/// its own, and its own working directory); a host whose user or group
+/// ids change gets a new one at its next server. A host that sets those
+/// up first, or counts its descriptors (the launcher holds one socket),
+/// starts it at the moment of its choosing. Nothing is done when it runs
+/// already.
 ///
 /// # Errors
 ///

@@ -162,13 +162,10 @@ fn launch_request(
     env: &[(OsString, OsString)],
     cwd: Option<&Path>,
 ) -> Option<Vec<u8>> {
-    let here;
+    // Absolute: the launcher's own directory is not the host's.
     let cwd = match cwd {
-        Some(cwd) => cwd,
-        None => {
-            here = std::env::current_dir().ok()?;
-            &here
-        }
+        Some(cwd) => std::path::absolute(cwd).ok()?,
+        None => std::env::current_dir().ok()?,
     };
     let argc = u32::try_from(args.len() + 1).ok()?;
     let envc = u32::try_from(env.len()).ok()?;
@@ -320,14 +317,14 @@ async fn spawn_with(
     let mut record = [0u8; RECORD];
     let group = loop {
         let reading = reports.read_exact(&mut record);
-        let first = if let Some(launcher_pid) = launched.filter(|_| watchdog_pid == 0) {
+        let first = if let Some(generation) = launched.filter(|_| watchdog_pid == 0) {
             // The launcher forks at once: one that does not (stopped,
             // wedged) is let go, so the next spawn starts another, and this
             // one fails retryably instead of waiting on it.
             match tokio::time::timeout(launcher::FORK_WAIT, reading).await {
                 Ok(read) => read.ok().map(|_| Record::parse(record)),
                 Err(_elapsed) => {
-                    launcher::abandon(launcher_pid);
+                    launcher::abandon(generation);
                     return Err(Error::transport(Box::new(io::Error::from(
                         io::ErrorKind::TimedOut,
                     )))
@@ -535,9 +532,10 @@ impl ProcessTree {
     ///
     /// The status is the server's own (its exit code, or the signal that
     /// ended it), seen once the server and all its descendants are gone;
-    /// the watchdog's own if it was killed from outside. The watch closes
-    /// still `None` if the end cannot be observed (the host ignores
-    /// SIGCHLD).
+    /// the watchdog's own if it was killed from outside (SIGKILL for one
+    /// the launcher forked: its status is the launcher's to see). The
+    /// watch closes still `None` if the end cannot be observed (the host
+    /// ignores SIGCHLD).
     pub(crate) fn exit(&self) -> watch::Receiver<Option<ExitStatus>> {
         self.exit.clone()
     }
@@ -1609,6 +1607,92 @@ mod tests {
             stat(launcher).is_none(),
             "the old launcher is left a zombie"
         );
+    }
+
+    /// What the host changes after its launcher started reaches the
+    /// servers it starts next as it would without a launcher: a relative
+    /// working directory is the host's present one's, and (where the host
+    /// may change its ids: root) a host that dropped its privileges gets a
+    /// new launcher, so its servers run with the ids it has now. In a
+    /// process of its own: both change the whole process.
+    #[tokio::test]
+    async fn the_hosts_directory_and_ids_of_now_reach_its_next_servers() {
+        rerun_passes("child_for_the_host_state_test", &[]).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "a helper: run by the_hosts_directory_and_ids_of_now_reach_its_next_servers"]
+    async fn child_for_the_host_state_test() {
+        if role("child_for_the_host_state_test").is_none() {
+            return;
+        }
+        let me = std::process::id();
+        let (marker, _sweep) = swept("host-state");
+        let first = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let launcher = launcher_of(me).expect("a launcher");
+        let dir = std::env::temp_dir().join(unique("host-state"));
+        std::fs::create_dir_all(dir.join("sub")).expect("a directory");
+        let dir = dir.canonicalize().expect("canonical");
+        std::env::set_current_dir(&dir).expect("chdir");
+        let args = [
+            OsString::from("-c"),
+            OsString::from("pwd; exec cat >/dev/null"),
+        ];
+        let env = marked_env(&marker);
+        let here = spawn(Path::new("/bin/sh"), &args, &env, Some(Path::new("sub")))
+            .await
+            .expect("spawned");
+        let mut trees = vec![first, here];
+        let pwd = first_line_of(&mut trees[1]).await;
+        assert_eq!(Path::new(pwd.trim_end()), dir.join("sub"));
+        // SAFETY: reads the effective uid; no memory effects.
+        if unsafe { libc::geteuid() } == 0 {
+            // SAFETY: drops this (re-run, disposable) process's ids; glibc
+            // applies it to every thread.
+            assert_eq!(unsafe { libc::setgid(65534) }, 0);
+            assert_eq!(unsafe { libc::setuid(65534) }, 0);
+            let args = [
+                OsString::from("-c"),
+                OsString::from("id -u; exec cat >/dev/null"),
+            ];
+            let mut dropped = spawn(Path::new("/bin/sh"), &args, &env, None)
+                .await
+                .expect("spawned");
+            assert_eq!(first_line_of(&mut dropped).await.trim_end(), "65534");
+            assert_ne!(
+                launcher_of(me),
+                Some(launcher),
+                "a new launcher for the new ids"
+            );
+            trees.push(dropped);
+        } else {
+            eprintln!("not root: the ids part needs a host that may change its ids");
+        }
+        for Spawned {
+            mut tree, stdin, ..
+        } in trees
+        {
+            drop(stdin);
+            let end = tree.release(Grace::default()).await;
+            assert!(
+                matches!(end, ProcessEnd::Exited(status) if status.success()),
+                "{end:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The first line of a spawned server's stdout (20 s at the most).
+    async fn first_line_of(spawned: &mut Spawned) -> String {
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            BufReader::new(&mut spawned.stdout).read_line(&mut line),
+        )
+        .await
+        .expect("a line in time")
+        .expect("read");
+        line
     }
 
     /// A launcher that forks nothing (stopped here) fails the spawn

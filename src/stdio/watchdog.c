@@ -506,6 +506,19 @@ static int open_host(pid_t host) {
 /* Starts the server and watches its tree until it is gone: see the top. */
 static int run(int host_gone, int input, const char *cwd, char *path, char **server_argv,
                char **server_env) {
+    /* The host gone, or its spawn given up, while this waited (in the
+     * launcher's queue): nothing is started. */
+    struct pollfd now[2] = {
+        {.fd = CONTROL, .events = POLLIN},
+        {.fd = host_gone, .events = POLLIN},
+    };
+    if (poll(now, host_gone >= 0 ? 2 : 1, 0) > 0) {
+        char byte;
+        if ((host_gone >= 0 && now[1].revents != 0) ||
+            (now[0].revents != 0 && recv(CONTROL, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)) {
+            return EXIT_DONE;
+        }
+    }
     int status_pipe[2];
     if (pipe(status_pipe) == -1) {
         report('E', errno);
@@ -637,12 +650,19 @@ static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t l
         report('E', errno);
         _exit(EXIT_NO_EXEC);
     }
+    /* A request that does not parse is the host's fault, not the
+     * configuration's: EPROTO, which the host reports as retryable. */
     uint32_t counts[2];
     if (length < sizeof counts) {
-        report('E', EINVAL);
+        report('E', EPROTO);
         _exit(EXIT_NO_EXEC);
     }
     memcpy(counts, request, sizeof counts);
+    /* Each string is at least its NUL: more than the bytes cannot be. */
+    if (counts[0] > length || counts[1] > length || (size_t)counts[0] + counts[1] + 2 > length) {
+        report('E', EPROTO);
+        _exit(EXIT_NO_EXEC);
+    }
     size_t strings = (size_t)counts[0] + counts[1] + 2;
     char **list = calloc(strings + 2, sizeof(char *));
     if (list == NULL) {
@@ -660,7 +680,7 @@ static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t l
         at = (size_t)(end - request) + 1;
     }
     if (found != strings || counts[0] == 0) {
-        report('E', EINVAL);
+        report('E', EPROTO);
         _exit(EXIT_NO_EXEC);
     }
     /* cwd, path, argv..., NULL, env..., NULL: argv's end is moved up one. */
@@ -685,6 +705,8 @@ static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t l
 static int launcher(pid_t host) {
     close_from(3);
     setsid();
+    /* Every request names its server's directory: this one pins none. */
+    (void)!chdir("/");
 #ifdef __linux__
     prctl(PR_SET_NAME, "mcp-launcher", 0, 0, 0);
 #endif
@@ -792,7 +814,7 @@ static int launcher(pid_t host) {
         }
         if (passed_count == REQUEST_FDS) {
             if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-                int32_t error = E2BIG;
+                int32_t error = EPROTO;
                 unsigned char record[5] = {'E'};
                 memcpy(record + 1, &error, sizeof error);
                 (void)!send(passed[0], record, sizeof record, MSG_DONTWAIT);
