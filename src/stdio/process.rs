@@ -1511,6 +1511,20 @@ mod tests {
         }
     }
 
+    /// Closes `spawned`'s stdin and releases it: it must exit by itself,
+    /// with success.
+    async fn ends_by_itself(spawned: Spawned) {
+        let Spawned {
+            mut tree, stdin, ..
+        } = spawned;
+        drop(stdin);
+        let end = tree.release(Grace::default()).await;
+        assert!(
+            matches!(end, ProcessEnd::Exited(status) if status.success()),
+            "{end:?}"
+        );
+    }
+
     /// A server's watchdog is forked by the host's launcher, not started
     /// as a program; a request too large for it (an environment over
     /// 64 KiB) is started the other way, as the host's child, and works
@@ -1541,16 +1555,8 @@ mod tests {
         .await;
         let parent = stat(large.tree.watchdog()).map(|(_, _, parent)| parent);
         assert_eq!(parent, Some(me), "started by the host");
-        for Spawned {
-            mut tree, stdin, ..
-        } in [launched, large]
-        {
-            drop(stdin);
-            let end = tree.release(Grace::default()).await;
-            assert!(
-                matches!(end, ProcessEnd::Exited(status) if status.success()),
-                "{end:?}"
-            );
+        for spawned in [launched, large] {
+            ends_by_itself(spawned).await;
         }
         assert_gone(&marker, Duration::from_secs(5)).await;
     }
@@ -1571,11 +1577,7 @@ mod tests {
         }
         let me = std::process::id();
         let (marker, _sweep) = swept("relaunched");
-        let Spawned {
-            tree: first,
-            stdin: first_stdin,
-            ..
-        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let first = sh_up("echo up; exec cat >/dev/null", &marker).await;
         let launcher = launcher_of(me).expect("a launcher");
         let pid = libc::pid_t::try_from(launcher).expect("a pid");
         // SAFETY: a signal to this process's own launcher.
@@ -1585,21 +1587,12 @@ mod tests {
             assert!(Instant::now() < deadline, "the launcher did not die");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let Spawned {
-            tree: second,
-            stdin: second_stdin,
-            ..
-        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let second = sh_up("echo up; exec cat >/dev/null", &marker).await;
         let replaced = launcher_of(me).expect("another launcher");
         assert_ne!(replaced, launcher);
         // The first tree's watchdog still watches it: its end is seen.
-        for (mut tree, stdin) in [(first, first_stdin), (second, second_stdin)] {
-            drop(stdin);
-            let end = tree.release(Grace::default()).await;
-            assert!(
-                matches!(end, ProcessEnd::Exited(status) if status.success()),
-                "{end:?}"
-            );
+        for spawned in [first, second] {
+            ends_by_itself(spawned).await;
         }
         assert_gone(&marker, Duration::from_secs(5)).await;
         // The killed launcher was reaped when it was replaced.
@@ -1668,16 +1661,8 @@ mod tests {
         } else {
             eprintln!("not root: the ids part needs a host that may change its ids");
         }
-        for Spawned {
-            mut tree, stdin, ..
-        } in trees
-        {
-            drop(stdin);
-            let end = tree.release(Grace::default()).await;
-            assert!(
-                matches!(end, ProcessEnd::Exited(status) if status.success()),
-                "{end:?}"
-            );
+        for spawned in trees {
+            ends_by_itself(spawned).await;
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1733,16 +1718,9 @@ mod tests {
         assert!(error.is_retryable(), "{error}");
         assert!(error.to_string().contains("forked no watchdog"), "{error}");
         assert!(stat(launcher).is_none(), "the wedged launcher is left");
-        let Spawned {
-            mut tree, stdin, ..
-        } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let replaced = sh_up("echo up; exec cat >/dev/null", &marker).await;
         assert_ne!(launcher_of(me), Some(launcher));
-        drop(stdin);
-        let end = tree.release(Grace::default()).await;
-        assert!(
-            matches!(end, ProcessEnd::Exited(status) if status.success()),
-            "{end:?}"
-        );
+        ends_by_itself(replaced).await;
         assert_gone(&marker, Duration::from_secs(5)).await;
     }
 

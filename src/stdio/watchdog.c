@@ -452,17 +452,10 @@ static void end_tree(void) {
     }
 }
 
-/* Becomes a watchdog: out of the host's session and group (a signal to
- * the host's group or a terminal's does not reach us; a host killed with
- * its group is seen by the lifeline, and its tree ended), a subreaper, the
- * signals a release or a terminal sends ignored, SIGCHLD waking the loop. */
-static int become_watchdog(void) {
-    setsid();
-#ifdef __linux__
-    prctl(PR_SET_NAME, "mcp-watchdog", 0, 0, 0);
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-#endif
-    /* What the host ignored stays ignored across exec: ours are set here. */
+/* The signals a release or a terminal sends ignored (what the host
+ * ignored stays ignored across exec: ours are set here), SIGCHLD waking
+ * the loop through `wake`, nothing blocked. */
+static int set_signals(void) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_handler = SIG_IGN;
@@ -486,6 +479,19 @@ static int become_watchdog(void) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     return 0;
+}
+
+/* Becomes a watchdog: out of the host's session and group (a signal to
+ * the host's group or a terminal's does not reach us; a host killed with
+ * its group is seen by the lifeline, and its tree ended), a subreaper, the
+ * signals set. */
+static int become_watchdog(void) {
+    setsid();
+#ifdef __linux__
+    prctl(PR_SET_NAME, "mcp-watchdog", 0, 0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+#endif
+    return set_signals();
 }
 
 /* A pidfd of the host (Linux): its death is seen even if a fork of it
@@ -710,28 +716,9 @@ static int launcher(pid_t host) {
 #ifdef __linux__
     prctl(PR_SET_NAME, "mcp-launcher", 0, 0, 0);
 #endif
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = SIG_IGN;
-    int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
-    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
-        sigaction(ignored[i], &action, NULL);
-    }
-    if (pipe(wake) == -1) {
+    if (set_signals() == -1) {
         return EXIT_USAGE;
     }
-    for (int i = 0; i < 2; i++) {
-        cloexec(wake[i]);
-        fcntl(wake[i], F_SETFL, fcntl(wake[i], F_GETFL) | O_NONBLOCK);
-    }
-    memset(&action, 0, sizeof action);
-    action.sa_handler = on_child;
-    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGCHLD, &action, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
     int host_gone = open_host(host);
     if (getppid() != host) {
         return EXIT_USAGE;

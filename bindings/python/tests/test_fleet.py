@@ -60,6 +60,18 @@ async def test_a_fleet_runs_its_config_and_shutdown_leaves_nothing(kit, tmp_path
     assert modern.stop().deletes == 0
 
 
+def web_and_local(web, mark: str, down: str | None = None) -> dict:
+    """A config of the kit server `web` and a stdio kit server marked
+    `mark` (and `down`, a URL nothing answers, when given)."""
+    servers = {
+        "web": {"url": web.url},
+        "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
+    }
+    if down is not None:
+        servers["down"] = {"url": down}
+    return {"mcpServers": servers}
+
+
 async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
     import socket
 
@@ -70,15 +82,7 @@ async def test_a_host_stopped_with_a_reconnect_parked_leaves_nothing(kit):
     before = settled_ledger()
     mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
     fleet = mcp_scoped_http.Fleet()
-    await fleet.apply(
-        {
-            "mcpServers": {
-                "down": {"url": f"http://127.0.0.1:{closed_port}/mcp"},
-                "web": {"url": web.url},
-                "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
-            }
-        }
-    )
+    await fleet.apply(web_and_local(web, mark, down=f"http://127.0.0.1:{closed_port}/mcp"))
     ready = await fleet.ready(BOUND)
     assert sorted(ready["ready"]) == ["local", "web"], ready
     # The events since the fleet began: each server's states, the catalog.
@@ -115,14 +119,7 @@ async def test_a_fleet_dropped_without_shutdown_is_released(kit):
     before = settled_ledger()
     mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
     fleet = mcp_scoped_http.Fleet()
-    await fleet.apply(
-        {
-            "mcpServers": {
-                "web": {"url": web.url},
-                "local": {"command": kit_bin(), "args": ["serve", "--stdio"], "env": {mark: "1"}},
-            }
-        }
-    )
+    await fleet.apply(web_and_local(web, mark))
     ready = await fleet.ready(BOUND)
     assert sorted(ready["ready"]) == ["local", "web"], ready
     assert processes_marked(mark)
