@@ -346,7 +346,9 @@ fn a_revived_server_s_tools_are_back_in_the_catalog() {
             .call_tool("a", "tool-000", json!({"text": "lost"}))
             .await
             .unwrap_err();
-        assert!(error.is_transport(), "{error:?}");
+        // A transport error, or closed when the session saw the server go
+        // first (its listening stream): the fleet reads both as lost.
+        assert!(error.is_transport() || error.is_closed(), "{error:?}");
         assert!(
             error.to_string().contains("may or may not have run"),
             "{error}"
