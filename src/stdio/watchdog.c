@@ -92,6 +92,12 @@ enum {
 
 enum { CONTROL = 0 };
 
+/* The launcher's request: four descriptors (the control socket's end, the
+ * server's stdin, stdout and stderr) and, in the same message, a native
+ * u32 argc and u32 envc, then NUL-terminated strings: the working
+ * directory, the path, argc arguments, envc NAME=VALUE. */
+enum { REQUEST_FDS = 4, REQUEST_MAX = 64 * 1024 };
+
 static int wake[2] = {-1, -1};
 static pid_t server = -1;
 static int server_reaped = 0;
@@ -112,15 +118,21 @@ static void on_child(int signal) {
     errno = saved;
 }
 
-static void report(char tag, int32_t value) {
+/* Sends a record on the control socket `fd` (with `flags`). */
+static void send_record(int fd, int flags, char tag, int32_t value) {
     unsigned char record[5];
     record[0] = (unsigned char)tag;
     memcpy(record + 1, &value, sizeof value);
     /* The host may be gone (SIGPIPE is ignored): nothing to do then. */
     ssize_t sent;
     do {
-        sent = send(CONTROL, record, sizeof record, 0);
+        sent = send(fd, record, sizeof record, flags);
     } while (sent == -1 && errno == EINTR);
+}
+
+/* Sends a record to the host. */
+static void report(char tag, int32_t value) {
+    send_record(CONTROL, 0, tag, value);
 }
 
 static void cloexec(int fd) {
@@ -148,13 +160,17 @@ static void close_from(int first) {
     }
 }
 
-/* Receives the server's stdin: one byte with one descriptor. */
-static int receive_stdin(void) {
-    char byte;
-    struct iovec data = {.iov_base = &byte, .iov_len = 1};
+/* One recvmsg on the control socket into `buffer`, retried on EINTR: its
+ * descriptors (SCM_RIGHTS, made close-on-exec) into `fds`, at most `room`
+ * (more are closed), their number in `*count`; `*cut` set when the data or
+ * the descriptors did not fit. The bytes received, 0 at end of file, -1
+ * on an error (errno). */
+static ssize_t receive_fds(void *buffer, size_t length, int flags, int *fds, int room, int *count,
+                           int *cut) {
+    struct iovec data = {.iov_base = buffer, .iov_len = length};
     union {
         struct cmsghdr header;
-        char space[CMSG_SPACE(sizeof(int))];
+        char space[CMSG_SPACE(REQUEST_FDS * sizeof(int))];
     } control;
     struct msghdr message;
     memset(&message, 0, sizeof message);
@@ -163,21 +179,52 @@ static int receive_stdin(void) {
     message.msg_iovlen = 1;
     message.msg_control = control.space;
     message.msg_controllen = sizeof control.space;
+#ifdef MSG_CMSG_CLOEXEC
+    flags |= MSG_CMSG_CLOEXEC;
+#endif
     ssize_t got;
     do {
-        got = recvmsg(CONTROL, &message, 0);
+        got = recvmsg(CONTROL, &message, flags);
     } while (got == -1 && errno == EINTR);
-    if (got != 1) {
-        return -1;
+    *count = 0;
+    *cut = 0;
+    if (got < 0) {
+        return got;
     }
-    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-    if (header == NULL || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
-        header->cmsg_len != CMSG_LEN(sizeof(int))) {
-        return -1;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL;
+         header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
+            continue;
+        }
+        size_t n = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
+            cloexec(fd);
+            if (*count < room) {
+                fds[(*count)++] = fd;
+            } else {
+                close(fd);
+            }
+        }
     }
+    *cut = (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+    return got;
+}
+
+/* Receives the server's stdin: one byte with one descriptor. */
+static int receive_stdin(void) {
+    char byte;
     int fd;
-    memcpy(&fd, CMSG_DATA(header), sizeof fd);
-    cloexec(fd);
+    int count;
+    int cut;
+    ssize_t got = receive_fds(&byte, 1, 0, &fd, 1, &count, &cut);
+    if (got != 1 || count != 1 || cut) {
+        if (count == 1) {
+            close(fd);
+        }
+        return -1;
+    }
     return fd;
 }
 
@@ -616,11 +663,6 @@ static int run(int host_gone, int input, const char *cwd, char *path, char **ser
     }
 }
 
-/* The launcher's request: four descriptors (the control socket's end, the
- * server's stdin, stdout and stderr) and, in the same message, a native
- * u32 argc and u32 envc, then NUL-terminated strings: the working
- * directory, the path, argc arguments, envc NAME=VALUE. */
-enum { REQUEST_FDS = 4, REQUEST_MAX = 64 * 1024 };
 
 /* In the launcher's child: the request's descriptors put in place (0 the
  * control socket, 1 and 2 the server's stdout and stderr, 3 its stdin, 4
@@ -754,57 +796,23 @@ static int launcher(pid_t host) {
         if (fds[0].revents == 0) {
             continue;
         }
-        struct iovec data = {.iov_base = request, .iov_len = REQUEST_MAX};
-        union {
-            struct cmsghdr header;
-            char space[CMSG_SPACE(REQUEST_FDS * sizeof(int))];
-        } control;
-        struct msghdr message;
-        memset(&message, 0, sizeof message);
-        memset(&control, 0, sizeof control);
-        message.msg_iov = &data;
-        message.msg_iovlen = 1;
-        message.msg_control = control.space;
-        message.msg_controllen = sizeof control.space;
-#ifdef MSG_CMSG_CLOEXEC
-        ssize_t got = recvmsg(CONTROL, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-#else
-        ssize_t got = recvmsg(CONTROL, &message, MSG_DONTWAIT);
-#endif
+        int passed[REQUEST_FDS];
+        int passed_count;
+        int cut;
+        ssize_t got =
+            receive_fds(request, REQUEST_MAX, MSG_DONTWAIT, passed, REQUEST_FDS, &passed_count, &cut);
         if (got == 0) {
             return EXIT_DONE; /* the host let us go, or is gone */
         }
         if (got < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 continue;
             }
             return EXIT_DONE;
         }
-        int passed[REQUEST_FDS];
-        int passed_count = 0;
-        for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL;
-             header = CMSG_NXTHDR(&message, header)) {
-            if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
-                continue;
-            }
-            size_t n = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < n; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof fd);
-                cloexec(fd);
-                if (passed_count < REQUEST_FDS) {
-                    passed[passed_count++] = fd;
-                } else {
-                    close(fd);
-                }
-            }
-        }
         if (passed_count == REQUEST_FDS) {
-            if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-                int32_t error = EPROTO;
-                unsigned char record[5] = {'E'};
-                memcpy(record + 1, &error, sizeof error);
-                (void)!send(passed[0], record, sizeof record, MSG_DONTWAIT);
+            if (cut) {
+                send_record(passed[0], MSG_DONTWAIT, 'E', EPROTO);
             } else {
                 pid_t child = fork();
                 if (child == 0) {
@@ -812,10 +820,7 @@ static int launcher(pid_t host) {
                     _exit(launched(passed, host_gone, request, (size_t)got));
                 }
                 if (child == -1) {
-                    int32_t error = errno;
-                    unsigned char record[5] = {'E'};
-                    memcpy(record + 1, &error, sizeof error);
-                    (void)!send(passed[0], record, sizeof record, MSG_DONTWAIT);
+                    send_record(passed[0], MSG_DONTWAIT, 'E', errno);
                 }
             }
         }
