@@ -55,7 +55,9 @@ fn a_tools_list_changed_updates_the_catalog() {
             let session = open(&server, &caller, borrowed).await;
             assert_eq!(session.catalog().tools.len(), 3);
             server.set_tools(5);
-            assert_eq!(server.list_changed("tools"), 1);
+            // Sent until a stream takes it: a send that reaches none has no effect,
+            // and the listener may be between its GET and its registration.
+            assert!(eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await);
             assert!(
                 eventually(Duration::from_secs(5), || session.catalog().tools.len()
                     == 5)
@@ -95,7 +97,11 @@ fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
                 FaultAction::Delay(Duration::from_millis(100)),
             ));
             for _ in 0..25 {
-                assert_eq!(server.list_changed("tools"), 1);
+                // Sent until a stream takes it: a send that reaches none has no effect,
+                // and the listener may be between its GET and its registration.
+                assert!(
+                    eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await
+                );
             }
             // The first run is under way (slow): the others wait for it.
             assert!(
@@ -106,7 +112,11 @@ fn a_list_changed_storm_runs_one_rediscovery_at_a_time_and_ends_current() {
             // Changed while the first run is in flight: it owes one more.
             server.set_tools(7);
             for _ in 0..25 {
-                assert_eq!(server.list_changed("tools"), 1);
+                // Sent until a stream takes it: a send that reaches none has no effect,
+                // and the listener may be between its GET and its registration.
+                assert!(
+                    eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await
+                );
             }
             tokio::time::sleep(Duration::from_millis(40)).await;
             assert_eq!(
@@ -178,7 +188,9 @@ fn a_failed_rediscovery_keeps_the_previous_catalog_whole() {
             );
             // Fewer tools now: a run that kept its first page would show.
             server.set_tools(5);
-            assert_eq!(server.list_changed("tools"), 1);
+            // Sent until a stream takes it: a send that reaches none has no effect,
+            // and the listener may be between its GET and its registration.
+            assert!(eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await);
             assert!(
                 eventually(Duration::from_secs(5), || listed(&server, "tools/list")
                     == before + 2)
@@ -194,7 +206,9 @@ fn a_failed_rediscovery_keeps_the_previous_catalog_whole() {
             assert_eq!(kept.resources, previous.resources);
             assert_eq!(kept.resource_templates, previous.resource_templates);
             // The failure left the kind idle: the next change re-lists.
-            assert_eq!(server.list_changed("tools"), 1);
+            // Sent until a stream takes it: a send that reaches none has no effect,
+            // and the listener may be between its GET and its registration.
+            assert!(eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await);
             assert!(
                 eventually(Duration::from_secs(5), || session.catalog().tools.len()
                     == 5)
@@ -232,7 +246,13 @@ fn a_prompts_list_changed_relists_prompts_only() {
             let before = counts();
             server.set_prompts(4);
             server.set_tools(9);
-            assert_eq!(server.list_changed("prompts"), 1);
+            // Sent until a stream takes it: a send that reaches none has no effect,
+            // and the listener may be between its GET and its registration.
+            assert!(
+                eventually(Duration::from_secs(5), || server.list_changed("prompts")
+                    == 1)
+                .await
+            );
             assert!(
                 eventually(Duration::from_secs(5), || session.catalog().prompts.len()
                     == 4)
@@ -293,7 +313,9 @@ fn a_list_changed_during_connect_discovery_is_not_undone_by_connect() {
                 "connect reached prompts/list with its listener up"
             );
             server.set_tools(5);
-            assert_eq!(server.list_changed("tools"), 1);
+            // Sent until a stream takes it: a send that reaches none has no effect,
+            // and the listener may be between its GET and its registration.
+            assert!(eventually(Duration::from_secs(5), || server.list_changed("tools") == 1).await);
             // The re-discovery has listed the new tools, before connect ends.
             assert!(
                 eventually(Duration::from_secs(5), || listed(&server, "tools/list")
