@@ -1235,6 +1235,42 @@ mod tests {
         assert_eq!(Path::new(line.trim_end()), expected);
     }
 
+    /// The watchdog ignores SIGTERM, SIGPIPE and more, and blocks every
+    /// signal while it starts the server in its own memory: none of that
+    /// may reach the server.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_server_starts_with_default_signals_and_an_empty_mask() {
+        let (marker, _sweep) = swept("signals");
+        let args = [
+            OsString::from("-E"),
+            OsString::from("^Sig(Blk|Ign):"),
+            OsString::from("/proc/self/status"),
+        ];
+        let spawned = spawn(Path::new("/bin/grep"), &args, &marked_env(&marker), None).await;
+        let Spawned {
+            tree: _tree,
+            stdin: _stdin,
+            stdout,
+            ..
+        } = spawned.expect("spawned");
+        let mut text = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            BufReader::new(stdout).read_to_string(&mut text),
+        )
+        .await
+        .expect("its output in time")
+        .expect("read");
+        let mut lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"],
+            "{text}"
+        );
+    }
+
     #[tokio::test]
     async fn a_file_in_no_executable_format_is_refused_and_never_run_by_a_shell() {
         let dir = std::env::temp_dir().join(unique("noexec"));

@@ -33,8 +33,10 @@
  *   - leaves the host's session (setsid) and, on Linux, becomes a child
  *     subreaper: every orphan of the tree (a setsid child, a double-forked
  *     daemon) is reparented to it, not to init;
- *   - forks the server into a session and group of its own (its group id
- *     is its pid), with default signal dispositions, an empty mask, SIGKILL
+ *   - starts the server (on Linux a clone sharing its memory until the
+ *     exec, as posix_spawn does; a fork elsewhere) into a session and
+ *     group of its own (its group id is its pid), with default signal
+ *     dispositions, an empty mask, SIGKILL
  *     as its parent-death signal (Linux), stdin from the host, and execs it
  *     with execve: the resolved path, no PATH search, no shell fallback for
  *     a file in no executable format;
@@ -77,6 +79,7 @@
 #include <unistd.h>
 
 #ifdef __linux__
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #endif
@@ -278,8 +281,8 @@ static char **receive_loader_env(void) {
     return env;
 }
 
-/* In the forked server, before exec: nothing of the watchdog's signal
- * set-up survives, and it gets a session and group of its own. */
+/* In the server, before exec: nothing of the watchdog's signal set-up
+ * survives, and it gets a session and group of its own. */
 static void become_server(int input, int failed, pid_t watchdog, const char *cwd, char *path,
                           char **argv, char **envp) {
     sigset_t none;
@@ -289,7 +292,17 @@ static void become_server(int input, int failed, pid_t watchdog, const char *cwd
             struct sigaction action;
             memset(&action, 0, sizeof action);
             action.sa_handler = SIG_DFL;
-            sigaction(signal, &action, NULL); /* fails harmlessly for reserved numbers */
+            if (sigaction(signal, &action, NULL) == -1) {
+#ifdef __linux__
+                /* glibc refuses its internal signals (32 and 33), and its
+                 * posix_spawn, which started the launcher, leaves them
+                 * ignored: the kernel's call resets them. All zero is
+                 * SIG_DFL, no flags and an empty mask in every
+                 * architecture's layout. */
+                static const unsigned long zero[16];
+                syscall(SYS_rt_sigaction, signal, zero, NULL, (size_t)(NSIG - 1) / 8);
+#endif
+            }
         }
     }
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -324,6 +337,34 @@ static void become_server(int input, int failed, pid_t watchdog, const char *cwd
     } while (written == -1 && errno == EINTR);
     _exit(EXIT_NO_EXEC);
 }
+
+#ifdef __linux__
+/* The server is started the way posix_spawn starts a child: a clone that
+ * shares our memory and suspends us until it execs or exits, so nothing of
+ * the watchdog is copied (a fork would copy its page tables and fault its
+ * pages back in, only for the exec to drop them). It runs on a stack of its
+ * own; of ours it touches this argument and errno (which we read only
+ * when the clone failed, so never after it ran). */
+struct server_start {
+    int input;
+    int failed;
+    pid_t watchdog;
+    const char *cwd;
+    char *path;
+    char **argv;
+    char **envp;
+};
+
+/* One server per watchdog: one stack, used only until the server's exec. */
+static char server_stack[32 * 1024] __attribute__((aligned(16)));
+
+static int start_server(void *argument) {
+    const struct server_start *start = argument;
+    become_server(start->input, start->failed, start->watchdog, start->cwd, start->path,
+                  start->argv, start->envp);
+    return 0; /* not reached: become_server execs or exits */
+}
+#endif
 
 /* Reaps every ended child; reports the server's status when it is one of
  * them; exits once no child is left (the whole tree is gone). */
@@ -580,14 +621,33 @@ static int run(int host_gone, int input, const char *cwd, char *path, char **ser
     cloexec(status_pipe[0]);
     cloexec(status_pipe[1]);
     pid_t watchdog = getpid();
-    server = fork();
-    if (server == -1) {
+#ifdef __linux__
+    /* No handler of ours may run in a child that shares our memory: all
+     * signals are blocked across the clone (the child resets every
+     * disposition before it unblocks them). */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    struct server_start start = {input, status_pipe[1], watchdog, cwd, path, server_argv, server_env};
+    pid_t child = clone(start_server, server_stack + sizeof server_stack,
+                        CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+    int clone_error = errno; /* read only if the clone failed: no child ran */
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (child == -1) {
+        report('E', clone_error);
+        return EXIT_NO_EXEC;
+    }
+#else
+    pid_t child = fork();
+    if (child == -1) {
         report('E', errno);
         return EXIT_NO_EXEC;
     }
-    if (server == 0) {
+    if (child == 0) {
         become_server(input, status_pipe[1], watchdog, cwd, path, server_argv, server_env);
     }
+#endif
+    server = child;
     close(status_pipe[1]);
     close(input);
     /* The server's stdout and stderr are its own now: the host sees them
