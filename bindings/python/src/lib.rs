@@ -624,9 +624,12 @@ fn _after_fork_in_child() {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // I/O and timers only: two workers serve a host's many transports.
+    // I/O and timers only, for a host whose Python runs on one thread: one
+    // worker serves its many transports. A second cost the host about a
+    // tenth more CPU in the stdio churn (the workers waking each other), for
+    // no more cycles per second.
     runtime
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("mcp-scoped-http")
         .enable_all();
     pyo3_async_runtimes::tokio::init(runtime);
