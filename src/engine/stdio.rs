@@ -1,5 +1,6 @@
 //! A stdio server's pipes, read and written by tasks of the session: the
-//! writer (the only one that touches stdin), the stderr drain, and the
+//! writer (which owns stdin; the wire writes a line straight in only when
+//! the writer has none, see `StdinLane`), the stderr drain, and the
 //! reader of stdout, which routes every message as the HTTP+SSE reader
 //! does and, when stdout ends, ends the session with why.
 //!
@@ -46,6 +47,7 @@ impl<F: Front> Engine<F> {
             stdout,
             stderr,
             outgoing,
+            lane,
             tail,
             exit,
             program,
@@ -57,7 +59,7 @@ impl<F: Front> Engine<F> {
         let writer = self.spawner.spawn(move |closing| async move {
             tokio::select! {
                 _ = closing.cancelled() => {}
-                () = write_lines(stdin, outgoing) => {}
+                () = write_lines(stdin, lane, outgoing) => {}
             }
         });
         let drain_tail = tail.clone();

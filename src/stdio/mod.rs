@@ -86,6 +86,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
+#[cfg(not(unix))]
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, watch};
 
@@ -333,6 +334,8 @@ pub(crate) struct Io {
     pub(crate) stderr: process::Stderr,
     /// The writer's lines, from the wire.
     pub(crate) outgoing: mpsc::Receiver<Vec<u8>>,
+    /// What the writer shares with the wire.
+    pub(crate) lane: Arc<StdinLane>,
     pub(crate) tail: StderrTail,
     pub(crate) exit: watch::Receiver<Option<std::process::ExitStatus>>,
     pub(crate) program: Arc<str>,
@@ -364,8 +367,9 @@ pub(crate) async fn start(
     );
     let name = command.name();
     let (outgoing_tx, outgoing) = mpsc::channel(crate::transport::OUTGOING_LINES);
-    let wire =
-        StdioWire::new(outgoing_tx, account.clone(), name.clone()).with_client_meta(client_meta);
+    let lane = Arc::new(StdinLane::default());
+    let wire = StdioWire::new(outgoing_tx, lane.clone(), account.clone(), name.clone())
+        .with_client_meta(client_meta);
     let exit = spawned.tree.exit();
     Ok(Started {
         tree: spawned.tree,
@@ -375,6 +379,7 @@ pub(crate) async fn start(
             stdout: spawned.stdout,
             stderr: spawned.stderr,
             outgoing,
+            lane,
             tail: StderrTail::new(command.stderr_tail),
             exit,
             program: name,
@@ -386,14 +391,149 @@ pub(crate) async fn start(
     })
 }
 
+/// What the wire and the writer task share of a server's stdin: a line
+/// the writer would take at once (nothing queued before it, the pipe has
+/// room) is written straight from the sender's thread, saving the writer's
+/// wake-up; any other goes through the writer's channel, in order.
+#[derive(Default)]
+pub(crate) struct StdinLane {
+    state: std::sync::Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// The pipe while the writer task runs (it puts it here and takes it
+    /// back when it goes, so the pipe closes with the writer).
+    #[cfg(unix)]
+    stdin: Option<Arc<process::Stdin>>,
+    /// Lines on their way through the writer: reserved, queued or being
+    /// written. A line goes straight in only when there are none.
+    queued: usize,
+}
+
+/// Whether [`StdinLane::write_now`] wrote the line.
+pub(crate) enum Now {
+    /// Written whole.
+    #[cfg_attr(not(unix), allow(dead_code))] // nothing is written straight in elsewhere
+    Written,
+    /// Not written: it must go through the writer (counted by the ticket).
+    Queue(Ticket),
+}
+
+/// A line counted as on its way through the writer: uncounted on drop
+/// unless [`Ticket::handed`] says the writer has it.
+pub(crate) struct Ticket {
+    lane: Arc<StdinLane>,
+    handed: bool,
+}
+
+impl Ticket {
+    /// The line is in the writer's channel: the writer uncounts it once
+    /// it is written.
+    pub(crate) fn handed(mut self) {
+        self.handed = true;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.handed {
+            self.lane.written();
+        }
+    }
+}
+
+/// The most written to a pipe at once with no other write interleaved
+/// (`PIPE_BUF`: 4096 on Linux, 512 the least POSIX allows): a non-blocking
+/// write of a line this long lands whole or not at all.
+#[cfg(unix)]
+const PIPE_ATOMIC: usize = if cfg!(target_os = "linux") { 4096 } else { 512 };
+
+impl StdinLane {
+    /// Writes `line` (ending in its newline) now if nothing is queued
+    /// before it and the pipe takes it whole; else counts it as queued:
+    /// the caller hands it to the writer's channel and marks the ticket.
+    pub(crate) fn write_now(self: &Arc<Self>, line: &[u8]) -> Now {
+        let mut state = crate::sync::lock(&self.state);
+        #[cfg(unix)]
+        if state.queued == 0 && line.len() <= PIPE_ATOMIC {
+            if let Some(stdin) = &state.stdin {
+                // A pipe takes a non-blocking write of at most PIPE_BUF
+                // whole or not at all (POSIX). Not taken (full, or an
+                // error) goes to the writer, which meets the same error
+                // and ends as it always has.
+                if matches!(stdin.try_write(line), Ok(written) if written == line.len()) {
+                    return Now::Written;
+                }
+            }
+        }
+        state.queued += 1;
+        Now::Queue(Ticket {
+            lane: self.clone(),
+            handed: false,
+        })
+    }
+
+    /// Lines on their way through the writer now.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        crate::sync::lock(&self.state).queued
+    }
+
+    /// One line the writer had is written (or given up).
+    fn written(&self) {
+        let mut state = crate::sync::lock(&self.state);
+        state.queued = state.queued.saturating_sub(1);
+    }
+}
+
 /// Writes the lines handed over to the child's stdin, whole, until the
 /// wire is gone or the child stops reading; then drops stdin, which
-/// closes it (the server's signal to exit).
-pub(crate) async fn write_lines(mut stdin: process::Stdin, mut outgoing: mpsc::Receiver<Vec<u8>>) {
+/// closes it (the server's signal to exit). While it runs, the wire may
+/// write a line straight in when none is queued (see [`StdinLane`]).
+pub(crate) async fn write_lines(
+    stdin: process::Stdin,
+    lane: Arc<StdinLane>,
+    mut outgoing: mpsc::Receiver<Vec<u8>>,
+) {
+    #[cfg(unix)]
+    let (stdin, _open) = {
+        let stdin = Arc::new(stdin);
+        crate::sync::lock(&lane.state).stdin = Some(stdin.clone());
+        // The lane lets go of the pipe however this future ends, so it
+        // closes with the writer.
+        let lane = lane.clone();
+        let open = scopeguard::guard((), move |()| {
+            crate::sync::lock(&lane.state).stdin = None;
+        });
+        (stdin, open)
+    };
+    #[cfg(not(unix))]
+    let mut stdin = stdin;
     while let Some(line) = outgoing.recv().await {
-        if let Err(error) = stdin.write_all(&line).await {
+        #[cfg(unix)]
+        let written = write_all(&stdin, &line).await;
+        #[cfg(not(unix))]
+        let written = stdin.write_all(&line).await;
+        lane.written();
+        if let Err(error) = written {
             tracing::debug!(%error, "a stdio server's stdin is closed");
             return;
         }
     }
+}
+
+/// `line`, all of it, to a pipe the lane shares.
+#[cfg(unix)]
+async fn write_all(stdin: &process::Stdin, mut line: &[u8]) -> std::io::Result<()> {
+    while !line.is_empty() {
+        stdin.writable().await?;
+        match stdin.try_write(line) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(written) => line = &line[written..],
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
