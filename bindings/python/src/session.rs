@@ -3,12 +3,13 @@
 //! [`mcp_scoped_http::Session`]. Values cross as JSON text: serde on this
 //! side, `json.loads` on the other.
 
-use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mcp_scoped_http::jsonrpc::Message;
 use mcp_scoped_http::stdio::StdioCommand;
-use mcp_scoped_http::{Connector, RequestOptions};
+use mcp_scoped_http::{Connector, Progress, RequestOptions};
 use pyo3::prelude::*;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -48,27 +49,81 @@ pub(crate) fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
         .transpose()
 }
 
+/// Progress updates waiting for a request's callable, at most: past that
+/// the newest are dropped (progress is advisory; a flood costs nothing).
+const PROGRESS_QUEUED: usize = 64;
+
+/// Where a request's progress updates go: a thread of the blocking pool
+/// calls its callable, from the first update on.
+enum Delivery {
+    Idle,
+    Running(SyncSender<Progress>, tokio::task::JoinHandle<()>),
+    /// The request ended: nothing more is delivered.
+    Finished,
+}
+
+/// The end of a request's progress delivery: [`Progressed::finish`]
+/// waits until every update queued was handed to the callable.
+#[derive(Default)]
+struct Progressed(Option<Arc<Mutex<Delivery>>>);
+
+impl Progressed {
+    async fn finish(self) {
+        let Some(delivery) = self.0 else { return };
+        let running = std::mem::replace(
+            &mut *delivery.lock().unwrap_or_else(PoisonError::into_inner),
+            Delivery::Finished,
+        );
+        if let Delivery::Running(sender, thread) = running {
+            drop(sender);
+            let _ = thread.await;
+        }
+    }
+}
+
 /// Request options: a timeout, and progress handed to a Python callable
-/// (called on the runtime's thread with `(progress, total, message)`; what
-/// it raises is printed, not propagated).
-fn options(timeout: Option<f64>, on_progress: Option<Py<PyAny>>) -> PyResult<RequestOptions> {
+/// with `(progress, total, message)`, in order, on a blocking-pool thread
+/// (never the runtime's: waiting there for the GIL would hold up every
+/// transport); what it raises is printed, not propagated. The request's
+/// result waits for [`Progressed::finish`], so it comes after its updates.
+fn options(
+    timeout: Option<f64>,
+    on_progress: Option<Py<PyAny>>,
+) -> PyResult<(RequestOptions, Progressed)> {
     let mut options = RequestOptions::default();
     if let Some(timeout) = seconds(timeout)? {
         options = options.timeout(timeout);
     }
-    if let Some(callback) = on_progress {
-        options = options.on_progress(move |progress| {
-            crate::future::through_gate(|| {
-                Python::attach(|py| {
-                    let args = (progress.progress, progress.total, progress.message.clone());
-                    if let Err(error) = callback.call1(py, args) {
-                        error.print(py);
-                    }
-                });
+    let Some(callback) = on_progress else {
+        return Ok((options, Progressed::default()));
+    };
+    let callback = Arc::new(callback);
+    let delivery = Arc::new(Mutex::new(Delivery::Idle));
+    let progressed = Progressed(Some(Arc::clone(&delivery)));
+    options = options.on_progress(move |progress| {
+        let mut delivery = delivery.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*delivery, Delivery::Idle) {
+            let (sender, receiver) = std::sync::mpsc::sync_channel::<Progress>(PROGRESS_QUEUED);
+            let callback = Arc::clone(&callback);
+            let thread = tokio::task::spawn_blocking(move || {
+                while let Ok(progress) = receiver.recv() {
+                    crate::future::through_gate(|| {
+                        Python::attach(|py| {
+                            let args = (progress.progress, progress.total, progress.message);
+                            if let Err(error) = callback.call1(py, args) {
+                                error.print(py);
+                            }
+                        });
+                    });
+                }
             });
-        });
-    }
-    Ok(options)
+            *delivery = Delivery::Running(sender, thread);
+        }
+        if let Delivery::Running(sender, _) = &*delivery {
+            let _ = sender.try_send(progress);
+        }
+    });
+    Ok((options, progressed))
 }
 
 impl NativeSession {
@@ -130,10 +185,11 @@ impl NativeSession {
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let arguments = json_value(arguments, "the arguments")?.unwrap_or(Value::Null);
-        let options = options(timeout, on_progress)?;
+        let (options, progressed) = options(timeout, on_progress)?;
         self.run(py, move |session| async move {
-            let result = session.call_tool_with(&name, arguments, options).await?;
-            json_text(&result)
+            let result = session.call_tool_with(&name, arguments, options).await;
+            progressed.finish().await;
+            json_text(&result?)
         })
     }
 
@@ -147,10 +203,11 @@ impl NativeSession {
         on_progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let params = json_value(params, "the params")?;
-        let options = options(timeout, on_progress)?;
+        let (options, progressed) = options(timeout, on_progress)?;
         self.run(py, move |session| async move {
-            let result = session.request_with(&method, params, options).await?;
-            json_text(&result)
+            let result = session.request_with(&method, params, options).await;
+            progressed.finish().await;
+            json_text(&result?)
         })
     }
 

@@ -5,6 +5,7 @@ server, and every way out leaves nothing."""
 from __future__ import annotations
 
 import socket
+import threading
 import uuid
 
 import anyio
@@ -43,6 +44,41 @@ async def test_connect_discovers_calls_and_close_releases(kit, revision):
     assert mcp_scoped_http.drain(BOUND)
     stats = server.stop()
     assert stats.deletes == (1 if revision == "2025-11-25" else 0), stats
+
+
+async def test_a_progress_callback_that_blocks_holds_up_no_other_request(kit):
+    """A callable that blocks (the GIL released) runs on a thread of its
+    own: another request goes on meanwhile, and the call's result comes
+    after every update."""
+    server = kit("--revision", "2025-11-25", "--sse")
+    entered, release = threading.Event(), threading.Event()
+    seen = []
+
+    def blocking(*update):
+        seen.append(update)
+        entered.set()
+        release.wait(BOUND)
+
+    with anyio.fail_after(BOUND):
+        session = await mcp_scoped_http.connect(server.url)
+        async with session:
+            results = []
+
+            async def slow():
+                results.append(await session.call_tool("tool-001", {"text": "hi"}, on_progress=blocking))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(slow)
+                while not entered.is_set():  # bounded by fail_after
+                    await anyio.sleep(0.01)
+                try:
+                    with anyio.fail_after(5):
+                        other = await session.call_tool("tool-002", {"text": "x"})
+                finally:
+                    release.set()
+                assert other["structuredContent"]["tool"] == "tool-002", other
+            assert [update[0] for update in seen] == [1, 2, 3], seen
+            assert results[0]["structuredContent"]["tool"] == "tool-001", results
 
 
 async def test_a_stdio_session_ends_its_tree():

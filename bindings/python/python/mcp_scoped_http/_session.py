@@ -12,7 +12,8 @@ from typing import Any
 from . import _native
 from ._transport import _shielded
 
-#: Called with ``(progress, total, message)`` on the runtime's thread.
+#: Called with ``(progress, total, message)``, in order, on a thread of the
+#: runtime's blocking pool (not the event loop's): keep it short.
 ProgressCallback = Callable[[float, "float | None", "str | None"], object]
 
 
