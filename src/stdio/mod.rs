@@ -454,6 +454,8 @@ impl StdinLane {
     /// before it and the pipe takes it whole; else counts it as queued:
     /// the caller hands it to the writer's channel and marks the ticket.
     pub(crate) fn write_now(self: &Arc<Self>, line: &[u8]) -> Now {
+        #[cfg(not(unix))]
+        let _ = line;
         let mut state = crate::sync::lock(&self.state);
         #[cfg(unix)]
         if state.queued == 0 && line.len() <= PIPE_ATOMIC {

@@ -43,7 +43,9 @@
 //!    subreaper, so every orphan of the tree is reparented to it and not to
 //!    init, opens a pidfd of the host (Linux: the host's death is seen even
 //!    if a fork of the host holds the socket), closes every descriptor the
-//!    host let through, and forks the server: a session and group of its
+//!    host let through, and starts the server (on Linux a clone sharing its
+//!    memory until the exec, as `posix_spawn` does; a fork elsewhere): a
+//!    session and group of its
 //!    own, default signal dispositions, an empty mask, SIGKILL as its
 //!    parent-death signal (the watchdog is single-threaded, so this holds),
 //!    its stdin in place, then `execve` of the resolved path: no `PATH`

@@ -44,8 +44,9 @@ pub(crate) struct StdioWire {
 }
 
 impl StdioWire {
-    /// A wire sending lines to `outgoing` (the writer task's channel) or
-    /// straight in through `lane` when none is queued, charging what is read to `account`; `program` names the server.
+    /// A wire sending lines to `outgoing` (the writer task's channel), or
+    /// straight in through `lane` when none is queued, charging what is
+    /// read to `account`; `program` names the server.
     pub(crate) fn new(
         outgoing: mpsc::Sender<Vec<u8>>,
         lane: Arc<StdinLane>,
@@ -144,7 +145,8 @@ impl StdioWire {
         self.send(encode(response), deadline).await
     }
 
-    /// Hands one line to the writer within `deadline`. serde_json escapes
+    /// Writes one line straight in, or hands it to the writer within
+    /// `deadline`. serde_json escapes
     /// every newline inside strings, so the only one is the delimiter.
     async fn send(&self, mut line: Vec<u8>, deadline: Deadline) -> Result<()> {
         line.push(b'\n');

@@ -316,7 +316,7 @@ impl Transport {
                 sent = sending => sent.map_err(Failure::from),
             }
         });
-        // Most sends are done at once (a stdio line handed to the writer):
+        // Most sends are done at once (a stdio line written to the pipe):
         // polled here once, they need no task and no trip to a runtime
         // thread and back. What is not done goes on in a task, whose polls
         // bring their own waker.
