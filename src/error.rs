@@ -294,6 +294,13 @@ impl Error {
         Error::new(Kind::Timeout).with_message(format!("no response within {after:?}"))
     }
 
+    /// A stdio server could not be started, or its pipes failed: that
+    /// transport (a new process may work).
+    #[cfg(feature = "stdio")]
+    pub(crate) fn stdio(source: BoxError) -> Self {
+        Error::new(Kind::Stdio).with_boxed_source(source)
+    }
+
     /// A stdio server's process ended, or closed its stdout: the pipe,
     /// which is that transport, is gone (a new process may work).
     #[cfg(feature = "stdio")]
@@ -643,7 +650,10 @@ impl fmt::Display for Error {
         }
         // The root cause a host shows its user, in words (the chain keeps
         // the details).
-        if self.inner.kind == Kind::Transport {
+        let shows_cause = self.inner.kind == Kind::Transport;
+        #[cfg(feature = "stdio")]
+        let shows_cause = shows_cause || self.inner.kind == Kind::Stdio;
+        if shows_cause {
             if let Some(cause) = self.root_cause() {
                 write!(f, ": {cause}")?;
             }

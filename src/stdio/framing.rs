@@ -150,7 +150,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         let buffer = match self.reader.fill_buf().await {
             Ok(buffer) => buffer,
             Err(error) => {
-                return Err(Error::transport(Box::new(error))
+                return Err(Error::stdio(Box::new(error))
                     .with_message("reading the server's stdout failed"));
             }
         };

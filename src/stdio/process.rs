@@ -134,7 +134,7 @@ pub(crate) async fn spawn(
     cwd: Option<&Path>,
 ) -> Result<Spawned> {
     let image = watchdog::image().map_err(|error| {
-        Error::transport(Box::new(error))
+        Error::stdio(Box::new(error))
             .with_message(format!("could not start {program:?}: no watchdog"))
     })?;
     spawn_with(image.path(), true, program, args, env, cwd).await
@@ -225,8 +225,7 @@ async fn spawn_with(
         }
     }
     let unavailable = |what: &str, error: io::Error| {
-        Error::transport(Box::new(error))
-            .with_message(format!("could not start {program:?}: {what}"))
+        Error::stdio(Box::new(error)).with_message(format!("could not start {program:?}: {what}"))
     };
     let (control, watchdog_end) = std::os::unix::net::UnixStream::pair()
         .map_err(|error| unavailable("no socket for its watchdog", error))?;
@@ -327,7 +326,7 @@ async fn spawn_with(
                 Ok(read) => read.ok().map(|_| Record::parse(record)),
                 Err(_elapsed) => {
                     launcher::abandon(generation);
-                    return Err(Error::transport(Box::new(io::Error::from(
+                    return Err(Error::stdio(Box::new(io::Error::from(
                         io::ErrorKind::TimedOut,
                     )))
                     .with_message(format!(
@@ -371,7 +370,7 @@ async fn spawn_with(
                         .map_or_else(|error| error.to_string(), |status| status.to_string()),
                     None => "forked by the launcher".to_owned(),
                 };
-                return Err(Error::transport(Box::new(io::Error::other(format!(
+                return Err(Error::stdio(Box::new(io::Error::other(format!(
                     "the watchdog ended before starting the server ({status})"
                 ))))
                 .with_message(format!("could not start {program:?}")));
@@ -455,8 +454,7 @@ fn spawn_error(program: &Path, error: io::Error) -> Error {
         Some(libc::ENOEXEC | libc::ENOTDIR | libc::E2BIG | libc::ELOOP | libc::ENAMETOOLONG)
     );
     if !configuration {
-        return Error::transport(Box::new(error))
-            .with_message(format!("could not start {program:?}"));
+        return Error::stdio(Box::new(error)).with_message(format!("could not start {program:?}"));
     }
     // The file is there, yet the system found nothing: it is a script whose
     // `#!` interpreter is missing.
@@ -1755,6 +1753,11 @@ mod tests {
         };
         assert!(error.is_retryable(), "{error}");
         assert!(error.to_string().contains("forked no watchdog"), "{error}");
+        assert!(error.is_transport(), "{error}");
+        assert!(
+            error.to_string().starts_with("stdio transport failed"),
+            "{error}"
+        );
         // Killed, and reaped by a thread of its own (bounded).
         let deadline = Instant::now() + Duration::from_secs(5);
         while stat(launcher).is_some() {
