@@ -305,7 +305,8 @@ impl StdioTransportBuilder {
     }
 
     /// How long the SDK's `initialize` may take to be answered, the server's
-    /// start-up and any detection included. Default: 60 s, as a
+    /// start-up and any detection included; [`spawn`](Self::spawn) waits
+    /// at most this long for the server's exec. Default: 60 s, as a
     /// [`Connector`](crate::Connector)'s connect.
     pub fn opening_timeout(mut self, timeout: Duration) -> Self {
         self.opening_timeout = timeout;
@@ -338,7 +339,8 @@ impl StdioTransportBuilder {
     ///
     /// The program not found or not executable, in no executable format,
     /// or its working directory missing: [`Error::is_builder`]. The
-    /// watchdog could not be started: an I/O error.
+    /// watchdog could not be started: an I/O error. Not started within the
+    /// opening timeout: [`Error::is_timeout`].
     pub async fn spawn(&self) -> Result<ScopedTransport> {
         if self
             .pinned
@@ -352,13 +354,23 @@ impl StdioTransportBuilder {
         let account = Account::new(crate::MemoryBudget::default());
         // Below the process: its pipes' readers run until it has ended.
         let pipes = stack.push_background();
-        let started = crate::stdio::start(
+        // The server's start counts against the opening's bound (an exec
+        // from a hung file system would otherwise be waited for forever).
+        let starting = crate::stdio::start(
             &self.command,
             &account,
             &self.config,
             crate::transport::metadata::client_meta(&Value::Null, &json!({}), None),
-        )
-        .await?;
+        );
+        let started = tokio::time::timeout(self.opening_timeout, starting)
+            .await
+            .map_err(|_| {
+                Error::timeout(format!(
+                    "the stdio server `{}` was not started within {:?}",
+                    self.command.name(),
+                    self.opening_timeout
+                ))
+            })??;
         stack.push_process(started.tree, self.command.get_grace());
         // As a connect's: a stdio session has nothing to DELETE, but the
         // engine opens sessions only where this set exists.

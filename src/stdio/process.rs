@@ -1770,6 +1770,56 @@ mod tests {
         assert_gone(&marker, Duration::from_secs(5)).await;
     }
 
+    /// `ScopedTransport::stdio(..).spawn()` waits for the server's start
+    /// no longer than its opening timeout: here a stopped launcher never
+    /// forks. In a process of its own, as above.
+    #[tokio::test]
+    async fn a_transport_s_spawn_waits_no_longer_than_its_opening_timeout() {
+        rerun_passes("child_for_the_spawn_bound_test", &[]).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "a helper: run by a_transport_s_spawn_waits_no_longer_than_its_opening_timeout"]
+    async fn child_for_the_spawn_bound_test() {
+        if role("child_for_the_spawn_bound_test").is_none() {
+            return;
+        }
+        let me = std::process::id();
+        let (marker, _sweep) = swept("bound");
+        let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        drop((tree, stdin));
+        let launcher = launcher_of(me).expect("a launcher");
+        let pid = libc::pid_t::try_from(launcher).expect("a pid");
+        // SAFETY: a signal to this process's own launcher.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let command = crate::stdio::StdioCommand::new("/bin/sh")
+            .args(["-c", "exec cat >/dev/null"])
+            .env(MARKER, &marker);
+        let bound = Duration::from_millis(300);
+        let started = Instant::now();
+        let spawned = tokio::time::timeout(
+            launcher::FORK_WAIT * 10,
+            crate::adapters::ScopedTransport::stdio(command)
+                .opening_timeout(bound)
+                .spawn(),
+        )
+        .await
+        .expect("bounded");
+        let took = started.elapsed();
+        // SAFETY: as above; the launcher is this process's child, and the
+        // request it holds is for nothing once the spawn gave up.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let Err(error) = spawned else {
+            panic!("a stopped launcher started a server");
+        };
+        assert!(error.is_timeout(), "{error}");
+        assert!(
+            took < launcher::FORK_WAIT,
+            "{took:?}: waited for the launcher's own bound"
+        );
+        assert_gone(&marker, Duration::from_secs(5)).await;
+    }
+
     /// A watchdog killed once its server ended by itself, while a daemon
     /// of the tree lives on: the server's status came, the watchdog's
     /// word that the tree is gone did not, so the release says the
