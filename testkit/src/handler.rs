@@ -644,13 +644,16 @@ fn get(shared: &Arc<Shared>, req: &Req) -> Resp {
     if let Some(resp) = session_error(shared, req) {
         return resp;
     }
-    let guard = CountGuard::new(shared.clone(), |c| &c.listen_open);
-    let (tx, body) = ChanBody::channel(64, Some(Box::new(guard)));
+    // Counted open only once it is a listener: a test that waits for the
+    // count and then notifies must find it (the body lets the count go).
+    let counted = Arc::new(std::sync::OnceLock::new());
+    let (tx, body) = ChanBody::channel(64, Some(Box::new(counted.clone())));
     if shared.config.priming_event {
         let _ = tx.try_send(Ok(shared.event(Some(&shared.event_id()), None, "")));
     }
     keepalive(shared, &tx);
     shared.state().listeners.push(Listener { session, tx });
+    let _ = counted.set(CountGuard::new(shared.clone(), |c| &c.listen_open));
     let mut resp = Response::new(boxed(body));
     sse_headers(resp.headers_mut());
     resp
