@@ -873,6 +873,16 @@ mod tests {
             })
     }
 
+    /// Sends `signal` to this process's launcher (there must be one: a
+    /// server was spawned); returns its pid.
+    fn signal_my_launcher(signal: libc::c_int) -> u32 {
+        let launcher = launcher_of(std::process::id()).expect("a launcher");
+        let pid = libc::pid_t::try_from(launcher).expect("a pid");
+        // SAFETY: a signal to this process's own launcher.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        launcher
+    }
+
     /// Kills every process still carrying its marker when dropped: a test
     /// that fails half-way (or a guard removed to see a test fail) leaves
     /// nothing running.
@@ -1614,10 +1624,7 @@ mod tests {
         let me = std::process::id();
         let (marker, _sweep) = swept("relaunched");
         let first = sh_up("echo up; exec cat >/dev/null", &marker).await;
-        let launcher = launcher_of(me).expect("a launcher");
-        let pid = libc::pid_t::try_from(launcher).expect("a pid");
-        // SAFETY: a signal to this process's own launcher.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let launcher = signal_my_launcher(libc::SIGKILL);
         let deadline = Instant::now() + Duration::from_secs(10);
         while stat(launcher).is_some_and(|(_, state, _)| state != 'Z') {
             assert!(Instant::now() < deadline, "the launcher did not die");
@@ -1734,10 +1741,7 @@ mod tests {
         let (marker, _sweep) = swept("wedged");
         let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
         drop((tree, stdin));
-        let launcher = launcher_of(me).expect("a launcher");
-        let pid = libc::pid_t::try_from(launcher).expect("a pid");
-        // SAFETY: a signal to this process's own launcher.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let launcher = signal_my_launcher(libc::SIGSTOP);
         let args = [
             OsString::from("-c"),
             OsString::from("echo up; exec cat >/dev/null"),
@@ -1784,14 +1788,10 @@ mod tests {
         if role("child_for_the_spawn_bound_test").is_none() {
             return;
         }
-        let me = std::process::id();
         let (marker, _sweep) = swept("bound");
         let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
         drop((tree, stdin));
-        let launcher = launcher_of(me).expect("a launcher");
-        let pid = libc::pid_t::try_from(launcher).expect("a pid");
-        // SAFETY: a signal to this process's own launcher.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let launcher = signal_my_launcher(libc::SIGSTOP);
         let command = crate::stdio::StdioCommand::new("/bin/sh")
             .args(["-c", "exec cat >/dev/null"])
             .env(MARKER, &marker);
@@ -1806,9 +1806,8 @@ mod tests {
         .await
         .expect("bounded");
         let took = started.elapsed();
-        // SAFETY: as above; the launcher is this process's child, and the
-        // request it holds is for nothing once the spawn gave up.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        // The request it holds is for nothing once the spawn gave up.
+        assert_eq!(signal_my_launcher(libc::SIGKILL), launcher);
         let Err(error) = spawned else {
             panic!("a stopped launcher started a server");
         };
