@@ -3,16 +3,22 @@
 //! a server costs the host one message and a fork of that process, where
 //! starting the watchdog program cost a `posix_spawn`, an exec and the
 //! dynamic loader on every connect's critical path (about 0.6 ms of time
-//! and of CPU here, as much as the server's own exec).
+//! and of CPU here, as much as the server's own exec). The fork is done
+//! ahead: the launcher keeps one *spare* child waiting on the socket, which
+//! takes the next request itself and becomes its watchdog, and the
+//! launcher then forks the next spare. The spare is in the launcher's
+//! group (a signal to the group reaches it) and, on Linux, dies with the
+//! launcher until it has a request.
 //!
 //! Started at the first server (from the same image as a watchdog, with an
 //! empty environment), it lives as long as the host: it ends when its
 //! socket's other end closes (the host's end is close-on-exec, so its
 //! death closes it) or, on Linux, when its pidfd of the host says the host
 //! is gone. A watchdog it forked watches its own tree with its own lifeline
-//! and its own look at the host, so it needs the launcher no more once
-//! forked: a launcher killed from outside takes no tree with it, and the
-//! next spawn starts another, as does a host whose user or group ids
+//! and its own look at the host, so it needs the launcher no more once it
+//! has its request: a launcher killed from outside takes no tree with it,
+//! and the next spawn starts another (the host asks whether it lives
+//! before each request: its spare may hold the socket open a while), as does a host whose user or group ids
 //! changed since (its servers run with the ids the launcher has), and a
 //! child of the host's `fork`. Where the launcher cannot serve (a request
 //! too large, no `SOCK_SEQPACKET`, a full queue), the watchdog is started
@@ -35,9 +41,9 @@ pub(super) const NAME: &str = "mcp-launcher";
 /// a larger one is started the other way.
 pub(super) const REQUEST_MAX: usize = 64 * 1024;
 
-/// How long the launcher may take to fork a watchdog for a request (it
-/// does at once, a fork of a small process): past this it is taken for
-/// wedged and let go.
+/// How long a request may wait for a watchdog of the launcher's to take
+/// it (its spare takes it at once, or the launcher forks one, a small
+/// process): past this the launcher is taken for wedged and let go.
 #[cfg(not(test))]
 pub(super) const FORK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 #[cfg(test)]
@@ -59,6 +65,18 @@ struct Launcher {
     ids: Ids,
     /// Which launcher of the process this is (a pid may be reused).
     generation: u64,
+}
+
+impl Launcher {
+    /// Whether it takes this process's requests: this process started it,
+    /// with `ids`, and it has not ended. Asked before every request: its
+    /// spare (see `watchdog.c`) holds the socket too, so a send to a
+    /// launcher killed from outside may not fail.
+    fn serves(&mut self, ids: &Ids) -> bool {
+        self.host == std::process::id()
+            && self.ids == *ids
+            && matches!(self.child.try_wait(), Ok(None))
+    }
 }
 
 /// A process's user and group ids, effective ones and supplementary
@@ -124,10 +142,7 @@ pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS])
     let mut kept = crate::sync::lock(&LAUNCHER);
     // Twice at most: a launcher found gone is replaced once.
     for _ in 0..2 {
-        if kept
-            .as_ref()
-            .is_none_or(|launcher| launcher.host != std::process::id() || launcher.ids != ids)
-        {
+        if kept.as_mut().is_none_or(|launcher| !launcher.serves(&ids)) {
             if let Some(old) = kept.take() {
                 retire(old);
             }
@@ -158,8 +173,9 @@ pub(super) fn launch(image: &Path, request: &[u8], fds: [&OwnedFd; REQUEST_FDS])
 }
 
 /// Lets the launcher of `generation` go (killed and reaped, if it is this
-/// process's) unless another has replaced it meanwhile: it did not fork
-/// within [`FORK_WAIT`]. The next spawn starts another.
+/// process's, with its spare) unless another has replaced it meanwhile:
+/// no watchdog of its took the request within [`FORK_WAIT`]. The next
+/// spawn starts another.
 pub(super) fn abandon(generation: u64) {
     let mut kept = crate::sync::lock(&LAUNCHER);
     if kept
@@ -170,7 +186,7 @@ pub(super) fn abandon(generation: u64) {
     }
     if let Some(old) = kept.take() {
         tracing::warn!(
-            "the stdio launcher forked no watchdog within {FORK_WAIT:?}; starting another"
+            "no watchdog of the stdio launcher took a request within {FORK_WAIT:?}; starting another"
         );
         retire(old);
     }
@@ -181,13 +197,8 @@ pub(super) fn abandon(generation: u64) {
 pub(super) fn ensure(image: &Path) -> io::Result<()> {
     let ids = Ids::now();
     let mut kept = crate::sync::lock(&LAUNCHER);
-    if let Some(launcher) = kept.as_mut() {
-        if launcher.host == std::process::id()
-            && launcher.ids == ids
-            && matches!(launcher.child.try_wait(), Ok(None))
-        {
-            return Ok(());
-        }
+    if kept.as_mut().is_some_and(|launcher| launcher.serves(&ids)) {
+        return Ok(());
     }
     if let Some(old) = kept.take() {
         retire(old);
@@ -212,12 +223,22 @@ fn retire(mut old: Launcher) {
     if old.host != std::process::id() {
         return;
     }
-    // Our end closes first: a launcher still alive then ends by itself.
+    // Our end closes first: a launcher still alive then ends by itself,
+    // and so does its spare.
     drop(old.socket);
     if let Ok(None) = old.child.try_wait() {
-        // Alive (wedged, or replaced for the host's new ids): killed, and
-        // reaped by a thread of its own, never here under the lock (a
-        // process the kill cannot reach would hold every spawn).
+        // Alive (wedged, or replaced for the host's new ids): killed with
+        // its spare (its group: it is a session leader), and reaped by a
+        // thread of its own, never here under the lock (a process the kill
+        // cannot reach would hold every spawn). Unreaped, its pid cannot
+        // name another's group.
+        if let Ok(group) = libc::pid_t::try_from(old.child.id()) {
+            // SAFETY: kill has no memory effects; a group id > 1 is never
+            // "every process" or our own group.
+            if group > 1 {
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+            }
+        }
         let _ = old.child.kill();
         if let Ok(None) = old.child.try_wait() {
             let mut child = old.child;

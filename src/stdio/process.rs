@@ -24,8 +24,9 @@
 //! as its *launcher* (see `launcher`) with `posix_spawn` (no `pre_exec`: no
 //! code of the host runs in the child, and nothing of the host's memory is
 //! copied, so a spawn costs the same whatever the host's size), and the
-//! launcher forks a watchdog per server, which holds its own few pages,
-//! not a copy-on-write image of the host's heap. Where the launcher cannot
+//! launcher forks a watchdog per server (ahead of the request: a spare
+//! waits for it), which holds its own few pages, not a copy-on-write image
+//! of the host's heap. Where the launcher cannot
 //! serve, the watchdog is `posix_spawn`ed itself, the host's child.
 //!
 //! 1. The host makes a Unix socket pair, the *control socket*, and the
@@ -319,8 +320,8 @@ async fn spawn_with(
     let group = loop {
         let reading = reports.read_exact(&mut record);
         let first = if let Some(generation) = launched.filter(|_| watchdog_pid == 0) {
-            // The launcher forks at once: one that does not (stopped,
-            // wedged) is let go, so the next spawn starts another, and this
+            // A watchdog of the launcher's takes it at once: a launcher
+            // whose do not (stopped, wedged) is let go, so the next spawn starts another, and this
             // one fails retryably instead of waiting on it.
             match tokio::time::timeout(launcher::FORK_WAIT, reading).await {
                 Ok(read) => read.ok().map(|_| Record::parse(record)),
@@ -330,7 +331,7 @@ async fn spawn_with(
                         io::ErrorKind::TimedOut,
                     )))
                     .with_message(format!(
-                        "could not start {program:?}: the stdio launcher forked no watchdog \
+                        "could not start {program:?}: the stdio launcher started no watchdog \
                          within {:?}",
                         launcher::FORK_WAIT
                     )));
@@ -873,13 +874,40 @@ mod tests {
             })
     }
 
+    /// The live spare of `launcher` (see `watchdog.c`): its child that has
+    /// its name still, not a watchdog's.
+    fn spare_of(launcher: u32) -> Option<u32> {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&pid| {
+                stat(pid).is_some_and(|(comm, state, parent)| {
+                    parent == launcher && comm == launcher::NAME && state != 'Z'
+                })
+            })
+    }
+
+    /// The spare of `launcher` once there is one (10 s at the most).
+    async fn until_spare(launcher: u32) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(spare) = spare_of(launcher) {
+                return spare;
+            }
+            assert!(Instant::now() < deadline, "the launcher has no spare");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Sends `signal` to this process's launcher (there must be one: a
-    /// server was spawned); returns its pid.
-    fn signal_my_launcher(signal: libc::c_int) -> u32 {
+    /// server was spawned), or to its whole group (its spare too: it is a
+    /// session leader, so its group's id is its pid); returns its pid.
+    fn signal_my_launcher(signal: libc::c_int, group: bool) -> u32 {
         let launcher = launcher_of(std::process::id()).expect("a launcher");
         let pid = libc::pid_t::try_from(launcher).expect("a pid");
-        // SAFETY: a signal to this process's own launcher.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let target = if group { -pid } else { pid };
+        // SAFETY: a signal to this process's own launcher, or its group.
+        assert_eq!(unsafe { libc::kill(target, signal) }, 0);
         launcher
     }
 
@@ -1624,10 +1652,18 @@ mod tests {
         let me = std::process::id();
         let (marker, _sweep) = swept("relaunched");
         let first = sh_up("echo up; exec cat >/dev/null", &marker).await;
-        let launcher = signal_my_launcher(libc::SIGKILL);
+        let spare = until_spare(launcher_of(me).expect("a launcher")).await;
+        // The launcher alone: its spare goes with it (it has no request).
+        let launcher = signal_my_launcher(libc::SIGKILL, false);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while stat(launcher).is_some_and(|(_, state, _)| state != 'Z') {
-            assert!(Instant::now() < deadline, "the launcher did not die");
+        while [launcher, spare]
+            .iter()
+            .any(|&pid| stat(pid).is_some_and(|(_, state, _)| state != 'Z'))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the launcher or its spare did not die"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let second = sh_up("echo up; exec cat >/dev/null", &marker).await;
@@ -1643,6 +1679,34 @@ mod tests {
             stat(launcher).is_none(),
             "the old launcher is left a zombie"
         );
+    }
+
+    /// The launcher keeps a spare forked, and the spare is the next
+    /// server's watchdog: the request waits for no fork. In a process of
+    /// its own: every spawn of a process goes through its launcher.
+    #[tokio::test]
+    async fn the_next_server_s_watchdog_is_the_spare_forked_ahead() {
+        rerun_passes("child_for_the_spare_test", &[]).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "a helper: run by the_next_server_s_watchdog_is_the_spare_forked_ahead"]
+    async fn child_for_the_spare_test() {
+        if role("child_for_the_spare_test").is_none() {
+            return;
+        }
+        let (marker, _sweep) = swept("spare");
+        let first = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        let launcher = launcher_of(std::process::id()).expect("a launcher");
+        let spare = until_spare(launcher).await;
+        let second = sh_up("echo up; exec cat >/dev/null", &marker).await;
+        assert_eq!(second.tree.watchdog(), spare, "the spare took the request");
+        let next = until_spare(launcher).await;
+        assert_ne!(next, spare, "another spare is forked");
+        for spawned in [first, second] {
+            ends_by_itself(spawned).await;
+        }
+        assert_gone(&marker, Duration::from_secs(5)).await;
     }
 
     /// What the host changes after its launcher started reaches the
@@ -1741,7 +1805,7 @@ mod tests {
         let (marker, _sweep) = swept("wedged");
         let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
         drop((tree, stdin));
-        let launcher = signal_my_launcher(libc::SIGSTOP);
+        let launcher = signal_my_launcher(libc::SIGSTOP, true);
         let args = [
             OsString::from("-c"),
             OsString::from("echo up; exec cat >/dev/null"),
@@ -1756,7 +1820,7 @@ mod tests {
             panic!("a stopped launcher started a server");
         };
         assert!(error.is_retryable(), "{error}");
-        assert!(error.to_string().contains("forked no watchdog"), "{error}");
+        assert!(error.to_string().contains("started no watchdog"), "{error}");
         assert!(error.is_transport(), "{error}");
         assert!(
             error.to_string().starts_with("stdio transport failed"),
@@ -1791,7 +1855,7 @@ mod tests {
         let (marker, _sweep) = swept("bound");
         let Spawned { tree, stdin, .. } = sh_up("echo up; exec cat >/dev/null", &marker).await;
         drop((tree, stdin));
-        let launcher = signal_my_launcher(libc::SIGSTOP);
+        let launcher = signal_my_launcher(libc::SIGSTOP, true);
         let command = crate::stdio::StdioCommand::new("/bin/sh")
             .args(["-c", "exec cat >/dev/null"])
             .env(MARKER, &marker);
@@ -1807,7 +1871,7 @@ mod tests {
         .expect("bounded");
         let took = started.elapsed();
         // The request it holds is for nothing once the spawn gave up.
-        assert_eq!(signal_my_launcher(libc::SIGKILL), launcher);
+        assert_eq!(signal_my_launcher(libc::SIGKILL, true), launcher);
         let Err(error) = spawned else {
             panic!("a stopped launcher started a server");
         };

@@ -11,9 +11,10 @@
  *        mcp-watchdog HOST_PID                          (the launcher: below)
  *
  * Started with HOST_PID alone, it is the host's launcher (see launcher()):
- * it forks a watchdog for each request on its stdin, which then does all
- * that follows with what the request carried (launched()). Started with a
- * server to run, it is that server's watchdog itself, as described here.
+ * it keeps a child forked ahead (the spare) that takes the next request on
+ * its stdin and becomes that server's watchdog, doing all that follows with
+ * what the request carried (launched()). Started with a server to run, it
+ * is that server's watchdog itself, as described here.
  *
  * Descriptors on entry:
  *   0  the control socket (AF_UNIX stream): the host's other end is the
@@ -803,13 +804,99 @@ static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t l
     return run(high[REQUEST_FDS] >= 0 ? 4 : -1, 3, list[0], list[1], server_argv, server_env);
 }
 
+/* Takes one request off the launcher's socket: a watchdog for it, forked
+ * ahead, when `taken` >= 0 (its pid, 4 bytes, goes there first, so the
+ * launcher forks the next spare), else forked now. Returns -1 when the
+ * socket is done (end of file, the host gone, or broken), 0 otherwise. A
+ * request that is cut or lacks descriptors is refused ('E' EPROTO where
+ * there is a control socket to say it on). */
+static int take_request(int host_gone, char *request, int taken) {
+    int passed[REQUEST_FDS];
+    int passed_count;
+    int cut;
+    ssize_t got =
+        receive_fds(request, REQUEST_MAX, MSG_DONTWAIT, passed, REQUEST_FDS, &passed_count, &cut);
+    if (got == 0) {
+        return -1; /* the host let us go, or is gone */
+    }
+    if (got < 0) {
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    }
+    if (passed_count == REQUEST_FDS && cut) {
+        send_record(passed[0], MSG_DONTWAIT, 'E', EPROTO);
+    } else if (passed_count == REQUEST_FDS && taken >= 0) {
+        int32_t me = (int32_t)getpid();
+        (void)!write(taken, &me, sizeof me);
+#ifdef __linux__
+        /* A watchdog outlives its launcher: it has a tree to watch. */
+        prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+#endif
+        close(CONTROL);
+        _exit(launched(passed, host_gone, request, (size_t)got));
+    } else if (passed_count == REQUEST_FDS) {
+        pid_t child = fork();
+        if (child == 0) {
+            close(CONTROL);
+            _exit(launched(passed, host_gone, request, (size_t)got));
+        }
+        if (child == -1) {
+            send_record(passed[0], MSG_DONTWAIT, 'E', errno);
+        }
+    }
+    for (int i = 0; i < passed_count; i++) {
+        close(passed[i]);
+    }
+    return 0;
+}
+
+/* Forks the spare: a child of the launcher that waits on the launcher's
+ * socket and becomes the watchdog of the next request itself, so that
+ * request waits for no fork (and no wake-up of the launcher). It stays in
+ * the launcher's group (a signal to the group reaches it) and, on Linux,
+ * dies with the launcher until it takes a request. Its pid, or -1. */
+static pid_t fork_spare(pid_t launcher_pid, int host_gone, char *request, int taken[2]) {
+    pid_t child = fork();
+    if (child != 0) {
+        return child;
+    }
+    close(taken[0]);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != launcher_pid) {
+        _exit(EXIT_DONE);
+    }
+#else
+    (void)launcher_pid;
+#endif
+    for (;;) {
+        struct pollfd fds[2] = {
+            {.fd = CONTROL, .events = POLLIN},
+            {.fd = host_gone, .events = POLLIN},
+        };
+        if (poll(fds, host_gone >= 0 ? 2 : 1, -1) == -1) {
+            if (errno == EINTR) {
+                continue;
+            }
+            _exit(EXIT_DONE);
+        }
+        if (host_gone >= 0 && fds[1].revents != 0) {
+            _exit(EXIT_DONE);
+        }
+        if (fds[0].revents != 0 && take_request(host_gone, request, taken[1]) == -1) {
+            _exit(EXIT_DONE);
+        }
+    }
+}
+
 /* The launcher: started once per host (usage: mcp-watchdog HOST_PID, its
- * stdin a SOCK_SEQPACKET socket), it forks a watchdog for each request, so
- * a server costs the host one message and a fork of this small process
- * instead of starting a program. Its children are reaped here; each
- * watches its own tree, with its own lifeline and the host's pidfd, so
- * they do not need the launcher once forked. It ends with the host: its
- * socket's end of file, or the host's pidfd. */
+ * stdin a SOCK_SEQPACKET socket). It keeps one spare forked (above), which
+ * takes the next request off the socket and becomes its watchdog, so a
+ * server costs the host one message and no fork on its path; the launcher
+ * forks the next spare once told, and serves requests itself (a fork
+ * each) only while it has none. Its children are reaped here; each
+ * watchdog watches its own tree, with its own lifeline and the host's
+ * pidfd, so it does not need the launcher once it has a request. It ends
+ * with the host: its socket's end of file, or the host's pidfd. */
 static int launcher(pid_t host) {
     close_from(3);
     setsid();
@@ -826,26 +913,63 @@ static int launcher(pid_t host) {
         return EXIT_USAGE;
     }
     char *request = malloc(REQUEST_MAX);
-    if (request == NULL) {
+    int taken[2];
+    if (request == NULL || pipe(taken) == -1) {
         return EXIT_USAGE;
     }
+    for (int i = 0; i < 2; i++) {
+        cloexec(taken[i]);
+        fcntl(taken[i], F_SETFL, fcntl(taken[i], F_GETFL) | O_NONBLOCK);
+    }
+    pid_t me = getpid();
+    pid_t spare = -1;
     for (;;) {
         int status;
-        while (waitpid(-1, &status, WNOHANG) > 0) {
+        pid_t reaped;
+        int spare_ended = 0;
+        while ((reaped = waitpid(-1, &status, WNOHANG)) > 0) {
+            if (reaped == spare) {
+                spare = -1;
+                spare_ended = 1;
+            }
         }
-        struct pollfd fds[3] = {
-            {.fd = CONTROL, .events = POLLIN},
+        /* A spare that ended without a request saw the socket's end (or
+         * was killed): another is forked only if the socket is still open,
+         * so an end seen only there cannot make a loop of forks. */
+        if (spare_ended) {
+            char byte;
+            ssize_t peeked = recv(CONTROL, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (peeked == 0 || (peeked == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                                errno != EINTR)) {
+                return EXIT_DONE;
+            }
+        }
+        int32_t took[16];
+        ssize_t got;
+        while ((got = read(taken[0], took, sizeof took)) > 0) {
+            for (ssize_t i = 0; i < got / (ssize_t)sizeof took[0]; i++) {
+                if (took[i] == spare) {
+                    spare = -1;
+                }
+            }
+        }
+        if (spare == -1) {
+            spare = fork_spare(me, host_gone, request, taken);
+        }
+        struct pollfd fds[4] = {
+            {.fd = CONTROL, .events = spare == -1 ? POLLIN : 0},
             {.fd = wake[0], .events = POLLIN},
+            {.fd = taken[0], .events = POLLIN},
             {.fd = host_gone, .events = POLLIN},
         };
-        nfds_t count = host_gone >= 0 ? 3 : 2;
+        nfds_t count = host_gone >= 0 ? 4 : 3;
         if (poll(fds, count, -1) == -1) {
             if (errno == EINTR) {
                 continue;
             }
             return EXIT_DONE;
         }
-        if (count == 3 && fds[2].revents != 0) {
+        if (count == 4 && fds[3].revents != 0) {
             return EXIT_DONE;
         }
         if (fds[1].revents != 0) {
@@ -856,36 +980,10 @@ static int launcher(pid_t host) {
         if (fds[0].revents == 0) {
             continue;
         }
-        int passed[REQUEST_FDS];
-        int passed_count;
-        int cut;
-        ssize_t got =
-            receive_fds(request, REQUEST_MAX, MSG_DONTWAIT, passed, REQUEST_FDS, &passed_count, &cut);
-        if (got == 0) {
-            return EXIT_DONE; /* the host let us go, or is gone */
-        }
-        if (got < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                continue;
-            }
+        /* With a spare, only the socket's end is watched here: the host let
+         * us go, or is gone (the spare ends on it too). */
+        if (spare != -1 || take_request(host_gone, request, -1) == -1) {
             return EXIT_DONE;
-        }
-        if (passed_count == REQUEST_FDS) {
-            if (cut) {
-                send_record(passed[0], MSG_DONTWAIT, 'E', EPROTO);
-            } else {
-                pid_t child = fork();
-                if (child == 0) {
-                    close(CONTROL);
-                    _exit(launched(passed, host_gone, request, (size_t)got));
-                }
-                if (child == -1) {
-                    send_record(passed[0], MSG_DONTWAIT, 'E', errno);
-                }
-            }
-        }
-        for (int i = 0; i < passed_count; i++) {
-            close(passed[i]);
         }
     }
 }

@@ -38,7 +38,8 @@ fn children() -> Vec<u32> {
             (state != "Z").then_some((pid, ppid, comm))
         })
         .collect();
-    // The stdio launcher is the process's for its life: not counted, but
+    // The stdio launcher is the process's for its life, and so is the spare
+    // it keeps forked (its name until it takes a request): not counted, but
     // the watchdogs it forked for this process are.
     let launchers: Vec<u32> = table
         .iter()
@@ -48,7 +49,7 @@ fn children() -> Vec<u32> {
     table
         .iter()
         .filter(|(_, ppid, comm)| {
-            (*ppid == me && comm != "mcp-launcher") || launchers.contains(ppid)
+            comm != "mcp-launcher" && (*ppid == me || launchers.contains(ppid))
         })
         .map(|(pid, ..)| *pid)
         .collect()
