@@ -118,6 +118,83 @@ where
     Ok(future)
 }
 
+/// Polls `work` once here, inside the runtime with the GIL released, then
+/// as [`spawn`] if it is not done: what is done at once (a line written to
+/// a pipe) needs no task and no wake-up of a runtime thread, and what is
+/// started here (a request to the stdio launcher) goes out without one.
+/// The task's polls bring their own waker.
+pub(crate) fn run<'py, F, T>(py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<T, Failure>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let mut work = Box::pin(work);
+    let now = py.detach(|| {
+        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
+        work.as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    });
+    match now {
+        std::task::Poll::Ready(outcome) => ready(py, convert(py, outcome)?),
+        std::task::Poll::Pending => spawn(py, work, None),
+    }
+}
+
+/// An asyncio future of the running loop, to be resolved later from any
+/// thread through its [`Promise`] (which a runtime thread may hold without
+/// the GIL). Nothing runs on the runtime for it meanwhile.
+pub(crate) fn promise(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Promise)> {
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let future = event_loop.call_method0("create_future")?;
+    let inbox = inbox(&event_loop)?;
+    let promise = Promise {
+        future: future.clone().unbind(),
+        inbox,
+    };
+    Ok((future, promise))
+}
+
+/// The resolving end of a [`promise`].
+pub(crate) struct Promise {
+    future: Py<PyAny>,
+    inbox: Arc<Inbox>,
+}
+
+impl Promise {
+    /// Resolves the future on its loop's thread with what `outcome` makes
+    /// there; a future done by then (cancelled) hands the value to
+    /// `undelivered`, on that thread too.
+    pub(crate) fn keep(self, outcome: Outcome, undelivered: Option<Undelivered>) {
+        self.inbox.push(Done {
+            future: self.future,
+            outcome,
+            undelivered,
+        });
+    }
+
+    /// Which loop it resolves on: equal for two promises of one loop.
+    pub(crate) fn loop_key(&self) -> usize {
+        Arc::as_ptr(&self.inbox) as usize
+    }
+
+    /// Resolves the future with `value` now, on its loop's thread (the
+    /// caller's); the value back if the future is done already.
+    pub(crate) fn keep_now(self, py: Python<'_>, value: Py<PyAny>) -> Result<(), Py<PyAny>> {
+        let future = self.future.bind(py);
+        let done = future
+            .call_method0("done")
+            .and_then(|done| done.is_truthy())
+            .unwrap_or(true);
+        if done {
+            return Err(value);
+        }
+        if let Err(error) = future.call_method1("set_result", (value,)) {
+            error.print(py);
+        }
+        Ok(())
+    }
+}
+
 /// An asyncio future of the running loop, done already with `value`.
 pub(crate) fn ready<'py>(py: Python<'py>, value: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let future = py
@@ -168,7 +245,7 @@ where
 
 /// A finished future's outcome, made a Python value (or exception) on the
 /// loop's thread.
-type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+pub(crate) type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
 /// A finished future, waiting in its loop's inbox.
 struct Done {

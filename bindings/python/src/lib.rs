@@ -12,6 +12,7 @@
 
 mod fleet;
 mod future;
+mod inflow;
 mod session;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -249,9 +250,8 @@ impl OAuth {
 struct Transport {
     inner: Arc<ScopedTransport>,
     report: Mutex<Option<ReleaseReport>>,
-    /// A message that arrived for a `receive` whose awaitable was
-    /// cancelled meanwhile: the next `receive` returns it.
-    kept: Arc<Mutex<Option<Py<PyAny>>>>,
+    /// The server's messages on their way to `receive`.
+    inflow: Arc<inflow::Inflow>,
     /// Cancelled when the Python object goes: the futures it started stop,
     /// so the transport drops with them (and its stack is released).
     gone: CancellationToken,
@@ -263,7 +263,7 @@ impl Transport {
         Transport {
             inner: Arc::new(transport),
             report: Mutex::new(Some(report)),
-            kept: Arc::default(),
+            inflow: Arc::default(),
             gone: CancellationToken::new(),
         }
     }
@@ -309,66 +309,22 @@ impl Transport {
         // which the SDK raises to the caller as its own.
         let sending = self.inner.send_message_answered(message);
         let gone = self.gone.clone();
-        let mut work = Box::pin(async move {
+        let work = async move {
             tokio::select! {
                 biased;
                 _ = gone.cancelled() => Err(closed("the transport is gone").into()),
                 sent = sending => sent.map_err(Failure::from),
             }
-        });
-        // Most sends are done at once (a stdio line written to the pipe):
-        // polled here once, they need no task and no trip to a runtime
-        // thread and back. What is not done goes on in a task, whose polls
-        // bring their own waker.
-        let now = py.detach(|| {
-            let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-            work.as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-        });
-        match now {
-            std::task::Poll::Ready(Ok(())) => future::ready(py, py.None()),
-            std::task::Poll::Ready(Err(Failure::Crate(error))) => Err(py_error(error)),
-            std::task::Poll::Ready(Err(Failure::Py(error))) => Err(error),
-            std::task::Poll::Pending => future::spawn(py, work, None),
-        }
+        };
+        // Most sends are done at once (a stdio line written to the pipe).
+        future::run(py, work)
     }
 
     /// The next message from the server as JSON, or None once the
     /// transport is closed.
     fn receive<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         not_forked()?;
-        // One whose awaitable was cancelled after it arrived comes first.
-        let kept = self
-            .kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(kept) = kept {
-            return future::ready(py, kept);
-        }
-        let inner = self.inner.clone();
-        let gone = self.gone.clone();
-        let keep = self.kept.clone();
-        future::spawn(
-            py,
-            async move {
-                let message = tokio::select! {
-                    biased;
-                    _ = gone.cancelled() => None,
-                    message = inner.receive_message() => message,
-                };
-                match message {
-                    None => Ok(None),
-                    Some(message) => serde_json::to_vec(&message).map(Some).map_err(|error| {
-                        McpScopedHttpError::new_err(format!("cannot serialize a message: {error}"))
-                            .into()
-                    }),
-                }
-            },
-            Some(Box::new(move |message| {
-                *keep.lock().unwrap_or_else(PoisonError::into_inner) = Some(message);
-            })),
-        )
+        self.inflow.receive(py, &self.inner, &self.gone)
     }
 
     /// Unwinds the guard stack (tasks, the DELETE, hooks, an owned client,
@@ -547,11 +503,12 @@ fn stdio<'py>(
     if let Some(version) = version(protocol_version)? {
         builder = builder.protocol_version(version);
     }
-    future::spawn(
-        py,
-        async move { Ok::<_, Failure>(Transport::new(builder.spawn().await?)) },
-        None,
-    )
+    // The request to the launcher goes out on the caller's thread, as the
+    // SDK's own stdio client forks and execs there: a wake-up of a runtime
+    // thread less on the connect's path.
+    future::run(py, async move {
+        Ok::<_, Failure>(Transport::new(builder.spawn().await?))
+    })
 }
 
 /// Waits, at most `timeout` seconds (infinity: no bound), for what

@@ -5,6 +5,7 @@ every way out (a close, a failed connect, a cancelled one)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import socket
@@ -262,3 +263,41 @@ async def test_oauth_runs_the_flow_through_the_loopback_agent(kit):
     refused = leaf(raised.value)
     assert isinstance(refused, sdk_error()), repr(raised.value)
     assert refused.error.data["status"] == 401, refused.error
+
+
+async def test_a_message_on_its_way_to_a_cancelled_receive_goes_to_the_next(tmp_path):
+    """A receive cancelled while its answer was on its way to the loop (the
+    loop busy meanwhile, as a host's can be): the next receive gets that
+    answer, each once and in order."""
+    import asyncio
+    import time
+
+    from mcp_scoped_http._transport import _parse
+
+    def message(text: str) -> SessionMessage:
+        return SessionMessage(_parse(text.encode()))
+
+    def request_id(got: SessionMessage) -> object:
+        return getattr(got.message, "root", got.message).id
+
+    scoped = mcp_scoped_http.transport(command=kit_bin(), args=["serve", "--stdio"], cwd=tmp_path)
+    async with scoped as (read, write):
+        with anyio.fail_after(BOUND):
+            await write.send(message(
+                '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+                '"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+            ))
+            assert request_id(await read.receive()) == 1
+            await write.send(message('{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+            seen = []
+            for n in range(2, 22):
+                await write.send(message(f'{{"jsonrpc":"2.0","id":{n},"method":"ping"}}'))
+                receiving = asyncio.ensure_future(read.receive())
+                await asyncio.sleep(0)  # it waits for the answer now
+                time.sleep(0.005)  # the loop busy while the answer comes
+                receiving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    seen.append(request_id(await receiving))
+                if len(seen) < n - 1:
+                    seen.append(request_id(await read.receive()))
+    assert seen == list(range(2, 22)), seen
