@@ -7,8 +7,8 @@
 //! ahead: the launcher keeps one *spare* child waiting on the socket, which
 //! takes the next request itself and becomes its watchdog, and the
 //! launcher then forks the next spare. The spare is in the launcher's
-//! group (a signal to the group reaches it) and, on Linux, dies with the
-//! launcher until it has a request.
+//! group (a signal to the group reaches it) until it takes a request, and
+//! ends with the launcher (a pipe only the launcher writes to closes).
 //!
 //! Started at the first server (from the same image as a watchdog, with an
 //! empty environment), it lives as long as the host: it ends when its
@@ -223,15 +223,15 @@ fn retire(mut old: Launcher) {
     if old.host != std::process::id() {
         return;
     }
-    // Our end closes first: a launcher still alive then ends by itself,
-    // and so does its spare.
-    drop(old.socket);
     if let Ok(None) = old.child.try_wait() {
         // Alive (wedged, or replaced for the host's new ids): killed with
-        // its spare (its group: it is a session leader), and reaped by a
-        // thread of its own, never here under the lock (a process the kill
-        // cannot reach would hold every spawn). Unreaped, its pid cannot
-        // name another's group.
+        // its spare (its group: it is a session leader; a watchdog that
+        // took a request has left it), while it is unreaped, so its pid
+        // cannot name another's group (unless this process ignores
+        // SIGCHLD, which reaps it the moment it dies), and before our end
+        // closes, which would end it. Reaped by a thread of its own, never
+        // here under the lock (a process the kill cannot reach would hold
+        // every spawn).
         if let Ok(group) = libc::pid_t::try_from(old.child.id()) {
             // SAFETY: kill has no memory effects; a group id > 1 is never
             // "every process" or our own group.
@@ -240,6 +240,7 @@ fn retire(mut old: Launcher) {
             }
         }
         let _ = old.child.kill();
+        drop(old.socket);
         if let Ok(None) = old.child.try_wait() {
             let mut child = old.child;
             let _ = std::thread::Builder::new()
@@ -247,6 +248,8 @@ fn retire(mut old: Launcher) {
                 .spawn(move || child.wait());
         }
     }
+    // Gone: our end closes with `old`, and a spare it left (it ends when
+    // the launcher's end of its pipe closes) finds nothing more to take.
 }
 
 fn start(image: &Path) -> io::Result<Launcher> {

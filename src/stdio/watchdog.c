@@ -805,11 +805,12 @@ static int launched(int fds[REQUEST_FDS], int host_gone, char *request, size_t l
 }
 
 /* Takes one request off the launcher's socket: a watchdog for it, forked
- * ahead, when `taken` >= 0 (its pid, 4 bytes, goes there first, so the
- * launcher forks the next spare), else forked now. Returns -1 when the
- * socket is done (end of file, the host gone, or broken), 0 otherwise. A
- * request that is cut or lacks descriptors is refused ('E' EPROTO where
- * there is a control socket to say it on). */
+ * ahead, when `taken` >= 0 (it leaves the launcher's group at once, then
+ * its pid, 4 bytes, goes to `taken`, so the launcher forks the next spare),
+ * else forked now. Returns -1 when the socket is done (end of file, the
+ * host gone, or broken), 0 otherwise. A request that is cut or lacks
+ * descriptors is refused ('E' EPROTO where there is a control socket to
+ * say it on). */
 static int take_request(int host_gone, char *request, int taken) {
     int passed[REQUEST_FDS];
     int passed_count;
@@ -825,12 +826,12 @@ static int take_request(int host_gone, char *request, int taken) {
     if (passed_count == REQUEST_FDS && cut) {
         send_record(passed[0], MSG_DONTWAIT, 'E', EPROTO);
     } else if (passed_count == REQUEST_FDS && taken >= 0) {
+        /* Out of the launcher's group before anyone hears of it: a signal
+         * to that group (the host letting a wedged launcher go) is not
+         * for a watchdog with a request. */
+        setsid();
         int32_t me = (int32_t)getpid();
         (void)!write(taken, &me, sizeof me);
-#ifdef __linux__
-        /* A watchdog outlives its launcher: it has a tree to watch. */
-        prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
-#endif
         close(CONTROL);
         _exit(launched(passed, host_gone, request, (size_t)got));
     } else if (passed_count == REQUEST_FDS) {
@@ -852,40 +853,52 @@ static int take_request(int host_gone, char *request, int taken) {
 /* Forks the spare: a child of the launcher that waits on the launcher's
  * socket and becomes the watchdog of the next request itself, so that
  * request waits for no fork (and no wake-up of the launcher). It stays in
- * the launcher's group (a signal to the group reaches it) and, on Linux,
- * dies with the launcher until it takes a request. Its pid, or -1. */
-static pid_t fork_spare(pid_t launcher_pid, int host_gone, char *request, int taken[2]) {
+ * the launcher's group (a signal to the group reaches it) and ends with
+ * the launcher until it takes a request: `alive` is a pipe whose write end
+ * only the launcher holds, so its end of file says the launcher is gone
+ * (a signal at its death would also reach a spare that has just taken a
+ * request). Its pid, or -1. */
+static pid_t fork_spare(int host_gone, char *request, int taken[2], int alive[2]) {
     pid_t child = fork();
     if (child != 0) {
         return child;
     }
     close(taken[0]);
-#ifdef __linux__
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    if (getppid() != launcher_pid) {
-        _exit(EXIT_DONE);
-    }
-#else
-    (void)launcher_pid;
-#endif
+    close(alive[1]);
     for (;;) {
-        struct pollfd fds[2] = {
+        struct pollfd fds[3] = {
             {.fd = CONTROL, .events = POLLIN},
+            {.fd = alive[0], .events = POLLIN},
             {.fd = host_gone, .events = POLLIN},
         };
-        if (poll(fds, host_gone >= 0 ? 2 : 1, -1) == -1) {
+        if (poll(fds, host_gone >= 0 ? 3 : 2, -1) == -1) {
             if (errno == EINTR) {
                 continue;
             }
             _exit(EXIT_DONE);
         }
-        if (host_gone >= 0 && fds[1].revents != 0) {
+        if (fds[1].revents != 0 || (host_gone >= 0 && fds[2].revents != 0)) {
             _exit(EXIT_DONE);
         }
         if (fds[0].revents != 0 && take_request(host_gone, request, taken[1]) == -1) {
             _exit(EXIT_DONE);
         }
     }
+}
+
+/* What the launcher's socket holds, seen without taking anything. */
+enum socket_state { QUEUED, EMPTY, ENDED, BROKEN };
+
+static enum socket_state socket_state(void) {
+    char byte;
+    ssize_t peeked = recv(CONTROL, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked > 0) {
+        return QUEUED;
+    }
+    if (peeked == 0) {
+        return ENDED;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? EMPTY : BROKEN;
 }
 
 /* The launcher: started once per host (usage: mcp-watchdog HOST_PID, its
@@ -896,7 +909,8 @@ static pid_t fork_spare(pid_t launcher_pid, int host_gone, char *request, int ta
  * each) only while it has none. Its children are reaped here; each
  * watchdog watches its own tree, with its own lifeline and the host's
  * pidfd, so it does not need the launcher once it has a request. It ends
- * with the host: its socket's end of file, or the host's pidfd. */
+ * with the host: its socket's end of file (once the requests sent before
+ * it are taken), or the host's pidfd. */
 static int launcher(pid_t host) {
     close_from(3);
     setsid();
@@ -914,15 +928,18 @@ static int launcher(pid_t host) {
     }
     char *request = malloc(REQUEST_MAX);
     int taken[2];
-    if (request == NULL || pipe(taken) == -1) {
+    int alive[2];
+    if (request == NULL || pipe(taken) == -1 || pipe(alive) == -1) {
         return EXIT_USAGE;
     }
     for (int i = 0; i < 2; i++) {
         cloexec(taken[i]);
+        cloexec(alive[i]);
         fcntl(taken[i], F_SETFL, fcntl(taken[i], F_GETFL) | O_NONBLOCK);
     }
-    pid_t me = getpid();
     pid_t spare = -1;
+    /* The host closed its end: what it sent before is still served. */
+    int hung_up = 0;
     for (;;) {
         int status;
         pid_t reaped;
@@ -931,17 +948,6 @@ static int launcher(pid_t host) {
             if (reaped == spare) {
                 spare = -1;
                 spare_ended = 1;
-            }
-        }
-        /* A spare that ended without a request saw the socket's end (or
-         * was killed): another is forked only if the socket is still open,
-         * so an end seen only there cannot make a loop of forks. */
-        if (spare_ended) {
-            char byte;
-            ssize_t peeked = recv(CONTROL, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (peeked == 0 || (peeked == -1 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                                errno != EINTR)) {
-                return EXIT_DONE;
             }
         }
         int32_t took[16];
@@ -953,11 +959,23 @@ static int launcher(pid_t host) {
                 }
             }
         }
-        if (spare == -1) {
-            spare = fork_spare(me, host_gone, request, taken);
+        /* A spare that ended without a request saw the socket's end (or
+         * was killed): another is forked only if a request still waits or
+         * the socket is open, so an end seen only there cannot make a loop
+         * of forks; after the host's hang-up, only for a request. */
+        if (spare_ended || hung_up) {
+            enum socket_state now = socket_state();
+            if (now != QUEUED && (now != EMPTY || hung_up)) {
+                return EXIT_DONE;
+            }
         }
+        if (spare == -1) {
+            spare = fork_spare(host_gone, request, taken, alive);
+        }
+        /* With a spare, only the socket's end is watched here (and not
+         * after it: its hang-up would wake every poll). */
         struct pollfd fds[4] = {
-            {.fd = CONTROL, .events = spare == -1 ? POLLIN : 0},
+            {.fd = hung_up ? -1 : CONTROL, .events = spare == -1 ? POLLIN : 0},
             {.fd = wake[0], .events = POLLIN},
             {.fd = taken[0], .events = POLLIN},
             {.fd = host_gone, .events = POLLIN},
@@ -980,9 +998,9 @@ static int launcher(pid_t host) {
         if (fds[0].revents == 0) {
             continue;
         }
-        /* With a spare, only the socket's end is watched here: the host let
-         * us go, or is gone (the spare ends on it too). */
-        if (spare != -1 || take_request(host_gone, request, -1) == -1) {
+        if (spare != -1) {
+            hung_up = 1;
+        } else if (take_request(host_gone, request, -1) == -1) {
             return EXIT_DONE;
         }
     }
