@@ -172,9 +172,19 @@ impl Promise {
         });
     }
 
-    /// Which loop it resolves on: equal for two promises of one loop.
-    pub(crate) fn loop_key(&self) -> usize {
-        Arc::as_ptr(&self.inbox) as usize
+    /// Resolves now what its loop's inbox holds (on that loop's thread,
+    /// the caller's): what finished before this promise was made is
+    /// settled before it.
+    pub(crate) fn settle_loop(&self, py: Python<'_>) {
+        let pending = !self
+            .inbox
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty();
+        if pending {
+            self.inbox.drain(py);
+        }
     }
 
     /// Resolves the future with `value` now, on its loop's thread (the

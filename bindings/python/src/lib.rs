@@ -503,13 +503,26 @@ fn stdio<'py>(
     if let Some(version) = version(protocol_version)? {
         builder = builder.protocol_version(version);
     }
-    // The request to the launcher goes out on the caller's thread, as the
-    // SDK's own stdio client forks and execs there: a wake-up of a runtime
-    // thread less on the connect's path.
-    future::run(py, async move {
-        Ok::<_, Failure>(Transport::new(builder.spawn().await?))
-    })
+    let spawning = async move {
+        let transport = builder.spawn().await?;
+        STDIO_WARM.store(true, Ordering::Relaxed);
+        Ok::<_, Failure>(Transport::new(transport))
+    };
+    // Once a server has started, the next one's request to the launcher
+    // goes out on the caller's thread, as the SDK's own stdio client forks
+    // and execs there: a wake-up of a runtime thread less on the connect's
+    // path. The first start is not made there: it may write the watchdog
+    // program out and start the launcher (milliseconds).
+    if STDIO_WARM.load(Ordering::Relaxed) {
+        future::run(py, spawning)
+    } else {
+        future::spawn(py, spawning, None)
+    }
 }
+
+/// A stdio server has started in this process: the watchdog program and
+/// the launcher are in place.
+static STDIO_WARM: AtomicBool = AtomicBool::new(false);
 
 /// Waits, at most `timeout` seconds (infinity: no bound), for what
 /// transports and sessions dropped unclosed handed to the reaper (their

@@ -301,3 +301,93 @@ async def test_a_message_on_its_way_to_a_cancelled_receive_goes_to_the_next(tmp_
                 if len(seen) < n - 1:
                     seen.append(request_id(await read.receive()))
     assert seen == list(range(2, 22)), seen
+
+
+#: A stdio server that answers `initialize`, and to `tell` with
+#: `{"n": N}` sends the notifications N and N + 1, in that order, before
+#: its answer. (The answers to requests in flight together reach the SDK
+#: in no set order, the SDK matches them by id; notifications keep the
+#: server's order.)
+IN_ORDER = """
+import json, sys
+def send(message):
+    print(json.dumps(dict(jsonrpc="2.0", **message)), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request:
+        continue
+    result = {}
+    if request["method"] == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {},
+                  "serverInfo": {"name": "in-order", "version": "1"}}
+    elif request["method"] == "tell":
+        for n in (request["params"]["n"], request["params"]["n"] + 1):
+            send({"method": "notifications/message", "params": {"level": "info", "data": n}})
+    send({"id": request["id"], "result": result})
+"""
+
+
+async def opened_in_order(scoped) -> object:
+    """The native transport of `scoped` (entered), past the handshake."""
+    import json
+
+    native = scoped._native
+    with anyio.fail_after(BOUND):
+        await native.send(
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+            b'"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+        )
+        assert json.loads(await native.receive())["id"] == 1
+        await native.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    return native
+
+
+def told(message: bytes) -> object:
+    """A notification's number, or None for an answer."""
+    import json
+
+    parsed = json.loads(message)
+    return parsed["params"]["data"] if "method" in parsed else None
+
+
+async def test_order_is_kept_when_a_receive_is_cancelled_with_its_message_in_hand(tmp_path):
+    """The first notification is in the loop's hands for a cancelled
+    receive and the next was read ahead: a receive made before the loop
+    looks gets the first, then the second."""
+    import sys
+    import time
+
+    scoped = mcp_scoped_http.transport(
+        command=sys.executable, args=["-c", IN_ORDER], cwd=tmp_path, protocol_version="2025-11-25"
+    )
+    async with scoped:
+        native = await opened_in_order(scoped)
+        for n in range(0, 40, 2):
+            waiting = native.receive()
+            await native.send(f'{{"jsonrpc":"2.0","id":{n + 2},"method":"tell","params":{{"n":{n}}}}}'.encode())
+            time.sleep(0.02)  # the loop busy while they come
+            got = []
+            # As a timeout would (too late if the first came while the
+            # request was sent: then it is the first).
+            if not waiting.cancel():
+                got.append(told(waiting.result()))
+            with anyio.fail_after(BOUND):
+                while len(got) < 3:
+                    got.append(told(await native.receive()))
+            assert got == [n, n + 1, None], got
+
+
+async def test_two_receives_at_once_each_get_a_message_in_turn(tmp_path):
+    import asyncio
+    import sys
+
+    scoped = mcp_scoped_http.transport(
+        command=sys.executable, args=["-c", IN_ORDER], cwd=tmp_path, protocol_version="2025-11-25"
+    )
+    async with scoped:
+        native = await opened_in_order(scoped)
+        first, second = native.receive(), native.receive()
+        await native.send(b'{"jsonrpc":"2.0","id":2,"method":"tell","params":{"n":7}}')
+        with anyio.fail_after(BOUND):
+            got = await asyncio.gather(first, second, native.receive())
+        assert [told(message) for message in got] == [7, 8, None]
