@@ -973,9 +973,10 @@ static int launcher(pid_t host) {
             spare = fork_spare(host_gone, request, taken, alive);
         }
         /* With a spare, only the socket's end is watched here (and not
-         * after it: its hang-up would wake every poll). */
+         * after it: its hang-up would wake every poll); with none, the
+         * requests, which are served here then, even after the hang-up. */
         struct pollfd fds[4] = {
-            {.fd = hung_up ? -1 : CONTROL, .events = spare == -1 ? POLLIN : 0},
+            {.fd = hung_up && spare != -1 ? -1 : CONTROL, .events = spare == -1 ? POLLIN : POLLHUP},
             {.fd = wake[0], .events = POLLIN},
             {.fd = taken[0], .events = POLLIN},
             {.fd = host_gone, .events = POLLIN},

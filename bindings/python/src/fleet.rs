@@ -308,19 +308,15 @@ impl NativeFleet {
     fn shutdown<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         not_forked()?;
         let fleet = self.inner()?;
-        crate::future::spawn(
-            py,
-            async move {
-                let report = fleet.shutdown().await;
-                let servers: BTreeMap<&String, String> = report
-                    .servers
-                    .iter()
-                    .map(|(name, end)| (name, shutdown_text(end)))
-                    .collect();
-                json_text::<Failure>(&servers)
-            },
-            None,
-        )
+        crate::future::spawn(py, async move {
+            let report = fleet.shutdown().await;
+            let servers: BTreeMap<&String, String> = report
+                .servers
+                .iter()
+                .map(|(name, end)| (name, shutdown_text(end)))
+                .collect();
+            json_text::<Failure>(&servers)
+        })
     }
 }
 

@@ -22,9 +22,9 @@
 //!   Rust would abort the process. The `atexit` hook closes it for writing
 //!   (with the GIL released), so it waits for entries in flight and no new
 //!   one starts.
-//! - **Nothing received is lost.** A value whose awaitable was cancelled by
-//!   the time the loop takes it goes to `undelivered`: a transport's
-//!   `receive` puts the message back for the next call.
+//! - **Work for the loop's thread** goes through the same inbox (a
+//!   transport's messages are matched to its receives there, see
+//!   `inflow`).
 //! - **Errors become exceptions on the loop's thread**, not on a worker.
 
 #[cfg(unix)]
@@ -78,16 +78,9 @@ impl From<PyErr> for Failure {
     }
 }
 
-/// Where a value goes when its awaitable no longer wants it.
-pub(crate) type Undelivered = Box<dyn FnOnce(Py<PyAny>) + Send>;
-
 /// Runs `work` on the runtime and returns an asyncio future of its
 /// outcome. Cancelling the future drops `work` at its next poll.
-pub(crate) fn spawn<'py, F, T>(
-    py: Python<'py>,
-    work: F,
-    undelivered: Option<Undelivered>,
-) -> PyResult<Bound<'py, PyAny>>
+pub(crate) fn spawn<'py, F, T>(py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
@@ -109,11 +102,10 @@ where
             _ = cancelled.cancelled() => return,
             outcome = work => outcome,
         };
-        inbox.push(Done {
+        inbox.push(Job::Done(Done {
             future: target,
             outcome: Box::new(move |py| convert(py, outcome)),
-            undelivered,
-        });
+        }));
     });
     Ok(future)
 }
@@ -136,7 +128,7 @@ where
     });
     match now {
         std::task::Poll::Ready(outcome) => ready(py, convert(py, outcome)?),
-        std::task::Poll::Pending => spawn(py, work, None),
+        std::task::Poll::Pending => spawn(py, work),
     }
 }
 
@@ -161,47 +153,48 @@ pub(crate) struct Promise {
 }
 
 impl Promise {
-    /// Resolves the future on its loop's thread with what `outcome` makes
-    /// there; a future done by then (cancelled) hands the value to
-    /// `undelivered`, on that thread too.
-    pub(crate) fn keep(self, outcome: Outcome, undelivered: Option<Undelivered>) {
-        self.inbox.push(Done {
-            future: self.future,
-            outcome,
-            undelivered,
-        });
+    /// Its loop, to run work on.
+    pub(crate) fn on_loop(&self) -> OnLoop {
+        OnLoop(Arc::clone(&self.inbox))
     }
 
-    /// Resolves now what its loop's inbox holds (on that loop's thread,
-    /// the caller's): what finished before this promise was made is
-    /// settled before it.
-    pub(crate) fn settle_loop(&self, py: Python<'_>) {
-        let pending = !self
-            .inbox
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty();
-        if pending {
-            self.inbox.drain(py);
-        }
-    }
-
-    /// Resolves the future with `value` now, on its loop's thread (the
-    /// caller's); the value back if the future is done already.
-    pub(crate) fn keep_now(self, py: Python<'_>, value: Py<PyAny>) -> Result<(), Py<PyAny>> {
-        let future = self.future.bind(py);
-        let done = future
+    /// Whether the future is done (resolved or cancelled); on its loop's
+    /// thread (the caller's).
+    pub(crate) fn is_done(&self, py: Python<'_>) -> bool {
+        self.future
+            .bind(py)
             .call_method0("done")
             .and_then(|done| done.is_truthy())
-            .unwrap_or(true);
-        if done {
-            return Err(value);
-        }
-        if let Err(error) = future.call_method1("set_result", (value,)) {
+            .unwrap_or(true)
+    }
+
+    /// Resolves the future with `outcome`, on its loop's thread (the
+    /// caller's), where it was found not done.
+    pub(crate) fn resolve(self, py: Python<'_>, outcome: PyResult<Py<PyAny>>) {
+        let future = self.future.bind(py);
+        let set = match outcome {
+            Ok(value) => future.call_method1("set_result", (value,)),
+            Err(error) => future.call_method1("set_exception", (error.value(py),)),
+        };
+        if let Err(error) = set {
             error.print(py);
         }
-        Ok(())
+    }
+}
+
+/// An event loop, as the inbox its work is queued in.
+#[derive(Clone)]
+pub(crate) struct OnLoop(Arc<Inbox>);
+
+impl OnLoop {
+    /// Equal for one loop.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Runs `job` on the loop's thread, soon (from any thread).
+    pub(crate) fn run(&self, job: impl FnOnce(Python<'_>) + Send + 'static) {
+        Arc::clone(&self.0).push(Job::Call(Box::new(job)));
     }
 }
 
@@ -236,7 +229,7 @@ where
             done = work => done,
         }
     };
-    spawn(py, work, None)
+    spawn(py, work)
 }
 
 fn convert<T>(py: Python<'_>, outcome: Result<T, Failure>) -> PyResult<Py<PyAny>>
@@ -261,26 +254,20 @@ pub(crate) type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Se
 struct Done {
     future: Py<PyAny>,
     outcome: Outcome,
-    undelivered: Option<Undelivered>,
 }
 
 impl Done {
-    /// Sets the future's outcome, unless it is done already (cancelled):
-    /// then the value goes to `undelivered`.
+    /// Sets the future's outcome, unless it is done already (cancelled).
     fn resolve(self, py: Python<'_>) {
         let future = self.future.bind(py);
-        let outcome = (self.outcome)(py);
         let done = future
             .call_method0("done")
             .and_then(|done| done.is_truthy())
             .unwrap_or(true);
         if done {
-            if let (Ok(value), Some(undelivered)) = (outcome, self.undelivered) {
-                undelivered(value);
-            }
             return;
         }
-        let set = match outcome {
+        let set = match (self.outcome)(py) {
             Ok(value) => future.call_method1("set_result", (value,)),
             Err(error) => future.call_method1("set_exception", (error.value(py),)),
         };
@@ -290,9 +277,24 @@ impl Done {
     }
 }
 
+/// What an inbox holds: a finished future, or work to run on the loop.
+enum Job {
+    Done(Done),
+    Call(Box<dyn FnOnce(Python<'_>) + Send>),
+}
+
+impl Job {
+    fn run(self, py: Python<'_>) {
+        match self {
+            Job::Done(done) => done.resolve(py),
+            Job::Call(call) => call(py),
+        }
+    }
+}
+
 /// Where the futures of one event loop finish: see the module docs.
 struct Inbox {
-    queue: Mutex<Vec<Done>>,
+    queue: Mutex<Vec<Job>>,
     /// A wake-up is on its way: later arrivals need none of their own.
     armed: AtomicBool,
     wake: Wake,
@@ -317,11 +319,11 @@ impl Inbox {
 
     /// Queues a finished future; called on a runtime thread, never taking
     /// the GIL there.
-    fn push(self: Arc<Self>, done: Done) {
+    fn push(self: Arc<Self>, job: Job) {
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(done);
+            .push(job);
         if self.armed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -365,9 +367,9 @@ impl Inbox {
             while matches!((&*read).read(&mut bytes), Ok(n) if n > 0) {}
         }
         self.armed.store(false, Ordering::Release);
-        let done = std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
-        for done in done {
-            done.resolve(py);
+        let jobs = std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+        for job in jobs {
+            job.run(py);
         }
     }
 }

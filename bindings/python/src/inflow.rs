@@ -3,21 +3,16 @@
 //!
 //! A task per `receive` woke a runtime thread for every message the server
 //! sent (the call's spawn), and that wake-up of an idle thread was on the
-//! path of every answer. Here one pump waits on the transport from the
-//! first `receive` on; a `receive` only leaves a promise for it, or takes
-//! what came already, and wakes nothing. The pump reads ahead one message
-//! at most (then waits until it is taken), so what the server sends stays
-//! in the transport's bounded queue, charged to its budget.
+//! path of every answer. Here one pump reads the transport from the first
+//! `receive` on, into a short queue (two messages at most: the rest stays
+//! in the transport's bounded queue, charged to its budget), and asks the
+//! loops with receives waiting to take them; a `receive` takes what came,
+//! or joins the line, and wakes nothing.
 //!
-//! - **Receives wait in line**: two at once get the next two messages, in
-//!   the order they asked; one whose awaitable is done (cancelled) leaves
-//!   the line then.
-//! - **Order is kept** when an awaitable is cancelled while its message
-//!   is on its way to the loop: a `receive` first resolves what its loop
-//!   has in hand, so the message handed back (to the next in line, or the
-//!   front of what is kept) is taken before anything that came after it.
-//! - **No Python runs under the lock**, and the lock is never taken while
-//!   a Python call that may release the GIL is under way.
+//! Messages meet receives only on the receive's loop's thread, in order:
+//! the receives of a loop get the messages in the order they asked, a
+//! receive done (cancelled) before its turn leaves the line, and a message
+//! it was about to get goes to the next. No Python runs under the lock.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +25,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::McpScopedHttpError;
-use crate::future::{self, Outcome, Promise};
+use crate::future::{self, OnLoop, Outcome, Promise};
+
+/// How many messages the pump reads ahead of the receives: one being
+/// handed over, one more, so a loop taking the first needs no wake-up of
+/// the pump.
+const AHEAD: usize = 2;
 
 /// See the module docs.
 #[derive(Default)]
@@ -38,22 +38,27 @@ pub(crate) struct Inflow {
     state: Mutex<State>,
     /// Notified when something kept was taken: the pump may read on.
     taken: Notify,
-    /// Numbers the promises, so a done awaitable finds its own in line.
+    /// Numbers the receives, so a done one finds its place in line.
     next: AtomicU64,
 }
 
 #[derive(Default)]
 struct State {
-    /// Arrived, or handed back by a cancelled awaitable, and not taken yet:
-    /// one read ahead, plus what cancellations handed back.
+    /// Read, in order, and not taken yet.
     kept: VecDeque<Outcome>,
-    /// The receives waiting, first come first served.
-    waiting: VecDeque<(u64, Promise)>,
+    /// The receives waiting, first come first served (per loop).
+    waiting: VecDeque<Waiting>,
     /// The transport has ended (closed, or its object gone): once `kept`
     /// is empty, every `receive` has None.
     ended: bool,
     /// The pump runs (from the first `receive` on).
     pumping: bool,
+}
+
+struct Waiting {
+    number: u64,
+    promise: Promise,
+    on_loop: OnLoop,
 }
 
 impl Inflow {
@@ -62,7 +67,8 @@ impl Inflow {
     }
 
     /// The next message (bytes of JSON), or None once the transport ended:
-    /// an awaitable done already if one came, else one the pump resolves.
+    /// an awaitable done already if one came, else one resolved on its
+    /// loop when one comes.
     pub(crate) fn receive<'py>(
         self: &Arc<Self>,
         py: Python<'py>,
@@ -71,12 +77,15 @@ impl Inflow {
     ) -> PyResult<Bound<'py, PyAny>> {
         // Made before the lock is taken: no Python runs under it.
         let (awaitable, promise) = future::promise(py)?;
-        // What this loop has in hand first: a message a cancelled awaitable
-        // hands back goes before anything kept after it.
-        promise.settle_loop(py);
+        let on_loop = promise.on_loop();
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
-        if state.waiting.is_empty() {
+        // Behind this loop's receives already waiting, if any.
+        let behind = state
+            .waiting
+            .iter()
+            .any(|waiting| waiting.on_loop.key() == on_loop.key());
+        if !behind {
             if let Some(outcome) = state.kept.pop_front() {
                 drop(state);
                 self.taken.notify_one();
@@ -86,13 +95,17 @@ impl Inflow {
                 };
                 return Ok(awaitable);
             }
+            if state.ended {
+                drop(state);
+                awaitable.call_method1("set_result", (py.None(),))?;
+                return Ok(awaitable);
+            }
         }
-        if state.ended && state.kept.is_empty() {
-            drop(state);
-            awaitable.call_method1("set_result", (py.None(),))?;
-            return Ok(awaitable);
-        }
-        state.waiting.push_back((number, promise));
+        state.waiting.push_back(Waiting {
+            number,
+            promise,
+            on_loop,
+        });
         let start = !std::mem::replace(&mut state.pumping, true);
         drop(state);
         // Leaves the line when done: cancelled, it takes nothing more.
@@ -113,56 +126,75 @@ impl Inflow {
         Ok(awaitable)
     }
 
-    /// Hands `outcome` to the first `receive` in line, or keeps it.
-    fn arrived(self: &Arc<Self>, outcome: Outcome) {
-        let mut state = self.state();
-        match state.waiting.pop_front() {
-            Some((_, promise)) => {
-                let inflow = Arc::downgrade(self);
-                promise.keep(
-                    outcome,
-                    Some(Box::new(move |value| {
-                        if let Some(inflow) = inflow.upgrade() {
-                            Python::attach(|py| inflow.handed_back(py, value));
-                        }
-                    })),
-                );
-            }
-            None => state.kept.push_back(outcome),
+    /// Asks each loop with receives waiting to serve them (from any
+    /// thread, the lock not held).
+    fn wake(self: &Arc<Self>, loops: Vec<OnLoop>) {
+        for on_loop in loops {
+            let inflow = Arc::downgrade(self);
+            let key = on_loop.key();
+            on_loop.run(move |py| {
+                if let Some(inflow) = inflow.upgrade() {
+                    inflow.serve(py, key);
+                }
+            });
         }
     }
 
-    /// A message whose awaitable was done (cancelled) before its loop
-    /// resolved it, on that loop's thread: to the next `receive` in line,
-    /// or first among what is kept.
-    fn handed_back(&self, py: Python<'_>, mut value: Py<PyAny>) {
+    /// The loops with receives waiting, each once.
+    fn waiting_loops(state: &State) -> Vec<OnLoop> {
+        let mut loops: Vec<OnLoop> = Vec::new();
+        for waiting in &state.waiting {
+            if !loops.iter().any(|seen| seen.key() == waiting.on_loop.key()) {
+                loops.push(waiting.on_loop.clone());
+            }
+        }
+        loops
+    }
+
+    /// On loop `key`'s thread: hands what was read to its receives waiting,
+    /// in order; once the transport ended and nothing is kept, None to
+    /// each. A receive found done (cancelled, its callback not run yet)
+    /// leaves the line without taking anything.
+    fn serve(&self, py: Python<'_>, key: usize) {
         loop {
-            let next = self.state().waiting.pop_front();
-            let Some((_, promise)) = next else {
-                self.state().kept.push_front(Box::new(move |_| Ok(value)));
-                return;
+            let waiting = {
+                let mut state = self.state();
+                if state.kept.is_empty() && !state.ended {
+                    return;
+                }
+                let Some(at) = state
+                    .waiting
+                    .iter()
+                    .position(|waiting| waiting.on_loop.key() == key)
+                else {
+                    return;
+                };
+                state.waiting.remove(at)
             };
-            // Outside the lock: resolving a future runs Python.
-            match promise.keep_now(py, value) {
-                Ok(()) => return,
-                // Done too (cancelled, its callback not run yet): the next.
-                Err(back) => value = back,
+            let Some(waiting) = waiting else { return };
+            if waiting.promise.is_done(py) {
+                continue;
             }
-        }
-    }
-
-    /// The transport ended: every `receive` in line has None, and so has
-    /// every later one once `kept` is empty.
-    fn end(&self) {
-        let mut state = self.state();
-        state.ended = true;
-        for (_, promise) in state.waiting.drain(..) {
-            promise.keep(Box::new(|py| Ok(py.None())), None);
+            // Nothing on this thread can cancel it before it is resolved.
+            let outcome = self.state().kept.pop_front();
+            let outcome = match outcome {
+                Some(outcome) => {
+                    self.taken.notify_one();
+                    outcome(py)
+                }
+                None if self.state().ended => Ok(py.None()),
+                // Taken meanwhile by another loop's receive: first again.
+                None => {
+                    self.state().waiting.push_front(waiting);
+                    return;
+                }
+            };
+            waiting.promise.resolve(py, outcome);
         }
     }
 }
 
-/// Takes a done awaitable's promise out of the line (its loop's thread).
+/// Takes a done receive out of the line (on its loop's thread).
 #[pyclass(frozen)]
 struct Forget {
     inflow: Weak<Inflow>,
@@ -178,7 +210,10 @@ impl Forget {
         // Taken out under the lock, dropped after it.
         let forgotten = {
             let mut state = inflow.state();
-            let at = state.waiting.iter().position(|(n, _)| *n == self.number);
+            let at = state
+                .waiting
+                .iter()
+                .position(|waiting| waiting.number == self.number);
             at.and_then(|at| state.waiting.remove(at))
         };
         drop(forgotten);
@@ -186,14 +221,14 @@ impl Forget {
 }
 
 /// Reads the transport's messages for `inflow` until it ends or its object
-/// goes, one ahead at most.
+/// goes, [`AHEAD`] at most.
 async fn pump(inflow: Arc<Inflow>, transport: Arc<ScopedTransport>, gone: CancellationToken) {
     loop {
         // `notify_one` leaves a permit when nobody waits: no taking is missed.
-        while !inflow.state().kept.is_empty() {
+        while inflow.state().kept.len() >= AHEAD {
             tokio::select! {
                 biased;
-                _ = gone.cancelled() => return inflow.end(),
+                _ = gone.cancelled() => return end(&inflow),
                 _ = inflow.taken.notified() => {}
             }
         }
@@ -203,7 +238,7 @@ async fn pump(inflow: Arc<Inflow>, transport: Arc<ScopedTransport>, gone: Cancel
             message = transport.receive_message() => message,
         };
         let Some(message) = message else {
-            return inflow.end();
+            return end(&inflow);
         };
         let outcome: Outcome = match serde_json::to_vec(&message) {
             Ok(bytes) => Box::new(move |py| Ok(PyBytes::new(py, &bytes).into_any().unbind())),
@@ -213,6 +248,21 @@ async fn pump(inflow: Arc<Inflow>, transport: Arc<ScopedTransport>, gone: Cancel
                 )))
             }),
         };
-        inflow.arrived(outcome);
+        let loops = {
+            let mut state = inflow.state();
+            state.kept.push_back(outcome);
+            Inflow::waiting_loops(&state)
+        };
+        inflow.wake(loops);
     }
+}
+
+/// The transport ended: the receives waiting get what is kept, then None.
+fn end(inflow: &Arc<Inflow>) {
+    let loops = {
+        let mut state = inflow.state();
+        state.ended = true;
+        Inflow::waiting_loops(&state)
+    };
+    inflow.wake(loops);
 }

@@ -338,18 +338,14 @@ impl Transport {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        future::spawn(
-            py,
-            async move {
-                inner.close().await?;
-                let released = match report {
-                    Some(report) => report.released().await,
-                    None => None,
-                };
-                Ok::<_, Failure>(released.map(Released::from))
-            },
-            None,
-        )
+        future::spawn(py, async move {
+            inner.close().await?;
+            let released = match report {
+                Some(report) => report.released().await,
+                None => None,
+            };
+            Ok::<_, Failure>(released.map(Released::from))
+        })
     }
 
     /// The server's session id once it issued one (a credential: do not
@@ -516,7 +512,7 @@ fn stdio<'py>(
     if STDIO_WARM.load(Ordering::Relaxed) {
         future::run(py, spawning)
     } else {
-        future::spawn(py, spawning, None)
+        future::spawn(py, spawning)
     }
 }
 

@@ -246,11 +246,9 @@ impl NativeSession {
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         not_forked()?;
         let session = self.inner()?;
-        crate::future::spawn(
-            py,
-            async move { Ok::<_, Failure>(Released::from(session.close().await)) },
-            None,
-        )
+        crate::future::spawn(py, async move {
+            Ok::<_, Failure>(Released::from(session.close().await))
+        })
     }
 }
 
@@ -328,16 +326,12 @@ pub(crate) fn connect<'py>(
         connector = connector.connect_timeout(timeout);
     }
     connector = connector.listen(listen);
-    crate::future::spawn(
-        py,
-        async move {
-            let session = connector.connect().await?;
-            let notifications = session.notifications();
-            Ok::<_, Failure>(NativeSession {
-                inner: Held::new(session, "the session is gone"),
-                notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
-            })
-        },
-        None,
-    )
+    crate::future::spawn(py, async move {
+        let session = connector.connect().await?;
+        let notifications = session.notifications();
+        Ok::<_, Failure>(NativeSession {
+            inner: Held::new(session, "the session is gone"),
+            notifications: Arc::new(tokio::sync::Mutex::new(notifications)),
+        })
+    })
 }
