@@ -161,24 +161,33 @@ impl Promise {
     /// Whether the future is done (resolved or cancelled); on its loop's
     /// thread (the caller's).
     pub(crate) fn is_done(&self, py: Python<'_>) -> bool {
-        self.future
-            .bind(py)
-            .call_method0("done")
-            .and_then(|done| done.is_truthy())
-            .unwrap_or(true)
+        is_done(self.future.bind(py))
     }
 
     /// Resolves the future with `outcome`, on its loop's thread (the
     /// caller's), where it was found not done.
     pub(crate) fn resolve(self, py: Python<'_>, outcome: PyResult<Py<PyAny>>) {
-        let future = self.future.bind(py);
-        let set = match outcome {
-            Ok(value) => future.call_method1("set_result", (value,)),
-            Err(error) => future.call_method1("set_exception", (error.value(py),)),
-        };
-        if let Err(error) = set {
-            error.print(py);
-        }
+        settle(self.future.bind(py), outcome);
+    }
+}
+
+/// Whether an asyncio future is done (an error reading it: taken as done).
+fn is_done(future: &Bound<'_, PyAny>) -> bool {
+    future
+        .call_method0("done")
+        .and_then(|done| done.is_truthy())
+        .unwrap_or(true)
+}
+
+/// Sets a pending asyncio future's result, or its exception; on its
+/// loop's thread.
+pub(crate) fn settle(future: &Bound<'_, PyAny>, outcome: PyResult<Py<PyAny>>) {
+    let set = match outcome {
+        Ok(value) => future.call_method1("set_result", (value,)),
+        Err(error) => future.call_method1("set_exception", (error.value(future.py()),)),
+    };
+    if let Err(error) = set {
+        error.print(future.py());
     }
 }
 
@@ -260,19 +269,8 @@ impl Done {
     /// Sets the future's outcome, unless it is done already (cancelled).
     fn resolve(self, py: Python<'_>) {
         let future = self.future.bind(py);
-        let done = future
-            .call_method0("done")
-            .and_then(|done| done.is_truthy())
-            .unwrap_or(true);
-        if done {
-            return;
-        }
-        let set = match (self.outcome)(py) {
-            Ok(value) => future.call_method1("set_result", (value,)),
-            Err(error) => future.call_method1("set_exception", (error.value(py),)),
-        };
-        if let Err(error) = set {
-            error.print(py);
+        if !is_done(future) {
+            settle(future, (self.outcome)(py));
         }
     }
 }

@@ -89,15 +89,12 @@ impl Inflow {
             if let Some(outcome) = state.kept.pop_front() {
                 drop(state);
                 self.taken.notify_one();
-                match outcome(py) {
-                    Ok(value) => awaitable.call_method1("set_result", (value,))?,
-                    Err(error) => awaitable.call_method1("set_exception", (error.value(py),))?,
-                };
+                future::settle(&awaitable, outcome(py));
                 return Ok(awaitable);
             }
             if state.ended {
                 drop(state);
-                awaitable.call_method1("set_result", (py.None(),))?;
+                future::settle(&awaitable, Ok(py.None()));
                 return Ok(awaitable);
             }
         }
