@@ -127,13 +127,11 @@ impl Inflow {
     /// thread, the lock not held).
     fn wake(self: &Arc<Self>, loops: Vec<OnLoop>) {
         for on_loop in loops {
-            let inflow = Arc::downgrade(self);
+            // Held until the job runs: the transport may be gone by then
+            // (its end is what the job hands over).
+            let inflow = Arc::clone(self);
             let key = on_loop.key();
-            on_loop.run(move |py| {
-                if let Some(inflow) = inflow.upgrade() {
-                    inflow.serve(py, key);
-                }
-            });
+            on_loop.run(move |py| inflow.serve(py, key));
         }
     }
 

@@ -394,3 +394,27 @@ async def test_two_receives_at_once_each_get_a_message_in_turn(tmp_path):
         with anyio.fail_after(BOUND):
             got = await asyncio.gather(first, second, native.receive())
         assert [told(message) for message in got] == [7, 8, None]
+
+
+async def test_a_receive_waiting_when_its_transport_is_dropped_ends_with_none(tmp_path):
+    """Dropped unclosed with a receive waiting: the receive has None (the
+    end), and the server's tree is gone after the reaper's drain."""
+    import gc
+    import sys
+
+    before = settled_ledger()
+    mark = f"MCP_SCOPED_HTTP_PY_{uuid.uuid4().hex}"
+    scoped = mcp_scoped_http.transport(
+        command=sys.executable, args=["-c", IN_ORDER], env={mark: "1"}, cwd=tmp_path,
+        protocol_version="2025-11-25",
+    )
+    await scoped.__aenter__()
+    native = await opened_in_order(scoped)
+    waiting = native.receive()
+    del native, scoped  # never closed
+    gc.collect()
+    with anyio.fail_after(BOUND):
+        assert await waiting is None
+    assert mcp_scoped_http.drain(BOUND)
+    assert processes_marked(mark) == [], "the tree ended and was reaped"
+    assert mcp_scoped_http.ledger() == before
